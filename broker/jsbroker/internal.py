@@ -1,0 +1,65 @@
+"""The contract between the core broker and the services built on it (JetStream).
+
+The core (`server.py`, `connection.py`, `sublist.py`) implements `InternalBus`; `jetstream/` uses only
+this Protocol, never the core modules, so data flows one way: connections -> subject index -> services.
+
+Rules of the bus:
+- Handlers run synchronously while the core routes a message (inside the publisher's read), so a
+  JetStream publish is stored and acked before the next message of that connection is parsed. A handler
+  must never block or await; long work is scheduled on the loop.
+- `publish` may be called from a handler or from any callback on the loop; the core batches the output
+  per connection and flushes it (once per read, or on the next loop turn when called from a timer).
+- An internal subscription counts as a responder: a request it receives never gets a 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Who published a message that reached an internal handler (None for internal publishes)."""
+
+    client_id: int
+    headers: bool  # the client negotiated headers (HMSG) support
+
+
+# handler(subject, reply, hdr, payload, origin): hdr is the raw header block or b"".
+InternalHandler = Callable[[str, "str | None", bytes, bytes, "Origin | None"], None]
+# listener(has_interest): called when a literal subject gains its first or loses its last subscriber.
+InterestListener = Callable[[bool], None]
+
+
+class InternalSubscription(Protocol):
+    subject: str
+
+
+class InterestWatch(Protocol):
+    def cancel(self) -> None: ...
+
+
+class InternalBus(Protocol):
+    loop: asyncio.AbstractEventLoop
+    server_id: str
+    server_name: str
+
+    def subscribe_internal(
+        self, subject: str, handler: InternalHandler, queue: str | None = None
+    ) -> InternalSubscription:
+        """Subscribe a Python callback to a subject (wildcards allowed)."""
+
+    def unsubscribe_internal(self, sub: InternalSubscription) -> None: ...
+
+    def publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> bool:
+        """Route a message exactly as a client PUB/HPUB would be routed (queue groups, HMSG vs MSG for
+        clients without headers). Returns True when at least one subscriber received it."""
+
+    def has_interest(self, subject: str, queue: str | None = None) -> bool:
+        """Whether a publish to this literal subject would reach anyone (in `queue` when given)."""
+
+    def watch_interest(self, subject: str, listener: InterestListener) -> InterestWatch:
+        """Call `listener` whenever interest in this literal subject appears or disappears (push
+        consumers deliver only while their deliver subject has interest)."""

@@ -1,0 +1,164 @@
+"""The storage interface streams and consumers see.
+
+`jetstream/stream.py` imports only this module, never `memory.py` or `file.py` directly: it asks
+`open_stream_store()` for a store and talks to it through `StreamStore`. A store reports upward only
+through the callback a stream registers (`on_remove`), never by importing stream code.
+
+What a store owns: message records by sequence, the per-subject index (last seq per subject, counts),
+and the *limits* that drop old data (max_msgs, max_bytes, max_age, max_msgs_per_subject and per-message
+TTL, always "discard old" style). What it does not own: discard-new decisions, dedupe, expected-header
+checks, retention policies: those are the stream's (it checks `state()` before calling `store_msg`).
+
+Times are nanoseconds since the Unix epoch (int). Header blocks are the raw `NATS/1.0\r\n...\r\n\r\n`
+bytes exactly as published (b"" when the message had none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol
+
+
+class StoreError(Exception):
+    """Base of all storage errors."""
+
+
+class StoreClosed(StoreError):
+    """The store was closed or deleted."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMsg:
+    seq: int
+    subject: str
+    hdr: bytes
+    data: bytes
+    ts: int  # ns since epoch, when the message was stored
+
+    @property
+    def size(self) -> int:
+        """Bytes as nats-server accounts them: len(subject) + len(hdr) + len(data) + 16 (seq + ts)."""
+        return len(self.subject) + len(self.hdr) + len(self.data) + 16
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLimits:
+    """The limits a store enforces by itself (all "discard old"); -1 / 0 mean unlimited as in StreamConfig."""
+
+    max_msgs: int = -1
+    max_bytes: int = -1
+    max_age_ns: int = 0
+    max_msgs_per_subject: int = -1
+
+
+@dataclass(slots=True)
+class StoreState:
+    msgs: int = 0
+    bytes: int = 0
+    first_seq: int = 0  # 0 when the store never held anything; last_seq + 1 after everything was removed
+    first_ts: int = 0
+    last_seq: int = 0
+    last_ts: int = 0
+    num_subjects: int = 0
+    num_deleted: int = 0  # interior gaps between first_seq and last_seq
+    deleted: list[int] | None = None  # filled only when asked for (deleted_details)
+    lost: list[int] | None = None  # sequences dropped by recovery (torn tail)
+
+
+@dataclass(slots=True)
+class ConsumerState:
+    """Durable consumer delivery state, persisted by `ConsumerStore`."""
+
+    delivered_consumer_seq: int = 0
+    delivered_stream_seq: int = 0
+    ack_floor_consumer_seq: int = 0
+    ack_floor_stream_seq: int = 0
+    pending: dict[int, tuple[int, int]] = field(default_factory=dict)  # stream seq -> (consumer seq, ts)
+    redelivered: dict[int, int] = field(default_factory=dict)  # stream seq -> delivery count (> 1 only)
+
+
+# Called by a store after it removed a message on its own (limits, age, TTL): (seq, subject).
+RemoveCallback = Callable[[int, str], None]
+
+
+class StreamStore(Protocol):
+    """Sequence-indexed message storage for one stream. All methods are synchronous and never block on
+    the network; `store_msg` returns only after the record reached the OS (write() done)."""
+
+    def store_msg(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
+        """Append a message with the next sequence; returns (seq, ts). Then applies the limits."""
+
+    def skip_msgs(self, next_seq: int) -> None:
+        """Advance the sequence so the next stored message gets `next_seq` (first_seq, interest gaps)."""
+
+    def load_msg(self, seq: int) -> StoredMsg | None:
+        """The message with this sequence, or None when it never existed or was removed."""
+
+    def load_next_msg(self, start_seq: int, subject_filter: str | None = None) -> StoredMsg | None:
+        """The first message with seq >= start_seq whose subject matches `subject_filter` (NATS wildcards;
+        None or ">" = any). Must not scan every message for a sparse filter when an index can answer."""
+
+    def load_last_msg(self, subject_filter: str) -> StoredMsg | None:
+        """The newest message matching the filter (wildcards allowed)."""
+
+    def first_seq_at_or_after_time(self, ts: int) -> int:
+        """The first stored seq whose ts >= the given time; last_seq + 1 when none."""
+
+    def remove_msg(self, seq: int, erase: bool = False) -> bool:
+        """Delete one message (tombstone). False when it was not there."""
+
+    def purge(self, subject_filter: str | None = None, up_to_seq: int = 0, keep: int = 0) -> int:
+        """Remove messages matching the filter; `up_to_seq` > 0 limits it to seq < up_to_seq; `keep` > 0
+        keeps the newest `keep` (per matching subject when a filter is given). Returns how many went."""
+
+    def state(self, deleted_details: bool = False) -> StoreState: ...
+
+    def subjects_state(self, subject_filter: str) -> dict[str, int]:
+        """Message count per subject for subjects matching the filter."""
+
+    def num_pending(self, start_seq: int, subject_filters: list[str] | None, last_per_subject: bool = False) -> int:
+        """How many messages with seq >= start_seq match any of the filters (None = all). With
+        last_per_subject, count only the newest message of each matching subject."""
+
+    def messages(self, start_seq: int = 0) -> Iterator[StoredMsg]:
+        """Iterate stored messages in seq order from start_seq without loading the store into memory."""
+
+    def update_limits(self, limits: StoreLimits) -> None:
+        """Apply new limits now (may remove messages, reporting each through on_remove)."""
+
+    def expire(self, now_ns: int) -> int:
+        """Remove messages past max_age / their TTL at `now_ns`; returns how many. The stream calls this
+        from a timer (`next_expiry()` says when), so expiry does not depend on new publishes."""
+
+    def next_expiry(self) -> int | None:
+        """ns timestamp of the next age/TTL expiry, or None."""
+
+    def set_on_remove(self, cb: RemoveCallback | None) -> None: ...
+
+    def sync(self) -> None:
+        """fsync what was written (no-op for memory)."""
+
+    def close(self) -> None: ...
+
+    def delete(self) -> None:
+        """Close and remove everything on disk."""
+
+
+class ConsumerStore(Protocol):
+    """Persistent state of one durable consumer. `update_*` return only after the change reached the
+    OS, so an ack confirmed to an ack_sync caller survives kill -9 (with fsync per the sync policy)."""
+
+    def load(self) -> ConsumerState: ...
+
+    def update_delivered(self, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None: ...
+
+    def update_acks(self, consumer_seq: int, stream_seq: int) -> None: ...
+
+    def reset(self, state: ConsumerState) -> None:
+        """Replace the whole state (CONSUMER.RESET, compaction)."""
+
+    def sync(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def delete(self) -> None: ...
