@@ -1,0 +1,3 @@
+"""Consumer API handlers ($JS.API.CONSUMER.*); owned by the consumers work (issue 4)."""
+
+CONSUMER_HANDLERS: list = []
