@@ -1,0 +1,79 @@
+"""NATS header blocks (pure): read one header fast, parse a block, build blocks and status lines.
+
+A block is `NATS/1.0[ <code> <description>]\r\nKey: Value\r\n...\r\n\r\n`. Keys keep their case and may
+repeat; lookups match the key exactly, as nats-server does. `get` is the publish hot path: most JetStream
+publishes carry no headers or only `Nats-Msg-Id`, so it searches the raw bytes without building anything.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+PREFIX = b"NATS/1.0"
+_END = b"\r\n\r\n"
+
+# JetStream publish headers (stream.go)
+MSG_ID = "Nats-Msg-Id"
+EXPECTED_STREAM = "Nats-Expected-Stream"
+EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
+EXPECTED_LAST_SUBJ_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJ_SEQ_SUBJ = "Nats-Expected-Last-Subject-Sequence-Subject"
+EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
+ROLLUP = "Nats-Rollup"
+TTL = "Nats-TTL"
+REQUIRED_API_LEVEL = "Nats-Required-Api-Level"
+# DIRECT.GET answers
+STREAM = "Nats-Stream"
+SUBJECT = "Nats-Subject"
+SEQUENCE = "Nats-Sequence"
+TIME_STAMP = "Nats-Time-Stamp"
+NUM_PENDING = "Nats-Num-Pending"
+LAST_SEQUENCE = "Nats-Last-Sequence"
+UP_TO_SEQUENCE = "Nats-UpTo-Sequence"
+
+
+def get(hdr: bytes, key: str) -> str | None:
+    """The first value of `key` in a raw block, or None. Values are stripped of surrounding blanks."""
+    if not hdr:
+        return None
+    needle = b"\r\n" + key.encode() + b":"
+    start = hdr.find(needle)
+    if start < 0:
+        return None
+    start += len(needle)
+    end = hdr.find(b"\r\n", start)
+    return hdr[start:end if end >= 0 else len(hdr)].strip().decode("utf-8", "replace")
+
+
+def parse(hdr: bytes) -> tuple[int, str, list[tuple[str, str]]]:
+    """(status code or 0, status description, [(key, value), ...] in order) of a raw block."""
+    if not hdr.startswith(PREFIX):
+        return 0, "", []
+    lines = hdr.decode("utf-8", "replace").split("\r\n")
+    status_line = lines[0][len(PREFIX):].strip()
+    code_text, _, description = status_line.partition(" ")
+    code = int(code_text) if code_text.isdigit() else 0
+    pairs = []
+    for line in lines[1:]:
+        key, sep, value = line.partition(":")
+        if sep and key:
+            pairs.append((key, value.strip()))
+    return code, description.strip(), pairs
+
+
+def build(pairs: Iterable[tuple[str, str]] = (), status: int = 0, description: str = "") -> bytes:
+    """A block with an optional status line (`NATS/1.0 404 No Messages`) and the given headers."""
+    first = "NATS/1.0"
+    if status:
+        first += f" {status}" + (f" {description}" if description else "")
+    body = "".join(f"{key}: {value}\r\n" for key, value in pairs)
+    return f"{first}\r\n{body}\r\n".encode()
+
+
+def append(hdr: bytes, pairs: Iterable[tuple[str, str]]) -> bytes:
+    """`hdr` (possibly empty) with more headers added at the end, keeping the original ones first."""
+    extra = "".join(f"{key}: {value}\r\n" for key, value in pairs).encode()
+    if not hdr:
+        return b"NATS/1.0\r\n" + extra + b"\r\n"
+    body = hdr[: -2] if hdr.endswith(_END) else hdr.rstrip(b"\r\n") + b"\r\n"
+    return body + extra + b"\r\n"
