@@ -109,7 +109,12 @@ class StreamStore(Protocol):
 
     def purge(self, subject_filter: str | None = None, up_to_seq: int = 0, keep: int = 0) -> int:
         """Remove messages matching the filter; `up_to_seq` > 0 limits it to seq < up_to_seq; `keep` > 0
-        keeps the newest `keep` (per matching subject when a filter is given). Returns how many went."""
+        keeps the newest `keep`. Returns how many went. As nats-server's PurgeEx:
+        - no filter (None, "" or ">"): nothing set purges all (first_seq = last_seq + 1); `up_to_seq` > 1
+          removes every seq below it (past the end: the next message gets `up_to_seq`); `keep` keeps the
+          seqs >= last_seq - keep + 1 (fewer than `keep` messages when there are gaps).
+        - with a filter: `keep` counts over *all* matching messages together (not per subject): the
+          oldest matching messages go until `keep` remain; `up_to_seq` limits it to seq < up_to_seq."""
 
     def state(self, deleted_details: bool = False) -> StoreState: ...
 
@@ -150,9 +155,16 @@ class ConsumerStore(Protocol):
 
     def load(self) -> ConsumerState: ...
 
-    def update_delivered(self, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None: ...
+    def update_delivered(self, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
+        """Record a delivery as nats-server's consumer store does: delivered = max; a new stream seq becomes
+        pending (consumer seq, ts); a redelivery refreshes the pending ts and, with delivery_count > 1,
+        sets redelivered[stream_seq] = max(old, delivery_count). Ignored at or below the ack floor.
+        AckNone consumers follow it with `update_acks` for the same seqs."""
 
-    def update_acks(self, consumer_seq: int, stream_seq: int) -> None: ...
+    def update_acks(self, consumer_seq: int, stream_seq: int, ack_all: bool = False) -> None:
+        """Ack one message (explicit) or, with ack_all, everything pending up to stream_seq; moves the ack
+        floor as nats-server does. Acks at or below the floor or of non-pending seqs change nothing but
+        the redelivered count."""
 
     def reset(self, state: ConsumerState) -> None:
         """Replace the whole state (CONSUMER.RESET, compaction)."""
