@@ -1,0 +1,198 @@
+"""Pull requests (pure): parsing `$JS.API.CONSUMER.MSG.NEXT` bodies, the waiting-request queue a pull
+consumer serves round-robin, and the status messages that end or interrupt a request
+(`consumer.go nextReqFromMsg`, `waitQueue`, `processNextMsgRequest`, `processWaiting`).
+
+Times here are `time.monotonic_ns()` values passed in by the caller (no clock reads, no timers): the
+consumer owns the single timer that calls `WaitQueue.sweep`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterator
+
+PENDING_MSGS = "Nats-Pending-Messages"
+PENDING_BYTES = "Nats-Pending-Bytes"
+
+NO_MESSAGES = b"NATS/1.0 404 No Messages\r\n\r\n"
+REQUESTS_PENDING = b"NATS/1.0 408 Requests Pending\r\n\r\n"
+PUSH_BASED = b"NATS/1.0 409 Consumer is push based\r\n\r\n"
+CONSUMER_DELETED = b"NATS/1.0 409 Consumer Deleted\r\n\r\n"
+MAX_WAITING = b"NATS/1.0 409 Exceeded MaxWaiting\r\n\r\n"
+API_LEVEL = b"NATS/1.0 412 Required Api Level\r\n\r\n"
+
+
+def status(code: int, description: str) -> bytes:
+    return f"NATS/1.0 {code} {description}\r\n\r\n".encode()
+
+
+def _with_pending(code: int, description: str, n: int, b: int) -> bytes:
+    return f"NATS/1.0 {code} {description}\r\n{PENDING_MSGS}: {n}\r\n{PENDING_BYTES}: {b}\r\n\r\n".encode()
+
+
+def request_timeout(n: int, b: int) -> bytes:
+    return _with_pending(408, "Request Timeout", n, b)
+
+
+def size_exceeds(n: int, b: int) -> bytes:
+    return _with_pending(409, "Message Size Exceeds MaxBytes", n, b)
+
+
+def batch_completed(n: int, b: int) -> bytes:
+    return _with_pending(409, "Batch Completed", n, b)
+
+
+def idle_heartbeat(last_dseq: int, last_sseq: int, stalled: str = "") -> bytes:
+    extra = f"Nats-Consumer-Stalled: {stalled}\r\n" if stalled else ""
+    return (
+        f"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: {last_dseq}\r\n"
+        f"Nats-Last-Stream: {last_sseq}\r\n{extra}\r\n"
+    ).encode()
+
+
+class BadRequest(Exception):
+    """A pull request nats-server answers with `400 Bad Request - <reason>`."""
+
+
+@dataclass(slots=True)
+class PullRequest:
+    """What one MSG.NEXT asked for (durations in ns)."""
+
+    batch: int = 1
+    expires: int = 0
+    max_bytes: int = 0
+    no_wait: bool = False
+    heartbeat: int = 0
+    group: str = ""
+    has_priority: bool = False  # the JSON carried priority-group fields
+
+
+def parse_request(body: bytes) -> PullRequest:
+    """Empty -> batch 1; a bare integer -> that batch; JSON -> the full request; anything else -> 1."""
+    text = body.strip()
+    if not text:
+        return PullRequest()
+    if text[:1] != b"{":
+        try:
+            return PullRequest(batch=int(text))
+        except ValueError:
+            return PullRequest()
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise BadRequest(f"invalid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("json: cannot unmarshal into Go value of type server.JSApiConsumerGetNextRequest")
+    req = PullRequest(
+        batch=_int(data, "batch"),
+        expires=_int(data, "expires"),
+        max_bytes=_int(data, "max_bytes"),
+        no_wait=bool(data.get("no_wait") or False),
+        heartbeat=_int(data, "idle_heartbeat"),
+        group=str(data.get("group") or ""),
+        has_priority=any(data.get(k) for k in ("group", "id", "min_pending", "min_ack_pending", "priority")),
+    )
+    if req.heartbeat > 0 and req.heartbeat * 2 > req.expires:
+        raise BadRequest("heartbeat value too large")
+    return req
+
+
+def _int(data: dict[str, object], key: str) -> int:
+    value = data.get(key, 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"json: cannot unmarshal {type(value).__name__} into Go struct field .{key} of type int")
+    return value
+
+
+@dataclass(slots=True, eq=False)
+class Waiting:
+    """A queued pull request: `n` messages still owed, `b` bytes left (0 = no byte limit)."""
+
+    reply: str
+    n: int
+    b: int
+    expires_at: int  # monotonic ns, 0 = never
+    no_wait: bool
+    heartbeat: int  # ns, 0 = none
+    next_heartbeat: int  # monotonic ns
+    delivered: int = 0
+
+
+class WaitQueue:
+    """Pending pull requests, served round-robin: one message each, then to the back of the queue."""
+
+    def __init__(self, max_waiting: int) -> None:
+        self.max = max_waiting
+        self._q: deque[Waiting] = deque()
+        self.last_activity = 0  # monotonic ns of the last request or delivery (inactive_threshold)
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def __iter__(self) -> Iterator[Waiting]:
+        return iter(self._q)
+
+    @property
+    def full(self) -> bool:
+        return len(self._q) >= self.max > 0
+
+    def add(self, w: Waiting) -> None:
+        self._q.append(w)
+
+    def owed(self) -> int:
+        """Messages owed to all queued requests."""
+        return sum(w.n for w in self._q)
+
+    def peek(self) -> Waiting | None:
+        return self._q[0] if self._q else None
+
+    def take(self, w: Waiting) -> None:
+        """Count one delivery to the head request `w`; requeue it at the back if it wants more."""
+        self._q.popleft()
+        w.n -= 1
+        w.delivered += 1
+        if w.n > 0:
+            self._q.append(w)
+
+    def drop_head(self) -> None:
+        self._q.popleft()
+
+    def remove(self, w: Waiting) -> None:
+        self._q.remove(w)
+
+    def clear(self) -> list[Waiting]:
+        out = list(self._q)
+        self._q.clear()
+        return out
+
+    def sweep(self, now: int, end_of_stream: bool) -> tuple[list[tuple[str, bytes]], int]:
+        """Expire requests at `now`; with `end_of_stream`, finish no_wait requests too. Returns the
+        status messages to send [(reply, hdr)] and the next deadline (expiry or heartbeat), 0 if none.
+        Heartbeats due are included in the messages by the caller via `due_heartbeats`."""
+        out: list[tuple[str, bytes]] = []
+        keep: deque[Waiting] = deque()
+        next_deadline = 0
+        for w in self._q:
+            expired = bool(w.expires_at) and now >= w.expires_at
+            if expired:
+                out.append((w.reply, request_timeout(w.n, w.b)))
+                continue
+            if end_of_stream and w.no_wait and (not w.expires_at or w.delivered > 0):
+                out.append((w.reply, NO_MESSAGES))
+                continue
+            keep.append(w)
+            for t in (w.expires_at, w.next_heartbeat if w.heartbeat else 0):
+                if t and (not next_deadline or t < next_deadline):
+                    next_deadline = t
+        self._q = keep
+        return out, next_deadline
+
+    def due_heartbeats(self, now: int) -> list[Waiting]:
+        due = [w for w in self._q if w.heartbeat and now >= w.next_heartbeat]
+        for w in due:
+            w.next_heartbeat = now + w.heartbeat
+        return due
