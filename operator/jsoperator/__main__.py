@@ -1,0 +1,5 @@
+"""`python -m jsoperator` = the `jsoperator` command."""
+
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,98 @@
+"""The `jsoperator` command: `run` starts the operator, `crds` prints the CustomResourceDefinitions."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from . import settings as settings_mod
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jsoperator", description="Kopf operator for JetStream Stream/Consumer CRs.")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the operator (flags override JSOPERATOR_* environment variables)")
+    run.add_argument("--servers", type=settings_mod.split_servers, metavar="URL[,URL]",
+                     help="default NATS servers (env JSOPERATOR_SERVERS; default nats://127.0.0.1:4222)")
+    run.add_argument("--creds", dest="creds_file", metavar="FILE", help="NATS .creds file (env JSOPERATOR_CREDS)")
+    run.add_argument("--creds-secret", metavar="NS/NAME[:KEY]",
+                     help="Secret holding a .creds file, key default 'creds' (env JSOPERATOR_CREDS_SECRET)")
+    run.add_argument("--user", help="NATS user (env JSOPERATOR_USER; password only via JSOPERATOR_PASSWORD)")
+    run.add_argument("--tls-ca", dest="tls_ca_file", metavar="FILE", help="CA bundle (env JSOPERATOR_TLS_CA)")
+    run.add_argument("--tls-cert", dest="tls_cert_file", metavar="FILE", help="client cert (env JSOPERATOR_TLS_CERT)")
+    run.add_argument("--tls-key", dest="tls_key_file", metavar="FILE", help="client key (env JSOPERATOR_TLS_KEY)")
+    run.add_argument("--js-domain", help="JetStream domain (env JSOPERATOR_JS_DOMAIN)")
+    run.add_argument("--namespace", dest="namespaces", action="append", default=[], metavar="NS",
+                     help="watch this namespace (repeatable; env JSOPERATOR_NAMESPACES; default all)")
+    run.add_argument("--drift-interval", type=float, metavar="SECONDS",
+                     help="seconds between drift checks (env JSOPERATOR_DRIFT_INTERVAL; default 60)")
+    run.add_argument("--request-timeout", type=float, metavar="SECONDS",
+                     help="JetStream API reply timeout (env JSOPERATOR_REQUEST_TIMEOUT; default 3)")
+    run.add_argument("--metrics-port", type=int, metavar="PORT",
+                     help="Prometheus /metrics port, 0 = off (env JSOPERATOR_METRICS_PORT; default 8080)")
+    run.add_argument("--health-port", type=int, metavar="PORT",
+                     help="/healthz liveness port, 0 = off (env JSOPERATOR_HEALTH_PORT; default 8081)")
+    run.add_argument("--log-level", help="DEBUG, INFO, WARNING, ... (env JSOPERATOR_LOG_LEVEL; default INFO)")
+    run.add_argument("--log-format", choices=["json", "plain"], help="(env JSOPERATOR_LOG_FORMAT; default json)")
+    sub.add_parser("crds", help="print the CustomResourceDefinitions (YAML) generated from the models")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "crds":
+        from . import crdgen
+
+        sys.stdout.write(crdgen.render())
+        return 0
+    flags = {k: v for k, v in vars(args).items() if k != "command"}
+    flags["namespaces"] = tuple(flags["namespaces"])
+    try:
+        settings = settings_mod.load(flags)
+    except settings_mod.SettingsError as exc:
+        print(f"jsoperator: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings)
+    asyncio.run(run(settings))
+    return 0
+
+
+async def run(settings: settings_mod.Settings) -> None:
+    """Run kopf with our handlers until SIGINT/SIGTERM."""
+    import kopf
+
+    from . import connection, handlers, health, metrics
+
+    pool = connection.Pool(timeout=settings.request_timeout)
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, settings)
+    health.register(registry, pool)
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port)
+    try:
+        await kopf.operator(
+            registry=registry,
+            settings=settings_mod.kopf_settings(settings),
+            standalone=True,
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=health.endpoint(settings.health_port),
+            memo=kopf.Memo(settings=settings, pool=pool),
+        )
+    finally:
+        await pool.close()
+
+
+def configure_logging(settings: settings_mod.Settings) -> None:
+    """Structured (JSON) or plain logs at the chosen level; kopf's chatter is kept one level quieter."""
+    import kopf
+
+    level = logging.getLevelNamesMapping()[settings.log_level.upper()]
+    fmt = kopf.LogFormat.JSON if settings.log_format == "json" else kopf.LogFormat.PLAIN
+    kopf.configure(debug=level <= logging.DEBUG, verbose=False, log_format=fmt)
+    logging.getLogger().setLevel(level)
+    logging.getLogger("kopf").setLevel(max(level, logging.WARNING) if level > logging.DEBUG else level)
+    logging.getLogger("nats").setLevel(logging.WARNING)

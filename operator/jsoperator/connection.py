@@ -1,0 +1,283 @@
+"""The only module that talks to NATS: a pool of nats-py clients and the JetStream API calls the operator needs.
+
+Requests are raw `$JS.API.*` JSON requests so the configs built by `mapping` go to the server byte for
+byte (no round trip through nats-py's dataclasses, which would drop fields they do not know).
+Every failure becomes one of three typed exceptions:
+
+- `ApiError` (and subclasses): the server answered with `{"error": {code, err_code, description}}`;
+- `BrokerUnavailable`: no connection, a timeout, or no JetStream responder — retry later, change nothing;
+- `ResetUnsupported`: CONSUMER.RESET got no reply although the consumer exists (nats-server < 2.14).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import json
+import logging
+import ssl
+from typing import Any
+
+import nats
+import nats.errors
+from nats.aio.client import Client, RawCredentials
+
+log = logging.getLogger(__name__)
+
+# err_code values the operator branches on (nats-server errors.json).
+STREAM_NOT_FOUND = 10059
+CONSUMER_NOT_FOUND = 10014
+NO_MESSAGE_FOUND = 10037
+INVALID_RESET = 10204
+_NOT_FOUND_CODES = frozenset({STREAM_NOT_FOUND, CONSUMER_NOT_FOUND, NO_MESSAGE_FOUND})
+
+
+class ApiError(Exception):
+    """The server refused a JetStream API request."""
+
+    def __init__(self, code: int, err_code: int, description: str) -> None:
+        super().__init__(f"{description} (err_code {err_code})")
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+
+
+class NotFound(ApiError):
+    """Stream, consumer or message not found (404 with 10059/10014/10037)."""
+
+
+class InvalidReset(ApiError):
+    """CONSUMER.RESET refused by the consumer's deliver policy (10204)."""
+
+
+class BrokerUnavailable(Exception):
+    """The broker cannot be reached (connect failure, timeout, JetStream not enabled)."""
+
+
+class ResetUnsupported(Exception):
+    """The broker does not answer `$JS.API.CONSUMER.RESET`."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the server does not support $JS.API.CONSUMER.RESET (nats-server >= 2.14 needed); "
+            "upgrade the server or remove the reset annotation"
+        )
+
+
+def _api_error(err: dict[str, Any]) -> ApiError:
+    err_code = int(err.get("err_code", 0))
+    cls = NotFound if err_code in _NOT_FOUND_CODES else InvalidReset if err_code == INVALID_RESET else ApiError
+    return cls(int(err.get("code", 0)), err_code, str(err.get("description", "")))
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectionSettings:
+    """Everything needed to open one NATS connection; resolved (Secrets already read). Pool key."""
+
+    servers: tuple[str, ...]
+    creds: str | None = None  # contents of a .creds file
+    token: str | None = None
+    user: str | None = None
+    password: str | None = None
+    tls_ca: str | None = None  # PEM contents
+    tls_cert: str | None = None  # PEM contents
+    tls_key: str | None = None  # PEM contents
+    js_domain: str | None = None
+
+    def api_prefix(self) -> str:
+        return f"$JS.{self.js_domain}.API" if self.js_domain else "$JS.API"
+
+    def describe(self) -> str:
+        """Servers and domain only: safe for logs and status messages."""
+        domain = f" (domain {self.js_domain})" if self.js_domain else ""
+        return ",".join(self.servers) + domain
+
+
+def _tls_context(settings: ConnectionSettings) -> ssl.SSLContext | None:
+    if not (settings.tls_ca or settings.tls_cert):
+        return None
+    ctx = ssl.create_default_context(cadata=settings.tls_ca) if settings.tls_ca else ssl.create_default_context()
+    if settings.tls_cert and settings.tls_key:
+        _load_cert_chain(ctx, settings.tls_cert, settings.tls_key)
+    return ctx
+
+
+def _load_cert_chain(ctx: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
+    # ssl only loads a client certificate from files: write both to a private temp dir just for the call.
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="jsoperator-tls-") as tmp:
+        cert_path, key_path = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
+        for path, pem in ((cert_path, cert_pem), (key_path, key_pem)):
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                f.write(pem)
+        ctx.load_cert_chain(cert_path, key_path)
+
+
+class Broker:
+    """JetStream API calls over one pooled connection."""
+
+    def __init__(self, nc: Client, settings: ConnectionSettings, timeout: float) -> None:
+        self._nc = nc
+        self._prefix = settings.api_prefix()
+        self._timeout = timeout
+        self.settings = settings
+
+    async def _request(self, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        payload = json.dumps(body).encode() if body is not None else b""
+        try:
+            msg = await self._nc.request(f"{self._prefix}.{subject}", payload, timeout=self._timeout)
+        except nats.errors.NoRespondersError as exc:
+            raise BrokerUnavailable(
+                f"no JetStream responder at {self.settings.describe()}: is JetStream enabled?"
+            ) from exc
+        except (nats.errors.TimeoutError, asyncio.TimeoutError) as exc:
+            raise BrokerUnavailable(f"request {subject} to {self.settings.describe()} timed out") from exc
+        except nats.errors.Error as exc:
+            raise BrokerUnavailable(f"{self.settings.describe()}: {exc}") from exc
+        data: dict[str, Any] = json.loads(msg.data)
+        if "error" in data:
+            raise _api_error(data["error"])
+        return data
+
+    # Streams -----------------------------------------------------------------------------------
+
+    async def stream_info(self, name: str) -> dict[str, Any] | None:
+        """StreamInfo, or None when the stream does not exist."""
+        try:
+            return await self._request(f"STREAM.INFO.{name}")
+        except NotFound:
+            return None
+
+    async def create_stream(self, config: dict[str, Any]) -> dict[str, Any]:
+        return await self._request(f"STREAM.CREATE.{config['name']}", config)
+
+    async def update_stream(self, config: dict[str, Any]) -> dict[str, Any]:
+        return await self._request(f"STREAM.UPDATE.{config['name']}", config)
+
+    async def delete_stream(self, name: str) -> bool:
+        """Delete; False when it was already gone (which counts as success)."""
+        try:
+            await self._request(f"STREAM.DELETE.{name}")
+        except NotFound:
+            return False
+        return True
+
+    # Consumers ---------------------------------------------------------------------------------
+
+    async def consumer_info(self, stream: str, name: str) -> dict[str, Any] | None:
+        """ConsumerInfo, or None when the consumer (or its stream) does not exist."""
+        try:
+            return await self._request(f"CONSUMER.INFO.{stream}.{name}")
+        except NotFound:
+            return None
+
+    async def put_consumer(self, stream: str, config: dict[str, Any], action: str) -> dict[str, Any]:
+        """Create ("create") or update ("update") a durable consumer; the server checks which one holds."""
+        name = config.get("durable_name") or config["name"]
+        body = {"stream_name": stream, "config": config, "action": action}
+        return await self._request(f"CONSUMER.CREATE.{stream}.{name}", body)
+
+    async def delete_consumer(self, stream: str, name: str) -> bool:
+        """Delete; False when it (or its stream) was already gone."""
+        try:
+            await self._request(f"CONSUMER.DELETE.{stream}.{name}")
+        except NotFound:
+            return False
+        return True
+
+    async def reset_consumer(self, stream: str, name: str, seq: int) -> dict[str, Any]:
+        """CONSUMER.RESET to stream sequence `seq` (0 = the ack floor). Returns the response with reset_seq.
+
+        The server sends no reply both for a missing consumer and when it lacks the API, so existence is
+        checked first: a timeout after that means the API is missing.
+        """
+        if await self.consumer_info(stream, name) is None:
+            raise NotFound(404, CONSUMER_NOT_FOUND, f"consumer {name} not found on stream {stream}")
+        try:
+            return await self._request(f"CONSUMER.RESET.{stream}.{name}", {"seq": seq} if seq else None)
+        except BrokerUnavailable as exc:
+            if self._nc.is_connected and isinstance(exc.__cause__, (nats.errors.TimeoutError, asyncio.TimeoutError)):
+                raise ResetUnsupported() from exc
+            raise
+
+    async def first_seq_at(self, stream: str, when: datetime.datetime) -> int | None:
+        """The first stream sequence stored at or after `when`; None when no such message exists."""
+        stamp = when.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+        try:
+            data = await self._request(f"STREAM.MSG.GET.{stream}", {"start_time": stamp, "no_hdr": True})
+        except NotFound as exc:
+            if exc.err_code == NO_MESSAGE_FOUND:
+                return None
+            raise
+        return int(data["message"]["seq"])
+
+
+class Pool:
+    """One live nats-py client per distinct ConnectionSettings, opened on first use."""
+
+    def __init__(self, *, timeout: float = 3.0, connect_timeout: float = 2.0) -> None:
+        self._timeout = timeout
+        self._connect_timeout = connect_timeout
+        self._clients: dict[ConnectionSettings, Client] = {}
+        self._lock = asyncio.Lock()
+
+    async def broker(self, settings: ConnectionSettings) -> Broker:
+        return Broker(await self._client(settings), settings, self._timeout)
+
+    async def _client(self, settings: ConnectionSettings) -> Client:
+        async with self._lock:
+            nc = self._clients.get(settings)
+            if nc is not None and not nc.is_closed:
+                return nc
+            nc = await self._connect(settings)
+            self._clients[settings] = nc
+            return nc
+
+    async def _connect(self, settings: ConnectionSettings) -> Client:
+        options: dict[str, Any] = dict(
+            servers=list(settings.servers),
+            name="jsoperator",
+            connect_timeout=self._connect_timeout,
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            # Requests made while reconnecting must fail fast, not wait on a buffer.
+            pending_size=0,
+            error_cb=self._on_error,
+            disconnected_cb=lambda: self._on_state("disconnected", settings),
+            reconnected_cb=lambda: self._on_state("reconnected", settings),
+        )
+        if settings.creds:
+            options["user_credentials"] = RawCredentials(settings.creds)
+        if settings.token:
+            options["token"] = settings.token
+        if settings.user:
+            options["user"], options["password"] = settings.user, settings.password or ""
+        if (tls := _tls_context(settings)) is not None:
+            options["tls"] = tls
+        try:
+            return await nats.connect(**options)
+        except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
+            raise BrokerUnavailable(f"cannot connect to {settings.describe()}: {exc or type(exc).__name__}") from exc
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.debug("nats client error: %s", exc)
+
+    async def _on_state(self, state: str, settings: ConnectionSettings) -> None:
+        log.info("broker %s", state, extra={"servers": settings.describe()})
+
+    def connected(self) -> bool:
+        """True when no pooled connection is stuck disconnected (used by the liveness probe)."""
+        return all(nc.is_connected or nc.is_reconnecting for nc in self._clients.values() if not nc.is_closed)
+
+    async def close(self) -> None:
+        async with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for nc in clients:
+            try:
+                await nc.close()
+            except Exception:  # closing a broken client must not hide the shutdown
+                log.debug("close failed", exc_info=True)

@@ -1,0 +1,122 @@
+"""Operator settings: one frozen dataclass filled from CLI flags and `JSOPERATOR_*` environment variables,
+and the kopf `OperatorSettings` derived from it (our own annotation prefix, finalizer, quiet events).
+
+Precedence: CLI flag, then environment variable, then the default below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Mapping
+
+import kopf
+
+PREFIX = "jsoperator.io"
+FINALIZER = f"{PREFIX}/finalizer"
+
+
+class SettingsError(ValueError):
+    """An operator setting is invalid; the message says which and how to fix it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    """Default NATS servers for resources whose spec.connection gives none."""
+    creds_file: str | None = None
+    """A NATS .creds file used with the default servers."""
+    creds_secret: str | None = None
+    """`NAMESPACE/NAME[:KEY]` of a Secret holding a .creds file (key default `creds`), for the default servers."""
+    token: str | None = None
+    user: str | None = None
+    password: str | None = None
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    js_domain: str | None = None
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch; empty means all namespaces (cluster-wide)."""
+    drift_interval: float = 60.0
+    """Seconds between drift checks of each resource against the server."""
+    request_timeout: float = 3.0
+    """Seconds to wait for one JetStream API reply."""
+    metrics_port: int | None = 8080
+    health_port: int | None = 8081
+    log_level: str = "INFO"
+    log_format: str = "json"
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise SettingsError("no NATS servers: pass --servers URL[,URL] or set JSOPERATOR_SERVERS")
+        if self.drift_interval <= 0:
+            raise SettingsError(f"--drift-interval must be > 0 seconds, got {self.drift_interval}")
+        if self.request_timeout <= 0:
+            raise SettingsError(f"--request-timeout must be > 0 seconds, got {self.request_timeout}")
+        if self.log_level.upper() not in logging.getLevelNamesMapping():
+            raise SettingsError(f"--log-level {self.log_level!r} is not a logging level (DEBUG, INFO, WARNING, ...)")
+        if self.log_format not in ("json", "plain"):
+            raise SettingsError(f"--log-format must be json or plain, got {self.log_format!r}")
+        if self.creds_file and self.creds_secret:
+            raise SettingsError("give either --creds or --creds-secret, not both")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise SettingsError("--tls-cert and --tls-key go together")
+
+
+def split_servers(value: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in value.split(",") if s.strip())
+
+
+# field name -> (environment variable, parser)
+_ENV: dict[str, tuple[str, Callable[[str], object]]] = {
+    "servers": ("JSOPERATOR_SERVERS", split_servers),
+    "creds_file": ("JSOPERATOR_CREDS", str),
+    "creds_secret": ("JSOPERATOR_CREDS_SECRET", str),
+    "token": ("JSOPERATOR_TOKEN", str),
+    "user": ("JSOPERATOR_USER", str),
+    "password": ("JSOPERATOR_PASSWORD", str),
+    "tls_ca_file": ("JSOPERATOR_TLS_CA", str),
+    "tls_cert_file": ("JSOPERATOR_TLS_CERT", str),
+    "tls_key_file": ("JSOPERATOR_TLS_KEY", str),
+    "js_domain": ("JSOPERATOR_JS_DOMAIN", str),
+    "namespaces": ("JSOPERATOR_NAMESPACES", split_servers),  # comma-separated like servers
+    "drift_interval": ("JSOPERATOR_DRIFT_INTERVAL", float),
+    "request_timeout": ("JSOPERATOR_REQUEST_TIMEOUT", float),
+    "metrics_port": ("JSOPERATOR_METRICS_PORT", int),
+    "health_port": ("JSOPERATOR_HEALTH_PORT", int),
+    "log_level": ("JSOPERATOR_LOG_LEVEL", str),
+    "log_format": ("JSOPERATOR_LOG_FORMAT", str),
+}
+
+
+def load(flags: Mapping[str, object], environ: Mapping[str, str] = os.environ) -> Settings:
+    """Merge CLI flags (None = not given) over environment variables over defaults."""
+    values: dict[str, object] = {}
+    for field, (env, parse) in _ENV.items():
+        flag = flags.get(field)
+        if flag is not None and flag != ():
+            values[field] = flag
+        elif environ.get(env):
+            try:
+                values[field] = parse(environ[env])
+            except ValueError as exc:
+                raise SettingsError(f"{env}={environ[env]!r} is invalid: {exc}") from exc
+    # Port 0 disables an endpoint.
+    for port in ("metrics_port", "health_port"):
+        if values.get(port) == 0:
+            values[port] = None
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def kopf_settings(settings: Settings) -> kopf.OperatorSettings:
+    """kopf's own settings: state under `jsoperator.io` annotations, Events only when we post them."""
+    ks = kopf.OperatorSettings()
+    ks.persistence.finalizer = FINALIZER
+    ks.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    ks.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=PREFIX)
+    ks.posting.loggers = False
+    ks.posting.level = logging.INFO
+    ks.watching.server_timeout = 300
+    ks.networking.request_timeout = 30
+    return ks

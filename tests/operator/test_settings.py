@@ -1,0 +1,64 @@
+"""Operator settings: CLI flags over JSOPERATOR_* environment over defaults; clear errors; kopf wiring."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import kopf
+import pytest
+
+from jsoperator import settings
+
+
+def test_defaults_without_flags_or_env():
+    s = settings.load({}, environ={})
+    assert s.servers == ("nats://127.0.0.1:4222",)
+    assert s.namespaces == ()
+    assert s.drift_interval == 60.0
+    assert (s.metrics_port, s.health_port) == (8080, 8081)
+
+
+def test_env_then_flags_precedence():
+    env = {"JSOPERATOR_SERVERS": "nats://a:4222, nats://b:4222", "JSOPERATOR_DRIFT_INTERVAL": "5",
+           "JSOPERATOR_NAMESPACES": "x,y", "JSOPERATOR_METRICS_PORT": "0"}
+    s = settings.load({}, environ=env)
+    assert s.servers == ("nats://a:4222", "nats://b:4222")
+    assert s.drift_interval == 5.0
+    assert s.namespaces == ("x", "y")
+    assert s.metrics_port is None  # 0 disables the endpoint
+    s = settings.load({"servers": ("nats://c:1",), "drift_interval": 2.5, "namespaces": ("z",)}, environ=env)
+    assert (s.servers, s.drift_interval, s.namespaces) == (("nats://c:1",), 2.5, ("z",))
+
+
+@pytest.mark.parametrize(
+    "flags, env, message",
+    [
+        ({"drift_interval": 0.0}, {}, "--drift-interval must be > 0"),
+        ({}, {"JSOPERATOR_DRIFT_INTERVAL": "soon"}, "JSOPERATOR_DRIFT_INTERVAL='soon' is invalid"),
+        ({"log_level": "LOUD"}, {}, "is not a logging level"),
+        ({"creds_file": "a.creds", "creds_secret": "ns/s"}, {}, "either --creds or --creds-secret"),
+        ({"tls_cert_file": "c.pem"}, {}, "--tls-cert and --tls-key go together"),
+    ],
+)
+def test_invalid_settings_say_what_to_fix(flags, env, message):
+    with pytest.raises(settings.SettingsError, match=message):
+        settings.load(flags, environ=env)
+
+
+def test_kopf_state_lives_under_our_prefix():
+    ks = settings.kopf_settings(settings.load({}, environ={}))
+    assert ks.persistence.finalizer == "jsoperator.io/finalizer"
+    assert isinstance(ks.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert ks.persistence.progress_storage.prefix == "jsoperator.io"
+    assert isinstance(ks.persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
+    assert ks.persistence.diffbase_storage.prefix == "jsoperator.io"
+
+
+def test_cli_rejects_bad_settings_with_exit_code_2():
+    proc = subprocess.run(
+        [sys.executable, "-m", "jsoperator", "run", "--drift-interval", "-1"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--drift-interval must be > 0" in proc.stderr
