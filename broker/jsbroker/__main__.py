@@ -1,0 +1,6 @@
+"""`python -m jsbroker`: same as the `jsbroker` console script."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

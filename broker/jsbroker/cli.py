@@ -1,0 +1,103 @@
+"""The `jsbroker` command: nats-server-style flags over an optional TOML config file, then run.
+
+Flags win over the config file, which wins over defaults. SIGTERM/SIGINT stop the broker lame-duck
+style (stop accepting, flush pending output, close clients, stop JetStream) and exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import logs
+from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings, load_file, parse_size
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jsbroker", description="A pure-Python NATS + JetStream server (nats-server compatible flags)."
+    )
+    p.add_argument("-a", "--addr", "--net", dest="host", help="client listen address (default 0.0.0.0)")
+    p.add_argument("-p", "--port", type=int, help="client port (default 4222; 0 = any free port)")
+    p.add_argument("-m", "--http_port", type=int, help="monitoring HTTP port (/healthz /varz /connz /jsz)")
+    p.add_argument("-n", "--name", "--server_name", dest="server_name", help="server name")
+    p.add_argument("-sd", "--store_dir", type=Path, help="JetStream storage directory (default: a temp dir)")
+    p.add_argument("-js", "--jetstream", action="store_true", help="enable JetStream (on by default)")
+    p.add_argument("--no_jetstream", action="store_true", help="run the core NATS server only")
+    p.add_argument("--user", help="required user name")
+    p.add_argument("--pass", dest="password", help="required password")
+    p.add_argument("--auth", dest="token", help="required authorization token")
+    p.add_argument("--max_payload", help="maximum message payload (bytes or e.g. 1MB; default 1MB, max 8MB)")
+    p.add_argument("-c", "--config", type=Path, help="TOML configuration file (see broker/README.md)")
+    p.add_argument("-l", "--log", "--log_file", dest="log_file", type=Path, help="log to this file instead of stderr")
+    p.add_argument("-D", "--debug", action="store_true", help="debug logging")
+    p.add_argument("-V", "--trace", action="store_true", help="trace logging (most verbose)")
+    p.add_argument("-v", "--version", action="version", version=f"jsbroker (nats-server {VERSION} compatible)")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    cfg = load_file(args.config) if args.config else BrokerConfig()
+    top: dict[str, Any] = {}
+    for name in ("host", "port", "http_port", "server_name", "log_file"):
+        value = getattr(args, name)
+        if value is not None:
+            top[name] = value
+    if args.max_payload is not None:
+        top["max_payload"] = parse_size(args.max_payload, "--max_payload")
+    if args.trace:
+        top["log_level"] = "trace"
+    elif args.debug:
+        top["log_level"] = "debug"
+    auth: dict[str, Any] = {}
+    if args.token is not None:
+        auth["token"] = args.token
+    if args.user is not None:
+        auth["user"] = args.user
+    if args.password is not None:
+        auth["password"] = args.password
+    if auth:
+        top["auth"] = replace(cfg.auth, **auth)
+    if args.no_jetstream:
+        top["jetstream"] = None
+    elif args.store_dir is not None or args.jetstream:
+        js = cfg.jetstream or JetStreamSettings(store_dir=None)
+        top["jetstream"] = replace(js, store_dir=args.store_dir) if args.store_dir is not None else js
+    return replace(cfg, **top)
+
+
+async def serve(config: BrokerConfig) -> None:
+    from .server import Broker
+
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    try:
+        await stop.wait()
+    finally:
+        await broker.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ConfigError as e:
+        print(f"jsbroker: {e}", file=sys.stderr)
+        return 2
+    logs.configure(config.log_level, config.log_file)
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(config))
+    else:
+        uvloop.run(serve(config))
+    return 0

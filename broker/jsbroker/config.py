@@ -1,0 +1,206 @@
+"""Broker configuration: frozen, grouped dataclasses plus the TOML config-file loader.
+
+Defaults follow nats-server 2.15.1 (`const.go`). Durations in the config file may be numbers (seconds)
+or strings such as "500ms", "2m", "1h"; sizes may be numbers (bytes) or strings such as "64MB", "1GiB".
+The CLI (`cli.py`) layers its flags over a loaded file; this module never reads argv or the environment.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+VERSION = "2.15.1"  # the nats-server version whose behaviour we follow; nats-py needs >= 2.9
+MAX_PAYLOAD_LIMIT = 8 * 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """A config file or flag value that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class JetStreamSettings:
+    store_dir: Path | None  # None: a fresh temporary directory, like nats-server
+    sync_always: bool = False  # fsync every write (nats-server `sync: always`)
+    sync_interval: float = 120.0  # seconds between background fsyncs
+    domain: str | None = None
+    max_memory: int = -1
+    max_storage: int = -1
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    token: str | None = None
+    user: str | None = None
+    password: str | None = None
+    timeout: float = 2.0  # seconds a client has to send CONNECT when auth is required
+
+    @property
+    def required(self) -> bool:
+        return self.token is not None or self.user is not None
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    host: str = "0.0.0.0"
+    port: int = 4222
+    http_host: str | None = None  # defaults to `host`
+    http_port: int | None = None  # None: no monitoring listener; 0: any free port
+    server_name: str | None = None
+    max_payload: int = 1024 * 1024
+    max_control_line: int = 4096
+    max_pending: int = 64 * 1024 * 1024  # per-connection output limit before "slow consumer" close
+    write_high_water: int = 1024 * 1024  # above this a subscriber's publishers are paused
+    max_connections: int = 64 * 1024
+    ping_interval: float = 120.0
+    ping_max: int = 2
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    jetstream: JetStreamSettings | None = field(default_factory=lambda: JetStreamSettings(store_dir=None))
+    log_level: str = "warning"
+    log_file: Path | None = None
+
+    @classmethod
+    def build(cls, **kw: Any) -> "BrokerConfig":
+        """Flat keyword form for embedding: BrokerConfig fields plus `store_dir`, `jetstream` (bool),
+        `token`, `user`, `password`, `sync_always`, `sync_interval`, `domain`."""
+        js_kw = {k: kw.pop(k) for k in ("sync_always", "sync_interval", "domain", "max_memory", "max_storage") if k in kw}
+        store_dir = kw.pop("store_dir", None)
+        js_on = kw.pop("jetstream", True)
+        auth_kw = {k: kw.pop(k) for k in ("token", "user", "password") if k in kw}
+        cfg = cls(**kw)
+        if auth_kw:
+            cfg = replace(cfg, auth=replace(cfg.auth, **auth_kw))
+        if not js_on:
+            return replace(cfg, jetstream=None)
+        js = cfg.jetstream or JetStreamSettings(store_dir=None)
+        return replace(cfg, jetstream=replace(js, store_dir=Path(store_dir) if store_dir else js.store_dir, **js_kw))
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_payload <= MAX_PAYLOAD_LIMIT:
+            raise ConfigError(f"max_payload {self.max_payload} must be between 1 and {MAX_PAYLOAD_LIMIT} bytes")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port {self.port} is not a TCP port (0-65535)")
+        if self.auth.token is not None and self.auth.user is not None:
+            raise ConfigError("use either a token or user/password authorization, not both")
+        if (self.auth.user is None) != (self.auth.password is None):
+            raise ConfigError("user and password must be given together")
+
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_SIZE = re.compile(r"^\s*([0-9]+)\s*([KMGT]?)(I?B?)\s*$", re.IGNORECASE)
+
+
+def parse_duration(value: Any, what: str) -> float:
+    """Seconds from a number or a Go-style string ("2m", "500ms")."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    m = _DURATION.match(str(value))
+    if not m:
+        raise ConfigError(f"{what}: {value!r} is not a duration; write seconds or e.g. \"500ms\", \"2m\"")
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+
+
+def parse_size(value: Any, what: str) -> int:
+    """Bytes from a number or a string ("64MB", "1GiB"); powers of 1024 like nats-server."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ConfigError(f"{what}: {value!r} is not a size; write bytes or e.g. \"64MB\"")
+    return int(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " ")
+
+
+_TOP_KEYS = {
+    "host": str, "listen": str, "port": int, "http_port": int, "http_host": str, "server_name": str,
+    "max_payload": "size", "max_control_line": "size", "max_pending": "size", "max_connections": int,
+    "ping_interval": "duration", "ping_max": int, "log_level": str, "log_file": Path,
+}
+
+
+def load_file(path: Path, base: BrokerConfig | None = None) -> BrokerConfig:
+    """Read a TOML config file (format documented in broker/README.md) over `base`."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+    return apply_mapping(data, base or BrokerConfig(), str(path))
+
+
+def apply_mapping(data: dict[str, Any], base: BrokerConfig, source: str) -> BrokerConfig:
+    top: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in ("authorization", "jetstream"):
+            continue
+        kind = _TOP_KEYS.get(key)
+        if kind is None:
+            raise ConfigError(f"{source}: unknown setting {key!r}; known: {', '.join(sorted(_TOP_KEYS))}")
+        name = "host" if key == "listen" else key
+        top[name] = _convert(kind, value, f"{source}: {key}")
+    cfg = replace(base, **top)
+    if "authorization" in data:
+        cfg = replace(cfg, auth=_auth(data["authorization"], cfg.auth, source))
+    if "jetstream" in data:
+        cfg = replace(cfg, jetstream=_jetstream(data["jetstream"], cfg.jetstream, source))
+    return cfg
+
+
+def _convert(kind: Any, value: Any, what: str) -> Any:
+    if kind == "size":
+        return parse_size(value, what)
+    if kind == "duration":
+        return parse_duration(value, what)
+    if kind is int and not isinstance(value, int):
+        raise ConfigError(f"{what}: {value!r} must be an integer")
+    return kind(value)
+
+
+def _auth(section: Any, base: AuthSettings, source: str) -> AuthSettings:
+    known = {"token", "user", "password", "timeout"}
+    unknown = set(section) - known
+    if unknown:
+        raise ConfigError(f"{source}: unknown [authorization] setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    kw = {k: str(section[k]) for k in ("token", "user", "password") if k in section}
+    if "timeout" in section:
+        kw["timeout"] = parse_duration(section["timeout"], f"{source}: authorization.timeout")
+    return replace(base, **kw)
+
+
+def _jetstream(section: Any, base: JetStreamSettings | None, source: str) -> JetStreamSettings | None:
+    if isinstance(section, bool):
+        return (base or JetStreamSettings(store_dir=None)) if section else None
+    known = {"enabled", "store_dir", "sync", "sync_interval", "domain", "max_memory", "max_storage"}
+    unknown = set(section) - known
+    if unknown:
+        raise ConfigError(f"{source}: unknown [jetstream] setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    if section.get("enabled", True) is False:
+        return None
+    js = base or JetStreamSettings(store_dir=None)
+    kw: dict[str, Any] = {}
+    if "store_dir" in section:
+        kw["store_dir"] = Path(section["store_dir"])
+    if "sync" in section:
+        sync = section["sync"]
+        if sync == "always":
+            kw["sync_always"] = True
+        else:
+            kw["sync_interval"] = parse_duration(sync, f"{source}: jetstream.sync")
+    if "sync_interval" in section:
+        kw["sync_interval"] = parse_duration(section["sync_interval"], f"{source}: jetstream.sync_interval")
+    if "domain" in section:
+        kw["domain"] = str(section["domain"])
+    for k in ("max_memory", "max_storage"):
+        if k in section:
+            kw[k] = parse_size(section[k], f"{source}: jetstream.{k}")
+    return replace(js, **kw)
+
+
+__all__ = [
+    "VERSION", "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings",
+    "apply_mapping", "load_file", "parse_duration", "parse_size",
+]

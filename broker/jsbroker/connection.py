@@ -1,0 +1,259 @@
+"""One client connection: asyncio.Protocol glue between the transport, the parser and the router.
+
+A connection owns its CONNECT options, its subscriptions by sid, its output buffer and its liveness
+(server PINGs, auth timeout). Output is only appended to `out` and the connection put on the router's
+pending-flush list; the router writes each touched connection once per read (see `server.Router`).
+Backpressure: when the transport's buffer passes the high-water mark asyncio calls `pause_writing`; the
+router then pauses the publishers feeding this connection until `resume_writing`. Past `max_pending`
+the connection is a slow consumer and is dropped without an error, as nats-server does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from typing import TYPE_CHECKING, Any
+
+from .internal import Origin
+from .protocol import ProtocolError, Parser
+from .subjects import is_valid_publish_subject, is_valid_subject
+from .sublist import Subscription
+
+if TYPE_CHECKING:
+    from .server import Broker
+
+OK = b"+OK\r\n"
+PING = b"PING\r\n"
+PONG = b"PONG\r\n"
+
+
+def err_line(text: str) -> bytes:
+    return f"-ERR '{text}'\r\n".encode()
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, broker: "Broker", cid: int) -> None:
+        self.broker = broker
+        self.router = broker.router
+        self.cid = cid
+        self.transport: asyncio.Transport | None = None
+        self.parser = Parser(self, broker.config.max_control_line, broker.config.max_payload)
+        self.out: list[bytes] = []
+        self.dirty = False  # on the router's pending-flush list
+        self.closed = False
+        self.subs: dict[bytes, Subscription] = {}
+        # CONNECT options; nats-server's defaults before/without CONNECT are verbose and pedantic.
+        self.verbose = True
+        self.pedantic = True
+        self.echo = True
+        self.headers = False
+        self.no_responders = False
+        self.connected = False
+        self.name = ""
+        self.lang = ""
+        self.version = ""
+        self.origin = Origin(cid, False)
+        # Backpressure: publishers paused because this connection is backed up, and vice versa.
+        self.congested = False
+        self.blocked_publishers: set[Connection] = set()
+        self.blockers: set[Connection] = set()
+        self.pings_out = 0
+        self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
+        self.started = broker.loop.time()
+        self.peer: tuple[str, int] = ("", 0)
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        cfg = self.broker.config
+        transport.set_write_buffer_limits(high=cfg.write_high_water)
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = (peer[0], peer[1])
+        if self.broker.register(self):
+            self.send(self.broker.info_line(self))
+            if cfg.auth.required:
+                self.parser.gate = True
+                self._timer = self.broker.loop.call_later(cfg.auth.timeout, self._auth_timeout)
+            else:
+                self._timer = self.broker.loop.call_later(cfg.ping_interval, self._ping_timer)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.in_bytes += len(data)
+        router = self.router
+        router.reading = self
+        try:
+            self.parser.feed(data)
+        except ProtocolError as e:
+            self.close(e.err)
+        except Exception:  # a bug must cost one connection, never the server
+            self.broker.log.exception("connection failed", cid=self.cid)
+            self.close(None)
+        finally:
+            router.reading = None
+            router.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.out.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+        self.broker.unregister(self)
+        self.router.resume_publishers(self)
+
+    def pause_writing(self) -> None:
+        self.congested = True
+
+    def resume_writing(self) -> None:
+        self.congested = False
+        self.router.resume_publishers(self)
+
+    # -- output -------------------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        self.out.append(data)
+        if not self.dirty:
+            self.router.touch(self)
+
+    def close(self, err: str | None) -> None:
+        """Send `-ERR '<err>'` (if given) after any pending output, then close."""
+        if self.closed:
+            return
+        if err:
+            self.out.append(err_line(err))
+        self.closed = True
+        transport = self.transport
+        if transport is not None:
+            if self.out:
+                transport.write(b"".join(self.out))
+                self.out.clear()
+            transport.close()
+        self.broker.unregister(self)
+        self.router.resume_publishers(self)
+
+    def abort(self) -> None:
+        """Drop the connection now, discarding output (slow consumer)."""
+        self.closed = True
+        self.out.clear()
+        if self.transport is not None:
+            self.transport.abort()
+        self.broker.unregister(self)
+        self.router.resume_publishers(self)
+
+    # -- parser callbacks ---------------------------------------------------------------------------
+
+    def on_msg(self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> None:
+        self.in_msgs += 1
+        if hdr_len >= 0 and not self.headers:
+            raise ProtocolError(None)  # nats-server drops a client that sends HPUB without headers
+        if self.pedantic and not is_valid_publish_subject(subject.decode("utf-8", "replace")):
+            self.send(b"-ERR 'Invalid Publish Subject'\r\n")
+        else:
+            self.router.route(self, subject, reply, hdr_len, data)
+        if self.verbose:
+            self.send(OK)
+
+    def on_sub(self, subject: bytes, queue: bytes | None, sid: bytes) -> None:
+        text = subject.decode("utf-8", "replace")
+        if not is_valid_subject(text):
+            self.send(b"-ERR 'Invalid Subject'\r\n")
+            return
+        old = self.subs.get(sid)
+        if old is not None:
+            self.router.remove(old)
+        sub = Subscription(self, text, queue.decode("utf-8", "replace") if queue else None, sid)
+        self.subs[sid] = sub
+        self.router.insert(sub)
+        if self.verbose:
+            self.send(OK)
+
+    def on_unsub(self, sid: bytes, max_msgs: int) -> None:
+        sub = self.subs.get(sid)
+        if sub is not None:
+            if max_msgs > sub.delivered:
+                sub.max_msgs = max_msgs
+            else:
+                self.remove_sub(sub)
+        if self.verbose:
+            self.send(OK)
+
+    def remove_sub(self, sub: Subscription) -> None:
+        if self.subs.get(sub.sid) is sub:
+            del self.subs[sub.sid]
+        self.router.remove(sub)
+
+    def on_ping(self) -> None:
+        self.send(PONG)
+
+    def on_pong(self) -> None:
+        self.pings_out = 0
+
+    def on_connect(self, raw: bytes) -> None:
+        try:
+            opts: dict[str, Any] = json.loads(raw)
+            if not isinstance(opts, dict):
+                raise ValueError
+        except ValueError:
+            raise ProtocolError(None) from None
+        auth = self.broker.config.auth
+        if auth.required and not self.connected and not _authorized(auth, opts):
+            self.broker.log.warning("authorization violation", cid=self.cid, peer=self.peer[0])
+            raise ProtocolError("Authorization Violation")
+        proto = opts.get("protocol", 0)
+        if not isinstance(proto, int) or not 0 <= proto <= 1:
+            raise ProtocolError("invalid client protocol")
+        self.verbose = bool(opts.get("verbose", True))
+        self.pedantic = bool(opts.get("pedantic", True))
+        self.echo = bool(opts.get("echo", True))
+        self.headers = bool(opts.get("headers", False))
+        self.no_responders = bool(opts.get("no_responders", False))
+        if self.no_responders and not self.headers:
+            raise ProtocolError("no responders requires headers support")
+        self.name = str(opts.get("name", ""))
+        self.lang = str(opts.get("lang", ""))
+        self.version = str(opts.get("version", ""))
+        self.origin = Origin(self.cid, self.headers)
+        if not self.connected:
+            self.connected = True
+            self.parser.gate = False
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.broker.loop.call_later(self.broker.config.ping_interval, self._ping_timer)
+        if self.verbose:
+            self.send(OK)
+
+    # -- liveness -----------------------------------------------------------------------------------
+
+    def _auth_timeout(self) -> None:
+        if not self.connected:
+            self.close("Authentication Timeout")
+
+    def _ping_timer(self) -> None:
+        if self.closed:
+            return
+        cfg = self.broker.config
+        if self.pings_out + 1 > cfg.ping_max:
+            self.broker.log.info("stale connection", cid=self.cid)
+            self.close("Stale Connection")
+            return
+        self.pings_out += 1
+        self.send(PING)
+        self._timer = self.broker.loop.call_later(cfg.ping_interval, self._ping_timer)
+
+
+def _authorized(auth: Any, opts: dict[str, Any]) -> bool:
+    if auth.token is not None:
+        given = opts.get("auth_token")
+        return isinstance(given, str) and hmac.compare_digest(given.encode(), auth.token.encode())
+    user, password = opts.get("user"), opts.get("pass")
+    if not isinstance(user, str) or not isinstance(password, str):
+        return False
+    return hmac.compare_digest(user.encode(), auth.user.encode()) & hmac.compare_digest(
+        password.encode(), auth.password.encode()
+    )

@@ -1,0 +1,232 @@
+"""Sans-IO parser of the NATS client protocol (bytes in, callbacks out; no sockets, no asyncio).
+
+The parser owns framing only: it splits control lines, slices payloads and reports each operation to its
+handler. What an operation means (auth, routing, limits other than framing) belongs to `connection.py`.
+
+Speed rules (see /work/shared/reference/broker-performance.md): a buffer is never rescanned (the search
+for the next newline resumes where the previous op ended), PUB is tested first, a payload is copied once
+(together with its trailing CRLF, so it can be forwarded as is), and a partial payload is kept as a list of
+chunks until it is complete. Quirks copied from nats-server 2.15.1 as seen on the wire: a control line
+may end in a bare LF, verbs are case-insensitive, arguments are split on runs of blanks, anything after
+PING/PONG on the line is ignored, `+OK`/`INFO` from a client are ignored, `-ERR` from a client closes it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+CRLF = b"\r\n"
+UNKNOWN_OP = "Unknown Protocol Operation"
+MAX_CONTROL_LINE = "maximum control line exceeded"
+MAX_PAYLOAD = "Maximum Payload Violation"
+AUTH_VIOLATION = "Authorization Violation"
+
+# Verbs a well-behaved client may start a line with; used to reject garbage before its line ends.
+_VERBS = (b"PUB", b"HPUB", b"SUB", b"UNSUB", b"PING", b"PONG", b"CONNECT", b"INFO", b"+OK", b"-ERR")
+_ARG_VERBS = frozenset((b"PUB", b"HPUB", b"SUB", b"UNSUB", b"CONNECT", b"INFO"))
+
+
+class ProtocolError(Exception):
+    """The connection must close. `err` is the text for `-ERR '<err>'`, or None to close silently
+    (nats-server closes without a reason on malformed arguments)."""
+
+    def __init__(self, err: str | None) -> None:
+        super().__init__(err or "protocol violation")
+        self.err = err
+
+
+class Handler(Protocol):
+    def on_msg(self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> None:
+        """PUB (hdr_len == -1) or HPUB. `data` is header block + payload + CRLF."""
+
+    def on_sub(self, subject: bytes, queue: bytes | None, sid: bytes) -> None: ...
+
+    def on_unsub(self, sid: bytes, max_msgs: int) -> None: ...
+
+    def on_ping(self) -> None: ...
+
+    def on_pong(self) -> None: ...
+
+    def on_connect(self, options: bytes) -> None: ...
+
+
+def _size(token: bytes) -> int:
+    """A byte count; nats-server treats a malformed count as a reason to close without an error."""
+    if not token.isdigit():
+        raise ProtocolError(None)
+    return int(token)
+
+
+def plausible_start(tail: bytes) -> bool:
+    """Whether an incomplete line could still become a valid operation (nats-server rejects garbage
+    byte by byte, before the line ends)."""
+    head = tail[:8].upper()
+    return any(v.startswith(head) or head.startswith(v) for v in _VERBS)
+
+
+class Parser:
+    """Feed it bytes; it calls the handler once per complete operation, in order."""
+
+    __slots__ = ("handler", "max_control_line", "max_payload", "gate", "_tail", "_chunks", "_have", "_want", "_op")
+
+    def __init__(self, handler: Handler, max_control_line: int = 4096, max_payload: int = 1 << 20) -> None:
+        self.handler = handler
+        self.max_control_line = max_control_line
+        self.max_payload = max_payload
+        # While True, any operation other than CONNECT is an Authorization Violation.
+        self.gate = False
+        self._tail = b""  # unparsed start of a control line
+        self._chunks: list[bytes] = []  # a payload still arriving
+        self._have = 0
+        self._want = 0  # payload + CRLF bytes needed to finish `_op`
+        self._op: tuple[bytes, bytes | None, int] | None = None
+
+    def feed(self, data: bytes) -> None:
+        if self._op is not None:
+            data = self._continue_payload(data)
+            if data is None:
+                return
+        elif self._tail:
+            data = self._tail + data
+            self._tail = b""
+        self._parse(data)
+
+    def _continue_payload(self, data: bytes) -> bytes | None:
+        self._chunks.append(data)
+        self._have += len(data)
+        if self._have < self._want:
+            return None
+        buf = b"".join(self._chunks)
+        self._chunks = []
+        want = self._want
+        if buf[want - 2 : want] != CRLF:
+            raise ProtocolError(UNKNOWN_OP)
+        subject, reply, hdr_len = self._op
+        self._op = None
+        self.handler.on_msg(subject, reply, hdr_len, buf[:want])
+        return buf[want:]
+
+    def _parse(self, buf: bytes) -> None:
+        handler = self.handler
+        on_msg = handler.on_msg
+        find = buf.find
+        startswith = buf.startswith
+        n = len(buf)
+        pos = 0
+        max_line = self.max_control_line
+        max_payload = self.max_payload
+        while pos < n:
+            nl = find(b"\n", pos)
+            if nl < 0:
+                self._keep_tail(buf[pos:])
+                return
+            end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
+            if startswith(b"PUB ", pos) and not self.gate:
+                if nl - pos > max_line:
+                    raise ProtocolError(MAX_CONTROL_LINE)
+                args = buf[pos + 4 : end].split()
+                if len(args) == 2:
+                    subject, reply, size = args[0], None, _size(args[1])
+                elif len(args) == 3:
+                    subject, reply, size = args[0], args[1], _size(args[2])
+                else:
+                    raise ProtocolError(None)
+                if size > max_payload:
+                    raise ProtocolError(MAX_PAYLOAD)
+                start = nl + 1
+                stop = start + size + 2
+                if stop > n:
+                    self._await_payload(subject, reply, -1, size, buf[start:])
+                    return
+                if buf[stop - 2] != 13 or buf[stop - 1] != 10:
+                    raise ProtocolError(UNKNOWN_OP)
+                on_msg(subject, reply, -1, buf[start:stop])
+                pos = stop
+                continue
+            pos = self._control(buf, pos, end, nl)
+            if pos < 0:
+                return
+
+    def _control(self, buf: bytes, pos: int, end: int, nl: int) -> int:
+        """Any operation but the fast-path PUB. Returns where the next operation starts, or -1 when
+        the rest of the buffer was stored as a partial payload."""
+        line = buf[pos:end]
+        parts = line.split(None, 1)
+        verb = parts[0].upper() if parts else b""
+        has_args = len(parts) == 2
+        rest = parts[1] if has_args else b""
+        if self.gate and not verb.startswith(b"CONNECT"):
+            raise ProtocolError(AUTH_VIOLATION)
+        if verb in _ARG_VERBS and nl - pos > self.max_control_line:
+            raise ProtocolError(MAX_CONTROL_LINE)
+        h = self.handler
+        if verb == b"PUB" or verb == b"HPUB":
+            if not has_args:
+                raise ProtocolError(UNKNOWN_OP)
+            return self._pub(buf, nl, verb == b"HPUB", rest.split())
+        if verb.startswith(b"PING"):
+            h.on_ping()
+        elif verb.startswith(b"PONG"):
+            h.on_pong()
+        elif verb == b"SUB" and has_args:
+            args = rest.split()
+            if len(args) == 2:
+                h.on_sub(args[0], None, args[1])
+            elif len(args) == 3:
+                h.on_sub(args[0], args[1], args[2])
+            else:
+                raise ProtocolError(None)
+        elif verb == b"UNSUB" and has_args:
+            args = rest.split()
+            if len(args) == 1:
+                h.on_unsub(args[0], 0)
+            elif len(args) == 2:
+                h.on_unsub(args[0], int(args[1]) if args[1].isdigit() else 0)
+            else:
+                raise ProtocolError(None)
+        elif verb.startswith(b"CONNECT"):
+            h.on_connect(line[7:].strip())
+        elif verb.startswith(b"+OK") or (verb.startswith(b"INFO") and has_args):
+            pass
+        elif verb.startswith(b"-ERR"):
+            raise ProtocolError(None)
+        else:
+            raise ProtocolError(UNKNOWN_OP)
+        return nl + 1
+
+    def _pub(self, buf: bytes, nl: int, has_hdr: bool, args: list[bytes]) -> int:
+        want_args = 3 if has_hdr else 2
+        if len(args) == want_args:
+            subject, reply = args[0], None
+        elif len(args) == want_args + 1:
+            subject, reply = args[0], args[1]
+        else:
+            raise ProtocolError(None)
+        size = _size(args[-1])
+        hdr_len = _size(args[-2]) if has_hdr else -1
+        if hdr_len > size:
+            raise ProtocolError(None)
+        if size > self.max_payload:
+            raise ProtocolError(MAX_PAYLOAD)
+        start = nl + 1
+        stop = start + size + 2
+        if stop > len(buf):
+            self._await_payload(subject, reply, hdr_len, size, buf[start:])
+            return -1
+        if buf[stop - 2 : stop] != CRLF:
+            raise ProtocolError(UNKNOWN_OP)
+        self.handler.on_msg(subject, reply, hdr_len, buf[start:stop])
+        return stop
+
+    def _await_payload(self, subject: bytes, reply: bytes | None, hdr_len: int, size: int, part: bytes) -> None:
+        self._op = (subject, reply, hdr_len)
+        self._want = size + 2
+        self._chunks = [part]
+        self._have = len(part)
+
+    def _keep_tail(self, tail: bytes) -> None:
+        if not plausible_start(tail):
+            raise ProtocolError(AUTH_VIOLATION if self.gate else UNKNOWN_OP)
+        if len(tail) > self.max_control_line:
+            raise ProtocolError(MAX_CONTROL_LINE)
+        self._tail = tail

@@ -1,0 +1,171 @@
+"""The subject index: which subscriptions a published subject reaches (pure data structure, no I/O).
+
+Literal subscriptions live in a dict, wildcard ones in a token trie; results are cached per published
+subject (bytes from the wire or str from the internal bus, never both for one key) and the whole cache
+is dropped on any change, which is cheap because subscriptions change far less often than messages flow.
+Subjects that are unique per message (`$JS.ACK.…`) bypass the cache so they cannot evict useful entries.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+_CACHE_MAX = 4096
+_NO_CACHE_PREFIXES = ("$JS.ACK.",)
+
+
+class Subscription:
+    """One SUB (client is the owning connection) or internal subscription (handler is set)."""
+
+    __slots__ = ("client", "handler", "subject", "queue", "sid", "head", "max_msgs", "delivered", "closed")
+
+    def __init__(
+        self, client: Any, subject: str, queue: str | None, sid: bytes, handler: Callable[..., None] | None = None
+    ) -> None:
+        self.client = client
+        self.handler = handler
+        self.subject = subject
+        self.queue = queue
+        self.sid = sid
+        self.head = b" " + sid  # the " <sid>" part of a MSG line
+        self.max_msgs = 0  # auto-unsubscribe after this many deliveries (0 = never)
+        self.delivered = 0
+        self.closed = False
+
+
+# A match result: (plain subscriptions, queue groups as tuples of members).
+Result = tuple[tuple[Subscription, ...], tuple[tuple[Subscription, ...], ...]]
+EMPTY: Result = ((), ())
+
+
+class _Node:
+    __slots__ = ("children", "subs")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Node] = {}
+        self.subs: list[Subscription] = []
+
+
+class Sublist:
+    def __init__(self) -> None:
+        self._literal: dict[str, list[Subscription]] = {}
+        self._root = _Node()
+        self._wild_count = 0
+        self._cache: dict[bytes | str, Result] = {}
+        self.count = 0
+
+    def insert(self, sub: Subscription) -> None:
+        subject = sub.subject
+        if _is_literal(subject):
+            self._literal.setdefault(subject, []).append(sub)
+        else:
+            node = self._root
+            for tok in subject.split("."):
+                node = node.children.setdefault(tok, _Node())
+            node.subs.append(sub)
+            self._wild_count += 1
+        self.count += 1
+        self._cache.clear()
+
+    def remove(self, sub: Subscription) -> bool:
+        subject = sub.subject
+        if _is_literal(subject):
+            subs = self._literal.get(subject)
+            if not subs or sub not in subs:
+                return False
+            subs.remove(sub)
+            if not subs:
+                del self._literal[subject]
+        elif not self._remove_wild(sub):
+            return False
+        self.count -= 1
+        self._cache.clear()
+        return True
+
+    def _remove_wild(self, sub: Subscription) -> bool:
+        path = [self._root]
+        toks = sub.subject.split(".")
+        for tok in toks:
+            node = path[-1].children.get(tok)
+            if node is None:
+                return False
+            path.append(node)
+        if sub not in path[-1].subs:
+            return False
+        path[-1].subs.remove(sub)
+        self._wild_count -= 1
+        for i in range(len(toks), 0, -1):  # prune empty branches
+            node = path[i]
+            if node.subs or node.children:
+                break
+            del path[i - 1].children[toks[i - 1]]
+        return True
+
+    def match(self, subject: bytes | str) -> Result:
+        """Subscriptions reached by a literal published subject."""
+        cached = self._cache.get(subject)
+        if cached is not None:
+            return cached
+        text = subject.decode("utf-8", "replace") if isinstance(subject, bytes) else subject
+        found: list[Subscription] = list(self._literal.get(text, ()))
+        if self._wild_count:
+            _collect(self._root, text.split("."), 0, found)
+        result = _group(found) if found else EMPTY
+        if not text.startswith(_NO_CACHE_PREFIXES):
+            if len(self._cache) >= _CACHE_MAX:
+                self._cache.clear()
+            self._cache[subject] = result
+        return result
+
+    def all_subscriptions(self) -> list[Subscription]:
+        out = [s for subs in self._literal.values() for s in subs]
+        stack = [self._root]
+        while stack:
+            node = stack.pop()
+            out.extend(node.subs)
+            stack.extend(node.children.values())
+        return out
+
+
+def _is_literal(subject: str) -> bool:
+    if "*" not in subject and ">" not in subject:
+        return True
+    return not any(t == "*" or t == ">" for t in subject.split("."))
+
+
+def _collect(node: _Node, toks: list[str], i: int, out: list[Subscription]) -> None:
+    """Add the trie's subscriptions matching toks[i:], starting at `node` (which matched toks[:i])."""
+    last = len(toks)
+    while i < last:
+        children = node.children
+        if not children:
+            return
+        fwc = children.get(">")
+        if fwc is not None:
+            out.extend(fwc.subs)
+        pwc = children.get("*")
+        if pwc is not None:
+            if i + 1 == last:
+                out.extend(pwc.subs)
+            else:
+                _collect(pwc, toks, i + 1, out)
+        tok = toks[i]
+        nxt = children.get(tok) if tok != "*" and tok != ">" else None
+        if nxt is None:
+            return
+        i += 1
+        if i == last:
+            out.extend(nxt.subs)
+            return
+        node = nxt
+
+
+def _group(found: list[Subscription]) -> Result:
+    plain: list[Subscription] = []
+    groups: dict[str, list[Subscription]] = {}
+    for sub in found:
+        if sub.queue is None:
+            plain.append(sub)
+        else:
+            groups.setdefault(sub.queue, []).append(sub)
+    return tuple(plain), tuple(tuple(g) for g in groups.values())
