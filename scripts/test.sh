@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -e ".[test]"
+python3 -m tests.kube.assets ensure  # kube-apiserver + etcd for envtest (tools/envtest; cold Go build)
 exec python3 -m pytest -n 2 --dist loadgroup "$@"

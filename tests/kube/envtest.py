@@ -1,0 +1,251 @@
+"""A real Kubernetes control plane for tests: etcd + kube-apiserver processes, no kubelet, no Docker.
+
+``EnvTest`` owns both processes and a temp dir (PKI, etcd data, logs, kubeconfig). There is no
+controller-manager or scheduler: Pods never run, garbage collection never happens and namespaces
+never finish deleting, so tests assert on API objects and use a fresh namespace each.
+
+    with EnvTest() as env:                       # binaries from tests.kube.assets.find()
+        api = kubernetes.client.CoreV1Api(env.api_client())
+        ...                                      # or hand env.kubeconfig to kopf / the operator
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import json
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import kubernetes.client
+import kubernetes.config
+import yaml
+
+from tests.kube import assets
+from tests.kube.certs import Pki, write_pki
+
+_POLL_INTERVAL = 0.2
+_STOP_GRACE = 10.0
+_LOG_TAIL_LINES = 40
+
+
+class EnvTestError(RuntimeError):
+    """The control plane could not be started; the message carries the tail of the process logs."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it if the test process dies without calling stop()."""
+    if sys.platform == "linux":
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"({path} unreadable)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class _Process:
+    """One control-plane process, its output captured in a log file."""
+
+    def __init__(self, name: str, args: Sequence[str], workdir: Path) -> None:
+        self.name = name
+        self.log = workdir / f"{name}.log"
+        with self.log.open("wb") as out:
+            self.popen = subprocess.Popen(
+                list(args), cwd=workdir, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+            )
+
+    def failure(self, what: str) -> EnvTestError:
+        return EnvTestError(f"{self.name} {what}; last lines of {self.log.name}:\n{_tail(self.log)}")
+
+    def wait_until(self, ready: Callable[[], bool], deadline: float) -> None:
+        """Poll `ready` until it is true; fail early if the process exits, or at the deadline."""
+        while True:
+            code = self.popen.poll()
+            if code is not None:
+                raise self.failure(f"exited with code {code} while starting")
+            if ready():
+                return
+            if time.monotonic() > deadline:
+                raise self.failure("did not become ready in time")
+            time.sleep(_POLL_INTERVAL)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=_STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None, expect: Callable[[bytes], bool]) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+            return response.status == 200 and expect(response.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+class EnvTest:
+    """etcd + kube-apiserver on free loopback ports; admin access through ``kubeconfig``.
+
+    `assets_dir` is the folder with the binaries (default: ``tests.kube.assets.find()``);
+    `apiserver_flags` are appended to kube-apiserver's command line (e.g. feature gates).
+    """
+
+    def __init__(
+        self,
+        assets_dir: Path | None = None,
+        *,
+        start_timeout: float = 90.0,
+        apiserver_flags: Sequence[str] = (),
+    ) -> None:
+        self._assets_dir = assets_dir
+        self._start_timeout = start_timeout
+        self._apiserver_flags = list(apiserver_flags)
+        self.workdir: Path | None = None  # temp dir with pki/, etcd-data/ and the *.log files
+        self._processes: list[_Process] = []
+        self.server = ""
+        self.kubeconfig = Path()
+
+    def __enter__(self) -> EnvTest:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def processes(self) -> list[subprocess.Popen]:
+        """The etcd and kube-apiserver processes of the last start(), in start order."""
+        return [process.popen for process in self._processes]
+
+    def start(self) -> EnvTest:
+        folder = self._assets_dir or assets.find()
+        if folder is None:
+            raise EnvTestError(
+                "kube-apiserver/etcd are not built; run `python3 -m tests.kube.assets ensure` "
+                "or set KUBEBUILDER_ASSETS"
+            )
+        self._processes = []
+        self.workdir = Path(tempfile.mkdtemp(prefix="envtest-"))
+        deadline = time.monotonic() + self._start_timeout
+        try:
+            pki = write_pki(self.workdir / "pki")
+            etcd_url = self._start_etcd(folder / "etcd", deadline)
+            self._start_apiserver(folder / "kube-apiserver", pki, etcd_url, deadline)
+            self.kubeconfig = self._write_kubeconfig(pki)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop kube-apiserver then etcd (SIGTERM, SIGKILL after a grace period); remove the temp dir."""
+        for process in reversed(self._processes):
+            process.stop()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def api_client(self) -> kubernetes.client.ApiClient:
+        """A new synchronous client logged in as a cluster admin (group system:masters)."""
+        return kubernetes.config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def _start_etcd(self, binary: Path, deadline: float) -> str:
+        assert self.workdir is not None
+        client_url = f"http://127.0.0.1:{_free_port()}"
+        peer_url = f"http://127.0.0.1:{_free_port()}"
+        etcd = _Process("etcd", [
+            str(binary),
+            "--name=envtest",
+            f"--data-dir={self.workdir / 'etcd-data'}",
+            f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=envtest={peer_url}",
+            "--unsafe-no-fsync=true",  # test data is disposable; fsync dominates latency otherwise
+            "--log-level=warn",
+        ], self.workdir)
+        self._processes.append(etcd)
+        etcd.wait_until(
+            lambda: _http_ok(f"{client_url}/health", None, lambda body: json.loads(body).get("health") == "true"),
+            deadline,
+        )
+        return client_url
+
+    def _start_apiserver(self, binary: Path, pki: Pki, etcd_url: str, deadline: float) -> None:
+        assert self.workdir is not None
+        port = _free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        apiserver = _Process("kube-apiserver", [
+            str(binary),
+            f"--etcd-servers={etcd_url}",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={pki.serving_cert}",
+            f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.client_ca}",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            "--authorization-mode=RBAC",
+            "--disable-admission-plugins=ServiceAccount",
+            f"--service-account-issuer={self.server}/",
+            f"--service-account-key-file={pki.service_account_pub}",
+            f"--service-account-signing-key-file={pki.service_account_key}",
+            *self._apiserver_flags,
+        ], self.workdir)
+        self._processes.append(apiserver)
+        context = ssl.create_default_context(cafile=str(pki.serving_ca))
+        context.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+        apiserver.wait_until(
+            lambda: _http_ok(f"{self.server}/readyz", context, lambda body: body.strip() == b"ok"),
+            deadline,
+        )
+
+    def _write_kubeconfig(self, pki: Pki) -> Path:
+        assert self.workdir is not None
+
+        def b64(path: Path) -> str:
+            return base64.b64encode(path.read_bytes()).decode()
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "envtest", "cluster": {
+                "server": self.server, "certificate-authority-data": b64(pki.serving_ca),
+            }}],
+            "users": [{"name": "envtest-admin", "user": {
+                "client-certificate-data": b64(pki.admin_cert), "client-key-data": b64(pki.admin_key),
+            }}],
+            "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "envtest-admin"}}],
+            "current-context": "envtest",
+        }
+        path = self.workdir / "kubeconfig"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
