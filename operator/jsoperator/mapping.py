@@ -99,6 +99,8 @@ _UNORDERED_LISTS = frozenset({"subjects", "filter_subjects", "tags"})
 _TIME_FIELDS = frozenset({"opt_start_time", "pause_until"})
 # A sealed stream has these forced by the server (stream.go configUpdateCheckLocked).
 _FORCED_BY_SEAL = frozenset({"max_age", "discard", "deny_delete", "deny_purge", "allow_rollup_hdrs"})
+# A mirror's mirror_direct is copied by the server from the origin's allow_direct.
+_DERIVED_FOR_MIRRORS = frozenset({"mirror_direct"})
 
 
 # -- spec -> config ---------------------------------------------------------------------------------
@@ -158,7 +160,9 @@ def _wire_value(value: Any) -> Any:
 
 def stream_drift(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> list[str]:
     """Spec field names (camelCase) whose server value differs from ``desired`` (a ``stream_config``)."""
-    skip = _FORCED_BY_SEAL if observed.get("sealed") else frozenset()
+    skip = (_FORCED_BY_SEAL if observed.get("sealed") else frozenset()) | (
+        _DERIVED_FOR_MIRRORS if observed.get("mirror") else frozenset()
+    )
     return _drift(desired, observed, STREAM_DEFAULTS, skip, _stream_expectations)
 
 
@@ -169,7 +173,7 @@ def consumer_drift(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> l
 
 def effective(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> Config:
     """``config`` with unset keys filled from the fixed server ``defaults``, in normal form."""
-    merged = {**defaults, **config}
+    merged = {**config, **{key: value for key, value in defaults.items() if key not in config}}
     return {key: _normal(key, value) for key, value in merged.items()}
 
 
