@@ -15,7 +15,7 @@ Pure: no I/O; knows nothing about Kubernetes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -45,7 +45,8 @@ ENUM_VALUES = {
 }
 ENUM_FIELDS = frozenset({"deliver_policy", "priority_policy"})
 
-# Fixed server defaults (nats-server 2.15.1, observed): an unset spec field means this value.
+# Fixed server defaults (nats-server 2.15.1, observed): an unset spec field means this value; None means
+# "absent or empty". Defaults that depend on other fields are in _stream/_consumer_expectations.
 STREAM_DEFAULTS: Config = {
     "description": "",
     "retention": "limits",
@@ -73,6 +74,15 @@ STREAM_DEFAULTS: Config = {
     "allow_msg_schedules": False,
     "allow_batched": False,
     "persist_mode": "default",
+    "first_seq": 0,
+    "subject_delete_marker_ttl": 0,
+    "placement": None,
+    "mirror": None,
+    "sources": None,
+    "subject_transform": None,
+    "republish": None,
+    "consumer_limits": None,
+    "metadata": {},
 }
 CONSUMER_DEFAULTS: Config = {
     "description": "",
@@ -90,6 +100,17 @@ CONSUMER_DEFAULTS: Config = {
     "deliver_group": "",
     "mem_storage": False,
     "priority_policy": "none",
+    "opt_start_seq": 0,
+    "opt_start_time": None,
+    "filter_subject": "",
+    "filter_subjects": None,
+    "backoff": None,
+    "sample_freq": "",
+    "idle_heartbeat": 0,
+    "num_replicas": 0,
+    "pause_until": None,
+    "priority_groups": None,
+    "metadata": {},
 }
 # Limits where the server stores 0 (and anything below -1) as -1.
 _MINUS_ONE_LIMITS = frozenset(
@@ -97,6 +118,8 @@ _MINUS_ONE_LIMITS = frozenset(
 )
 _UNORDERED_LISTS = frozenset({"subjects", "filter_subjects", "tags"})
 _TIME_FIELDS = frozenset({"opt_start_time", "pause_until"})
+# Compared as a whole: a key added on the server is drift (elsewhere the server may add its own keys).
+_EXACT = frozenset({"metadata"})
 # A sealed stream has these forced by the server (stream.go configUpdateCheckLocked).
 _FORCED_BY_SEAL = frozenset({"max_age", "discard", "deny_delete", "deny_purge", "allow_rollup_hdrs"})
 # A mirror's mirror_direct is copied by the server from the origin's allow_direct.
@@ -157,18 +180,31 @@ def _wire_value(value: Any) -> Any:
 
 # -- drift ------------------------------------------------------------------------------------------
 
+Difference = tuple[Any, Any]
+"""(what the spec means, what the server has), both in effective normal form."""
 
-def stream_drift(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> list[str]:
-    """Spec field names (camelCase) whose server value differs from ``desired`` (a ``stream_config``)."""
+
+def stream_diff(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> dict[str, Difference]:
+    """JetStream keys whose server value differs from ``desired`` (a ``stream_config``)."""
     skip = (_FORCED_BY_SEAL if observed.get("sealed") else frozenset()) | (
         _DERIVED_FOR_MIRRORS if observed.get("mirror") else frozenset()
     )
-    return _drift(desired, observed, STREAM_DEFAULTS, skip, _stream_expectations)
+    return _diff(_stream_expectations(dict(desired)), observed, STREAM_DEFAULTS, skip)
+
+
+def consumer_diff(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> dict[str, Difference]:
+    """JetStream keys whose server value differs from ``desired`` (a ``consumer_config``)."""
+    return _diff(_consumer_expectations(dict(desired)), observed, CONSUMER_DEFAULTS, frozenset())
+
+
+def stream_drift(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> list[str]:
+    """Spec field names (camelCase) whose server value differs from ``desired`` (a ``stream_config``)."""
+    return [spec_name(key) for key in stream_diff(desired, observed)]
 
 
 def consumer_drift(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> list[str]:
     """Spec field names (camelCase) whose server value differs from ``desired`` (a ``consumer_config``)."""
-    return _drift(desired, observed, CONSUMER_DEFAULTS, frozenset(), _consumer_expectations)
+    return [spec_name(key) for key in consumer_diff(desired, observed)]
 
 
 def effective(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> Config:
@@ -177,27 +213,51 @@ def effective(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> Config:
     return {key: _normal(key, value) for key, value in merged.items()}
 
 
+_DEFAULT_DUPLICATE_WINDOW = 120_000_000_000
+_DEFAULT_ACK_WAIT = 30_000_000_000
+_DEFAULT_MAX_WAITING = 512
+_DEFAULT_PINNED_TTL = 120_000_000_000
+
+
 def _stream_expectations(desired: Config) -> Config:
-    return desired
+    """Defaults the server derives from other fields (stream.go checkStreamCfg)."""
+    want = dict(desired)
+    if "subjects" not in want:
+        # No subjects means the stream name, unless the stream only gathers from elsewhere.
+        want["subjects"] = None if want.get("mirror") or want.get("sources") else [want.get("name")]
+    if "duplicate_window" not in want:
+        max_age = want.get("max_age") or 0
+        if want.get("mirror") or want.get("sources"):
+            want["duplicate_window"] = 0
+        else:
+            want["duplicate_window"] = min(max_age or _DEFAULT_DUPLICATE_WINDOW, _DEFAULT_DUPLICATE_WINDOW)
+    return want
 
 
 def _consumer_expectations(desired: Config) -> Config:
-    # With backoff the server waits backoff[0] for the first ack, whatever ack_wait says.
-    if desired.get("backoff") and "ack_wait" in desired:
-        return {**desired, "ack_wait": desired["backoff"][0]}
-    return desired
+    """Defaults the server derives from other fields (consumer.go setConsumerConfigDefaults)."""
+    want = dict(desired)
+    if want.get("backoff"):
+        want["ack_wait"] = want["backoff"][0]  # the server waits backoff[0], whatever ack_wait says
+    elif "ack_wait" not in want:
+        want["ack_wait"] = _DEFAULT_ACK_WAIT if want.get("ack_policy") in ("explicit", "all") else 0
+    if "max_waiting" not in want:
+        want["max_waiting"] = 0 if want.get("deliver_subject") else _DEFAULT_MAX_WAITING
+    if "priority_timeout" not in want:
+        want["priority_timeout"] = _DEFAULT_PINNED_TTL if want.get("priority_policy") == "pinned_client" else 0
+    return want
 
 
-def _drift(
-    desired: Mapping[str, Any],
-    observed: Mapping[str, Any],
-    defaults: Mapping[str, Any],
-    skip: frozenset[str],
-    expectations: Callable[[Config], Config],
-) -> list[str]:
-    want = effective(expectations(dict(desired)), defaults)
+def _diff(
+    want_config: Config, observed: Mapping[str, Any], defaults: Mapping[str, Any], skip: frozenset[str]
+) -> dict[str, Difference]:
+    want = effective(want_config, defaults)
     have = effective(observed, {key: defaults[key] for key in want if key in defaults})
-    return [spec_name(key) for key in want if key not in skip and not _matches(want[key], have.get(key))]
+    return {
+        key: (want[key], have.get(key))
+        for key in want
+        if key not in skip and not _matches(want[key], have.get(key), exact=key in _EXACT)
+    }
 
 
 def _normal(key: str, value: Any) -> Any:
@@ -216,14 +276,21 @@ def _normal(key: str, value: Any) -> Any:
     return value
 
 
-def _matches(want: Any, have: Any) -> bool:
-    """Subset comparison: nested objects match when every key we set matches; lists element-wise.
+_ZERO_VALUES: tuple[Any, ...] = (False, 0, "", [], {})
 
-    A key the server left out equals its zero value (Go's ``omitempty``).
+
+def _matches(want: Any, have: Any, *, exact: bool = False) -> bool:
+    """Does the server value ``have`` satisfy ``want``?
+
+    ``None`` wants the key absent or empty. A key the server left out equals its zero value (Go's
+    ``omitempty``). Nested objects match when every key we set matches (the server may add its own),
+    unless ``exact``; lists match element-wise.
     """
-    if have is None and want in (False, 0, "", [], {}):
+    if want is None:
+        return have is None or have in _ZERO_VALUES
+    if have is None and want in _ZERO_VALUES:
         return True
-    if isinstance(want, Mapping):
+    if isinstance(want, Mapping) and not exact:
         return isinstance(have, Mapping) and all(_matches(v, have.get(k)) for k, v in want.items())
     if isinstance(want, list):
         return isinstance(have, list) and len(want) == len(have) and all(map(_matches, want, have))

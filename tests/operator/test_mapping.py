@@ -216,7 +216,7 @@ def _snake(alias: str) -> str:
 # -- drift, pure ------------------------------------------------------------------------------------
 
 SERVER_STREAM = {
-    "name": "S", "subjects": ["b", "a"], "retention": "limits", "max_consumers": -1, "max_msgs": -1,
+    "name": "S", "subjects": ["S"], "retention": "limits", "max_consumers": -1, "max_msgs": -1,
     "max_bytes": -1, "max_age": 0, "max_msgs_per_subject": -1, "max_msg_size": -1, "discard": "old",
     "storage": "file", "num_replicas": 1, "duplicate_window": 120 * NS, "compression": "none",
     "allow_direct": False, "mirror_direct": False, "sealed": False, "deny_delete": False, "deny_purge": False,
@@ -227,13 +227,19 @@ SERVER_STREAM = {
 
 def test_drift_ignores_server_normal_forms() -> None:
     desired = {"name": "S", "subjects": ["a", "b"], "max_msgs": 0, "metadata": {}, "no_ack": False}
-    assert mapping.stream_drift(desired, SERVER_STREAM) == []
+    assert mapping.stream_drift(desired, {**SERVER_STREAM, "subjects": ["b", "a"]}) == []
 
 
 def test_drift_lists_changed_fields_by_spec_name() -> None:
     desired = {"name": "S", "subjects": ["a", "b"], "max_age": 3600 * NS, "num_replicas": 1}
     observed = {**SERVER_STREAM, "subjects": ["a"], "max_age": 60 * NS}
     assert mapping.stream_drift(desired, observed) == ["subjects", "maxAge"]
+
+
+def test_drift_removed_objects_and_metadata_keys() -> None:
+    observed = {**SERVER_STREAM, "sources": [{"name": "O"}], "metadata": {"_nats.ver": "2", "added": "by-hand"}}
+    assert mapping.stream_drift({"name": "S"}, observed) == ["sources", "metadata"]
+    assert mapping.stream_drift({"name": "S", "metadata": {"added": "by-hand"}}, {**observed, "sources": []}) == []
 
 
 def test_drift_notices_changes_to_fields_left_unset() -> None:
@@ -249,8 +255,9 @@ def test_drift_skips_what_sealing_forces() -> None:
 
 def test_drift_compares_times_across_zones_and_nested_subsets() -> None:
     desired = {"name": "S", "sources": [{"name": "O", "opt_start_time": "2026-01-01T00:00:00Z"}]}
-    same = {**SERVER_STREAM, "sources": [{"name": "O", "opt_start_time": "2026-01-01T01:00:00+01:00", "x": 1}]}
-    later = {**SERVER_STREAM, "sources": [{"name": "O", "opt_start_time": "2026-01-01T00:00:01Z"}]}
+    gathering = {k: v for k, v in SERVER_STREAM.items() if k not in ("subjects", "duplicate_window")}
+    same = {**gathering, "sources": [{"name": "O", "opt_start_time": "2026-01-01T01:00:00+01:00", "x": 1}]}
+    later = {**gathering, "sources": [{"name": "O", "opt_start_time": "2026-01-01T00:00:01Z"}]}
     assert mapping.stream_drift(desired, same) == []
     assert mapping.stream_drift(desired, later) == ["sources"]
 
@@ -258,7 +265,7 @@ def test_drift_compares_times_across_zones_and_nested_subsets() -> None:
 def test_consumer_drift_on_unset_fixed_defaults() -> None:
     observed = {"durable_name": "c", "deliver_policy": "all", "ack_policy": "explicit", "replay_policy": "instant",
                 "max_deliver": -1, "ack_wait": 30 * NS, "max_ack_pending": 1000, "max_waiting": 512}
-    assert mapping.consumer_drift({"durable_name": "c"}, observed) == ["ackPolicy"]
+    assert mapping.consumer_drift({"durable_name": "c"}, observed) == ["ackWait", "ackPolicy"]
     assert mapping.consumer_drift({"durable_name": "c", "ack_policy": "explicit"}, observed) == []
 
 
