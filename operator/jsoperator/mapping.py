@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+import json
+from typing import Any, get_args
 
-from pydantic import BaseModel
+from pydantic import BaseModel, BeforeValidator
 from pydantic.alias_generators import to_camel
 
+from jsoperator import units
 from jsoperator.models import ConsumerSpec, StreamSpec, format_time
 
 Config = dict[str, Any]
@@ -154,6 +156,45 @@ def spec_name(wire: str) -> str:
 
 
 _PYTHON_NAMES = {wire: python for python, wire in WIRE_NAMES.items()}
+
+
+def show(key: str, value: Any) -> str:
+    """A wire value as users write it, for messages: durations as ``1h30m``, the rest as JSON."""
+    if value is None:
+        return "unset"
+    if key in DURATION_KEYS and isinstance(value, int):
+        return units.format_duration(value)
+    if key in DURATION_KEYS and isinstance(value, list):
+        return "[" + ", ".join(units.format_duration(v) for v in value) + "]"
+    return json.dumps(value, default=str)
+
+
+def _keys_parsed_by(parser: Any, models: tuple[type[BaseModel], ...]) -> frozenset[str]:
+    """Wire keys of every (nested) spec field whose type is parsed by ``parser``."""
+    found: set[str] = set()
+    pending, seen = list(models), set()
+    while pending:
+        model = pending.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, info in model.model_fields.items():
+            annotations = _flatten(info.annotation)
+            if any(isinstance(m, BeforeValidator) and m.func is parser for a in annotations for m in _meta(a)):
+                found.add(wire_name(name))
+            pending += [a for a in annotations if isinstance(a, type) and issubclass(a, BaseModel)]
+    return frozenset(found)
+
+
+def _flatten(annotation: Any) -> list[Any]:
+    return [annotation, *(inner for arg in get_args(annotation) for inner in _flatten(arg))]
+
+
+def _meta(annotation: Any) -> tuple[Any, ...]:
+    return getattr(annotation, "__metadata__", ())
+
+
+DURATION_KEYS = _keys_parsed_by(units.parse_duration, (StreamSpec, ConsumerSpec))
 
 
 def _to_wire(model: BaseModel) -> Config:

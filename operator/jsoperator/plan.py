@@ -1,0 +1,162 @@
+"""What to do about one stream or consumer: (desired config, observed config | None) -> Plan.
+
+Owns the decision create / update / none, the drifted fields, and the changes the server would refuse
+(immutable fields), so the runtime reports those as Stalled instead of looping on a server error.
+The immutability rules mirror nats-server 2.15 (stream.go configUpdateCheckLocked,
+consumer.go checkNewConsumerConfig); the CRD's CEL rules (crdgen.py) refuse the same edits earlier,
+at `kubectl apply`, but a server object changed behind our back or adopted by name only shows up here.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from jsoperator import mapping
+from jsoperator.mapping import Config, Difference
+
+Action = Literal["create", "update", "none"]
+
+
+@dataclass(frozen=True)
+class ImmutableChange:
+    """A field whose change the server refuses."""
+
+    key: str  # JetStream (wire) name
+    desired: Any
+    observed: Any
+    rule: str  # what the server does not allow
+
+    @property
+    def field(self) -> str:
+        """The spec (camelCase) name."""
+        return mapping.spec_name(self.key)
+
+    def describe(self) -> str:
+        server, spec = mapping.show(self.key, self.observed), mapping.show(self.key, self.desired)
+        return f"{self.field} (server: {server}, spec: {spec}): {self.rule}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The outcome of comparing a desired config with the server's.
+
+    ``config`` is what to send for ``action``. After a create, plan again: a sealed stream needs a
+    second step because the server refuses ``sealed`` on create (``followup`` is then True).
+    When ``immutable`` is non-empty, do not send anything: the server would refuse it.
+    """
+
+    action: Action
+    config: Config
+    drift: tuple[str, ...] = ()
+    immutable: tuple[ImmutableChange, ...] = ()
+    followup: bool = False
+    differences: Mapping[str, Difference] = field(default_factory=dict)
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.immutable)
+
+    def message(self, kind: str) -> str:
+        """One line for a condition message or an Event."""
+        if self.immutable:
+            changes = "; ".join(change.describe() for change in self.immutable)
+            return (
+                f"the server cannot apply this {kind} change: {changes}. Revert the spec, or delete and "
+                f"recreate the {kind} (this loses its data/state)"
+            )
+        if self.action == "create":
+            return f"{kind} does not exist on the server: creating it"
+        if self.action == "update":
+            fields = ", ".join(
+                f"{mapping.spec_name(key)} (server: {mapping.show(key, have)}, spec: {mapping.show(key, want)})"
+                for key, (want, have) in self.differences.items()
+            )
+            return f"{kind} differs from the spec in {fields}: updating it"
+        return f"{kind} matches the spec"
+
+
+ImmutableRule = Callable[[Any, Any], str | None]
+
+
+def _changed(rule: str) -> ImmutableRule:
+    return lambda want, have: rule if want != have else None
+
+
+def _not_unset(rule: str) -> ImmutableRule:
+    return lambda want, have: rule if have and not want else None
+
+
+def _retention(want: Any, have: Any) -> str | None:
+    if want != have and "workqueue" in (want, have):
+        return "retention cannot change to or from workqueue"
+    return None
+
+
+def _mirror(want: Any, have: Any) -> str | None:
+    # Removing the mirror promotes it to a normal stream; anything else is refused.
+    return "a mirror cannot be added or changed" if want else None
+
+
+def _push_pull(want: Any, have: Any) -> str | None:
+    if bool(want) != bool(have):
+        return "a consumer cannot switch between push (deliverSubject) and pull"
+    return None
+
+
+STREAM_IMMUTABLE: dict[str, ImmutableRule] = {
+    "name": _changed("the stream name cannot change"),
+    "storage": _changed("storage cannot change"),
+    "retention": _retention,
+    "sealed": _not_unset("a sealed stream cannot be unsealed"),
+    "deny_delete": _not_unset("denyDelete cannot be turned off"),
+    "deny_purge": _not_unset("denyPurge cannot be turned off"),
+    "allow_msg_ttl": _not_unset("allowMsgTtl cannot be turned off"),
+    "allow_msg_schedules": _not_unset("allowMsgSchedules cannot be turned off"),
+    "allow_msg_counter": _changed("allowMsgCounter cannot change"),
+    "persist_mode": _changed("persistMode cannot change"),
+    "mirror": _mirror,
+}
+CONSUMER_IMMUTABLE: dict[str, ImmutableRule] = {
+    "durable_name": _changed("the consumer name cannot change"),
+    "deliver_policy": _changed("deliverPolicy cannot change"),
+    "opt_start_seq": _changed("optStartSeq cannot change"),
+    "opt_start_time": _changed("optStartTime cannot change"),
+    "ack_policy": _changed("ackPolicy cannot change"),
+    "replay_policy": _changed("replayPolicy cannot change"),
+    "idle_heartbeat": _changed("idleHeartbeat cannot change"),
+    "flow_control": _changed("flowControl cannot change"),
+    "mem_storage": _changed("memStorage cannot change"),
+    "max_waiting": _changed("maxWaiting cannot change"),
+    "deliver_subject": _push_pull,
+}
+
+
+def plan_stream(desired: Config, observed: Mapping[str, Any] | None) -> Plan:
+    """Plan for a stream: ``desired`` from mapping.stream_config, ``observed`` the server's config."""
+    if observed is None:
+        sealed = bool(desired.get("sealed"))
+        config = {key: value for key, value in desired.items() if key != "sealed"}
+        return Plan("create", config, followup=sealed)
+    return _plan(desired, mapping.stream_diff(desired, observed), STREAM_IMMUTABLE)
+
+
+def plan_consumer(desired: Config, observed: Mapping[str, Any] | None) -> Plan:
+    """Plan for a consumer: ``desired`` from mapping.consumer_config, ``observed`` the server's config."""
+    if observed is None:
+        return Plan("create", dict(desired))
+    return _plan(desired, mapping.consumer_diff(desired, observed), CONSUMER_IMMUTABLE)
+
+
+def _plan(desired: Config, differences: dict[str, Difference], rules: Mapping[str, ImmutableRule]) -> Plan:
+    drift = tuple(mapping.spec_name(key) for key in differences)
+    immutable = tuple(
+        ImmutableChange(key, want, have, rule)
+        for key, (want, have) in differences.items()
+        if key in rules and (rule := rules[key](want, have)) is not None
+    )
+    action: Action = "update" if differences else "none"
+    return Plan(action, dict(desired), drift, immutable, differences=differences)
+
