@@ -1,1 +1,119 @@
-"""Message storage for streams: one interface (base.py), a memory store and a crash-safe file store."""
+"""Message storage for streams: one interface (base.py), a memory store and a crash-safe file store.
+
+This module is the only place that picks an implementation (`open_stream_store`, `open_consumer_store`)
+and owns the on-disk directory layout (README.md next to it documents it):
+
+    <store_dir>/jetstream/streams/<stream>/meta.json             stream config (the stream layer's bytes)
+    <store_dir>/jetstream/streams/<stream>/msgs/NNNNNNNN.blk      message blocks (file.py)
+    <store_dir>/jetstream/streams/<stream>/consumers/<name>/      meta.json + state.snap + state.log.<gen>
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from .base import ConsumerStore, StoreError, StoreLimits, StreamStore, SyncPolicy
+from .consumer_store import FileConsumerStore, MemoryConsumerStore
+from .file import FileStore
+from .memory import MemoryStore
+
+__all__ = [
+    "SyncPolicy",
+    "open_stream_store",
+    "open_consumer_store",
+    "save_meta",
+    "load_meta",
+    "streams_root",
+    "stream_dir",
+    "consumer_dir",
+    "list_stream_dirs",
+    "list_consumer_dirs",
+]
+
+META = "meta.json"
+
+
+def open_stream_store(
+    storage: Literal["file", "memory"], directory: Path | None, limits: StoreLimits, sync: SyncPolicy
+) -> StreamStore:
+    """A store for one stream; `directory` is the stream directory (see `stream_dir`), unused for memory."""
+    if storage == "memory":
+        return MemoryStore(limits)
+    if directory is None:
+        raise StoreError("a file store needs a directory: pass stream_dir(store_dir, name)")
+    return FileStore(directory, limits, sync)
+
+
+def open_consumer_store(
+    storage: Literal["file", "memory"], directory: Path | None, sync: SyncPolicy
+) -> ConsumerStore:
+    """The state store of one durable consumer; `directory` is its consumer directory (`consumer_dir`)."""
+    if storage == "memory":
+        return MemoryConsumerStore()
+    if directory is None:
+        raise StoreError("a file consumer store needs a directory: pass consumer_dir(stream_dir, name)")
+    return FileConsumerStore(directory, sync)
+
+
+def _safe_name(name: str) -> str:
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
+        raise StoreError(f"{name!r} cannot be used as a directory name")
+    return name
+
+
+def streams_root(store_dir: Path) -> Path:
+    return Path(store_dir) / "jetstream" / "streams"
+
+
+def stream_dir(store_dir: Path, name: str) -> Path:
+    return streams_root(store_dir) / _safe_name(name)
+
+
+def consumer_dir(stream_directory: Path, name: str) -> Path:
+    return Path(stream_directory) / "consumers" / _safe_name(name)
+
+
+def _dirs_with_meta(parent: Path) -> list[Path]:
+    if not parent.is_dir():
+        return []
+    return sorted(p for p in parent.iterdir() if (p / META).is_file())
+
+
+def list_stream_dirs(store_dir: Path) -> list[Path]:
+    """Stream directories under a store root that hold a saved config, sorted by name."""
+    return _dirs_with_meta(streams_root(store_dir))
+
+
+def list_consumer_dirs(stream_directory: Path) -> list[Path]:
+    return _dirs_with_meta(Path(stream_directory) / "consumers")
+
+
+def save_meta(directory: Path, data: bytes) -> None:
+    """Write `directory/meta.json` atomically: temp file, fsync, rename, fsync of the directory."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / (META + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, directory / META)
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def load_meta(directory: Path) -> bytes | None:
+    """The bytes last saved by `save_meta`, or None when there are none."""
+    try:
+        return (Path(directory) / META).read_bytes()
+    except FileNotFoundError:
+        return None

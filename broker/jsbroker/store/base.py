@@ -51,6 +51,17 @@ class StoreLimits:
     max_msgs_per_subject: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class SyncPolicy:
+    """When file stores fsync. `always`: before every write call returns (store_msg, remove, acks...).
+    Otherwise whatever was written is fsynced when the owner calls `sync()`, every `interval` seconds
+    (nats-server's sync_interval, default 2 minutes); a crash of the machine (not of the process) can
+    lose what was written since the last sync."""
+
+    always: bool = False
+    interval: float = 120.0
+
+
 @dataclass(slots=True)
 class StoreState:
     msgs: int = 0

@@ -1,0 +1,389 @@
+"""FileStore: a crash-safe StreamStore on append-only block files (storage: file).
+
+Owns the stream's `msgs/` directory: block files `NNNNNNNN.blk` (records as in record.py), appends,
+reads by pread, recovery on open, and removal of emptied blocks. Bookkeeping (index, limits, purge rules)
+is `IndexedStore`'s; bodies stay on disk, RAM holds only the index (see README.md for numbers).
+
+Write path: every public call collects its records and hands them to the OS in one os.writev before it
+returns; with `SyncPolicy.always` the block is fdatasync'ed first. A block is closed (and fsynced) at
+`block_size`; each new block starts with a floor record, so the newest block alone knows first/last seq.
+
+Recovery (open): every block is scanned and every record's CRC checked.
+- A bad record followed somewhere later in the same block by a valid one (found by re-synchronising on
+  the next offset whose record validates): the bad bytes are skipped, the seqs missing between the
+  last good message and the next one are reported in `state().lost`.
+- A bad record with nothing valid after it (a torn tail): the block is truncated to the last good record;
+  the torn message's seq, when its header is readable, is reported in `lost`.
+The store always opens; problems are logged.
+
+Removal: a delete writes a tombstone ("D") record, a front removal a floor ("F") record. A block whose
+messages are all gone is unlinked (after re-appending the tombstones it holds for older blocks); the
+active block never is.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import re
+import shutil
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import record
+from .base import StoreLimits, SyncPolicy
+from .indexed import IndexedStore
+
+log = logging.getLogger(__name__)
+
+BLOCK_SIZE = 8 << 20
+_LOC_SHIFT = 40
+_OFFSET_MASK = (1 << _LOC_SHIFT) - 1
+_READ_FDS = 32  # open read descriptors kept per store
+_MAX_IOV = 512  # beyond this many parts, join them for one write
+_CANDIDATE = re.compile(rb"(?s)(?=....[MDF])")  # where a record could start (for re-synchronising)
+_MAX_LOST_REPORTED = 100_000
+
+
+@dataclass(slots=True)
+class _Block:
+    no: int
+    path: Path
+    size: int = 0  # bytes in the file (written)
+    live: int = 0  # live messages stored in it
+    tombs: array = field(default_factory=lambda: array("Q"))  # its tombstones for seqs in older blocks
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _datasync(fd: int) -> None:
+    (getattr(os, "fdatasync", None) or os.fsync)(fd)
+
+
+class FileStore(IndexedStore):
+    def __init__(
+        self, directory: Path, limits: StoreLimits, sync: SyncPolicy, block_size: int = BLOCK_SIZE
+    ) -> None:
+        super().__init__(limits)
+        self._dir = Path(directory)
+        self._msgs_dir = self._dir / "msgs"
+        self._sync = sync
+        self._block_size = block_size
+        self._blocks: dict[int, _Block] = {}  # by number, oldest first
+        self._wfd = -1
+        self._active = _Block(0, self._msgs_dir / "none")
+        self._rfds: OrderedDict[int, int] = OrderedDict()
+        self._pending: list[bytes] = []  # record parts for the next write
+        self._pending_len = 0
+        self._floor_dirty = False
+        self._dirty = False  # written, not yet fsynced
+        self._dir_dirty = False  # a block file was created or removed since the last fsync
+        self._doomed: list[_Block] = []  # emptied blocks to unlink at the next commit
+        self._msgs_dir.mkdir(parents=True, exist_ok=True)
+        self._recover()
+
+    # ---- blocks and writes --------------------------------------------------------------------------
+    def _block_path(self, no: int) -> Path:
+        return self._msgs_dir / f"{no:08d}.blk"
+
+    def _open_active(self, blk: _Block) -> None:
+        if self._wfd >= 0:
+            os.close(self._wfd)
+        self._active = blk
+        self._wfd = os.open(blk.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _roll(self) -> None:
+        """Close the active block (flushed and fsynced) and start the next one with a floor record."""
+        self._flush()
+        if self._wfd >= 0:
+            _datasync(self._wfd)
+            self._dirty = False
+        old = self._active
+        if old.live == 0 and old.no in self._blocks:
+            self._doomed.append(old)
+        blk = _Block(old.no + 1, self._block_path(old.no + 1))
+        self._blocks[blk.no] = blk
+        self._open_active(blk)
+        self._dir_dirty = True
+        if self._sync.always:
+            _fsync_dir(self._msgs_dir)
+            self._dir_dirty = False
+        self._floor_dirty = False
+        self._queue([self._floor_record()], record.OVERHEAD)
+
+    def _queue(self, parts: list[bytes], length: int) -> tuple[_Block, int]:
+        """Append a record to the pending write; returns (block, offset) where it will land."""
+        used = self._active.size + self._pending_len
+        if used and used + length > self._block_size:
+            self._roll()
+            used = self._active.size + self._pending_len
+        self._pending.extend(parts)
+        self._pending_len += length
+        return self._active, used
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        parts = self._pending if len(self._pending) <= _MAX_IOV else [b"".join(self._pending)]
+        written = os.writev(self._wfd, parts)
+        if written < self._pending_len:  # rare short write: finish it byte-exact
+            rest = b"".join(self._pending)[written:]
+            while rest:
+                rest = rest[os.write(self._wfd, rest) :]
+        self._active.size += self._pending_len
+        self._pending.clear()
+        self._pending_len = 0
+        self._dirty = True
+
+    def _floor_record(self) -> bytes:
+        floor = self._first if self._msgs else self._last + 1
+        return record.encode_floor(self._last, self._last_ts, floor)
+
+    def _rfd(self, no: int) -> int:
+        fd = self._rfds.get(no)
+        if fd is not None:
+            self._rfds.move_to_end(no)
+            return fd
+        fd = os.open(self._block_path(no), os.O_RDONLY)
+        self._rfds[no] = fd
+        if len(self._rfds) > _READ_FDS:
+            os.close(self._rfds.popitem(last=False)[1])
+        return fd
+
+    def _unlink_doomed(self) -> None:
+        """Remove emptied blocks, first re-appending the tombstones they hold for older live blocks."""
+        doomed = {b.no for b in self._doomed if b is not self._active and b.live == 0}
+        self._doomed.clear()
+        if not doomed:
+            return
+        for no in sorted(doomed):
+            for seq in self._blocks[no].tombs:
+                i = seq - self._base
+                if self._msgs and seq > self._first and i < len(self._sids) and not self._sids[i]:
+                    target = self._locs[i] >> _LOC_SHIFT
+                    if target in self._blocks and target not in doomed:
+                        blk, _ = self._queue([record.encode_delete(seq)], record.OVERHEAD)
+                        blk.tombs.append(seq)
+        self._flush()
+        _datasync(self._wfd)  # the re-appended tombstones must be on disk before their originals go
+        self._dirty = False
+        for no in doomed:
+            blk = self._blocks.pop(no)
+            fd = self._rfds.pop(no, None)
+            if fd is not None:
+                os.close(fd)
+            blk.path.unlink(missing_ok=True)
+        self._dir_dirty = True
+
+    # ---- IndexedStore hooks -------------------------------------------------------------------------
+    def _put(self, seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> int:
+        parts = record.encode_msg(seq, ts, ttl, subject, hdr, data)
+        blk, offset = self._queue(parts, record.OVERHEAD + len(subject) + len(hdr) + len(data))
+        blk.live += 1
+        return blk.no << _LOC_SHIFT | offset
+
+    def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
+        no, offset = loc >> _LOC_SHIFT, loc & _OFFSET_MASK
+        try:
+            buf = os.pread(self._rfd(no), record.record_len_from_size(size), offset)
+            rec = record.decode(buf)
+            if rec.kind != record.MSG or rec.seq != seq:
+                raise record.RecordError(f"found {rec.kind!r} seq {rec.seq}")
+        except (OSError, record.RecordError) as e:
+            log.error("stream store %s: unreadable message seq=%d in block %d: %s", self._dir, seq, no, e)
+            return None
+        return rec.hdr, rec.data
+
+    def _drop(self, seq: int, loc: int) -> None:
+        blk = self._blocks.get(loc >> _LOC_SHIFT)
+        if blk is not None:
+            blk.live -= 1
+            if blk.live == 0 and blk is not self._active:
+                self._doomed.append(blk)
+
+    def _drop_all(self) -> None:
+        for blk in self._blocks.values():
+            blk.live = 0
+            blk.tombs = array("Q")
+            if blk is not self._active:
+                self._doomed.append(blk)
+
+    def _erase(self, seq: int, loc: int, size: int) -> None:
+        no, offset = loc >> _LOC_SHIFT, loc & _OFFSET_MASK
+        self._flush()
+        fd = os.open(self._block_path(no), os.O_WRONLY)  # not O_APPEND: pwrite must hit the offset
+        try:
+            os.pwrite(fd, record.encode_erased(seq, record.record_len_from_size(size)), offset)
+            if self._sync.always:
+                _datasync(fd)
+        finally:
+            os.close(fd)
+
+    def _log_delete(self, seq: int) -> None:
+        blk, _ = self._queue([record.encode_delete(seq)], record.OVERHEAD)
+        if self._locs[seq - self._base] >> _LOC_SHIFT != blk.no:
+            blk.tombs.append(seq)
+
+    def _log_floor(self) -> None:
+        self._floor_dirty = True
+
+    def _commit(self) -> None:
+        if self._floor_dirty:
+            self._floor_dirty = False
+            self._queue([self._floor_record()], record.OVERHEAD)
+        self._flush()
+        if self._doomed:
+            self._unlink_doomed()
+        if self._sync.always:
+            self.sync()
+
+    # ---- recovery -----------------------------------------------------------------------------------
+    def _recover(self) -> None:
+        numbers = sorted(int(p.stem) for p in self._msgs_dir.glob("*.blk") if p.stem.isdigit())
+        floor = 0
+        lost: list[int] = []
+        subjects: dict[bytes, str] = {}
+        for k, no in enumerate(numbers):
+            blk = _Block(no, self._block_path(no))
+            self._blocks[no] = blk
+            floor = self._scan(blk, floor, lost, subjects, is_tail=k == len(numbers) - 1)
+        for loc in self._finish_restore(floor):
+            blk = self._blocks[loc >> _LOC_SHIFT]
+            blk.live -= 1
+        if not self._blocks:
+            first = _Block(1, self._block_path(1))
+            self._blocks[1] = first
+            self._dir_dirty = True
+        self._open_active(next(reversed(self._blocks.values())))
+        if lost:
+            self._lost = lost[:_MAX_LOST_REPORTED]
+            log.warning("stream store %s: recovery lost %d message(s): seqs %s", self._dir, len(lost),
+                        _ranges(lost))
+        self._doomed = [b for b in self._blocks.values() if b.live == 0]
+        self._enforce_limits(None)
+        self._commit()
+
+    def _scan(self, blk: _Block, floor: int, lost: list[int], subjects: dict[bytes, str], is_tail: bool) -> int:
+        """Index every valid record of one block; returns the floor seen so far."""
+        size = blk.path.stat().st_size
+        if size == 0:
+            return floor
+        with open(blk.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            offset = 0
+            gap = False  # bytes were skipped: the next message may reveal lost seqs
+            while offset < size:
+                try:
+                    length, kind, seq, ts, aux, slen, hlen = record.check(mm, offset)
+                except record.RecordError as e:
+                    resume = self._resync(mm, offset + 1)
+                    log.warning("stream store %s: block %d: %s; %s", self._dir, blk.no, e,
+                                f"skipping to offset {resume}" if resume is not None else "dropping the tail")
+                    if resume is None:
+                        torn_seq = self._torn_seq(mm, offset)
+                        if torn_seq:
+                            lost.append(torn_seq)
+                        break
+                    offset, gap = resume, True
+                    continue
+                if kind == record.MSG:
+                    if seq > self._last and seq >= floor:
+                        if gap and seq > self._last + 1:
+                            lost.extend(range(self._last + 1, seq))
+                        body = offset + record.HEADER.size
+                        raw = mm[body : body + slen]
+                        subject = subjects.get(raw)
+                        if subject is None:
+                            subject = subjects[raw] = raw.decode("utf-8", "replace")
+                        dsize = length - record.OVERHEAD - slen - hlen
+                        self._restore_msg(seq, subject, ts, record.nats_size(slen, hlen, dsize), aux,
+                                          blk.no << _LOC_SHIFT | offset)
+                        blk.live += 1
+                    gap = False
+                elif kind == record.DELETE:
+                    loc = self._restore_delete(seq)
+                    if loc is not None:
+                        target = self._blocks.get(loc >> _LOC_SHIFT)
+                        if target is not None:
+                            target.live -= 1
+                        if loc >> _LOC_SHIFT != blk.no:
+                            blk.tombs.append(seq)
+                else:  # FLOOR
+                    if seq >= self._last:
+                        self._last, self._last_ts = seq, ts
+                    floor = max(floor, aux)
+                offset += length
+        if offset < size:
+            os.truncate(blk.path, offset)
+            log.warning("stream store %s: block %d truncated from %d to %d bytes", self._dir, blk.no, size, offset)
+        blk.size = offset
+        return floor
+
+    @staticmethod
+    def _resync(mm: mmap.mmap, start: int) -> int | None:
+        """The next offset >= start holding a valid record, or None."""
+        for m in _CANDIDATE.finditer(mm, start):
+            try:
+                record.check(mm, m.start())
+            except record.RecordError:
+                continue
+            return m.start()
+        return None
+
+    def _torn_seq(self, mm: mmap.mmap, offset: int) -> int:
+        """The seq of a message whose record is torn, when its header is readable and plausible."""
+        if len(mm) - offset < record.HEADER.size:
+            return 0
+        _, kind, seq, *_ = record.HEADER.unpack_from(mm, offset)
+        return seq if kind == record.MSG and seq == self._last + 1 else 0
+
+    # ---- StreamStore (lifecycle) --------------------------------------------------------------------
+    def sync(self) -> None:
+        """fsync what was written since the last sync (no-op when nothing was)."""
+        self._check_open()
+        if self._dirty:
+            _datasync(self._wfd)
+            self._dirty = False
+        if self._dir_dirty:
+            _fsync_dir(self._msgs_dir)
+            self._dir_dirty = False
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._commit()
+        self.sync()
+        self._closed = True
+        os.close(self._wfd)
+        for fd in self._rfds.values():
+            os.close(fd)
+        self._rfds.clear()
+
+    def delete(self) -> None:
+        """Close and remove the stream directory with everything in it (meta, consumers)."""
+        if not self._closed:
+            self._closed = True
+            os.close(self._wfd)
+            for fd in self._rfds.values():
+                os.close(fd)
+            self._rfds.clear()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _ranges(seqs: list[int]) -> str:
+    out: list[str] = []
+    start = prev = seqs[0]
+    for s in seqs[1:] + [0]:
+        if s != prev + 1:
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = s
+        prev = s
+    return ",".join(out)

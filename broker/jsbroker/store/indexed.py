@@ -1,0 +1,477 @@
+"""StreamStore semantics shared by the memory and file stores, over a compact in-memory index.
+
+Owns everything a store decides without looking at message bodies: sequence bookkeeping (first/last,
+gaps, skips), per-message metadata in parallel arrays (subject id, timestamp, size, location: 28 bytes
+a message), the per-subject index, the limits (max_msgs, max_bytes, max_msgs_per_subject, max_age,
+per-message TTL; always discard-old), purge rules and filtered lookups. A backend subclass keeps the
+bodies and persists changes through a handful of hooks (`_put`, `_get`, `_drop`, `_drop_all`,
+`_log_delete`, `_log_floor`, `_commit`); the index never does I/O itself.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+import time
+from array import array
+from bisect import bisect_left
+from itertools import islice
+from typing import Iterator
+
+from ..subjects import is_literal, subject_matches
+from .base import RemoveCallback, StoreClosed, StoredMsg, StoreLimits, StoreState
+from .record import nats_size
+from .subject_index import SubjectEntry, SubjectIndex, is_all
+
+_NONZERO = re.compile(rb"[^\x00]")
+_WILDCARD_FANOUT = 16  # up to this many matching subjects, next-match uses per-subject bisects
+_SCAN_WINDOW = 512  # above it, scan this many seqs before falling back to per-subject bisects
+
+
+class IndexedStore:
+    """Base of MemoryStore and FileStore; see the module docstring for the hooks."""
+
+    def __init__(self, limits: StoreLimits) -> None:
+        self._limits = limits
+        self._subjects = SubjectIndex()
+        self._base = 1  # seq of row 0 in the arrays below
+        self._sids = array("I")  # subject id per seq, 0 = no message (deleted, skipped)
+        self._ts = array("q")  # store time per seq (kept for gaps too, so it stays sorted)
+        self._sizes = array("I")  # nats_size per seq
+        self._locs = array("Q")  # backend location per seq (file: block << 40 | offset)
+        self._first = 0  # first live seq, 0 when there are no messages
+        self._last = 0
+        self._last_ts = 0
+        self._msgs = 0
+        self._bytes = 0
+        self._ttl: list[tuple[int, int]] = []  # heap of (expires_at_ns, seq)
+        self._never: set[int] = set()  # seqs with TTL "never": exempt from max_age
+        self._on_remove: RemoveCallback | None = None
+        self._lost: list[int] | None = None
+        self._closed = False
+
+    # ---- backend hooks ------------------------------------------------------------------------------
+    def _put(self, seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> int:
+        """Persist a new message; returns its location (stored in `_locs`)."""
+        raise NotImplementedError
+
+    def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
+        raise NotImplementedError
+
+    def _drop(self, seq: int, loc: int) -> None:
+        """The body of `seq` is no longer live."""
+
+    def _drop_all(self) -> None:
+        """Every body is gone (purge of everything)."""
+
+    def _erase(self, seq: int, loc: int, size: int) -> None:
+        """Overwrite the body of `seq` before it is dropped (remove_msg with erase)."""
+
+    def _log_delete(self, seq: int) -> None:
+        """Persist the removal of an interior seq."""
+
+    def _log_floor(self) -> None:
+        """Persist first/last after they moved (front removals, purges, skips)."""
+
+    def _commit(self) -> None:
+        """Make everything logged since the last commit reach the OS (and the disk per sync policy)."""
+
+    # ---- index primitives ---------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+
+    def _live(self, seq: int) -> bool:
+        i = seq - self._base
+        return 0 <= i < len(self._sids) and self._sids[i] != 0
+
+    def _next_live(self, seq: int) -> int:
+        """The first live seq >= `seq`, or 0."""
+        i = max(seq - self._base, 0)
+        if i >= len(self._sids):
+            return 0
+        if self._sids[i]:
+            return self._base + i
+        with memoryview(self._sids) as raw, raw.cast("B") as view:
+            m = _NONZERO.search(view, i * 4)
+            pos = m.start() if m is not None else -1
+        return self._base + pos // 4 if pos >= 0 else 0
+
+    def _prev_live(self, seq: int) -> int:
+        """The last live seq <= `seq`, or 0."""
+        i = min(seq - self._base, len(self._sids) - 1)
+        while i >= 0:
+            chunk = self._sids[max(i - 4095, 0) : i + 1]
+            for j in range(len(chunk) - 1, -1, -1):
+                if chunk[j]:
+                    return self._base + i - (len(chunk) - 1 - j)
+            i -= len(chunk)
+        return 0
+
+    def _grow_to(self, seq: int) -> None:
+        """Extend the arrays with empty rows up to (not including) `seq`."""
+        missing = seq - (self._base + len(self._sids))
+        if missing > 0:
+            self._sids.extend(array("I", bytes(4 * missing)))
+            self._ts.extend(array("q", [self._last_ts]) * missing)
+            self._sizes.extend(array("I", bytes(4 * missing)))
+            self._locs.extend(array("Q", bytes(8 * missing)))
+
+    def _trim(self) -> None:
+        """Drop rows below the first live seq once they are a large share of the arrays."""
+        if self._msgs == 0:
+            for col in (self._sids, self._ts, self._sizes, self._locs):
+                del col[:]
+            self._base = self._last + 1
+            return
+        k = self._first - self._base
+        if k > 1024 and k * 2 > len(self._sids):
+            for col in (self._sids, self._ts, self._sizes, self._locs):
+                del col[:k]
+            self._base = self._first
+
+    def _index(self, seq: int, subject: str, ts: int, size: int, ttl: int, loc: int) -> SubjectEntry:
+        """Add a message row (seq must be above every row present)."""
+        if self._msgs == 0 and not self._sids:
+            self._base = seq
+        self._grow_to(seq)
+        entry = self._subjects.intern(subject)
+        entry.seqs.append(seq)
+        self._sids.append(entry.sid)
+        self._ts.append(ts)
+        self._sizes.append(size)
+        self._locs.append(loc)
+        self._msgs += 1
+        self._bytes += size
+        if self._first == 0:
+            self._first = seq
+        self._last = seq
+        self._last_ts = ts
+        if ttl > 0:
+            heapq.heappush(self._ttl, (ts + ttl, seq))
+        elif ttl < 0:
+            self._never.add(seq)
+        return entry
+
+    # ---- recovery (file store): rows first, per-subject lists built once at the end ----------------
+    def _restore_msg(self, seq: int, subject: str, ts: int, size: int, ttl: int, loc: int) -> None:
+        if self._msgs == 0 and not self._sids:
+            self._base = seq
+        self._grow_to(seq)
+        self._sids.append(self._subjects.intern(subject).sid)
+        self._ts.append(ts)
+        self._sizes.append(size)
+        self._locs.append(loc)
+        self._msgs += 1
+        self._bytes += size
+        self._last, self._last_ts = seq, ts
+        if ttl > 0:
+            heapq.heappush(self._ttl, (ts + ttl, seq))
+        elif ttl < 0:
+            self._never.add(seq)
+
+    def _restore_delete(self, seq: int) -> int | None:
+        """Forget a restored row; returns its location, None when it was not live."""
+        i = seq - self._base
+        if i < 0 or i >= len(self._sids) or not self._sids[i]:
+            return None
+        self._sids[i] = 0
+        self._msgs -= 1
+        self._bytes -= self._sizes[i]
+        self._never.discard(seq)
+        return self._locs[i]
+
+    def _finish_restore(self, floor: int) -> list[int]:
+        """Apply the recovered floor and build the per-subject lists; returns locations dropped."""
+        dropped = [loc for seq in range(self._base, min(floor, self._base + len(self._sids)))
+                   if (loc := self._restore_delete(seq)) is not None]
+        self._last = max(self._last, floor - 1)
+        base = self._base
+        by_sid = self._subjects.by_sid
+        for i, sid in enumerate(self._sids):
+            if sid:
+                by_sid(sid).seqs.append(base + i)
+        self._subjects.drop_empty()
+        self._first = self._next_live(base) if self._msgs else 0
+        self._trim()
+        return dropped
+
+    def _remove(self, seq: int, notify: bool, erase: bool = False) -> bool:
+        i = seq - self._base
+        if i < 0 or i >= len(self._sids) or not self._sids[i]:
+            return False
+        sid, loc, size = self._sids[i], self._locs[i], self._sizes[i]
+        subject = self._subjects.by_sid(sid).subject
+        if erase:
+            self._erase(seq, loc, size)
+        self._sids[i] = 0
+        self._msgs -= 1
+        self._bytes -= size
+        self._subjects.remove(sid, seq)
+        self._never.discard(seq)
+        if seq == self._first:
+            self._first = self._next_live(seq + 1)
+            self._log_floor()
+        else:
+            self._log_delete(seq)
+        self._drop(seq, loc)
+        self._trim()
+        if notify and self._on_remove is not None:
+            self._on_remove(seq, subject)
+        return True
+
+    def _remove_below(self, floor: int) -> int:
+        """Remove every seq below `floor`; past the end, the next message will get `floor`."""
+        if floor > self._last:
+            removed = self._msgs
+            self._subjects = SubjectIndex()
+            self._msgs = self._bytes = self._first = 0
+            self._ttl.clear()
+            self._never.clear()
+            self._last = max(self._last, floor - 1)
+            self._drop_all()
+            self._trim()
+            self._log_floor()
+            return removed
+        removed = 0
+        while self._first and self._first < floor:
+            removed += self._remove(self._first, notify=False)
+        return removed
+
+    def _enforce_limits(self, entry: SubjectEntry | None) -> None:
+        """Count/size limits after a store (`entry`: the subject just stored) or a limits update."""
+        per_subject = self._limits.max_msgs_per_subject
+        if per_subject > 0:
+            entries = [entry] if entry is not None else self._subjects.matching(None)
+            for e in entries:
+                if e.sid and e.count > per_subject:
+                    for seq in e.oldest(e.count - per_subject):
+                        self._remove(seq, notify=True)
+        if self._limits.max_msgs > 0:
+            while self._msgs > self._limits.max_msgs:
+                self._remove(self._first, notify=True)
+        if self._limits.max_bytes > 0:
+            while self._bytes > self._limits.max_bytes:
+                self._remove(self._first, notify=True)
+
+    def _next_matching(self, start: int, subject_filter: str) -> int:
+        """First live seq >= start on a subject matching a wildcard filter, or 0."""
+        entries = self._subjects.matching(subject_filter)
+        if not entries:
+            return 0
+        if len(entries) > _WILDCARD_FANOUT:
+            # Dense filters find a match within a few rows; sparse ones fall through to the bisects.
+            i = start - self._base
+            matches: dict[int, bool] = {}
+            for sid in islice(self._sids, i, i + _SCAN_WINDOW):
+                if sid:
+                    hit = matches.get(sid)
+                    if hit is None:
+                        hit = matches[sid] = subject_matches(subject_filter, self._subjects.by_sid(sid).subject)
+                    if hit:
+                        return self._base + i
+                i += 1
+        found = [s for e in entries if (s := e.next_at_or_after(start))]
+        return min(found) if found else 0
+
+    def _live_count_from(self, start: int) -> int:
+        if start <= self._first:
+            return self._msgs
+        if start > self._last:
+            return 0
+        i, j, end = self._first - self._base, start - self._base, self._last - self._base + 1
+        if j - i < end - j:
+            return self._msgs - ((j - i) - self._sids[i:j].count(0))
+        return (end - j) - self._sids[j:end].count(0)
+
+    # ---- StreamStore --------------------------------------------------------------------------------
+    def store_msg(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
+        self._check_open()
+        seq = self._last + 1
+        ts = max(time.time_ns(), self._last_ts)  # never backwards: time lookups bisect on it
+        subj = subject.encode()
+        size = nats_size(len(subj), len(hdr), len(data))
+        loc = self._put(seq, ts, ttl_ns, subj, hdr, data)
+        entry = self._index(seq, subject, ts, size, ttl_ns, loc)
+        self._enforce_limits(entry)
+        self._commit()
+        return seq, ts
+
+    def skip_msgs(self, next_seq: int) -> None:
+        self._check_open()
+        if next_seq <= self._last + 1:
+            return
+        self._last = next_seq - 1
+        if self._msgs == 0:
+            self._trim()
+        else:
+            self._grow_to(next_seq)
+        self._log_floor()
+        self._commit()
+
+    def load_msg(self, seq: int) -> StoredMsg | None:
+        self._check_open()
+        i = seq - self._base
+        if i < 0 or i >= len(self._sids) or not self._sids[i]:
+            return None
+        body = self._get(seq, self._locs[i], self._sizes[i])
+        if body is None:
+            return None
+        return StoredMsg(seq, self._subjects.by_sid(self._sids[i]).subject, body[0], body[1], self._ts[i])
+
+    def load_next_msg(self, start_seq: int, subject_filter: str | None = None) -> StoredMsg | None:
+        self._check_open()
+        while self._msgs:
+            start = max(start_seq, self._first)
+            if is_all(subject_filter):
+                seq = self._next_live(start)
+            elif is_literal(subject_filter):  # type: ignore[arg-type]
+                entry = self._subjects.get(subject_filter)  # type: ignore[arg-type]
+                seq = entry.next_at_or_after(start) if entry is not None else 0
+            else:
+                seq = self._next_matching(start, subject_filter)  # type: ignore[arg-type]
+            if not seq:
+                return None
+            msg = self.load_msg(seq)
+            if msg is not None:
+                return msg
+            start_seq = seq + 1  # unreadable body (logged by the backend): skip it
+        return None
+
+    def load_last_msg(self, subject_filter: str) -> StoredMsg | None:
+        self._check_open()
+        if self._msgs == 0:
+            return None
+        if is_all(subject_filter):
+            seq = self._prev_live(self._last)
+        else:
+            seq = max((e.last for e in self._subjects.matching(subject_filter)), default=0)
+        return self.load_msg(seq) if seq else None
+
+    def first_seq_at_or_after_time(self, ts: int) -> int:
+        self._check_open()
+        if self._msgs == 0:
+            return self._last + 1
+        i = bisect_left(self._ts, ts, self._first - self._base)
+        seq = self._next_live(self._base + i)
+        return seq if seq else self._last + 1
+
+    def remove_msg(self, seq: int, erase: bool = False) -> bool:
+        self._check_open()
+        removed = self._remove(seq, notify=False, erase=erase)
+        if removed:
+            self._commit()
+        return removed
+
+    def purge(self, subject_filter: str | None = None, up_to_seq: int = 0, keep: int = 0) -> int:
+        self._check_open()
+        if is_all(subject_filter):
+            if keep == 0 and up_to_seq == 0:
+                removed = self._remove_below(self._last + 1)
+            elif up_to_seq > 1:
+                removed = self._remove_below(up_to_seq)
+            elif keep > 0 and keep < self._msgs:
+                removed = self._remove_below(self._last - keep + 1)
+            else:
+                removed = 0
+        else:
+            entries = self._subjects.matching(subject_filter)
+            total = sum(e.count for e in entries)
+            if keep >= total or up_to_seq == 1:
+                return 0
+            below = up_to_seq if up_to_seq > 0 else self._last + 1
+            oldest = heapq.merge(*(islice(e.seqs, e.head, None) for e in entries))
+            doomed = [s for s in islice(oldest, total - keep) if s < below]
+            removed = sum(self._remove(s, notify=False) for s in doomed)
+        self._commit()
+        return removed
+
+    def state(self, deleted_details: bool = False) -> StoreState:
+        self._check_open()
+        st = StoreState(
+            msgs=self._msgs,
+            bytes=self._bytes,
+            last_seq=self._last,
+            last_ts=self._last_ts,
+            num_subjects=len(self._subjects),
+            lost=list(self._lost) if self._lost else None,
+        )
+        if self._msgs:
+            st.first_seq = self._first
+            st.first_ts = self._ts[self._first - self._base]
+            st.num_deleted = self._last - self._first + 1 - self._msgs
+            if deleted_details:
+                i = self._first - self._base
+                st.deleted = [self._base + k for k in range(i, self._last - self._base + 1) if not self._sids[k]]
+        else:
+            st.first_seq = self._last + 1 if self._last else 0
+            if deleted_details:
+                st.deleted = []
+        return st
+
+    def subjects_state(self, subject_filter: str) -> dict[str, int]:
+        self._check_open()
+        return {e.subject: e.count for e in self._subjects.matching(subject_filter)}
+
+    def num_pending(self, start_seq: int, subject_filters: list[str] | None, last_per_subject: bool = False) -> int:
+        self._check_open()
+        if self._msgs == 0:
+            return 0
+        start = max(start_seq, self._first)
+        if start > self._last:
+            return 0
+        every = subject_filters is None or any(is_all(f) for f in subject_filters)
+        if every and not last_per_subject:
+            return self._live_count_from(start)
+        entries = self._subjects.matching_union(None if every else subject_filters)
+        if last_per_subject:
+            return sum(1 for e in entries if e.last >= start)
+        return sum(e.count if start <= e.first else e.count_at_or_after(start) for e in entries)
+
+    def messages(self, start_seq: int = 0) -> Iterator[StoredMsg]:
+        self._check_open()
+        seq = self._next_live(max(start_seq, self._first)) if self._msgs else 0
+        while seq:
+            msg = self.load_msg(seq)
+            if msg is not None:
+                yield msg
+            seq = self._next_live(seq + 1)
+
+    def update_limits(self, limits: StoreLimits) -> None:
+        self._check_open()
+        self._limits = limits
+        self._enforce_limits(None)
+        self._commit()
+
+    def expire(self, now_ns: int) -> int:
+        self._check_open()
+        removed = 0
+        while self._ttl and self._ttl[0][0] <= now_ns:
+            removed += self._remove(heapq.heappop(self._ttl)[1], notify=True)
+        if self._limits.max_age_ns > 0:
+            cutoff = now_ns - self._limits.max_age_ns
+            seq = self._first
+            while seq and self._ts[seq - self._base] <= cutoff:
+                after = self._next_live(seq + 1)
+                if seq not in self._never:
+                    removed += self._remove(seq, notify=True)
+                seq = after
+        if removed:
+            self._commit()
+        return removed
+
+    def next_expiry(self) -> int | None:
+        self._check_open()
+        while self._ttl and not self._live(self._ttl[0][1]):
+            heapq.heappop(self._ttl)
+        due = [self._ttl[0][0]] if self._ttl else []
+        if self._limits.max_age_ns > 0:
+            seq = self._first
+            while seq and seq in self._never:
+                seq = self._next_live(seq + 1)
+            if seq:
+                due.append(self._ts[seq - self._base] + self._limits.max_age_ns)
+        return min(due) if due else None
+
+    def set_on_remove(self, cb: RemoveCallback | None) -> None:
+        self._on_remove = cb

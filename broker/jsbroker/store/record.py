@@ -1,0 +1,173 @@
+"""On-disk record formats of the file stores (pure: bytes in, bytes out, no I/O).
+
+Stream records (block files `msgs/NNNNNNNN.blk` are nothing but these, back to back):
+
+    offset  size  field
+    0       4     length    the whole record in bytes, this field and the CRC included (big-endian)
+    4       1     kind      b"M" message, b"D" delete tombstone, b"F" floor (sequence state)
+    5       8     seq       M: the message's seq   D: the removed seq   F: the stream's last seq
+    13      8     ts        M: store time (ns)     D: 0                 F: the last message's store time
+    21      8     aux       M: TTL in ns (0 none, -1 never expires)  D: 0  F: first seq that may still exist
+    29      2     subj_len  M only (0 otherwise)
+    31      4     hdr_len   M only
+    35      ...   subject (UTF-8), header block, payload
+    end-4   4     crc32     zlib.crc32 of every byte before it
+
+The CRC covers the length field too, so a torn length can never send a reader somewhere plausible
+without also failing the check. A "D" record removes one seq; an "F" record says "nothing below `aux`
+exists any more, the last seq is `seq`" (purges, compaction, skips, and the head of every new block).
+
+Consumer state records (`consumers/<name>/state.log.<gen>`; the snapshot `state.snap` is one record):
+
+    0  4  length (whole record)   4  1  kind   5  ...  payload   end-4  4  crc32 of every byte before it
+
+    kind b"d" delivered  payload = consumer_seq(8) stream_seq(8) delivery_count(8) ts(8)
+    kind b"a" ack        payload = consumer_seq(8) stream_seq(8) ack_all(1)
+    kind b"s" snapshot   payload = gen(8) delivered c/s(8+8) ack floor c/s(8+8) n_pending(4) n_redelivered(4)
+                                   then n_pending x (stream_seq(8) consumer_seq(8) ts(8))
+                                   then n_redelivered x (stream_seq(8) count(8))
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+# ---- stream records ---------------------------------------------------------------------------------
+HEADER = struct.Struct(
+    ">I"  # length
+    "c"  # kind
+    "Q"  # seq
+    "q"  # ts
+    "q"  # aux: ttl (M) or floor (F)
+    "H"  # subj_len
+    "I"  # hdr_len
+)
+KIND_OFFSET = struct.calcsize(">I")
+CRC = struct.Struct(">I")
+OVERHEAD = HEADER.size + CRC.size  # bytes a record adds around subject + header + payload
+MIN_LEN = OVERHEAD
+MAX_LEN = 1 << 31  # anything larger is garbage, not a record
+
+MSG, DELETE, FLOOR = b"M", b"D", b"F"
+KINDS = frozenset((MSG, DELETE, FLOOR))
+
+
+class RecordError(ValueError):
+    """Bytes that are not a valid record (short, bad length, bad checksum)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    kind: bytes
+    seq: int
+    ts: int
+    aux: int
+    subject: bytes
+    hdr: bytes
+    data: bytes
+    length: int
+
+
+def nats_size(subj_len: int, hdr_len: int, data_len: int) -> int:
+    """Bytes as nats-server accounts a message (subject, header, payload, seq + ts)."""
+    return subj_len + hdr_len + data_len + 16
+
+
+def record_len_from_size(size: int) -> int:
+    """The record length of a message whose nats_size is `size` (the store keeps only the latter)."""
+    return size - 16 + OVERHEAD
+
+
+def encode_msg(seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> list[bytes]:
+    """The record as parts for os.writev (no copy of the payload)."""
+    length = OVERHEAD + len(subject) + len(hdr) + len(data)
+    head = HEADER.pack(length, MSG, seq, ts, ttl, len(subject), len(hdr))
+    crc = zlib.crc32(data, zlib.crc32(hdr, zlib.crc32(subject, zlib.crc32(head))))
+    return [head, subject, hdr, data, CRC.pack(crc)]
+
+
+def _encode_fixed(kind: bytes, seq: int, ts: int, aux: int) -> bytes:
+    head = HEADER.pack(OVERHEAD, kind, seq, ts, aux, 0, 0)
+    return head + CRC.pack(zlib.crc32(head))
+
+
+def encode_delete(seq: int) -> bytes:
+    return _encode_fixed(DELETE, seq, 0, 0)
+
+
+def encode_erased(seq: int, length: int) -> bytes:
+    """A delete record of exactly `length` bytes (zero padding as payload), written over an erased message."""
+    head = HEADER.pack(length, DELETE, seq, 0, 0, 0, 0)
+    body = head + bytes(length - OVERHEAD)
+    return body + CRC.pack(zlib.crc32(body))
+
+
+def encode_floor(last_seq: int, last_ts: int, floor: int) -> bytes:
+    return _encode_fixed(FLOOR, last_seq, last_ts, floor)
+
+
+def check(buf: bytes | memoryview, offset: int = 0) -> tuple[int, bytes, int, int, int, int, int]:
+    """Validate the record at `offset` (lengths and CRC) without copying it: (length, kind, seq, ts, aux,
+    subj_len, hdr_len), or RecordError."""
+    end = len(buf)
+    if end - offset < OVERHEAD:
+        raise RecordError(f"short record at {offset}: {end - offset} bytes")
+    fields = HEADER.unpack_from(buf, offset)
+    length, kind, _, _, _, slen, hlen = fields
+    if kind not in KINDS or length < OVERHEAD + slen + hlen or length > MAX_LEN:
+        raise RecordError(f"bad record header at {offset}")
+    if offset + length > end:
+        raise RecordError(f"truncated record at {offset}: needs {length}, has {end - offset}")
+    crc_at = offset + length - CRC.size
+    if zlib.crc32(memoryview(buf)[offset:crc_at]) != CRC.unpack_from(buf, crc_at)[0]:
+        raise RecordError(f"checksum mismatch at {offset}")
+    return fields
+
+
+def decode(buf: bytes | memoryview, offset: int = 0) -> Record:
+    """The valid record starting at `offset`, or RecordError."""
+    length, kind, seq, ts, aux, slen, hlen = check(buf, offset)
+    view = memoryview(buf)
+    body = offset + HEADER.size
+    crc_at = offset + length - CRC.size
+    return Record(
+        kind,
+        seq,
+        ts,
+        aux,
+        bytes(view[body : body + slen]),
+        bytes(view[body + slen : body + slen + hlen]),
+        bytes(view[body + slen + hlen : crc_at]),
+        length,
+    )
+
+
+# ---- consumer state records -------------------------------------------------------------------------
+FRAME = struct.Struct(">Ic")
+DELIVERED = struct.Struct(">QQQq")
+ACK = struct.Struct(">QQ?")
+SNAP_HEAD = struct.Struct(">QQQQQII")
+SNAP_PENDING = struct.Struct(">QQq")
+SNAP_REDELIVERED = struct.Struct(">QQ")
+KIND_DELIVERED, KIND_ACK, KIND_SNAPSHOT = b"d", b"a", b"s"
+
+
+def encode_frame(kind: bytes, payload: bytes) -> bytes:
+    head = FRAME.pack(FRAME.size + len(payload) + CRC.size, kind)
+    return head + payload + CRC.pack(zlib.crc32(payload, zlib.crc32(head)))
+
+
+def decode_frame(buf: bytes | memoryview, offset: int = 0) -> tuple[bytes, bytes, int]:
+    """(kind, payload, length) of the valid frame at `offset`, or RecordError."""
+    if len(buf) - offset < FRAME.size + CRC.size:
+        raise RecordError(f"short frame at {offset}")
+    length, kind = FRAME.unpack_from(buf, offset)
+    if length < FRAME.size + CRC.size or offset + length > len(buf):
+        raise RecordError(f"truncated frame at {offset}")
+    crc_at = offset + length - CRC.size
+    view = memoryview(buf)
+    if zlib.crc32(view[offset:crc_at]) != CRC.unpack_from(buf, crc_at)[0]:
+        raise RecordError(f"checksum mismatch in frame at {offset}")
+    return kind, bytes(view[offset + FRAME.size : crc_at]), length

@@ -1,0 +1,167 @@
+"""Per-subject index of one stream store: subject -> sorted live sequences.
+
+Owns subject interning (a small int `sid` per subject, so per-message memory holds 4 bytes instead of a
+string), each subject's sorted seq list, and wildcard filter resolution with a small LRU cache kept up to
+date as subjects come and go. It knows nothing of message bodies, limits or files.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections import OrderedDict
+
+from ..subjects import is_literal, subject_matches
+
+_FILTER_CACHE = 64  # wildcard filters remembered with their matching subjects
+
+
+def is_all(subject_filter: str | None) -> bool:
+    return not subject_filter or subject_filter == ">"
+
+
+class SubjectEntry:
+    """One subject's live seqs; `seqs[head:]` are valid (removals at the front only move `head`)."""
+
+    __slots__ = ("subject", "sid", "seqs", "head")
+
+    def __init__(self, subject: str, sid: int) -> None:
+        self.subject = subject
+        self.sid = sid
+        self.seqs = array("Q")
+        self.head = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.seqs) - self.head
+
+    @property
+    def first(self) -> int:
+        return self.seqs[self.head]
+
+    @property
+    def last(self) -> int:
+        return self.seqs[-1]
+
+    def next_at_or_after(self, seq: int) -> int:
+        """The first live seq >= `seq`, or 0."""
+        i = bisect_left(self.seqs, seq, self.head)
+        return self.seqs[i] if i < len(self.seqs) else 0
+
+    def count_at_or_after(self, seq: int) -> int:
+        return len(self.seqs) - bisect_left(self.seqs, seq, self.head)
+
+    def oldest(self, n: int) -> list[int]:
+        return self.seqs[self.head : self.head + n].tolist()
+
+    def remove(self, seq: int) -> None:
+        seqs = self.seqs
+        if seqs[self.head] == seq:
+            self.head += 1
+            if self.head > 64 and self.head * 2 > len(seqs):
+                del seqs[: self.head]
+                self.head = 0
+            return
+        i = bisect_left(seqs, seq, self.head)
+        if i < len(seqs) and seqs[i] == seq:
+            del seqs[i]
+
+
+class SubjectIndex:
+    def __init__(self) -> None:
+        self._by_subject: dict[str, SubjectEntry] = {}
+        self._by_sid: list[SubjectEntry | None] = [None]  # sid 0 means "no message"
+        self._free_sids: list[int] = []
+        self._filters: OrderedDict[str, list[SubjectEntry]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._by_subject)
+
+    def get(self, subject: str) -> SubjectEntry | None:
+        return self._by_subject.get(subject)
+
+    def by_sid(self, sid: int) -> SubjectEntry:
+        entry = self._by_sid[sid]
+        assert entry is not None, sid
+        return entry
+
+    def intern(self, subject: str) -> SubjectEntry:
+        """The entry for `subject`, created (and added to cached filters it matches) when new."""
+        entry = self._by_subject.get(subject)
+        if entry is not None:
+            return entry
+        if self._free_sids:
+            sid = self._free_sids.pop()
+        else:
+            sid = len(self._by_sid)
+            self._by_sid.append(None)
+        entry = SubjectEntry(subject, sid)
+        self._by_subject[subject] = entry
+        self._by_sid[sid] = entry
+        for pattern, entries in self._filters.items():
+            if subject_matches(pattern, subject):
+                entries.append(entry)
+        return entry
+
+    def add(self, subject: str, seq: int) -> int:
+        """Append `seq` (the newest) to the subject's list; returns its sid."""
+        entry = self.intern(subject)
+        entry.seqs.append(seq)
+        return entry.sid
+
+    def remove(self, sid: int, seq: int) -> SubjectEntry:
+        entry = self.by_sid(sid)
+        entry.remove(seq)
+        if entry.count == 0:
+            self._drop(entry)
+        return entry
+
+    def drop_empty(self) -> None:
+        """Forget subjects left without messages (after bulk loads that filled lists directly)."""
+        for entry in [e for e in self._by_subject.values() if e.count == 0]:
+            self._drop(entry)
+
+    def _drop(self, entry: SubjectEntry) -> None:
+        del self._by_subject[entry.subject]
+        self._by_sid[entry.sid] = None
+        self._free_sids.append(entry.sid)
+        entry.sid = 0  # dead: cached filter lists skip it
+
+    def matching(self, subject_filter: str | None) -> list[SubjectEntry]:
+        """Live entries whose subject matches the filter (None or ">" = all)."""
+        if is_all(subject_filter):
+            return list(self._by_subject.values())
+        assert subject_filter is not None
+        if is_literal(subject_filter):
+            entry = self._by_subject.get(subject_filter)
+            return [entry] if entry is not None else []
+        entries = self._filters.get(subject_filter)
+        if entries is None:
+            entries = [e for s, e in self._by_subject.items() if subject_matches(subject_filter, s)]
+            self._filters[subject_filter] = entries
+            if len(self._filters) > _FILTER_CACHE:
+                self._filters.popitem(last=False)
+        else:
+            self._filters.move_to_end(subject_filter)
+            if any(e.sid == 0 for e in entries):
+                entries[:] = [e for e in entries if e.sid != 0]
+        return entries
+
+    def matching_union(self, filters: list[str] | None) -> list[SubjectEntry]:
+        """Entries matching any of the filters, each once."""
+        if filters is None or any(is_all(f) for f in filters):
+            return self.matching(None)
+        if len(filters) == 1:
+            return self.matching(filters[0])
+        seen: dict[int, SubjectEntry] = {}
+        for f in filters:
+            for entry in self.matching(f):
+                seen[entry.sid] = entry
+        return list(seen.values())
+
+    def sid_matcher(self, subject_filter: str) -> bytearray:
+        """A flag per sid: 1 when that subject matches (for scanning per-message sids)."""
+        flags = bytearray(len(self._by_sid))
+        for entry in self.matching(subject_filter):
+            flags[entry.sid] = 1
+        return flags
