@@ -51,6 +51,10 @@ class StreamFacts:
     limit_inactive_threshold: int = 0
 
 
+def valid_group_name(group: str) -> bool:
+    return bool(_GROUP_NAME.match(group))
+
+
 def is_valid_asset_name(name: str) -> bool:
     return bool(name) and not any(c in _ASSET_FORBIDDEN for c in name)
 

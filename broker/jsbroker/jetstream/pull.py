@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 PENDING_MSGS = "Nats-Pending-Messages"
 PENDING_BYTES = "Nats-Pending-Bytes"
@@ -66,7 +66,10 @@ class PullRequest:
     no_wait: bool = False
     heartbeat: int = 0
     group: str = ""
-    has_priority: bool = False  # the JSON carried priority-group fields
+    pin_id: str = ""
+    min_pending: int = 0
+    min_ack_pending: int = 0
+    priority: int = 0
 
 
 def parse_request(body: bytes) -> PullRequest:
@@ -92,7 +95,10 @@ def parse_request(body: bytes) -> PullRequest:
         no_wait=bool(data.get("no_wait") or False),
         heartbeat=_int(data, "idle_heartbeat"),
         group=str(data.get("group") or ""),
-        has_priority=any(data.get(k) for k in ("group", "id", "min_pending", "min_ack_pending", "priority")),
+        pin_id=str(data.get("id") or ""),
+        min_pending=_int(data, "min_pending"),
+        min_ack_pending=_int(data, "min_ack_pending"),
+        priority=_int(data, "priority"),
     )
     if req.heartbeat > 0 and req.heartbeat * 2 > req.expires:
         raise BadRequest("heartbeat value too large")
@@ -169,10 +175,12 @@ class WaitQueue:
         self._q.clear()
         return out
 
-    def sweep(self, now: int, end_of_stream: bool) -> tuple[list[tuple[str, bytes]], int]:
-        """Expire requests at `now`; with `end_of_stream`, finish no_wait requests too. Returns the
-        status messages to send [(reply, hdr)] and the next deadline (expiry or heartbeat), 0 if none.
-        Heartbeats due are included in the messages by the caller via `due_heartbeats`."""
+    def sweep(
+        self, now: int, end_of_stream: bool, has_interest: Callable[[str], bool] = lambda _: True
+    ) -> tuple[list[tuple[str, bytes]], int]:
+        """Expire requests at `now`; with `end_of_stream`, finish no_wait requests too; silently drop
+        requests whose reply subject lost its subscriber. Returns the status messages to send
+        [(reply, hdr)] and the next deadline (expiry or heartbeat), 0 if none."""
         out: list[tuple[str, bytes]] = []
         keep: deque[Waiting] = deque()
         next_deadline = 0
@@ -183,6 +191,8 @@ class WaitQueue:
                 continue
             if end_of_stream and w.no_wait and (not w.expires_at or w.delivered > 0):
                 out.append((w.reply, NO_MESSAGES))
+                continue
+            if not has_interest(w.reply):
                 continue
             keep.append(w)
             for t in (w.expires_at, w.next_heartbeat if w.heartbeat else 0):

@@ -1,0 +1,55 @@
+"""Consumer advisories published on `$JS.EVENT.ADVISORY.CONSUMER.*` (`jetstream_events.go` shapes).
+
+Advisories are optional for clients, so one is built only when somebody listens on its subject: the
+JSON costs nothing on the hot path of a consumer nobody monitors.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from .times import now_ns, rfc3339
+
+if TYPE_CHECKING:
+    from jsbroker.internal import InternalBus
+
+PREFIX = "$JS.EVENT.ADVISORY.CONSUMER."
+_TYPE = "io.nats.jetstream.advisory.v1."
+_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _event_id() -> str:
+    return "".join(secrets.choice(_ALPHABET) for _ in range(22))
+
+
+def _send(bus: InternalBus, subject: str, kind: str, fields: dict[str, Any]) -> None:
+    if not bus.has_interest(subject):
+        return
+    body = {"type": _TYPE + kind, "id": _event_id(), "timestamp": rfc3339(now_ns()), **fields}
+    bus.publish(subject, None, b"", json.dumps(body, separators=(",", ":")).encode())
+
+
+def max_deliveries(bus: InternalBus, stream: str, consumer: str, stream_seq: int, deliveries: int) -> None:
+    _send(bus, f"{PREFIX}MAX_DELIVERIES.{stream}.{consumer}", "max_deliver",
+          {"stream": stream, "consumer": consumer, "stream_seq": stream_seq, "deliveries": deliveries})
+
+
+def nak(bus: InternalBus, stream: str, consumer: str, stream_seq: int, consumer_seq: int, deliveries: int) -> None:
+    _send(bus, f"{PREFIX}MSG_NAKED.{stream}.{consumer}", "nak",
+          {"stream": stream, "consumer": consumer, "consumer_seq": consumer_seq, "stream_seq": stream_seq,
+           "deliveries": deliveries})
+
+
+def terminated(bus: InternalBus, stream: str, consumer: str, stream_seq: int, consumer_seq: int,
+               deliveries: int, reason: str) -> None:
+    _send(bus, f"{PREFIX}MSG_TERMINATED.{stream}.{consumer}", "terminated",
+          {"stream": stream, "consumer": consumer, "consumer_seq": consumer_seq, "stream_seq": stream_seq,
+           "deliveries": deliveries, "reason": reason})
+
+
+def action(bus: InternalBus, stream: str, consumer: str, created: bool) -> None:
+    verb = "CREATED" if created else "DELETED"
+    _send(bus, f"{PREFIX}{verb}.{stream}.{consumer}", "consumer_action",
+          {"stream": stream, "consumer": consumer, "action": "create" if created else "delete"})

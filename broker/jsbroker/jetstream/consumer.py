@@ -1,0 +1,1018 @@
+"""A JetStream consumer: delivery state, pull and push delivery, acks, redelivery and CONSUMER.RESET,
+as nats-server 2.15.1's `consumer.go` behaves (single server, R1).
+
+State (names as in consumer.go):
+- `sseq` next stream seq to look at, `dseq` next consumer (delivery) seq; both only grow, except RESET.
+- `adflr`/`asflr` the ack floors used for ack checks and RESET; `pending` {sseq: [dseq, ts]} awaiting
+  ack (dseq of the first delivery), `rdc` {sseq: redeliveries}, `rdq` the redelivery queue.
+- `npc` the cached num_pending (new messages matching the filters at/after `sseq`).
+- What INFO reports and the ConsumerStore persists follows the consumer store's rules instead
+  (`_Record`): delivered = last delivered, ack floor moved by acks only.
+
+Delivery runs in one pass per loop turn (`_kick` -> `_run`): a MSG.NEXT, a stored message, an ack that
+frees max_ack_pending, or a timer schedules it; it then sends every message it can. Timers are one
+handle per concern (ack wait, pull requests, heartbeat, inactivity, pause, replay/rate), never one
+per message. Handlers run inside the core's routing and never block.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from jsbroker import store as storage
+from jsbroker import subjects
+from jsbroker.config import VERSION
+from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg
+
+from . import ack, advisories, errors, headers, pull, push
+from .api import API_LEVEL
+from .consumer_config import ConsumerConfig
+from .times import format_duration, now_ns, rfc3339
+
+if TYPE_CHECKING:
+    import asyncio
+    from pathlib import Path
+
+    from jsbroker.internal import InterestWatch, InternalBus, InternalSubscription, Origin
+
+log = logging.getLogger(__name__)
+
+MSG_NEXT_PREFIX = "$JS.API.CONSUMER.MSG.NEXT."
+FC_PREFIX = "$JS.FC."
+FC_WINDOW_START = 2 * 1024 * 1024  # maxpb: flow control starts with this window...
+FC_WINDOW_LIMIT = 32 * 1024 * 1024  # ...and doubles on each response up to this
+ACK_WAIT_SLACK = 1_000_000  # 1 ms, as nats-server's ackWaitDelay
+RUN_BUDGET = 4096  # messages per delivery pass before yielding the loop
+
+mono = time.monotonic_ns
+
+
+@dataclass(slots=True)
+class _Record:
+    """Delivered / ack-floor bookkeeping as nats-server's consumer store keeps (and reports) it."""
+
+    delivered_dseq: int = 0
+    delivered_sseq: int = 0
+    floor_dseq: int = 0
+    floor_sseq: int = 0
+
+    def delivered(self, dseq: int, sseq: int, ack_none: bool) -> None:
+        self.delivered_dseq = max(self.delivered_dseq, dseq)
+        self.delivered_sseq = max(self.delivered_sseq, sseq)
+        if ack_none:
+            self.floor_dseq, self.floor_sseq = self.delivered_dseq, self.delivered_sseq
+
+    def acked(self, dseq: int, sseq: int, ack_all: bool, pending: dict[int, list[int]]) -> None:
+        """Called after the ack removed `sseq` (and, for ack all, everything below) from `pending`."""
+        if dseq <= self.floor_dseq:
+            return
+        if ack_all:
+            self.floor_dseq, self.floor_sseq = dseq, sseq
+        elif not pending:
+            self.floor_dseq, self.floor_sseq = self.delivered_dseq, self.delivered_sseq
+        elif dseq == self.floor_dseq + 1:
+            self.floor_dseq, self.floor_sseq = dseq, sseq
+            following = [s for s in pending if s > sseq]
+            if following:
+                nxt = min(following)
+                self.floor_dseq, self.floor_sseq = pending[nxt][0] - 1, nxt - 1
+
+
+@dataclass(slots=True)
+class _Timer:
+    """One loop timer handle that can be re-armed; keeps the earliest deadline requested."""
+
+    loop: asyncio.AbstractEventLoop
+    fire: Callable[[], None]
+    handle: asyncio.TimerHandle | None = None
+    at: float = 0.0
+
+    def arm(self, delay_ns: int, earliest: bool = True) -> None:
+        when = self.loop.time() + max(delay_ns, 0) / 1e9
+        if self.handle is not None:
+            if earliest and self.at <= when:
+                return
+            self.handle.cancel()
+        self.at = when
+        self.handle = self.loop.call_at(when, self._fired)
+
+    def _fired(self) -> None:
+        self.handle = None
+        self.fire()
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+
+@dataclass(slots=True)
+class _Subs:
+    items: list[InternalSubscription] = field(default_factory=list)
+    watch: InterestWatch | None = None
+
+
+class Consumer:
+    """One consumer of one stream. Created by `consumer_api`, attached with `stream.add_consumer`."""
+
+    def __init__(
+        self,
+        stream: Any,
+        name: str,
+        cfg: ConsumerConfig,
+        store: ConsumerStore,
+        created_ns: int = 0,
+        on_inactive: Callable[[Consumer], None] | None = None,
+    ) -> None:
+        self.stream = stream
+        self.name = name
+        self.cfg = cfg
+        self.store = store
+        self.created_ns = created_ns or now_ns()
+        self.bus: InternalBus = stream.bus
+        self.loop = self.bus.loop
+        self._send = push.sender(self.bus)
+        self.closed = False
+        self._on_inactive = on_inactive
+        self._ack_prefix = ack.reply_prefix(stream.name, name)
+        self._configure()
+        # delivery state
+        self.sseq = 1
+        self.dseq = 1
+        self.adflr = 0
+        self.asflr = 0
+        self.npc = 0
+        self.pending: dict[int, list[int]] = {}
+        self.rdc: dict[int, int] = {}
+        self.rdq: deque[int] = deque()
+        self.lss: deque[int] | None = None  # last-per-subject seqs still to deliver first
+        self.lss_resume = 0
+        self.rec = _Record()
+        self.last_delivered_ns = 0
+        self.last_acked_ns = 0
+        # pull / push
+        self.waiting = pull.WaitQueue(cfg.max_waiting) if not cfg.is_push else None
+        self.active = False
+        self.pbytes = 0
+        self.maxpb = FC_WINDOW_START if cfg.flow_control else 0
+        self.fcid = ""
+        self.fcsz = 0
+        self._last_out = 0  # mono ns of the last delivery (push idle heartbeat)
+        self._hold_until = 0  # mono ns: replay original / rate limit
+        self._replay_ts = 0  # stored ts of the last replayed message
+        self._rate_tokens = 0.0
+        self._rate_at = 0
+        self._kicked = False
+        self._stall = ""  # why the last pass stopped: "eof" or "maxp"
+        self._subs = _Subs()
+        self._t_ack = _Timer(self.loop, self._check_pending)
+        self._t_wait = _Timer(self.loop, self._on_wait_timer)
+        self._t_hb = _Timer(self.loop, self._on_heartbeat_timer)
+        self._t_inactive = _Timer(self.loop, self._on_inactive_timer)
+        self._t_pause = _Timer(self.loop, self._kick)
+        self._t_hold = _Timer(self.loop, self._kick)
+
+    def _configure(self) -> None:
+        cfg = self.cfg
+        self.filters = cfg.filters
+        self._filter_set = frozenset(f for f in self.filters if subjects.is_literal(f))
+        self._wild_filters = [f for f in self.filters if not subjects.is_literal(f)]
+        self.maxdc = max(cfg.max_deliver, 0)
+        self.maxp = cfg.max_ack_pending
+        self._ack_none = cfg.ack_policy == "none"
+        self._ack_all = cfg.ack_policy in ("all", "flow_control")
+        self._interest_retention = self.stream.config.retention != "limits"
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, state: ConsumerState | None = None) -> None:
+        """Pick the starting sequence (or resume from stored state) and start receiving."""
+        if state is not None and (state.delivered_consumer_seq or state.delivered_stream_seq or state.pending):
+            self._apply_state(state)
+        else:
+            self._select_start()
+            self.store.reset(ConsumerState(delivered_stream_seq=self.sseq - 1, ack_floor_stream_seq=self.sseq - 1))
+        self._recount_pending()
+        bus, stream = self.bus, self.stream.name
+        self._subs.items.append(bus.subscribe_internal(ack.subscription_subject(stream, self.name), self._on_ack))
+        self._subs.items.append(bus.subscribe_internal(f"{MSG_NEXT_PREFIX}{stream}.{self.name}", self._on_next))
+        if self.cfg.is_push:
+            if self.cfg.flow_control:
+                sub = bus.subscribe_internal(f"{FC_PREFIX}{stream}.{self.name}.*", self._on_flow_control)
+                self._subs.items.append(sub)
+            self.active = bus.has_interest(self.cfg.deliver_subject)
+            self._subs.watch = bus.watch_interest(self.cfg.deliver_subject, self._on_interest)
+            if self.cfg.idle_heartbeat:
+                self._t_hb.arm(self.cfg.idle_heartbeat)
+            if not self.active:
+                self._arm_inactive()
+        else:
+            self.waiting.last_activity = mono()  # type: ignore[union-attr]
+            self._arm_inactive()
+        if self.pending:
+            self._t_ack.arm(self._ack_wait_for(min(self.pending)))
+        self._arm_pause()
+        self._kick()
+
+    def stop(self) -> None:
+        """Stop delivering and release subscriptions and timers (state stays in the store)."""
+        if self.closed:
+            return
+        self.closed = True
+        for t in (self._t_ack, self._t_wait, self._t_hb, self._t_inactive, self._t_pause, self._t_hold):
+            t.cancel()
+        for sub in self._subs.items:
+            self.bus.unsubscribe_internal(sub)
+        self._subs.items.clear()
+        if self._subs.watch is not None:
+            self._subs.watch.cancel()
+            self._subs.watch = None
+        self.store.close()
+
+    def delete(self) -> None:
+        """Stop for good: waiting pulls get `409 Consumer Deleted`, the stored state goes."""
+        waiting = self.waiting.clear() if self.waiting is not None else []
+        self.stop()
+        for w in waiting:
+            self.bus.publish(w.reply, None, pull.CONSUMER_DELETED, b"")
+        self.store.delete()
+        directory = self.stream.consumer_dir(self.name)
+        if directory:
+            shutil.rmtree(directory, ignore_errors=True)
+        advisories.action(self.bus, self.stream.name, self.name, created=False)
+
+    def save_meta(self) -> None:
+        """Persist the config next to the state so the consumer comes back after a restart."""
+        directory = self.stream.consumer_dir(self.name)
+        if directory:
+            meta = {"name": self.name, "created": self.created_ns, "config": self.cfg.to_json()}
+            storage.save_meta(directory, json.dumps(meta).encode())
+
+    def update_config(self, cfg: ConsumerConfig) -> None:
+        """Apply an allowed update (checked by the caller with `consumer_config.update_refusal`)."""
+        old = self.cfg
+        cfg.pause_until = old.pause_until
+        self.cfg = cfg
+        self._configure()
+        if self.waiting is not None:
+            self.waiting.max = cfg.max_waiting
+        if cfg.deliver_subject != old.deliver_subject and cfg.is_push:
+            if self._subs.watch is not None:
+                self._subs.watch.cancel()
+            self.active = self.bus.has_interest(cfg.deliver_subject)
+            self._subs.watch = self.bus.watch_interest(cfg.deliver_subject, self._on_interest)
+        if self.filters != old.filters:
+            self._recount_pending()
+        self.save_meta()
+        self._kick()
+
+    # ---- starting position -----------------------------------------------------------------------
+
+    def _select_start(self) -> None:
+        cfg, st = self.cfg, self.stream.store.state()
+        store = self.stream.store
+        if cfg.opt_start_seq:
+            seq = cfg.opt_start_seq
+        elif cfg.deliver_policy == "all":
+            seq = st.first_seq
+        elif cfg.deliver_policy == "last":
+            if not self.filters:
+                seq = st.last_seq
+            else:
+                lasts = [m.seq for f in self.filters if (m := store.load_last_msg(f)) is not None]
+                seq = max(lasts, default=0)
+        elif cfg.deliver_policy == "last_per_subject":
+            seq = self._start_last_per_subject(st.first_seq, st.last_seq)
+        elif cfg.deliver_policy == "by_start_time":
+            seq = store.first_seq_at_or_after_time(cfg.opt_start_time_ns)
+            if self.filters:
+                firsts = [m.seq for f in self.filters if (m := store.load_next_msg(seq, f)) is not None]
+                nseq = min([st.last_seq, *firsts])
+                if seq < nseq < st.last_seq:
+                    seq = nseq
+        else:  # new
+            seq = st.last_seq + 1
+        if st.first_seq == 0 and not cfg.opt_start_seq:
+            seq = 1
+        elif seq > st.last_seq and not cfg.opt_start_seq:
+            seq = st.last_seq + 1
+        elif seq < st.first_seq:
+            seq = st.first_seq
+        self.sseq, self.dseq = seq, 1
+        self.adflr, self.asflr = 0, seq - 1
+        self.rec = _Record(0, seq - 1, 0, seq - 1)
+
+    def _start_last_per_subject(self, first_seq: int, last_seq: int) -> int:
+        store = self.stream.store
+        if self.stream.config.max_msgs_per_subject == 1:
+            return first_seq
+        seqs: set[int] = set()
+        for f in self.filters or [">"]:
+            for subject in store.subjects_state(f):
+                m = store.load_last_msg(subject)
+                if m is not None:
+                    seqs.add(m.seq)
+        if not seqs:
+            return last_seq
+        ordered = sorted(seqs)
+        self.lss, self.lss_resume = deque(ordered), last_seq
+        return ordered[0]
+
+    def _apply_state(self, state: ConsumerState) -> None:
+        self.dseq = state.delivered_consumer_seq + 1
+        self.sseq = state.delivered_stream_seq + 1
+        self.adflr, self.asflr = state.ack_floor_consumer_seq, state.ack_floor_stream_seq
+        self.rec = _Record(
+            state.delivered_consumer_seq, state.delivered_stream_seq,
+            state.ack_floor_consumer_seq, state.ack_floor_stream_seq,
+        )
+        self.pending = {s: [d, ts] for s, (d, ts) in state.pending.items() if s > self.asflr}
+        self.rdc = {s: max(n - 1, 0) for s, n in state.redelivered.items() if n > 1}
+        first = self.stream.store.state().first_seq
+        if self.sseq < first:
+            self.sseq = first
+        # After a restart everything unacked is due for redelivery once its ack wait has passed.
+
+    def _recount_pending(self) -> None:
+        lps = self.cfg.deliver_policy == "last_per_subject"
+        self.npc = self.stream.store.num_pending(self.sseq, self.filters or None, lps)
+
+    # ---- stream hooks ----------------------------------------------------------------------------
+
+    def wants(self, subject: str) -> bool:
+        if not self.filters or subject in self._filter_set:
+            return True
+        return any(subjects.subject_matches(f, subject) for f in self._wild_filters)
+
+    def needs(self, seq: int) -> bool:
+        """Whether this consumer still needs `seq` (interest retention)."""
+        if seq <= self.asflr:
+            return False
+        if self._ack_none or self._ack_all:
+            return True
+        return seq >= self.sseq or seq in self.pending
+
+    def on_stored(self, seq: int, subject: str) -> None:
+        if self.closed:
+            return
+        if seq >= self.sseq and self.wants(subject):
+            self.npc += 1
+            if (self.active if self.cfg.is_push else len(self.waiting)):  # type: ignore[arg-type]
+                self._kick()
+
+    def on_stream_purged(self) -> None:
+        first = self.stream.store.state().first_seq
+        if self.sseq < first:
+            self.sseq = first
+            self.lss = None
+        load = self.stream.store.load_msg
+        for seq in [s for s in self.pending if s < first or load(s) is None]:
+            d = self.pending.pop(seq)[0]
+            self.rdc.pop(seq, None)
+            self.rec.acked(d, seq, False, self.pending)
+            self.store.update_acks(d, seq)
+            if seq <= first - 1 and d > self.adflr:
+                self.adflr = min(d, self.dseq - 1)
+        if self.asflr < first - 1:
+            self.asflr = first - 1
+        if not self.pending:
+            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
+        self.rdq = deque(s for s in self.rdq if s in self.pending)
+        self._recount_pending()
+        self._kick()
+
+    # ---- delivery ----------------------------------------------------------------------------------
+
+    def _kick(self) -> None:
+        if not self._kicked and not self.closed:
+            self._kicked = True
+            self.loop.call_soon(self._run)
+
+    def _paused(self) -> bool:
+        until = self.cfg.pause_until_ns if self.cfg.pause_until else 0
+        return until > now_ns()
+
+    def _run(self) -> None:
+        self._kicked = False
+        if self.closed:
+            return
+        push = self.cfg.is_push
+        self._stall = ""
+        alive: set[str] = set()
+        for _ in range(RUN_BUDGET):
+            if self._paused():
+                break
+            if push:
+                if not self.active or (self.maxpb and self.pbytes > self.maxpb):
+                    break
+            elif not self.waiting:
+                break
+            if self._hold_until and mono() < self._hold_until:
+                break
+            saved = (self.sseq, self.npc, self.lss[0] if self.lss else None)
+            got = self._next_msg()
+            if got is None:
+                break
+            msg, dc = got
+            if dc == 1:
+                self.npc -= 1
+            if push and self._must_hold(msg):
+                self._unget(msg.seq, dc, saved)
+                break
+            reply = ack.reply_subject(self._ack_prefix, dc, msg.seq, self.dseq, msg.ts, max(self.npc, 0))
+            hdr, data = msg.hdr, msg.data
+            if self.cfg.headers_only:
+                hdr, data = headers.append(hdr, [("Nats-Msg-Size", str(len(data)))]), b""
+            size = len(msg.subject) + len(reply) + len(hdr) + len(data)
+            if push:
+                target, left_n, left_b = self.cfg.deliver_subject, 1, 0
+            else:
+                w = self._next_waiting(size, alive)
+                if w is None:
+                    self._unget(msg.seq, dc, saved)
+                    break
+                target, left_n, left_b = w.reply, w.n, w.b
+                if w.heartbeat and w.n > 0:
+                    w.next_heartbeat = mono() + w.heartbeat
+            self._deliver(target, reply, msg, hdr, data, dc, size)
+            if left_n <= 0 and left_b > 0:
+                self.bus.publish(target, None, pull.batch_completed(left_n, left_b), b"")
+        else:
+            self._kick()  # budget used up: continue on the next loop turn
+            return
+        if not push:
+            self._sweep(end_of_stream=self._stall != "maxp")
+
+    def _next_msg(self) -> tuple[StoredMsg, int] | None:
+        store = self.stream.store
+        while self.rdq:
+            seq = self.rdq.popleft()
+            n = self.rdc.get(seq, 0) + 1
+            self.rdc[seq] = n
+            dc = n + 1
+            if self.maxdc and dc > self.maxdc:
+                if dc == self.maxdc + 1:
+                    advisories.max_deliveries(self.bus, self.stream.name, self.name, seq, dc - 1)
+                self._drop_pending(seq)
+                continue
+            msg = store.load_msg(seq)
+            if msg is None:
+                self.rdc[seq] = n - 1
+                p = self.pending.get(seq)
+                if p is not None:
+                    self._ack_one(seq, p[0])
+                continue
+            return msg, dc
+        if self.maxp > 0 and len(self.pending) >= self.maxp:
+            self._stall = "maxp"
+            return None
+        if self.lss:
+            seq = self.lss.popleft()
+            if not self.lss:
+                self.lss = None
+                self.sseq = self.lss_resume + 1
+            else:
+                self.sseq = seq + 1
+            msg = store.load_msg(seq)
+            if msg is not None:
+                return msg, 1
+        msg = self._load_next(self.sseq)
+        if msg is None:
+            self._stall = "eof"
+            self.sseq = max(self.sseq, store.state().last_seq + 1)
+            self.npc = 0
+            return None
+        self.sseq = msg.seq + 1
+        return msg, 1
+
+    def _load_next(self, start: int) -> StoredMsg | None:
+        store = self.stream.store
+        if len(self.filters) <= 1:
+            return store.load_next_msg(start, self.filters[0] if self.filters else None)
+        found = [m for f in self.filters if (m := store.load_next_msg(start, f)) is not None]
+        return min(found, key=lambda m: m.seq) if found else None
+
+    def _unget(self, seq: int, dc: int, saved: tuple[int, int, int | None]) -> None:
+        """Put back a message that could not be delivered now."""
+        if dc == 1:
+            sseq, npc, lss_head = saved
+            self.sseq, self.npc = sseq, npc
+            if lss_head is not None and (not self.lss or self.lss[0] != lss_head):
+                if self.lss is None:
+                    self.lss = deque()
+                self.lss.appendleft(lss_head)
+        else:
+            self.rdc[seq] -= 1
+            self.rdq.appendleft(seq)
+
+    def _must_hold(self, msg: StoredMsg) -> bool:
+        """Replay original spacing and rate limits: hold delivery until the timer says go."""
+        now = mono()
+        delay = 0
+        if self.cfg.replay_policy == "original" and self._replay_ts:
+            delay = msg.ts - self._replay_ts
+            if delay <= 1_000_000 or self._hold_until:
+                delay = 0
+        if self.cfg.rate_limit_bps and not delay:
+            bits = (len(msg.subject) + len(msg.hdr) + len(msg.data)) * 8
+            elapsed = (now - self._rate_at) / 1e9 if self._rate_at else 0.0
+            self._rate_at = now
+            self._rate_tokens = min(self._rate_tokens + elapsed * self.cfg.rate_limit_bps, self.cfg.rate_limit_bps)
+            self._rate_tokens -= bits
+            if self._rate_tokens < 0:
+                delay = int(-self._rate_tokens / self.cfg.rate_limit_bps * 1e9)
+                self._rate_tokens = 0.0
+        self._hold_until = 0
+        if delay > 0:
+            self._hold_until = now + delay
+            self._t_hold.arm(delay, earliest=False)
+            if self.cfg.replay_policy == "original":
+                self._replay_ts = msg.ts
+            return True
+        self._replay_ts = msg.ts
+        return False
+
+    def _next_waiting(self, size: int, alive: set[str]) -> pull.Waiting | None:
+        q = self.waiting
+        assert q is not None
+        now = mono()
+        while (w := q.peek()) is not None:
+            if w.expires_at and now >= w.expires_at:
+                self.bus.publish(w.reply, None, pull.request_timeout(w.n, w.b), b"")
+                q.drop_head()
+                continue
+            if w.b > 0:
+                if size <= w.b:
+                    w.b -= size
+                    if w.b == 0:
+                        w.n = 1
+                else:
+                    self.bus.publish(w.reply, None, pull.size_exceeds(w.n, w.b), b"")
+                    q.drop_head()
+                    continue
+            if w.reply in alive or self.bus.has_interest(w.reply):
+                alive.add(w.reply)
+                q.take(w)
+                return w
+            q.drop_head()
+        return None
+
+    def _deliver(self, target: str, reply: str, msg: StoredMsg, hdr: bytes, data: bytes, dc: int, size: int) -> None:
+        dseq = self.dseq
+        self.dseq += 1
+        seq, ts = msg.seq, now_ns()
+        self.last_delivered_ns = ts
+        self._last_out = mono()
+        self.store.update_delivered(dseq, seq, dc, ts)
+        self.rec.delivered(dseq, seq, self._ack_none)
+        if self._ack_none:
+            self.adflr, self.asflr = dseq, seq
+            self.store.update_acks(dseq, seq)
+        else:
+            p = self.pending.get(seq)
+            if p is None:
+                self.pending[seq] = [dseq, ts]
+            else:
+                p[1] = ts
+            self._t_ack.arm(self._ack_wait_for(seq))
+        self._send(target, msg.subject, reply, hdr, data)
+        if self.maxpb:
+            self.pbytes += size
+            if not self.fcid and self.pbytes > self.maxpb // 2:
+                self._send_flow_control()
+        if self.waiting is not None:
+            self.waiting.last_activity = self._last_out
+        if self._ack_none and self._interest_retention:
+            self.stream.acked(seq)
+
+    # ---- pull requests ---------------------------------------------------------------------------
+
+    def _on_next(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+        if reply:
+            self.pull_request(reply, hdr, payload)
+
+    def pull_request(self, reply: str, hdr: bytes, payload: bytes) -> None:
+        """Handle one MSG.NEXT (or the request part of `+NXT`)."""
+        if self.closed:
+            return
+        send = self._send_status
+        q = self.waiting
+        if q is None:
+            return send(reply, pull.PUSH_BASED)
+        level = headers.get(hdr, headers.REQUIRED_API_LEVEL) if hdr else None
+        if level is not None and not (level.isdigit() and int(level) <= API_LEVEL):
+            return send(reply, pull.API_LEVEL)
+        try:
+            req = pull.parse_request(payload)
+        except pull.BadRequest as e:
+            return send(reply, pull.status(400, f"Bad Request - {e}"))
+        cfg = self.cfg
+        if cfg.max_batch > 0 and req.batch > cfg.max_batch:
+            return send(reply, pull.status(409, f"Exceeded MaxRequestBatch of {cfg.max_batch}"))
+        if req.expires > 0 and cfg.max_expires > 0 and req.expires > cfg.max_expires:
+            return send(reply, pull.status(409, f"Exceeded MaxRequestExpires of {format_duration(cfg.max_expires)}"))
+        if req.max_bytes > 0 and cfg.max_bytes > 0 and req.max_bytes > cfg.max_bytes:
+            return send(reply, pull.status(409, f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}"))
+        if req.min_pending or req.min_ack_pending:
+            return send(reply, pull.status(400, "Bad Request - Not a Overflow Priority consumer"))
+        if req.pin_id:
+            return send(reply, pull.status(400, "Bad Request - Not a Pinned Client Priority consumer"))
+        if not 0 <= req.priority <= 9:
+            return send(reply, pull.status(400, "Bad Request - Priority must be between 0 and 9"))
+        now = mono()
+        if q.full:
+            self._sweep(end_of_stream=False)
+        if req.no_wait:
+            available = max(self.npc, 0) + len(self.rdq)
+            if available == 0 and not req.expires:
+                q.last_activity = now
+                return send(reply, pull.NO_MESSAGES)
+            if available:
+                self._sweep(end_of_stream=False)
+                if available < q.owed():
+                    q.last_activity = now
+                    return send(reply, pull.REQUESTS_PENDING)
+        if q.full:
+            if not req.heartbeat:
+                send(reply, pull.MAX_WAITING)
+            return None
+        expires_at = now + req.expires if req.expires > 0 else 0
+        q.add(pull.Waiting(reply, req.batch, req.max_bytes, expires_at, req.no_wait, req.heartbeat,
+                           now + req.heartbeat if req.heartbeat else 0))
+        q.last_activity = now
+        for t in (expires_at, now + req.heartbeat if req.heartbeat else 0):
+            if t:
+                self._t_wait.arm(t - now)
+        self._kick()
+        return None
+
+    def _send_status(self, reply: str, hdr: bytes) -> None:
+        self.bus.publish(reply, None, hdr, b"")
+
+    def _sweep(self, end_of_stream: bool) -> None:
+        q = self.waiting
+        if q is None or not q:
+            return
+        now = mono()
+        out, deadline = q.sweep(now, end_of_stream, self.bus.has_interest)
+        for reply, hdr in out:
+            self.bus.publish(reply, None, hdr, b"")
+        if deadline:
+            self._t_wait.arm(deadline - now)
+
+    def _on_wait_timer(self) -> None:
+        if self.closed or self.waiting is None:
+            return
+        now = mono()
+        for w in self.waiting.due_heartbeats(now):
+            self.bus.publish(w.reply, None, pull.idle_heartbeat(self.dseq - 1, self.sseq - 1), b"")
+        self._sweep(end_of_stream=self._stall != "maxp")
+
+    # ---- acks --------------------------------------------------------------------------------------
+
+    def _on_ack(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+        if self.closed:
+            return
+        target = ack.parse_subject(subject)
+        body = ack.parse_body(payload)
+        sseq, dseq, dc = (target.stream_seq, target.consumer_seq, target.delivery_count) if target else (0, 0, 0)
+        answer = sseq != 0
+        kind = body.kind
+        if kind is ack.AckKind.ACK:
+            answer = self._ack(sseq, dseq) and answer
+        elif kind is ack.AckKind.NEXT:
+            self._ack(sseq, dseq)
+            if reply:
+                self.pull_request(reply, b"", body.next_request)
+            answer = False
+        elif kind is ack.AckKind.NAK:
+            self._nak(sseq, dseq, dc, body.delay_ns)
+        elif kind is ack.AckKind.PROGRESS:
+            p = self.pending.get(sseq)
+            if p is not None:
+                p[1] = now_ns()
+                self.store.update_delivered(p[0], sseq, 1, p[1])
+        elif kind is ack.AckKind.TERM:
+            answer = self._ack(sseq, dseq) and answer
+            advisories.terminated(self.bus, self.stream.name, self.name, sseq, dseq, dc, body.reason)
+        if reply and answer:
+            self.bus.publish(reply, None, b"", b"")
+
+    def _ack(self, sseq: int, dseq: int) -> bool:
+        """Process an ack; returns whether nats-server would answer an ack_sync reply."""
+        if sseq == 0 or sseq >= self.sseq:
+            return False
+        if self._ack_none:
+            return self._interest_retention
+        freed = self.maxp > 0 and len(self.pending) >= self.maxp
+        acked: list[int] = []
+        if self._ack_all:
+            if dseq <= self.adflr or sseq <= self.asflr:
+                return True
+            self.adflr, self.asflr = dseq, sseq
+            was_pending = sseq in self.pending
+            for seq in [s for s in self.pending if s <= sseq]:
+                del self.pending[seq]
+                acked.append(seq)
+            for seq in [s for s in self.rdc if s <= sseq]:
+                del self.rdc[seq]
+            if acked:
+                self.rdq = deque(s for s in self.rdq if s > sseq)
+            if was_pending:  # the store moves its floor only for a pending seq
+                self.rec.acked(dseq, sseq, True, self.pending)
+                self.store.update_acks(dseq, sseq, ack_all=True)
+        else:
+            p = self.pending.pop(sseq, None)
+            if p is not None:
+                self._move_ack_floor(p[0], sseq)
+                self.rec.acked(p[0], sseq, False, self.pending)
+                self.store.update_acks(p[0], sseq)
+                acked.append(sseq)
+            elif sseq in self.rdc:
+                self.store.update_acks(dseq, sseq)  # clears the stored redelivery count
+            self.rdc.pop(sseq, None)
+            if sseq in self.rdq:
+                self.rdq.remove(sseq)
+        self.last_acked_ns = now_ns()
+        if self._interest_retention:
+            for seq in acked:
+                self.stream.acked(seq)
+        if freed:
+            self._kick()
+        return True
+
+    def _ack_one(self, seq: int, dseq: int) -> None:
+        """Acknowledge internally (message gone from the stream)."""
+        if self.pending.pop(seq, None) is not None:
+            self._move_ack_floor(dseq, seq)
+            self.rec.acked(dseq, seq, self._ack_all, self.pending)
+            self.store.update_acks(dseq, seq)
+
+    def _move_ack_floor(self, dseq: int, sseq: int) -> None:
+        if not self.pending:
+            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
+        elif dseq == self.adflr + 1:
+            self.adflr, self.asflr = dseq, sseq
+            following = [s for s in self.pending if sseq < s < self.sseq]
+            if following:
+                nxt = min(following)
+                self.adflr, self.asflr = self.pending[nxt][0] - 1, nxt - 1
+
+    def _nak(self, sseq: int, dseq: int, dc: int, delay_ns: int | None) -> None:
+        if dseq <= self.adflr or dseq > self.dseq:
+            return
+        p = self.pending.get(sseq)
+        if p is None:
+            return
+        advisories.nak(self.bus, self.stream.name, self.name, sseq, dseq, dc)
+        if delay_ns is not None:
+            if sseq in self.rdq:
+                self.rdq.remove(sseq)
+            p[1] = now_ns() - self.cfg.ack_wait + delay_ns
+            self.store.update_delivered(p[0], sseq, dc, p[1])
+            self._t_ack.arm(10_000_000)
+            return
+        if sseq not in self.rdq:
+            self.rdq.append(sseq)
+        self._kick()
+
+    def _drop_pending(self, seq: int) -> None:
+        """A message reached max_deliver: it leaves ack-pending without moving the reported floor."""
+        p = self.pending.pop(seq, None)
+        if p is not None:
+            self.store.update_delivered(p[0], seq, self.rdc.get(seq, 0) + 2, p[1])
+            self._move_ack_floor(p[0], seq)
+            if self.maxp > 0:
+                self._kick()
+
+    # ---- redelivery timer (ack wait / backoff) ---------------------------------------------------
+
+    def _ack_wait_for(self, seq: int) -> int:
+        backoff = self.cfg.backoff
+        if backoff:
+            return backoff[min(self.rdc.get(seq, 0), len(backoff) - 1)] + ACK_WAIT_SLACK
+        return self.cfg.ack_wait + ACK_WAIT_SLACK
+
+    def _check_pending(self) -> None:
+        if self.closed or not self.pending or self.cfg.ack_wait <= 0:
+            return
+        now = now_ns()
+        first = self.stream.store.state().first_seq
+        backoff = self.cfg.backoff
+        nxt = backoff[-1] if backoff else self.cfg.ack_wait + ACK_WAIT_SLACK
+        expired: list[int] = []
+        for seq, (d, ts) in list(self.pending.items()):
+            if seq < first or seq <= self.asflr:
+                del self.pending[seq]
+                self.rdc.pop(seq, None)
+                continue
+            deadline = self.cfg.ack_wait
+            if backoff:
+                i = self.rdc.get(seq, 0)
+                deadline = backoff[min(i, len(backoff) - 1)]
+                nxt = min(nxt, backoff[min(i + 1, len(backoff) - 1)])
+            elapsed = now - ts
+            if elapsed >= deadline:
+                if seq not in self.rdq and not self._hit_max_deliveries(seq):
+                    expired.append(seq)
+            else:
+                nxt = min(nxt, deadline - elapsed)
+        if expired:
+            expired.sort()
+            self.rdq.extend(expired)
+            off = now - self.pending[expired[0]][1]
+            for seq in expired:
+                self.pending[seq][1] += off
+            self._kick()
+        if self.pending:
+            self._t_ack.arm(nxt, earliest=False)
+        else:
+            self.rdq.clear()
+            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
+
+    def _hit_max_deliveries(self, seq: int) -> bool:
+        if not self.maxdc:
+            return False
+        dc = self.rdc.get(seq, 0) + 1
+        if dc < self.maxdc:
+            return False
+        if dc == self.maxdc:
+            advisories.max_deliveries(self.bus, self.stream.name, self.name, seq, dc)
+        self.rdc[seq] = dc
+        self._drop_pending(seq)
+        return True
+
+    # ---- push: interest, heartbeats, flow control --------------------------------------------------
+
+    def _on_interest(self, has_interest: bool) -> None:
+        if self.closed:
+            return
+        self.active = has_interest
+        if has_interest:
+            self._t_inactive.cancel()
+            self._kick()
+        else:
+            self._arm_inactive()
+
+    def _on_heartbeat_timer(self) -> None:
+        if self.closed:
+            return
+        hb = self.cfg.idle_heartbeat
+        idle = mono() - self._last_out
+        if idle >= hb - ACK_WAIT_SLACK:
+            if self.active:
+                hdr = pull.idle_heartbeat(self.dseq - 1, self.sseq - 1, stalled=self.fcid)
+                self.bus.publish(self.cfg.deliver_subject, None, hdr, b"")
+            self._last_out = mono()
+            idle = 0
+        self._t_hb.arm(hb - idle, earliest=False)
+
+    def _send_flow_control(self) -> None:
+        self.fcid = f"{FC_PREFIX}{self.stream.name}.{self.name}.{os.urandom(3).hex()[:4]}"
+        self.fcsz = self.pbytes
+        self.bus.publish(self.cfg.deliver_subject, self.fcid, b"NATS/1.0 100 FlowControl Request\r\n\r\n", b"")
+
+    def _on_flow_control(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+        if self.closed or subject != self.fcid:
+            return
+        self.maxpb = min(self.maxpb * 2, FC_WINDOW_LIMIT)
+        self.pbytes = max(self.pbytes - self.fcsz, 0)
+        self.fcid, self.fcsz = "", 0
+        self._kick()
+
+    # ---- inactivity and pause ----------------------------------------------------------------------
+
+    def _arm_inactive(self) -> None:
+        if self.cfg.inactive_threshold > 0 and self._on_inactive is not None:
+            self._t_inactive.arm(self.cfg.inactive_threshold, earliest=False)
+
+    def _on_inactive_timer(self) -> None:
+        if self.closed:
+            return
+        threshold = self.cfg.inactive_threshold
+        if self.cfg.is_push:
+            if self.active:
+                return
+        else:
+            q = self.waiting
+            assert q is not None
+            idle = mono() - q.last_activity
+            if q or idle < threshold:
+                self._t_inactive.arm(threshold if q else threshold - idle, earliest=False)
+                return
+        if self._on_inactive is not None:
+            self._on_inactive(self)
+
+    def _arm_pause(self) -> None:
+        until = self.cfg.pause_until_ns if self.cfg.pause_until else 0
+        now = now_ns()
+        if until > now:
+            self._t_pause.arm(until - now + ACK_WAIT_SLACK, earliest=False)
+        else:
+            self._t_pause.cancel()
+
+    def pause(self, until_ns: int) -> None:
+        self.cfg.pause_until = rfc3339(until_ns) if until_ns > 0 else None
+        self.save_meta()
+        self._arm_pause()
+        self._kick()
+
+    # ---- reset -------------------------------------------------------------------------------------
+
+    def reset(self, seq: int) -> int:
+        """CONSUMER.RESET: move delivery to `seq` (0 = ack floor + 1). Returns the target seq."""
+        cfg = self.cfg
+        if seq == 0:
+            seq = self.asflr + 1
+        elif cfg.deliver_policy == "all":
+            pass
+        elif cfg.deliver_policy == "by_start_sequence":
+            if seq < cfg.opt_start_seq:
+                raise errors.CONSUMER_INVALID_RESET(err="below start seq")
+        elif cfg.deliver_policy == "by_start_time":
+            if seq < self.stream.store.first_seq_at_or_after_time(cfg.opt_start_time_ns):
+                raise errors.CONSUMER_INVALID_RESET(err="below start time")
+        else:
+            raise errors.CONSUMER_INVALID_RESET(err="not allowed")
+        seq = max(seq, 1)
+        self.pending.clear()
+        self.rdc.clear()
+        self.rdq.clear()
+        self.lss = None
+        self.sseq, self.dseq = seq, 1
+        self.adflr, self.asflr = 0, seq - 1
+        self.last_delivered_ns = self.last_acked_ns = 0
+        self.rec = _Record(0, seq - 1, 0, seq - 1)
+        self.store.reset(ConsumerState(delivered_stream_seq=seq - 1, ack_floor_stream_seq=seq - 1))
+        self._t_ack.cancel()
+        if self._interest_retention:
+            self._release_below(seq)
+        self._recount_pending()
+        self._kick()
+        return seq
+
+    def _release_below(self, seq: int) -> None:
+        """Interest streams: offer every message below the new floor for removal."""
+        st = self.stream.store.state()
+        for s in range(max(st.first_seq, 1), min(seq, st.last_seq + 1)):
+            self.stream.acked(s)
+
+    # ---- info --------------------------------------------------------------------------------------
+
+    def info(self, dynamic_metadata: bool = True) -> dict[str, Any]:
+        """ConsumerInfo as nats-server reports it (without "type"); LIST leaves out the server's
+        dynamic metadata (`_nats.level`, `_nats.ver`) as nats-server does."""
+        self._recount_pending()
+        if self.waiting is not None:
+            self._sweep(end_of_stream=False)
+        rec = self.rec
+        has_state = rec.delivered_dseq or rec.delivered_sseq
+        delivered: dict[str, Any] = {
+            "consumer_seq": rec.delivered_dseq if has_state else self.dseq - 1,
+            "stream_seq": rec.delivered_sseq if has_state else self.sseq - 1,
+        }
+        if self.last_delivered_ns:
+            delivered["last_active"] = rfc3339(self.last_delivered_ns)
+        ack_floor: dict[str, Any] = {"consumer_seq": rec.floor_dseq, "stream_seq": rec.floor_sseq}
+        if self.last_acked_ns:
+            ack_floor["last_active"] = rfc3339(self.last_acked_ns)
+        out: dict[str, Any] = {
+            "stream_name": self.stream.name,
+            "name": self.name,
+            "created": rfc3339(self.created_ns),
+            "config": self.cfg.to_json(self.dynamic_metadata() if dynamic_metadata else None),
+            "delivered": delivered,
+            "ack_floor": ack_floor,
+            "num_ack_pending": len(self.pending),
+            "num_redelivered": 0 if self.cfg.max_deliver == 1 else len(self.rdc),
+            "num_waiting": len(self.waiting) if self.waiting is not None else 0,
+            "num_pending": max(self.npc, 0),
+        }
+        if self.cfg.is_push and self.active:
+            out["push_bound"] = True
+        until = self.cfg.pause_until_ns if self.cfg.pause_until else 0
+        if until > now_ns():
+            out["paused"] = True
+            out["pause_remaining"] = min(until - now_ns(), 2**63 - 1)
+        out["ts"] = rfc3339(now_ns())
+        return out
+
+    @staticmethod
+    def dynamic_metadata() -> dict[str, str]:
+        return {"_nats.level": str(API_LEVEL), "_nats.ver": VERSION}
+
+
+def load_meta(directory: Path) -> tuple[str, int, dict[str, Any]] | None:
+    """(name, created ns, config JSON) saved by `Consumer.save_meta`, or None when there is none."""
+    raw = storage.load_meta(directory)
+    if raw is None:
+        return None
+    data = json.loads(raw)
+    return data["name"], int(data["created"]), data["config"]
