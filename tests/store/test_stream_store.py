@@ -277,7 +277,8 @@ def test_closed_store_refuses(factory):
         s.store_msg("a", b"", b"")
 
 
-def _random_ops(store, rng, n):
+def _random_ops(store, rng, n, limits):
+    """`n` random operations; `limits` (a one-item list) gets the limits last set, for reopening."""
     subjects = [f"s.{i}" for i in range(12)] + ["t.x.1", "t.y.2"]
     for _ in range(n):
         r = rng.random()
@@ -296,7 +297,8 @@ def _random_ops(store, rng, n):
         elif r < 0.958:
             store.purge()
         else:
-            store.update_limits(StoreLimits(max_msgs_per_subject=rng.randint(2, 30)))
+            limits[0] = StoreLimits(max_msgs_per_subject=rng.randint(2, 30))
+            store.update_limits(limits[0])
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -307,9 +309,10 @@ def test_file_store_matches_memory_store_and_survives_restarts(tmp_path, seed):
     mem = StoreFactory("memory", tmp_path).open()
     files = StoreFactory("file", tmp_path / "f")
     fs = files.open()
+    limits = [StoreLimits()]
     for round_ in range(5):
-        _random_ops(mem, rng_m, 300)
-        _random_ops(fs, rng_f, 300)
+        _random_ops(mem, rng_m, 300, [StoreLimits()])
+        _random_ops(fs, rng_f, 300, limits)
         want, got = dump(mem), dump(fs)
         # timestamps differ between the two stores: compare everything else
         assert [m[:4] for m in got[1]] == [m[:4] for m in want[1]]
@@ -317,7 +320,7 @@ def test_file_store_matches_memory_store_and_survives_restarts(tmp_path, seed):
             assert getattr(got[0], field) == getattr(want[0], field), (round_, field)
         assert got[2] == want[2]
         before = dump(fs)
-        fs = files.reopen(fs)
+        fs = files.reopen(fs, limits[0])
         assert dump(fs) == before
         assert fs.state().lost is None
     blocks = list((tmp_path / "f" / "msgs").glob("*.blk"))

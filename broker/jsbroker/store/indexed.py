@@ -193,6 +193,8 @@ class IndexedStore:
                 by_sid(sid).seqs.append(base + i)
         self._subjects.drop_empty()
         self._first = self._next_live(base) if self._msgs else 0
+        if self._msgs:
+            self._grow_to(self._last + 1)  # skips after the last message are gaps too
         self._trim()
         return dropped
 
