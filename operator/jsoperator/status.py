@@ -1,0 +1,219 @@
+"""The status patch of a Stream or Consumer: conditions, observedGeneration and the observed server state.
+
+Owns how a reconciliation outcome reads in ``status`` (kstatus, Argo CD and Flux all read it):
+- ``Ready`` (True/False), ``Reconciling`` (True while work is in progress or will be retried),
+  ``Stalled`` (True when only a human can fix it: invalid spec, a change the server refuses, a server
+  error that retrying will not cure); plus ``ReconciliationPaused`` and ``Unmanaged`` while those
+  annotations are set;
+- ``lastTransitionTime`` only moves when a condition's status changes;
+- ``observedGeneration`` is the generation the operator acted on (a paused resource keeps the old one:
+  its spec was not applied);
+- server errors (``code``, ``err_code``, ``description``) -> reason ``JetStreamError`` with the server's
+  words and a hint; an unreachable broker -> reason ``BrokerUnavailable``, retried.
+Pure: callers pass the time and the server's info dicts; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from jsoperator.models import Condition, LastReset
+
+READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
+PAUSED, UNMANAGED = "ReconciliationPaused", "Unmanaged"
+
+# Reasons (CamelCase, stable: users and alerts match on them).
+SYNCED = "Synced"
+PROGRESSING = "Progressing"
+JETSTREAM_ERROR = "JetStreamError"
+BROKER_UNAVAILABLE = "BrokerUnavailable"
+IMMUTABLE_FIELD = "ImmutableFieldChange"
+INVALID_SPEC = "InvalidSpec"
+WAITING_FOR_STREAM = "WaitingForStream"
+
+# What to do about the server errors users meet most (err_code -> hint).
+HINTS = {
+    10012: "the server refused the consumer config; fix the spec",
+    10014: "the consumer does not exist on the server",
+    10023: "the server is out of resources; free some or add capacity",
+    10026: "the stream's maxConsumers (or the account limit) is reached",
+    10027: "the account's stream limit is reached",
+    10028: "the server has no memory left for this stream; lower maxBytes or use file storage",
+    10039: "JetStream is not enabled for this account; enable it on the server",
+    10047: "the server has no storage left for this stream; lower maxBytes",
+    10052: "the server refused the stream config; fix the spec",
+    10055: "a mirror's configuration cannot change; delete and recreate the stream",
+    10058: "a stream with this name exists with a different configuration",
+    10059: "the stream does not exist on the server; create the Stream first",
+    10065: "another stream already stores some of these subjects; change spec.subjects",
+    10074: "replicas > 1 needs a clustered JetStream; set replicas: 1",
+    10185: "the server is too old for a feature this spec uses; upgrade it or drop the field",
+}
+# Errors worth retrying by themselves: the server is busy, or the stream may be created any moment.
+_TRANSIENT_ERR_CODES = frozenset({10008, 10023, 10059})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one reconciliation found, in condition terms."""
+
+    ready: bool
+    reason: str
+    message: str
+    reconciling: bool = False
+    stalled: bool = False
+
+
+def synced(message: str) -> Outcome:
+    return Outcome(True, SYNCED, message)
+
+
+def progressing(message: str) -> Outcome:
+    return Outcome(False, PROGRESSING, message, reconciling=True)
+
+
+def broker_unavailable(detail: str) -> Outcome:
+    message = f"cannot reach JetStream ({detail}); retrying with backoff, nothing was changed or deleted"
+    return Outcome(False, BROKER_UNAVAILABLE, message, reconciling=True)
+
+
+def api_error(code: int, err_code: int, description: str, *, action: str = "") -> Outcome:
+    """A JetStream API error answer -> Ready=False JetStreamError; retried only when it may pass by itself."""
+    hint = HINTS.get(err_code)
+    doing = f"{action}: " if action else ""
+    message = f"{doing}JetStream error {err_code} (code {code}): {description}" + (f". {hint}" if hint else "")
+    transient = code == 503 or err_code in _TRANSIENT_ERR_CODES
+    reason = WAITING_FOR_STREAM if err_code == 10059 else JETSTREAM_ERROR
+    return Outcome(False, reason, message, reconciling=transient, stalled=not transient)
+
+
+def immutable_change(message: str) -> Outcome:
+    return Outcome(False, IMMUTABLE_FIELD, message, stalled=True)
+
+
+def invalid_spec(message: str) -> Outcome:
+    return Outcome(False, INVALID_SPEC, message, stalled=True)
+
+
+# -- the patch --------------------------------------------------------------------------------------
+
+
+Mode = Literal["reconciled", "paused", "unmanaged"]
+
+
+def build(
+    previous: Mapping[str, Any] | None,
+    *,
+    generation: int,
+    outcome: Outcome,
+    now: datetime,
+    observed: Mapping[str, Any] | None = None,
+    mode: Mode = "reconciled",
+) -> dict[str, Any]:
+    """The status to write (a JSON merge patch for ``status``; ``conditions`` is written whole).
+
+    ``previous`` is the current ``status`` (or None); ``observed`` is ``stream_state(...)`` or
+    ``consumer_state(...)`` when the server object was read.
+    """
+    previous = previous or {}
+    conditions = _conditions(previous.get("conditions") or [], generation, outcome, now, mode)
+    patch: dict[str, Any] = {"conditions": conditions}
+    if mode != "paused":
+        patch["observedGeneration"] = generation
+    patch.update(observed or {})
+    return patch
+
+
+def _conditions(
+    previous: Sequence[Mapping[str, Any]], generation: int, outcome: Outcome, now: datetime, mode: Mode
+) -> list[dict[str, Any]]:
+    old = {c.get("type"): c for c in previous}
+    wanted: list[tuple[str, bool, str, str]] = []
+    if mode == "paused":
+        # Paused: nothing is applied, so Ready keeps whatever it was; say why nothing moves.
+        message = "jsoperator.io/pause-reconciliation is true: the operator changes nothing on the server"
+        ready = old.get(READY)
+        if ready is not None:
+            wanted.append((READY, ready.get("status") == "True", ready.get("reason", ""), ready.get("message", "")))
+        wanted += [(RECONCILING, False, PAUSED, message), (STALLED, False, PAUSED, message), (PAUSED, True, PAUSED, message)]
+    elif mode == "unmanaged":
+        message = "jsoperator.io/managed is false: the operator never touches the server object"
+        wanted += [(READY, True, UNMANAGED, message), (RECONCILING, False, UNMANAGED, message)]
+        wanted += [(STALLED, False, UNMANAGED, message), (UNMANAGED, True, UNMANAGED, message)]
+    else:
+        wanted += [
+            (READY, outcome.ready, outcome.reason, outcome.message),
+            (RECONCILING, outcome.reconciling, outcome.reason, outcome.message if outcome.reconciling else ""),
+            (STALLED, outcome.stalled, outcome.reason, outcome.message if outcome.stalled else ""),
+        ]
+    return [_condition(old.get(type_), type_, status, reason, message, generation, now)
+            for type_, status, reason, message in wanted]
+
+
+def _condition(
+    old: Mapping[str, Any] | None, type_: str, status: bool, reason: str, message: str, generation: int, now: datetime
+) -> dict[str, Any]:
+    text = "True" if status else "False"
+    since = old.get("lastTransitionTime") if old is not None and old.get("status") == text else None
+    condition = Condition(
+        type=type_, status=text, reason=reason, message=message,
+        last_transition_time=since or now, observed_generation=generation,
+    )
+    return condition.model_dump(by_alias=True, mode="json")
+
+
+def condition(status: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
+    """The condition of ``type_`` in a status, if any."""
+    for item in (status or {}).get("conditions") or []:
+        if item.get("type") == type_:
+            return item
+    return None
+
+
+# -- observed server state --------------------------------------------------------------------------
+
+
+def stream_state(info: Mapping[str, Any]) -> dict[str, Any]:
+    """StreamInfo -> the observed-state part of Stream.status."""
+    state = info.get("state") or {}
+    return {
+        "streamName": (info.get("config") or {}).get("name"),
+        "messages": state.get("messages", 0),
+        "bytes": state.get("bytes", 0),
+        "firstSeq": state.get("first_seq", 0),
+        "lastSeq": state.get("last_seq", 0),
+        "consumerCount": state.get("consumer_count", 0),
+    }
+
+
+def consumer_state(info: Mapping[str, Any]) -> dict[str, Any]:
+    """ConsumerInfo -> the observed-state part of Consumer.status."""
+    return {
+        "streamName": info.get("stream_name"),
+        "consumerName": info.get("name"),
+        "delivered": _position(info.get("delivered")),
+        "ackFloor": _position(info.get("ack_floor")),
+        "numPending": info.get("num_pending", 0),
+        "numAckPending": info.get("num_ack_pending", 0),
+        "numRedelivered": info.get("num_redelivered", 0),
+        "numWaiting": info.get("num_waiting", 0),
+    }
+
+
+def _position(pair: Mapping[str, Any] | None) -> dict[str, int]:
+    pair = pair or {}
+    return {"consumerSeq": pair.get("consumer_seq", 0), "streamSeq": pair.get("stream_seq", 0)}
+
+
+def last_reset(
+    request: str, *, succeeded: bool, now: datetime, reset_seq: int | None = None, message: str = ""
+) -> dict[str, Any]:
+    """The ``status.lastReset`` record of an executed reset annotation (see annotations.py)."""
+    record = LastReset(
+        request=request, reset_seq=reset_seq, time=now, result="Succeeded" if succeeded else "Failed", message=message
+    )
+    return record.model_dump(by_alias=True, mode="json", exclude_none=True)
+

@@ -1,0 +1,133 @@
+"""status.py: conditions (kstatus-compatible), lastTransitionTime stability, error mapping, observed state."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from jsoperator import status
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+T1 = T0 + timedelta(minutes=5)
+
+
+def conditions(patch: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in patch["conditions"]}
+
+
+def test_ready_status_is_kstatus_current() -> None:
+    patch = status.build(None, generation=3, outcome=status.synced("stream matches the spec"), now=T0)
+    assert patch["observedGeneration"] == 3
+    assert conditions(patch) == {"Ready": ("True", "Synced"), "Reconciling": ("False", "Synced"),
+                                 "Stalled": ("False", "Synced")}
+    ready = status.condition(patch, "Ready")
+    assert ready is not None
+    assert ready == {"type": "Ready", "status": "True", "reason": "Synced", "message": "stream matches the spec",
+                     "lastTransitionTime": "2026-01-01T12:00:00Z", "observedGeneration": 3}
+
+
+def test_last_transition_time_moves_only_when_status_changes() -> None:
+    first = status.build(None, generation=1, outcome=status.synced("ok"), now=T0)
+    same = status.build(first, generation=2, outcome=status.synced("still ok"), now=T1)
+    assert status.condition(same, "Ready")["lastTransitionTime"] == "2026-01-01T12:00:00Z"  # type: ignore[index]
+    assert status.condition(same, "Ready")["message"] == "still ok"  # type: ignore[index]
+    down = status.build(same, generation=2, outcome=status.broker_unavailable("connection refused"), now=T1)
+    assert status.condition(down, "Ready")["lastTransitionTime"] == "2026-01-01T12:05:00Z"  # type: ignore[index]
+    assert status.condition(down, "Stalled")["lastTransitionTime"] == "2026-01-01T12:00:00Z"  # type: ignore[index]
+
+
+def test_broker_unavailable_is_retrying_not_stalled() -> None:
+    patch = status.build(None, generation=1, outcome=status.broker_unavailable("timeout"), now=T0)
+    assert conditions(patch) == {"Ready": ("False", "BrokerUnavailable"),
+                                 "Reconciling": ("True", "BrokerUnavailable"),
+                                 "Stalled": ("False", "BrokerUnavailable")}
+    assert "nothing was changed or deleted" in status.condition(patch, "Ready")["message"]  # type: ignore[index]
+
+
+def test_server_error_carries_err_code_description_and_hint() -> None:
+    outcome = status.api_error(400, 10065, "subjects overlap with an existing stream", action="create stream")
+    assert (outcome.ready, outcome.reason, outcome.stalled, outcome.reconciling) == (
+        False, "JetStreamError", True, False)
+    assert outcome.message == (
+        "create stream: JetStream error 10065 (code 400): subjects overlap with an existing stream. "
+        "another stream already stores some of these subjects; change spec.subjects"
+    )
+
+
+def test_transient_server_errors_are_retried() -> None:
+    assert status.api_error(503, 10008, "JetStream system temporarily unavailable").reconciling
+    missing = status.api_error(404, 10059, "stream not found", action="create consumer")
+    assert (missing.reason, missing.reconciling, missing.stalled) == ("WaitingForStream", True, False)
+    unknown = status.api_error(500, 10999, "something new")
+    assert (unknown.reason, unknown.stalled, unknown.message) == (
+        "JetStreamError", True, "JetStream error 10999 (code 500): something new")
+
+
+def test_immutable_change_and_invalid_spec_are_stalled() -> None:
+    for outcome, reason in ((status.immutable_change("storage cannot change"), "ImmutableFieldChange"),
+                            (status.invalid_spec("maxAge: invalid duration"), "InvalidSpec")):
+        patch = status.build(None, generation=4, outcome=outcome, now=T0)
+        assert conditions(patch) == {"Ready": ("False", reason), "Reconciling": ("False", reason),
+                                     "Stalled": ("True", reason)}
+
+
+def test_paused_keeps_ready_and_observed_generation() -> None:
+    ready = status.build(None, generation=1, outcome=status.synced("ok"), now=T0)
+    paused = status.build(ready, generation=2, outcome=status.synced("ignored"), now=T1, mode="paused")
+    assert "observedGeneration" not in paused  # the new spec was not applied
+    assert conditions(paused) == {"Ready": ("True", "Synced"), "Reconciling": ("False", "ReconciliationPaused"),
+                                  "Stalled": ("False", "ReconciliationPaused"),
+                                  "ReconciliationPaused": ("True", "ReconciliationPaused")}
+    assert status.condition(paused, "Ready")["lastTransitionTime"] == "2026-01-01T12:00:00Z"  # type: ignore[index]
+    resumed = status.build(paused, generation=2, outcome=status.synced("ok"), now=T1)
+    assert "ReconciliationPaused" not in conditions(resumed) and resumed["observedGeneration"] == 2
+
+
+def test_unmanaged_is_ready_and_says_why() -> None:
+    patch = status.build(None, generation=1, outcome=status.synced("x"), now=T0, mode="unmanaged")
+    assert conditions(patch)["Unmanaged"] == ("True", "Unmanaged")
+    assert conditions(patch)["Ready"] == ("True", "Unmanaged")
+    assert patch["observedGeneration"] == 1
+
+
+def test_stream_state_from_stream_info() -> None:
+    info = {"config": {"name": "ORDERS"}, "state": {"messages": 5, "bytes": 250, "first_seq": 3, "last_seq": 7,
+                                                     "consumer_count": 2, "first_ts": "x"}}
+    assert status.stream_state(info) == {"streamName": "ORDERS", "messages": 5, "bytes": 250, "firstSeq": 3,
+                                         "lastSeq": 7, "consumerCount": 2}
+    patch = status.build(None, generation=1, outcome=status.synced("ok"), now=T0, observed=status.stream_state(info))
+    assert patch["messages"] == 5 and patch["streamName"] == "ORDERS"
+
+
+def test_consumer_state_from_consumer_info() -> None:
+    info = {"stream_name": "ORDERS", "name": "billing", "delivered": {"consumer_seq": 4, "stream_seq": 9},
+            "ack_floor": {"consumer_seq": 2, "stream_seq": 6, "last_active": "x"}, "num_ack_pending": 2,
+            "num_redelivered": 1, "num_waiting": 3, "num_pending": 10}
+    assert status.consumer_state(info) == {
+        "streamName": "ORDERS", "consumerName": "billing", "delivered": {"consumerSeq": 4, "streamSeq": 9},
+        "ackFloor": {"consumerSeq": 2, "streamSeq": 6}, "numPending": 10, "numAckPending": 2,
+        "numRedelivered": 1, "numWaiting": 3,
+    }
+
+
+def test_last_reset_record() -> None:
+    ok = status.last_reset("reset-to-sequence=42", succeeded=True, now=T0, reset_seq=42, message="reset to 42")
+    assert ok == {"request": "reset-to-sequence=42", "resetSeq": 42, "time": "2026-01-01T12:00:00Z",
+                  "result": "Succeeded", "message": "reset to 42"}
+    failed = status.last_reset("reset-to-sequence=1", succeeded=False, now=T0, message="invalid reset: below start seq")
+    assert failed["result"] == "Failed" and "resetSeq" not in failed
+
+
+def test_patches_fit_the_status_models_the_crd_is_generated_from() -> None:
+    from jsoperator.models import ConsumerStatus, StreamStatus
+
+    info = {"config": {"name": "S"}, "state": {"messages": 1}}
+    stream_patch = status.build(None, generation=1, outcome=status.synced("ok"), now=T0,
+                                observed=status.stream_state(info))
+    assert StreamStatus.model_validate(stream_patch).model_dump(by_alias=True, mode="json", exclude_none=True) == (
+        stream_patch)
+    consumer_patch = status.build(None, generation=1, outcome=status.synced("ok"), now=T0,
+                                  observed=status.consumer_state({"stream_name": "S", "name": "c"}))
+    consumer_patch["lastReset"] = status.last_reset("reset-to-sequence=1", succeeded=True, now=T0, reset_seq=1)
+    assert ConsumerStatus.model_validate(consumer_patch).model_dump(
+        by_alias=True, mode="json", exclude_none=True) == consumer_patch
