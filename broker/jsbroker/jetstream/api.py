@@ -1,0 +1,273 @@
+"""The `$JS.API.*` request router: subject -> handler table, request decoding, response encoding.
+
+Owns: matching an API subject against the handler table (the core's subject rules), the checks every
+request gets before its handler (`Nats-Required-Api-Level`), typed reading of request JSON (unknown fields
+are ignored so clients of every version work; a wrong type is 10025 like nats-server), and the only place
+responses and `ApiError`s are serialised (`{"type": "io.nats.jetstream.api.v1.<x>", ...}`, errors as
+exactly `{"code", "err_code", "description"}`).
+
+Handlers (`stream_api.STREAM_HANDLERS`, `consumer_api.CONSUMER_HANDLERS`) are short: read the request,
+call the stream or consumer, return the response body as a dict (or None when they answered themselves,
+as DIRECT.GET does). They raise `errors.X(...)` for failures and never build error JSON.
+
+Subjects nobody handles: nats-server answers an unknown `$JS.API.` subject with nothing at all, but a
+DIRECT.GET to a stream without `allow_direct` or a CONSUMER.MSG.NEXT to a consumer that does not exist
+gets the 503 no-responders status. The router subscribes `$JS.API.>` (and the domain form), so it
+answers those two cases itself; streams and consumers subscribe their DIRECT.GET / MSG.NEXT subjects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from jsbroker import subjects
+from jsbroker.jetstream import errors, headers, times
+
+if TYPE_CHECKING:
+    from jsbroker.internal import InternalBus, InternalSubscription, Origin
+    from jsbroker.jetstream.service import JetStream
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "$JS.API."
+API_LEVEL = 5  # JSApiLevel of nats-server 2.15
+TYPE_PREFIX = "io.nats.jetstream.api.v1."
+NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"
+
+_INT_RANGES = {"int": (-(2**63), 2**63 - 1), "int32": (-(2**31), 2**31 - 1), "uint64": (0, 2**64 - 1)}
+
+
+@dataclass(slots=True)
+class Request:
+    """One API request as a handler sees it. `subject` is always the `$JS.API.` form (domain mapped)."""
+
+    js: JetStream
+    subject: str
+    reply: str | None
+    hdr: bytes
+    payload: bytes
+    tokens: list[str] = field(default_factory=list)
+
+    def token(self, index: int) -> str:
+        """Token `index` of the subject (`$JS.API.STREAM.INFO.<name>`: the name is token 4)."""
+        return self.tokens[index]
+
+    def tail(self, index: int) -> str:
+        """Tokens from `index` to the end, joined (a subject embedded in an API subject)."""
+        return ".".join(self.tokens[index:])
+
+    def json(self) -> dict[str, Any]:
+        """The body as a JSON object; an empty body is `{}`. Malformed JSON or a non-object is 10025."""
+        return parse_json(self.payload)
+
+    def json_if_object(self) -> dict[str, Any]:
+        """Like nats-server's optional bodies: parsed only when it looks like JSON, otherwise `{}`."""
+        body = self.payload.lstrip()
+        if not body.startswith((b"{", b"[")):
+            return {}
+        return parse_json(body)
+
+    def require_empty(self) -> None:
+        """Bodies that must be empty or `{}` (10038 otherwise)."""
+        body = self.payload.strip()
+        if body and body != b"{}":
+            raise errors.NOT_EMPTY_REQUEST()
+
+    def require_body(self) -> dict[str, Any]:
+        """Bodies that must not be empty (10003 when they are)."""
+        if not self.payload.strip():
+            raise errors.BAD_REQUEST()
+        return self.json()
+
+
+Handler = Callable[[Request], "dict[str, Any] | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    pattern: str  # `$JS.API.` subject pattern with wildcards
+    response_type: str  # suffix after `io.nats.jetstream.api.v1.`
+    handler: Handler
+    error_fields: dict[str, Any] = field(default_factory=dict)  # non-omitempty fields Go also sends with errors
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        return {}
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.INVALID_JSON(err=str(exc)) from None
+    if not isinstance(value, dict):
+        raise errors.INVALID_JSON(err=f"json: cannot unmarshal {_json_kind(value)} into a request object")
+    return value
+
+
+# Typed reads of request fields. null reads as the default (Go leaves the zero value); a value of the
+# wrong JSON type is rejected with 10025, as Go's decoder does.
+
+
+def get_int(raw: dict[str, Any], key: str, default: int = 0, kind: str = "int") -> int:
+    value = raw.get(key)
+    if value is None:
+        return default
+    low, high = _INT_RANGES[kind]
+    if type(value) is not int or not low <= value <= high:
+        raise _type_error(key, value, kind)
+    return value
+
+
+def get_str(raw: dict[str, Any], key: str, default: str = "") -> str:
+    value = raw.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise _type_error(key, value, "string")
+    return value
+
+
+def get_bool(raw: dict[str, Any], key: str, default: bool = False) -> bool:
+    value = raw.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _type_error(key, value, "bool")
+    return value
+
+
+def get_str_list(raw: dict[str, Any], key: str) -> list[str]:
+    value = raw.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(v is None or isinstance(v, str) for v in value):
+        raise _type_error(key, value, "[]string")
+    return [v or "" for v in value]
+
+
+def get_str_map(raw: dict[str, Any], key: str) -> dict[str, str]:
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(v is None or isinstance(v, str) for v in value.values()):
+        raise _type_error(key, value, "map[string]string")
+    return {k: v or "" for k, v in value.items()}
+
+
+def get_object(raw: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _type_error(key, value, "object")
+    return value
+
+
+def get_time(raw: dict[str, Any], key: str) -> int | None:
+    """An RFC 3339 time field in ns (None when absent)."""
+    text = get_str(raw, key)
+    if not text:
+        return None
+    try:
+        return times.parse_rfc3339(text)
+    except ValueError:
+        raise errors.INVALID_JSON(err=f"parsing time {json.dumps(text)} as RFC 3339") from None
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else "null"
+
+
+def _type_error(key: str, value: object, wanted: str) -> errors.ApiError:
+    shown = f"number {value}" if _json_kind(value) == "number" else _json_kind(value)
+    return errors.INVALID_JSON(err=f"json: cannot unmarshal {shown} into Go struct field .{key} of type {wanted}")
+
+
+def dumps(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class ApiRouter:
+    """Subscribes the API subjects, dispatches requests to the handler table and sends the answers."""
+
+    def __init__(self, js: JetStream, bus: InternalBus, endpoints: list[Endpoint], domain: str | None) -> None:
+        self._js = js
+        self._bus = bus
+        self._endpoints = endpoints
+        self._domain_prefix = f"$JS.{domain}.API." if domain else None
+        self._subs: list[InternalSubscription] = []
+        self.total = 0
+        self.errors = 0
+
+    def start(self) -> None:
+        self._subs.append(self._bus.subscribe_internal(API_PREFIX + ">", self._on_request))
+        if self._domain_prefix:
+            self._subs.append(self._bus.subscribe_internal(self._domain_prefix + ">", self._on_request))
+
+    def stop(self) -> None:
+        for sub in self._subs:
+            self._bus.unsubscribe_internal(sub)
+        self._subs.clear()
+
+    def _on_request(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+        if self._domain_prefix and subject.startswith(self._domain_prefix):
+            subject = API_PREFIX + subject[len(self._domain_prefix):]
+        endpoint = self._match(subject)
+        if endpoint is None:
+            self._unhandled(subject, reply)
+            return
+        if not reply:
+            return  # nats-server drops API requests without a reply subject
+        request = Request(self._js, subject, reply, hdr, payload, subject.split("."))
+        try:
+            self._check_api_level(hdr)
+            body = endpoint.handler(request)
+        except errors.ApiError as err:
+            self._send_error(endpoint, reply, err)
+            return
+        except Exception:  # a bug must not take the connection down; answer like nats-server's 500s
+            log.exception("jetstream api handler failed", extra={"subject": subject})
+            self._send_error(endpoint, reply, errors.STREAM_GENERAL_ERROR(err="internal error"))
+            return
+        self.total += 1
+        if body is not None:
+            self._bus.publish(reply, None, b"", dumps({"type": TYPE_PREFIX + endpoint.response_type, **body}))
+
+    def _send_error(self, endpoint: Endpoint, reply: str, err: errors.ApiError) -> None:
+        self.total += 1
+        self.errors += 1
+        body = {"type": TYPE_PREFIX + endpoint.response_type, "error": err.to_dict(), **endpoint.error_fields}
+        self._bus.publish(reply, None, b"", dumps(body))
+
+    def _match(self, subject: str) -> Endpoint | None:
+        for endpoint in self._endpoints:
+            if subjects.subject_matches(endpoint.pattern, subject):
+                return endpoint
+        return None
+
+    @staticmethod
+    def _check_api_level(hdr: bytes) -> None:
+        level = headers.get(hdr, headers.REQUIRED_API_LEVEL)
+        if not level:
+            return
+        try:
+            acceptable = int(level) <= API_LEVEL
+        except ValueError:
+            acceptable = False
+        if not acceptable:
+            raise errors.REQUIRED_API_LEVEL()
+
+    def _unhandled(self, subject: str, reply: str | None) -> None:
+        """Answer 503 where nats-server has no responder; stay silent for unknown subjects."""
+        if reply and self._js.wants_no_responders(subject.split(".")):
+            self._bus.publish(reply, None, NO_RESPONDERS, b"")

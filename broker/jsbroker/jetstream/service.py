@@ -1,0 +1,212 @@
+"""The JetStream service: the account's streams, their persistence, the API router and the fsync timer.
+
+Owns: the stream registry (create / update / delete / lookup with nats-server's cross-stream rules), the
+on-disk layout `<store_dir>/streams/<name>/` (config metadata + the stream's store + `obs/` for durable
+consumers), restoring every stream on start, the periodic fsync of the default sync policy, and the
+numbers `$JS.API.INFO`, /jsz and /varz report. The core starts it with `JetStream(bus, settings)`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from jsbroker import store as storage
+from jsbroker import subjects
+from jsbroker.config import JetStreamSettings
+from jsbroker.internal import InternalBus
+from jsbroker.jetstream import errors, stream_config, times
+from jsbroker.jetstream.api import API_LEVEL, ApiRouter
+from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS
+from jsbroker.jetstream.stream import Stream
+from jsbroker.jetstream.stream_api import STREAM_HANDLERS
+from jsbroker.jetstream.stream_config import StreamConfig
+
+log = logging.getLogger(__name__)
+
+_META_VERSION = 1
+
+
+class JetStream:
+    def __init__(self, bus: InternalBus, settings: JetStreamSettings) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.domain = settings.domain or None
+        self.streams: dict[str, Stream] = {}
+        self._store_dir = Path(settings.store_dir) if settings.store_dir else None
+        self._sync = storage.SyncPolicy(always=settings.sync_always, interval=settings.sync_interval)
+        self._router = ApiRouter(self, bus, STREAM_HANDLERS + CONSUMER_HANDLERS, self.domain)
+        self._sync_handle: Any = None
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._store_dir is not None:
+            for directory in storage.list_stream_dirs(self._store_dir):
+                self._restore(directory)
+        self._router.start()
+        if not self.settings.sync_always and self.settings.sync_interval > 0:
+            self._sync_handle = self.bus.loop.call_later(self.settings.sync_interval, self._sync_tick)
+
+    async def stop(self) -> None:
+        self._router.stop()
+        if self._sync_handle is not None:
+            self._sync_handle.cancel()
+            self._sync_handle = None
+        for stream in self.streams.values():
+            stream.stop()
+            stream.store.sync()
+            stream.store.close()
+        self.streams.clear()
+
+    def _restore(self, directory: Path) -> None:
+        """Bring back one stream from disk; a damaged one is logged and skipped, never fatal."""
+        try:
+            meta = json.loads(storage.load_meta(directory) or b"null")
+            cfg = stream_config.from_stored(meta["config"])
+            stream = self._open(cfg, directory, int(meta.get("created", 0)) or times.now_ns())
+        except Exception:
+            log.exception("could not restore stream; leaving its directory untouched",
+                          extra={"directory": str(directory)})
+            return
+        self.streams[cfg.name] = stream
+        stream.start()
+
+    def _open(self, cfg: StreamConfig, directory: Path, created_ns: int) -> Stream:
+        store = storage.open_stream_store(cfg.storage, directory, cfg.store_limits(), self._sync)  # type: ignore[arg-type]
+        return Stream(self.bus, cfg, store, directory, created_ns, self.domain)
+
+    def _sync_tick(self) -> None:
+        for stream in list(self.streams.values()):
+            try:
+                stream.store.sync()
+            except Exception:
+                log.exception("fsync failed", extra={"stream": stream.name})
+        self._sync_handle = self.bus.loop.call_later(self.settings.sync_interval, self._sync_tick)
+
+    # -- registry (called by the API handlers) ---------------------------------------------------------
+
+    def lookup(self, name: str) -> Stream:
+        stream = self.streams.get(name)
+        if stream is None:
+            raise errors.STREAM_NOT_FOUND()
+        return stream
+
+    def create_stream(self, cfg: StreamConfig) -> Stream:
+        if cfg.num_replicas > 1:
+            raise errors.STREAM_REPLICAS_NOT_SUPPORTED()
+        existing = self.streams.get(cfg.name)
+        if existing is not None:
+            if existing.config.same_as_request(cfg):
+                return existing
+            raise errors.STREAM_NAME_EXIST()
+        self._check_overlap(cfg, None)
+        directory = self._directory(cfg.name)
+        created = times.now_ns()
+        self._save(cfg, directory, created)
+        stream = self._open(cfg, directory, created)
+        if cfg.first_seq > 1:
+            stream.store.skip_msgs(cfg.first_seq)
+            stream.last_seq = cfg.first_seq - 1
+        self.streams[cfg.name] = stream
+        stream.start()
+        return stream
+
+    def update_stream(self, cfg: StreamConfig) -> Stream:
+        stream = self.lookup(cfg.name)
+        cfg = stream_config.check_update(stream.config, cfg)
+        self._check_overlap(cfg, stream)
+        self._save(cfg, self._directory(cfg.name), stream.created_ns)
+        stream.update(cfg)
+        return stream
+
+    def delete_stream(self, name: str) -> None:
+        stream = self.lookup(name)
+        stream.stop()
+        del self.streams[name]
+        stream.store.delete()
+        shutil.rmtree(self._directory(name), ignore_errors=True)
+
+    def streams_matching(self, subject_filter: str) -> list[Stream]:
+        """Streams whose subjects could collide with the filter (all when it is empty)."""
+        if not subject_filter:
+            return list(self.streams.values())
+        return [s for s in self.streams.values()
+                if any(subjects.subjects_overlap(subject_filter, subj) for subj in s.config.subjects)]
+
+    def _check_overlap(self, cfg: StreamConfig, own: Stream | None) -> None:
+        for other in self.streams.values():
+            if other is own:
+                continue
+            if any(subjects.subjects_overlap(a, b) for a in cfg.subjects for b in other.config.subjects):
+                raise errors.STREAM_SUBJECT_OVERLAP()
+
+    def _directory(self, name: str) -> Path:
+        if self._store_dir is None:
+            raise errors.STREAM_CREATE(err="jetstream has no store directory")
+        return storage.stream_dir(self._store_dir, name)
+
+    def _save(self, cfg: StreamConfig, directory: Path, created_ns: int) -> None:
+        meta = {"version": _META_VERSION, "created": created_ns, "config": cfg.to_json(dynamic_metadata=False)}
+        storage.save_meta(directory, json.dumps(meta).encode())
+
+    # -- reports ----------------------------------------------------------------------------------------
+
+    def cluster_info(self) -> dict[str, Any]:
+        return {"leader": self.bus.server_name}
+
+    def _usage(self) -> tuple[int, int, int, int, int]:
+        memory = file = consumers = msgs = 0
+        for stream in self.streams.values():
+            state = stream.store.state()
+            msgs += state.msgs
+            if stream.config.storage == "memory":
+                memory += state.bytes
+            else:
+                file += state.bytes
+            consumers += len(stream.consumers)
+        return memory, file, len(self.streams), consumers, msgs
+
+    def account_info(self) -> dict[str, Any]:
+        memory, file, streams, consumers, _ = self._usage()
+        s = self.settings
+        body: dict[str, Any] = {
+            "memory": memory, "storage": file, "reserved_memory": 0, "reserved_storage": 0,
+            "streams": streams, "consumers": consumers,
+            "limits": {"max_memory": s.max_memory, "max_storage": s.max_storage, "max_streams": -1,
+                       "max_consumers": -1, "max_ack_pending": -1, "memory_max_stream_bytes": -1,
+                       "storage_max_stream_bytes": -1, "max_bytes_required": False},
+        }
+        if self.domain:
+            body["domain"] = self.domain
+        body["api"] = {"level": API_LEVEL, "total": self._router.total, "errors": self._router.errors}
+        return body
+
+    def info(self) -> dict[str, Any]:
+        """For /jsz and /varz."""
+        memory, file, streams, consumers, msgs = self._usage()
+        s = self.settings
+        return {
+            "config": {"max_memory": s.max_memory, "max_storage": s.max_storage,
+                       "store_dir": str(s.store_dir) if s.store_dir else "", "sync_always": s.sync_always,
+                       "sync_interval": int(s.sync_interval * 1e9), **({"domain": self.domain} if self.domain else {})},
+            "memory": memory, "storage": file, "streams": streams, "consumers": consumers, "messages": msgs,
+            "bytes": memory + file,
+            "api": {"level": API_LEVEL, "total": self._router.total, "errors": self._router.errors},
+        }
+
+    # -- for the router ---------------------------------------------------------------------------------
+
+    def wants_no_responders(self, tokens: list[str]) -> bool:
+        """Whether nats-server would have answered this unhandled API subject with 503 no-responders:
+        DIRECT.GET of a stream without allow_direct, MSG.NEXT of a consumer that does not exist."""
+        if len(tokens) >= 5 and tokens[2] == "DIRECT" and tokens[3] == "GET":
+            stream = self.streams.get(tokens[4])
+            return stream is None or not stream.config.allow_direct
+        if len(tokens) == 7 and tokens[2] == "CONSUMER" and tokens[3] == "MSG" and tokens[4] == "NEXT":
+            stream = self.streams.get(tokens[5])
+            return stream is None or tokens[6] not in stream.consumers
+        return False

@@ -1,0 +1,624 @@
+"""One JetStream stream: the publish path into its store, limits, retention, dedupe, expiry and reads.
+
+Owns: the internal subscriptions on the stream's subjects (a stream is just a subscriber, so a subject no
+stream covers falls through to the core's 503), the header checks of a publish in nats-server's order,
+the duplicate window, discard-new decisions, rollups, per-message TTL, interest/workqueue retention, the
+max_age/TTL expiry timer, pub acks (byte templates, no JSON encoder on the hot path) and DIRECT.GET.
+It talks to storage only through `jsbroker.store.base.StreamStore`.
+
+Publish checks, in the order nats-server applies them (`processJetStreamMsgWithBatch`):
+sealed (10109) -> Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
+Nats-Expected-Last-Subject-Sequence[-Subject] (10071, 10193) -> Nats-Expected-Last-Sequence (10071) ->
+Nats-Msg-Id duplicate (ack with "duplicate") -> Nats-Expected-Last-Msg-Id (10070) -> Nats-Rollup (10111)
+-> max_msg_size (10054) -> header size (10097) -> interest retention without interest (not stored, the
+sequence still moves) -> Nats-TTL value (10165) -> discard new limits (10077) -> store -> rollup purge.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from jsbroker import store as storage
+from jsbroker.jetstream import api, errors, headers, times
+from jsbroker.jetstream.stream_config import StreamConfig
+from jsbroker.store.base import StoredMsg, StoreState, StreamStore
+
+if TYPE_CHECKING:
+    from jsbroker.internal import InternalBus, InternalSubscription, Origin
+
+log = logging.getLogger(__name__)
+
+MAX_HEADER_SIZE = 65535
+_NS = 1_000_000_000
+
+
+class ConsumerHook(Protocol):
+    """What a stream needs from a consumer (implemented by jetstream/consumer.py)."""
+
+    name: str
+
+    def on_stored(self, seq: int, subject: str) -> None: ...
+
+    def wants(self, subject: str) -> bool: ...
+
+    def needs(self, seq: int) -> bool: ...
+
+    def on_stream_purged(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(slots=True)
+class _Dedupe:
+    """Msg-id -> seq within the duplicate window; insertion order is time order, so pruning pops the front."""
+
+    window_ns: int
+    ids: OrderedDict[str, tuple[int, int]]
+
+    def find(self, msg_id: str, now: int) -> int:
+        self.prune(now)
+        hit = self.ids.get(msg_id)
+        return hit[0] if hit else 0
+
+    def add(self, msg_id: str, seq: int, ts: int) -> None:
+        self.ids[msg_id] = (seq, ts)
+        self.ids.move_to_end(msg_id)
+
+    def prune(self, now: int) -> None:
+        horizon = now - self.window_ns
+        ids = self.ids
+        while ids:
+            key, (_, ts) = next(iter(ids.items()))
+            if ts >= horizon:
+                break
+            del ids[key]
+
+
+class Stream:
+    """A stream and its store.
+
+    Consumer hook points (stable; jetstream/consumer.py codes against them):
+    - `add_consumer(c)` / `remove_consumer(c)`: register a consumer object. It provides `c.name`,
+      `c.on_stored(seq, subject)` (called after every stored message), `c.wants(subject)` (its filter
+      matches; for interest retention), `c.needs(seq)` (not yet acked by it; for interest/workqueue
+      retention), `c.on_stream_purged()` and `c.stop()`.
+    - `acked(seq)`: a consumer calls it after an ack; with interest or workqueue retention the stream
+      removes the message once no consumer still needs it.
+    - `store`, `config`, `name`, `consumers` (name -> consumer), `consumer_dir(name)` (a directory for a
+      durable consumer's state, None for memory streams), `bus` (the InternalBus), `created_ns`.
+    """
+
+    def __init__(self, bus: InternalBus, config: StreamConfig, store: StreamStore, directory: Path | None,
+                 created_ns: int, domain: str | None = None) -> None:
+        self.bus = bus
+        self.config = config
+        self.name = config.name
+        self.store = store
+        self.directory = directory
+        self.created_ns = created_ns
+        self.consumers: dict[str, ConsumerHook] = {}
+        self._domain = domain
+        self._subs: list[InternalSubscription] = []
+        self._direct_subs: list[InternalSubscription] = []
+        self._expiry_handle: Any = None
+        self._expiry_at = 0
+        self._closed = False
+        self._apply_config()
+        state = store.state()
+        self.last_seq = state.last_seq
+        self.last_msg_id = ""
+        self._dedupe = _Dedupe(config.duplicate_window, OrderedDict())
+        self._rebuild_dedupe()
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for subject in self.config.subjects:
+            self._subs.append(self.bus.subscribe_internal(subject, self._on_publish))
+        self._sync_direct_get()
+        self._arm_expiry(self.store.next_expiry())
+
+    def stop(self) -> None:
+        """Unsubscribe and stop timers; the store stays open (the service closes or deletes it)."""
+        self._closed = True
+        for sub in self._subs + self._direct_subs:
+            self.bus.unsubscribe_internal(sub)
+        self._subs.clear()
+        self._direct_subs.clear()
+        if self._expiry_handle is not None:
+            self._expiry_handle.cancel()
+            self._expiry_handle = None
+        for consumer in list(self.consumers.values()):
+            consumer.stop()
+
+    def update(self, config: StreamConfig) -> None:
+        """Apply an already validated new config (subjects, limits, flags)."""
+        old_subjects = self.config.subjects
+        self.config = config
+        self._apply_config()
+        self._dedupe.window_ns = config.duplicate_window
+        if config.subjects != old_subjects:
+            for sub in self._subs:
+                self.bus.unsubscribe_internal(sub)
+            self._subs = [self.bus.subscribe_internal(s, self._on_publish) for s in config.subjects]
+        self._sync_direct_get()
+        self.store.update_limits(config.store_limits())
+        self._arm_expiry(self.store.next_expiry())
+
+    def _apply_config(self) -> None:
+        cfg = self.config
+        self._interest = cfg.retention == "interest"
+        self._retained = cfg.retention != "limits"
+        self._rollup_ok = cfg.allow_rollup_hdrs and not cfg.deny_purge
+        self._discard_new = cfg.discard == "new"
+        prefix = '{"stream":' + _json_str(cfg.name) + (',"domain":' + _json_str(self._domain) if self._domain else "")
+        self._ack_prefix = (prefix + ',"seq":').encode()
+        self._err_suffix = (',"stream":' + _json_str(cfg.name) + ',"seq":0}').encode()
+
+    def _sync_direct_get(self) -> None:
+        want = self.config.allow_direct and not self._closed
+        if want and not self._direct_subs:
+            base = f"$JS.API.DIRECT.GET.{self.name}"
+            self._direct_subs = [self.bus.subscribe_internal(base, self._on_direct_get),
+                                 self.bus.subscribe_internal(base + ".>", self._on_direct_get_last)]
+            if self._domain:
+                dbase = f"$JS.{self._domain}.API.DIRECT.GET.{self.name}"
+                self._direct_subs += [self.bus.subscribe_internal(dbase, self._on_direct_get),
+                                      self.bus.subscribe_internal(dbase + ".>", self._on_direct_get_last)]
+        elif not want and self._direct_subs:
+            for sub in self._direct_subs:
+                self.bus.unsubscribe_internal(sub)
+            self._direct_subs = []
+
+    def _rebuild_dedupe(self) -> None:
+        """Msg ids published inside the window survive a restart (nats-server rebuilds them the same way)."""
+        now = times.now_ns()
+        start = self.store.first_seq_at_or_after_time(now - self.config.duplicate_window)
+        for msg in self.store.messages(start):
+            msg_id = headers.get(msg.hdr, headers.MSG_ID) if msg.hdr else None
+            if msg_id:
+                self._dedupe.add(msg_id, msg.seq, msg.ts)
+                self.last_msg_id = msg_id
+
+    # -- consumers --------------------------------------------------------------------------------------
+
+    def add_consumer(self, consumer: ConsumerHook) -> None:
+        self.consumers[consumer.name] = consumer
+
+    def remove_consumer(self, consumer: ConsumerHook) -> None:
+        if self.consumers.get(consumer.name) is consumer:
+            del self.consumers[consumer.name]
+        if self._retained:
+            self._drop_unneeded()
+
+    def consumer_dir(self, name: str) -> Path | None:
+        if self.directory is None or self.config.storage == "memory":
+            return None
+        return storage.consumer_dir(self.directory, name)
+
+    def acked(self, seq: int) -> None:
+        if not self._retained:
+            return
+        if not any(c.needs(seq) for c in self.consumers.values()):
+            self.store.remove_msg(seq)
+
+    def _drop_unneeded(self) -> None:
+        """After a consumer left an interest/workqueue stream: remove what nobody needs any more."""
+        doomed = [m.seq for m in self.store.messages() if not any(c.needs(m.seq) for c in self.consumers.values())]
+        for seq in doomed:
+            self.store.remove_msg(seq)
+
+    # -- publish ----------------------------------------------------------------------------------------
+
+    def _on_publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+        try:
+            seq, duplicate = self.process(subject, hdr, payload)
+        except errors.ApiError as err:
+            if reply and not self.config.no_ack:
+                self.bus.publish(reply, None, b"", b'{"error":' + _error_json(err) + self._err_suffix)
+            return
+        if reply and not self.config.no_ack:
+            tail = b',"duplicate": true}' if duplicate else b"}"
+            self.bus.publish(reply, None, b"", self._ack_prefix + str(seq).encode() + tail)
+
+    def process(self, subject: str, hdr: bytes, payload: bytes) -> tuple[int, bool]:
+        """Check and store one message; returns (seq, duplicate). Raises ApiError with the pub-ack error."""
+        cfg = self.config
+        if cfg.sealed:
+            raise errors.STREAM_SEALED()
+        msg_id = ""
+        rollup = ""
+        ttl = 0
+        if hdr:
+            msg_id, rollup, ttl, duplicate_of = self._check_headers(subject, hdr)
+            if duplicate_of:
+                return duplicate_of, True
+        self._check_size(hdr, payload)
+        if self._interest and not any(c.wants(subject) for c in self.consumers.values()):
+            return self._skip(msg_id, subject, rollup), False
+        if ttl < 0 and ttl != -1:
+            raise errors.MESSAGE_TTL_INVALID()
+        if self._discard_new:
+            self._check_discard_new(subject, hdr, payload, rollup)
+        seq, ts = self.store.store_msg(subject, hdr, payload, ttl * _NS if ttl > 0 else ttl)
+        self.last_seq = seq
+        self.last_msg_id = msg_id
+        if msg_id:
+            self._dedupe.add(msg_id, seq, ts)
+        if rollup:
+            self._rollup(subject, rollup, seq)
+        if cfg.max_age or ttl > 0:
+            self._arm_expiry(ts + (cfg.max_age if cfg.max_age else ttl * _NS))
+        for consumer in self.consumers.values():
+            consumer.on_stored(seq, subject)
+        return seq, False
+
+    def _check_headers(self, subject: str, hdr: bytes) -> tuple[str, str, int, int]:
+        """The header checks up to the rollup: (msg id, rollup, ttl seconds or -1 never / -2 invalid,
+        seq of the original when the msg id is a duplicate)."""
+        cfg = self.config
+        expected = headers.get(hdr, headers.EXPECTED_STREAM)
+        if expected and expected != self.name:
+            raise errors.STREAM_NOT_MATCH()
+        ttl_text = headers.get(hdr, headers.TTL)
+        ttl = _parse_ttl(ttl_text) if ttl_text else 0
+        if ttl not in (0, -2) and not cfg.allow_msg_ttl:
+            raise errors.MESSAGE_TTL_DISABLED()
+        last_subj_seq = headers.get(hdr, headers.EXPECTED_LAST_SUBJ_SEQ)
+        last_subj = headers.get(hdr, headers.EXPECTED_LAST_SUBJ_SEQ_SUBJ)
+        if last_subj_seq is not None:
+            last = self.store.load_last_msg(last_subj or subject)
+            found = last.seq if last else 0
+            if _as_uint(last_subj_seq) != found:
+                raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=found)
+        elif last_subj:
+            raise errors.STREAM_EXPECTED_LAST_SEQ_PER_SUBJECT_INVALID()
+        last_seq = headers.get(hdr, headers.EXPECTED_LAST_SEQ)
+        if last_seq is not None and _as_uint(last_seq) != self.last_seq:
+            raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=self.last_seq)
+        msg_id = headers.get(hdr, headers.MSG_ID) or ""
+        duplicate_of = self._dedupe.find(msg_id, times.now_ns()) if msg_id else 0
+        if duplicate_of:
+            return msg_id, "", ttl, duplicate_of
+        last_id = headers.get(hdr, headers.EXPECTED_LAST_MSG_ID)
+        if last_id and last_id != self.last_msg_id:
+            raise errors.STREAM_WRONG_LAST_MSG_ID(id=self.last_msg_id)
+        rollup = headers.get(hdr, headers.ROLLUP) or ""
+        if rollup:
+            if not self._rollup_ok:
+                raise errors.STREAM_ROLLUP_FAILED(err="rollup not permitted")
+            if rollup not in ("sub", "all"):
+                raise errors.STREAM_ROLLUP_FAILED(err=f'rollup value invalid: "{rollup}"')
+        return msg_id, rollup, ttl, 0
+
+    def _check_size(self, hdr: bytes, payload: bytes) -> None:
+        limit = self.config.max_msg_size
+        if limit >= 0 and len(hdr) + len(payload) > limit:
+            raise errors.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
+        if len(hdr) > MAX_HEADER_SIZE:
+            raise errors.STREAM_HEADER_EXCEEDS_MAXIMUM()
+
+    def _check_discard_new(self, subject: str, hdr: bytes, payload: bytes, rollup: str) -> None:
+        cfg = self.config
+        at_subject_limit = False
+        if cfg.max_msgs_per_subject > 0:
+            count = self.store.subjects_state(subject).get(subject, 0)
+            at_subject_limit = count >= cfg.max_msgs_per_subject
+            if at_subject_limit and cfg.discard_new_per_subject and not rollup:
+                raise errors.STREAM_STORE_FAILED(err="maximum messages per subject exceeded")
+        if at_subject_limit or (cfg.max_msgs <= 0 and cfg.max_bytes <= 0):
+            return
+        state = self.store.state()
+        if 0 < cfg.max_msgs <= state.msgs:
+            raise errors.STREAM_STORE_FAILED(err="maximum messages exceeded")
+        size = len(subject) + len(hdr) + len(payload) + 16
+        if cfg.max_bytes > 0 and state.bytes + size > cfg.max_bytes:
+            raise errors.STREAM_STORE_FAILED(err="maximum bytes exceeded")
+
+    def _skip(self, msg_id: str, subject: str, rollup: str) -> int:
+        """Interest retention with no interest: the message takes a sequence but is not stored."""
+        self.last_seq += 1
+        self.store.skip_msgs(self.last_seq + 1)
+        self.last_msg_id = msg_id
+        if msg_id:
+            self._dedupe.add(msg_id, self.last_seq, times.now_ns())
+        if rollup:
+            self._rollup(subject, rollup, 0)
+        return self.last_seq
+
+    def _rollup(self, subject: str, kind: str, new_seq: int) -> None:
+        keep = 1 if new_seq else 0
+        if kind == "sub":
+            self.store.purge(subject, keep=keep)
+        else:
+            self.store.purge(None, keep=keep)
+
+    # -- expiry -----------------------------------------------------------------------------------------
+
+    def _arm_expiry(self, at_ns: int | None) -> None:
+        if at_ns is None or self._closed:
+            return
+        if self._expiry_handle is not None:
+            if self._expiry_at <= at_ns:
+                return
+            self._expiry_handle.cancel()
+        self._expiry_at = at_ns
+        delay = max(0.0, (at_ns - times.now_ns()) / _NS)
+        self._expiry_handle = self.bus.loop.call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        self._expiry_handle = None
+        if self._closed:
+            return
+        try:
+            self.store.expire(times.now_ns())
+        except Exception:
+            log.exception("stream expiry failed", extra={"stream": self.name})
+        self._arm_expiry(self.store.next_expiry())
+
+    # -- admin operations (called by stream_api) -------------------------------------------------------
+
+    def purge(self, subject_filter: str, seq: int, keep: int) -> int:
+        if self.config.sealed:
+            raise errors.STREAM_SEALED()
+        if self.config.deny_purge:
+            raise errors.STREAM_PURGE_FAILED(err="stream purge not permitted")
+        purged = self.store.purge(subject_filter or None, up_to_seq=seq, keep=keep)
+        self.last_seq = max(self.last_seq, self.store.state().last_seq)
+        for consumer in self.consumers.values():
+            consumer.on_stream_purged()
+        return purged
+
+    def delete_msg(self, seq: int, erase: bool) -> None:
+        if self.config.sealed:
+            raise errors.STREAM_SEALED()
+        if self.config.deny_delete:
+            raise errors.STREAM_MSG_DELETE_FAILED(err="message delete not permitted")
+        if not self.store.remove_msg(seq, erase=erase):
+            raise errors.SEQUENCE_NOT_FOUND(seq=seq)
+
+    def state(self, deleted_details: bool = False) -> StoreState:
+        return self.store.state(deleted_details)
+
+    def info_state(self, deleted_details: bool = False) -> dict[str, Any]:
+        """The `state` object of a StreamInfo."""
+        st = self.store.state(deleted_details)
+        out: dict[str, Any] = {"messages": st.msgs, "bytes": st.bytes, "first_seq": st.first_seq,
+                               "first_ts": times.rfc3339(st.first_ts), "last_seq": st.last_seq,
+                               "last_ts": times.rfc3339(st.last_ts)}
+        if st.num_subjects:
+            out["num_subjects"] = st.num_subjects
+        if st.num_deleted:
+            out["num_deleted"] = st.num_deleted
+            if deleted_details and st.deleted:
+                out["deleted"] = st.deleted
+        if st.lost:
+            out["lost"] = {"msgs": st.lost, "bytes": 0}
+        out["consumer_count"] = len(self.consumers)
+        return out
+
+    # -- reads ------------------------------------------------------------------------------------------
+
+    def get_msg(self, seq: int, last_by_subj: str, next_by_subj: str, start_time: int | None) -> StoredMsg | None:
+        """STREAM.MSG.GET / DIRECT.GET single lookups, as nats-server resolves them."""
+        if start_time is not None:
+            seq = self.store.first_seq_at_or_after_time(start_time)
+        if next_by_subj:
+            return self.store.load_next_msg(seq, next_by_subj)
+        if seq > 0:
+            return self.store.load_msg(seq)
+        return self.store.load_last_msg(last_by_subj)
+
+    def _on_direct_get(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+        if reply:
+            for out_hdr, data in direct_get(self, hdr, payload, None):
+                self.bus.publish(reply, None, out_hdr, data)
+
+    def _on_direct_get_last(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+        if reply:
+            key = subject.split(".", 5)[5] if subject.count(".") >= 5 else ""
+            for out_hdr, data in direct_get(self, hdr, payload, key):
+                self.bus.publish(reply, None, out_hdr, data)
+
+
+_STATUS_408_EMPTY = b"NATS/1.0 408 Empty Request\r\n\r\n"
+_STATUS_408_MALFORMED = b"NATS/1.0 408 Malformed Request\r\n\r\n"
+_STATUS_408_BAD = b"NATS/1.0 408 Bad Request\r\n\r\n"
+_STATUS_404 = b"NATS/1.0 404 Message Not Found\r\n\r\n"
+_STATUS_404_NO_RESULTS = b"NATS/1.0 404 No Results\r\n\r\n"
+_STATUS_412 = b"NATS/1.0 412 Required Api Level\r\n\r\n"
+_MAX_MULTI_RESULTS = 1024
+_DIRECT_MAX_BYTES = 64 * 1024 * 1024  # nats-server's default max_pending bounds one answer
+
+
+def direct_get(stream: Stream, hdr: bytes, payload: bytes, last_for: str | None) -> list[tuple[bytes, bytes]]:
+    """The DIRECT.GET answer (ADR-31) as (header block, payload) messages. `last_for` is the subject of
+    the `DIRECT.GET.<stream>.<subject>` form (None for the JSON form)."""
+    level = headers.get(hdr, headers.REQUIRED_API_LEVEL)
+    if level and not (level.lstrip("+-").isdigit() and int(level) <= api.API_LEVEL):
+        return [(_STATUS_412, b"")]
+    if last_for is not None:
+        return _direct_last_for(stream, payload, last_for)
+    if not payload:
+        return [(_STATUS_408_EMPTY, b"")]
+    try:
+        req = _DirectRequest.parse(api.parse_json(payload))
+    except errors.ApiError:
+        return [(_STATUS_408_MALFORMED, b"")]
+    if not (req.seq or req.last_by_subj or req.next_by_subj or req.multi_last or req.start_time is not None):
+        return [(_STATUS_408_EMPTY, b"")]
+    if req.conflicts():
+        return [(_STATUS_408_BAD, b"")]
+    if req.multi_last:
+        return _direct_multi_last(stream, req)
+    return _direct_batch(stream, req)
+
+
+@dataclass(slots=True)
+class _DirectRequest:
+    seq: int = 0
+    last_by_subj: str = ""
+    next_by_subj: str = ""
+    start_time: int | None = None
+    batch: int = 0
+    max_bytes: int = 0
+    multi_last: list[str] | None = None
+    up_to_seq: int = 0
+    up_to_time: int | None = None
+    no_hdr: bool = False
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any]) -> _DirectRequest:
+            return cls(seq=api.get_int(raw, "seq", kind="uint64"), last_by_subj=api.get_str(raw, "last_by_subj"),
+                   next_by_subj=api.get_str(raw, "next_by_subj"), start_time=api.get_time(raw, "start_time"),
+                   batch=api.get_int(raw, "batch"), max_bytes=api.get_int(raw, "max_bytes"),
+                   multi_last=api.get_str_list(raw, "multi_last") or None,
+                   up_to_seq=api.get_int(raw, "up_to_seq", kind="uint64"), up_to_time=api.get_time(raw, "up_to_time"),
+                   no_hdr=api.get_bool(raw, "no_hdr"))
+
+    def conflicts(self) -> bool:
+        last, nxt, multi = bool(self.last_by_subj), bool(self.next_by_subj), bool(self.multi_last)
+        timed = self.start_time is not None
+        return ((self.seq > 0 and (last or timed)) or (timed and last) or (last and (nxt or self.batch > 0 or multi))
+                or (nxt and multi) or (self.up_to_seq > 0 and self.up_to_time is not None))
+
+
+def _direct_last_for(stream: Stream, payload: bytes, subject: str) -> list[tuple[bytes, bytes]]:
+    req = _DirectRequest()
+    if payload:
+        try:
+            req = _DirectRequest.parse(api.parse_json(payload))
+        except errors.ApiError:
+            return [(_STATUS_408_MALFORMED, b"")]
+    if not subject or (req.last_by_subj or req.next_by_subj or req.multi_last or req.seq or req.batch
+                       or req.start_time is not None or req.up_to_seq or req.up_to_time is not None):
+        return [(_STATUS_408_BAD, b"")]
+    req.last_by_subj = subject
+    return _direct_batch(stream, req)
+
+
+def _direct_headers(stream: Stream, msg: StoredMsg, extra: tuple[tuple[str, str], ...] = ()) -> bytes:
+    return headers.append(msg.hdr, ((headers.STREAM, stream.name), (headers.SUBJECT, msg.subject),
+                                    (headers.SEQUENCE, str(msg.seq)), (headers.TIME_STAMP, times.rfc3339(msg.ts)),
+                                    *extra))
+
+
+def _direct_batch(stream: Stream, req: _DirectRequest) -> list[tuple[bytes, bytes]]:
+    store = stream.store
+    seq = store.first_seq_at_or_after_time(req.start_time) if req.start_time is not None else req.seq
+    is_batch = req.batch > 0
+    pending = store.num_pending(seq, [req.next_by_subj] if req.next_by_subj else None) if is_batch else 0
+    limit = req.max_bytes or _DIRECT_MAX_BYTES
+    out: list[tuple[bytes, bytes]] = []
+    sent_bytes = prev_seq = 0
+    for i in range(max(req.batch, 1)):
+        if seq > 0 and not req.next_by_subj:
+            msg = store.load_msg(seq) if i == 0 and not is_batch else store.load_next_msg(seq)
+        elif req.next_by_subj:
+            msg = store.load_next_msg(seq, req.next_by_subj)
+        else:
+            msg = store.load_last_msg(req.last_by_subj)
+        if msg is None:
+            if i > 0:
+                break
+            return [(_STATUS_404, b"")]
+        seq = msg.seq + 1
+        if req.no_hdr:
+            out_hdr = b""
+        elif is_batch:
+            pending = max(pending - 1, 0)
+            out_hdr = _direct_headers(stream, msg, ((headers.NUM_PENDING, str(pending)),
+                                                    (headers.LAST_SEQUENCE, str(prev_seq))))
+        else:
+            out_hdr = _direct_headers(stream, msg)
+        prev_seq = msg.seq
+        out.append((out_hdr, msg.data))
+        sent_bytes += len(msg.subject) + len(msg.hdr) + len(msg.data)
+        if sent_bytes >= limit:
+            break
+    if is_batch:
+        pending = store.num_pending(seq, [req.next_by_subj] if req.next_by_subj else None)
+        out.append((headers.build(((headers.NUM_PENDING, str(pending)), (headers.LAST_SEQUENCE, str(prev_seq))),
+                                  status=204, description="EOB"), b""))
+    return out
+
+
+def _direct_multi_last(stream: Stream, req: _DirectRequest) -> list[tuple[bytes, bytes]]:
+    store = stream.store
+    state = store.state()
+    up_to = req.up_to_seq
+    if req.up_to_time is not None:
+        up_to = store.first_seq_at_or_after_time(req.up_to_time)
+        if up_to <= state.first_seq:
+            return [(_STATUS_404_NO_RESULTS, b"")]
+        up_to -= 1
+    up_to = up_to or state.last_seq
+    found: dict[str, StoredMsg] = {}
+    for subject_filter in req.multi_last or ():
+        for subject in store.subjects_state(subject_filter):
+            msg = _last_at_or_before(store, subject, up_to, req.seq)
+            if msg is not None:
+                found[msg.subject] = msg
+    if len(found) > _MAX_MULTI_RESULTS:
+        return [(b"NATS/1.0 413 Too Many Results\r\n\r\n", b"")]
+    if not found:
+        return [(_STATUS_404_NO_RESULTS, b"")]
+    msgs = sorted(found.values(), key=lambda m: m.seq)
+    limit = req.max_bytes or _DIRECT_MAX_BYTES
+    out: list[tuple[bytes, bytes]] = []
+    sent_bytes = prev_seq = 0
+    for i, msg in enumerate(msgs):
+        pending = len(msgs) - i - 1
+        out.append((_direct_headers(stream, msg, ((headers.NUM_PENDING, str(pending)),
+                                                  (headers.LAST_SEQUENCE, str(prev_seq)))), msg.data))
+        prev_seq = msg.seq
+        sent_bytes += len(msg.subject) + len(msg.hdr) + len(msg.data)
+        if sent_bytes >= limit or (req.batch > 0 and i + 1 >= req.batch):
+            break
+    remaining = len(msgs) - len(out)
+    out.append((headers.build(((headers.NUM_PENDING, str(remaining)), (headers.LAST_SEQUENCE, str(prev_seq)),
+                               (headers.UP_TO_SEQUENCE, str(up_to))), status=204, description="EOB"), b""))
+    return out
+
+
+def _last_at_or_before(store: StreamStore, subject: str, up_to: int, start: int) -> StoredMsg | None:
+    last = store.load_last_msg(subject)
+    if last is None or last.seq <= up_to:
+        return last if last is not None and last.seq >= start else None
+    best = None
+    msg = store.load_next_msg(start, subject)
+    while msg is not None and msg.seq <= up_to:
+        best = msg
+        msg = store.load_next_msg(msg.seq + 1, subject)
+    return best
+
+
+def _json_str(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _error_json(err: errors.ApiError) -> bytes:
+    return json.dumps(err.to_dict(), separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _as_uint(text: str) -> int:
+    """nats-server parses expected sequences as unsigned ints; garbage reads as "no value" (-1 never matches)."""
+    return int(text) if text.isdigit() else -1
+
+
+def _parse_ttl(text: str) -> int:
+    """Nats-TTL: seconds, a Go duration >= 1s, or "never" (-1); -2 marks an invalid value (10165 later)."""
+    if text.lower() == "never":
+        return -1
+    try:
+        ns = times.parse_duration(text)
+        return ns // _NS if ns >= _NS else -2
+    except ValueError:
+        pass
+    return int(text) if text.isdigit() else -2
+

@@ -1,0 +1,383 @@
+"""Stream configuration: the JSON shape, defaults, validation and the update rules of nats-server.
+
+`parse(raw)` reads a StreamConfig request body (unknown fields ignored, wrong types 10025), fills the
+defaults and checks it as nats-server's `checkStreamCfg` does, in the same order so the same bad config
+gets the same error. `check_update(old, new)` adds the rules of a STREAM.UPDATE. `StreamConfig.to_json()`
+is the config as responses and the persisted metadata carry it (omit-empty fields left out as Go does).
+
+Mirrors, sources, counters, atomic/batch publishing and message schedules are not implemented: such
+configs are refused with 10052 and a sentence saying so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsbroker import subjects
+from jsbroker.config import VERSION
+from jsbroker.jetstream import errors
+from jsbroker.jetstream.api import (
+    API_LEVEL,
+    get_bool,
+    get_int,
+    get_object,
+    get_str,
+    get_str_list,
+    get_str_map,
+)
+from jsbroker.store.base import StoreLimits
+
+MAX_NAME_LEN = 255
+MAX_DESCRIPTION_LEN = 4 * 1024
+MAX_METADATA_LEN = 128 * 1024
+MAX_REPLICAS = 5
+DEFAULT_DUPLICATE_WINDOW = 120_000_000_000  # 2 min in ns
+MIN_WINDOW = 100_000_000  # 100 ms: the smallest max_age / duplicate_window
+_BAD_NAME_CHARS = frozenset(" \t\r\n\f.*>\\/")
+# Metadata keys the server owns: `_nats.req.level` is stored, the other two are added to responses only.
+REQ_LEVEL_KEY, LEVEL_KEY, VERSION_KEY = "_nats.req.level", "_nats.level", "_nats.ver"
+
+RETENTIONS = ("limits", "interest", "workqueue")
+DISCARDS = ("old", "new")
+STORAGES = ("file", "memory")
+COMPRESSIONS = ("none", "s2")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    name: str
+    subjects: tuple[str, ...] = ()
+    description: str = ""
+    retention: str = "limits"
+    max_consumers: int = -1
+    max_msgs: int = -1
+    max_bytes: int = -1
+    max_age: int = 0  # ns
+    max_msgs_per_subject: int = -1
+    max_msg_size: int = -1
+    discard: str = "old"
+    storage: str = "file"
+    num_replicas: int = 1
+    no_ack: bool = False
+    duplicate_window: int = DEFAULT_DUPLICATE_WINDOW  # ns
+    compression: str = "none"
+    first_seq: int = 0
+    allow_direct: bool = False
+    mirror_direct: bool = False
+    discard_new_per_subject: bool = False
+    sealed: bool = False
+    deny_delete: bool = False
+    deny_purge: bool = False
+    allow_rollup_hdrs: bool = False
+    allow_msg_ttl: bool = False
+    subject_delete_marker_ttl: int = 0  # ns
+    # Stored and echoed as given (validated shapes, no behaviour in a single server):
+    placement: dict[str, Any] | None = None
+    republish: dict[str, Any] | None = None
+    subject_transform: dict[str, Any] | None = None
+    consumer_limits: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self, dynamic_metadata: bool = True) -> dict[str, Any]:
+        """The config as nats-server sends it; `dynamic_metadata` adds the server version keys."""
+        out: dict[str, Any] = {"name": self.name}
+        if self.description:
+            out["description"] = self.description
+        if self.subjects:
+            out["subjects"] = list(self.subjects)
+        out.update(retention=self.retention, max_consumers=self.max_consumers, max_msgs=self.max_msgs,
+                   max_bytes=self.max_bytes, max_age=self.max_age,
+                   max_msgs_per_subject=self.max_msgs_per_subject, max_msg_size=self.max_msg_size,
+                   discard=self.discard, storage=self.storage, num_replicas=self.num_replicas)
+        if self.no_ack:
+            out["no_ack"] = True
+        if self.duplicate_window:
+            out["duplicate_window"] = self.duplicate_window
+        if self.placement:
+            out["placement"] = self.placement
+        out["compression"] = self.compression
+        if self.first_seq:
+            out["first_seq"] = self.first_seq
+        if self.subject_transform:
+            out["subject_transform"] = self.subject_transform
+        if self.republish:
+            out["republish"] = self.republish
+        out.update(allow_direct=self.allow_direct, mirror_direct=self.mirror_direct)
+        if self.discard_new_per_subject:
+            out["discard_new_per_subject"] = True
+        out.update(sealed=self.sealed, deny_delete=self.deny_delete, deny_purge=self.deny_purge,
+                   allow_rollup_hdrs=self.allow_rollup_hdrs, consumer_limits=self.consumer_limits,
+                   allow_msg_ttl=self.allow_msg_ttl)
+        if self.subject_delete_marker_ttl:
+            out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
+        metadata = dict(self.metadata)
+        if dynamic_metadata:
+            metadata.update({LEVEL_KEY: str(API_LEVEL), VERSION_KEY: VERSION})
+        if metadata:
+            out["metadata"] = metadata
+        return out
+
+    def store_limits(self) -> StoreLimits:
+        return StoreLimits(max_msgs=self.max_msgs, max_bytes=self.max_bytes, max_age_ns=self.max_age,
+                           max_msgs_per_subject=self.max_msgs_per_subject)
+
+    def same_as_request(self, other: StreamConfig) -> bool:
+        """Whether a re-create asks for exactly this config (server metadata keys aside)."""
+        return dataclasses.replace(self, metadata=_user_metadata(self.metadata)) == dataclasses.replace(
+            other, metadata=_user_metadata(other.metadata))
+
+
+def is_valid_name(name: str) -> bool:
+    """Stream and consumer names: non-empty, no `. * > / \\` and no whitespace."""
+    return bool(name) and not any(c in _BAD_NAME_CHARS for c in name)
+
+
+def parse(raw: dict[str, Any]) -> StreamConfig:
+    """Decode, default and validate a StreamConfig request body (nats-server's checkStreamCfg order)."""
+    cfg = _decode(raw)
+    _refuse_unsupported(raw, cfg)
+    return _validate(cfg)
+
+
+def _decode(raw: dict[str, Any]) -> StreamConfig:
+    return StreamConfig(
+        name=get_str(raw, "name"),
+        subjects=tuple(get_str_list(raw, "subjects")),
+        description=get_str(raw, "description"),
+        retention=_enum(raw, "retention", RETENTIONS),
+        max_consumers=get_int(raw, "max_consumers"),
+        max_msgs=get_int(raw, "max_msgs"),
+        max_bytes=get_int(raw, "max_bytes"),
+        max_age=get_int(raw, "max_age"),
+        max_msgs_per_subject=get_int(raw, "max_msgs_per_subject"),
+        max_msg_size=get_int(raw, "max_msg_size", kind="int32"),
+        discard=_enum(raw, "discard", DISCARDS),
+        storage=_enum(raw, "storage", STORAGES),
+        num_replicas=get_int(raw, "num_replicas"),
+        no_ack=get_bool(raw, "no_ack"),
+        duplicate_window=get_int(raw, "duplicate_window"),
+        compression=_enum(raw, "compression", COMPRESSIONS),
+        first_seq=get_int(raw, "first_seq", kind="uint64"),
+        allow_direct=get_bool(raw, "allow_direct"),
+        mirror_direct=get_bool(raw, "mirror_direct"),
+        discard_new_per_subject=get_bool(raw, "discard_new_per_subject"),
+        sealed=get_bool(raw, "sealed"),
+        deny_delete=get_bool(raw, "deny_delete"),
+        deny_purge=get_bool(raw, "deny_purge"),
+        allow_rollup_hdrs=get_bool(raw, "allow_rollup_hdrs"),
+        allow_msg_ttl=get_bool(raw, "allow_msg_ttl"),
+        subject_delete_marker_ttl=get_int(raw, "subject_delete_marker_ttl"),
+        placement=_placement(raw),
+        republish=_republish(raw),
+        subject_transform=_subject_transform(raw),
+        consumer_limits=_consumer_limits(raw),
+        metadata=get_str_map(raw, "metadata"),
+    )
+
+
+def _enum(raw: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str:
+    value = raw.get(key)
+    if value is None or value == "":
+        return allowed[0]
+    if not isinstance(value, str) or value.lower() not in allowed:
+        raise errors.INVALID_JSON(err=f"can not unmarshal {value!r} into {key}; use one of {', '.join(allowed)}")
+    return value.lower()
+
+
+def _placement(raw: dict[str, Any]) -> dict[str, Any] | None:
+    obj = get_object(raw, "placement")
+    if not obj:
+        return None
+    out: dict[str, Any] = {}
+    if get_str(obj, "cluster"):
+        out["cluster"] = get_str(obj, "cluster")
+    if get_str_list(obj, "tags"):
+        out["tags"] = get_str_list(obj, "tags")
+    if get_str(obj, "preferred"):
+        raise errors.STREAM_INVALID_CONFIG(err="preferred server not permitted in placement")
+    return out or None
+
+
+def _republish(raw: dict[str, Any]) -> dict[str, Any] | None:
+    obj = get_object(raw, "republish")
+    if obj is None:
+        return None
+    out: dict[str, Any] = {"src": get_str(obj, "src") or ">", "dest": get_str(obj, "dest")}
+    if get_bool(obj, "headers_only"):
+        out["headers_only"] = True
+    return out
+
+
+def _subject_transform(raw: dict[str, Any]) -> dict[str, Any] | None:
+    obj = get_object(raw, "subject_transform")
+    if obj is None:
+        return None
+    return {"src": get_str(obj, "src"), "dest": get_str(obj, "dest")}
+
+
+def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
+    obj = get_object(raw, "consumer_limits") or {}
+    out: dict[str, Any] = {}
+    if get_int(obj, "inactive_threshold"):
+        out["inactive_threshold"] = get_int(obj, "inactive_threshold")
+    if get_int(obj, "max_ack_pending"):
+        out["max_ack_pending"] = get_int(obj, "max_ack_pending")
+    return out
+
+
+def _refuse_unsupported(raw: dict[str, Any], cfg: StreamConfig) -> None:
+    mirror = get_object(raw, "mirror")
+    sources = raw.get("sources")
+    if mirror is not None:
+        if cfg.first_seq:
+            raise errors.MIRROR_WITH_FIRST_SEQ()
+        if cfg.subjects:
+            raise errors.MIRROR_WITH_SUBJECTS()
+        if sources:
+            raise errors.MIRROR_WITH_SOURCES()
+    if mirror is not None or sources:
+        raise errors.STREAM_INVALID_CONFIG(
+            err="mirrors and sources are not supported by jsbroker yet; publish into the stream instead")
+    for key, what in (("allow_msg_counter", "message counters"), ("allow_atomic", "atomic batch publishing"),
+                      ("allow_batched", "batch publishing"), ("allow_msg_schedules", "message schedules")):
+        if get_bool(raw, key):
+            raise errors.STREAM_INVALID_CONFIG(err=f"{what} ({key}) are not supported by jsbroker yet")
+    if get_str(raw, "persist_mode") not in ("", "default"):
+        raise errors.STREAM_INVALID_CONFIG(err="persist_mode other than default is not supported by jsbroker")
+
+
+def _invalid(text: str) -> errors.ApiError:
+    return errors.STREAM_INVALID_CONFIG(err=text)
+
+
+def _validate(cfg: StreamConfig) -> StreamConfig:
+    if not is_valid_name(cfg.name):
+        raise _invalid("stream name is required and can not contain '.', '*', '>', '\\', '/'")
+    if len(cfg.name) > MAX_NAME_LEN:
+        raise _invalid(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
+    if len(cfg.description) > MAX_DESCRIPTION_LEN:
+        raise _invalid(f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}")
+    if sum(len(k) + len(v) for k, v in cfg.metadata.items()) > MAX_METADATA_LEN:
+        raise _invalid(f"stream metadata exceeds maximum size of {MAX_METADATA_LEN} bytes")
+    replicas = cfg.num_replicas or 1
+    if replicas > MAX_REPLICAS:
+        raise _invalid(f"maximum replicas is {MAX_REPLICAS}")
+    if replicas < 0:
+        raise errors.REPLICAS_COUNT_CANNOT_BE_NEGATIVE()
+    cfg = dataclasses.replace(
+        cfg, num_replicas=replicas, max_msgs=_unlimited(cfg.max_msgs), max_bytes=_unlimited(cfg.max_bytes),
+        max_msgs_per_subject=_unlimited(cfg.max_msgs_per_subject), max_msg_size=_unlimited(cfg.max_msg_size),
+        max_consumers=_unlimited(cfg.max_consumers))
+    if cfg.max_age < 0:
+        raise _invalid("max age can not be negative")
+    if 0 < cfg.max_age < MIN_WINDOW:
+        raise _invalid("max age needs to be >= 100ms")
+    if cfg.duplicate_window == 0:
+        window = min(cfg.max_age, DEFAULT_DUPLICATE_WINDOW) if cfg.max_age else DEFAULT_DUPLICATE_WINDOW
+        cfg = dataclasses.replace(cfg, duplicate_window=window)
+    if cfg.duplicate_window < 0:
+        raise _invalid("duplicates window can not be negative")
+    if cfg.max_age and cfg.duplicate_window > cfg.max_age:
+        raise _invalid("duplicates window can not be larger then max age")
+    if 0 < cfg.duplicate_window < MIN_WINDOW:
+        raise _invalid("duplicates window needs to be >= 100ms")
+    if cfg.deny_purge and cfg.allow_rollup_hdrs:
+        raise _invalid("roll-ups require the purge permission")
+    _check_discard_new_per_subject(cfg)
+    if cfg.subject_delete_marker_ttl > 0:
+        if cfg.subject_delete_marker_ttl < 1_000_000_000:
+            raise _invalid("subject delete marker TTL must be at least 1 second")
+        cfg = dataclasses.replace(cfg, allow_msg_ttl=True, allow_rollup_hdrs=True, deny_purge=False)
+    elif cfg.subject_delete_marker_ttl < 0:
+        raise _invalid("subject delete marker TTL must not be negative")
+    cfg = dataclasses.replace(cfg, subjects=cfg.subjects or (cfg.name,))
+    _check_subjects(cfg)
+    _check_republish(cfg)
+    return dataclasses.replace(cfg, metadata=_stored_metadata(cfg))
+
+
+def _unlimited(value: int) -> int:
+    """0 and anything below -1 mean "no limit" (-1), as nats-server normalises them."""
+    return -1 if value == 0 or value < -1 else value
+
+
+def _check_discard_new_per_subject(cfg: StreamConfig) -> None:
+    if cfg.discard_new_per_subject:
+        if cfg.discard != "new":
+            raise _invalid("discard new per subject requires discard new policy to be set")
+        if cfg.max_msgs_per_subject <= 0:
+            raise _invalid("discard new per subject requires max msgs per subject > 0")
+
+
+def _check_subjects(cfg: StreamConfig) -> None:
+    seen: set[str] = set()
+    for i, subj in enumerate(cfg.subjects):
+        if not subjects.is_valid_subject(subj):
+            raise _invalid("invalid subject")
+        if subj in seen:
+            raise _invalid("duplicate subjects detected")
+        if subj == ">" and not cfg.no_ack:
+            raise _invalid("capturing all subjects requires no-ack to be true")
+        if not cfg.no_ack:
+            for namespace in ("$JS.>", "$JSC.>", "$NRG.>"):
+                if subjects.subjects_overlap(subj, namespace) and not subjects.is_subset(subj, "$JS.EVENT.>"):
+                    raise _invalid("subjects that overlap with jetstream api require no-ack to be true")
+            if subjects.subjects_overlap(subj, "$SYS.>") and not subjects.is_subset(subj, "$SYS.ACCOUNT.>"):
+                raise _invalid("subjects that overlap with system api require no-ack to be true")
+        for other in cfg.subjects[i + 1:]:
+            if subjects.subjects_overlap(other, subj):
+                raise _invalid(f'subject "{subj}" overlaps with "{other}"')
+        seen.add(subj)
+
+
+def _check_republish(cfg: StreamConfig) -> None:
+    if not cfg.republish:
+        return
+    src, dest = cfg.republish["src"], cfg.republish["dest"]
+    if any(subjects.subjects_overlap(dest, subj) for subj in cfg.subjects):
+        raise _invalid("stream configuration for republish destination forms a cycle")
+    if not subjects.is_valid_subject(src) or not subjects.is_valid_subject(dest):
+        raise _invalid(f"stream configuration for republish with transform from '{src}' to '{dest}' not valid")
+
+
+def _user_metadata(metadata: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in metadata.items() if k not in (REQ_LEVEL_KEY, LEVEL_KEY, VERSION_KEY)}
+
+
+def _stored_metadata(cfg: StreamConfig) -> dict[str, str]:
+    """User metadata plus the API level the config needs (1 for per-message TTLs), as nats-server keeps."""
+    level = 1 if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0 else 0
+    return {**_user_metadata(cfg.metadata), REQ_LEVEL_KEY: str(level)}
+
+
+def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
+    """The rules of STREAM.UPDATE on top of `parse` (nats-server's configUpdateCheck, same order)."""
+    if new.name != old.name:
+        raise _invalid("stream configuration name must match original")
+    if new.num_replicas > 1:
+        raise errors.STREAM_REPLICAS_NOT_SUPPORTED()
+    if new.storage != old.storage:
+        raise _invalid("stream configuration update can not change storage type")
+    if new.retention != old.retention and "workqueue" in (old.retention, new.retention):
+        raise _invalid("stream configuration update can not change retention policy to/from workqueue")
+    if old.sealed and not new.sealed:
+        raise _invalid("stream configuration update can not unseal a sealed stream")
+    if old.deny_delete and not new.deny_delete:
+        raise _invalid("stream configuration update can not cancel deny message deletes")
+    if old.deny_purge and not new.deny_purge:
+        raise _invalid("stream configuration update can not cancel deny purge")
+    if old.allow_msg_ttl and not new.allow_msg_ttl:
+        raise _invalid("message TTL status can not be disabled")
+    if new.sealed:
+        new = dataclasses.replace(new, max_age=0, discard="new", deny_delete=True, deny_purge=True,
+                                  allow_rollup_hdrs=False)
+    return new
+
+
+def from_stored(raw: dict[str, Any]) -> StreamConfig:
+    """A config read back from the store's metadata (written by `to_json(dynamic_metadata=False)`)."""
+    cfg = _decode(raw)
+    return dataclasses.replace(cfg, metadata=get_str_map(raw, "metadata"),
+                               num_replicas=cfg.num_replicas or 1)

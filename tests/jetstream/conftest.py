@@ -1,0 +1,100 @@
+"""Helpers for the stream/publish differential tests: run the same requests against jsbroker and nats-server.
+
+`replay(steps)` sends a list of raw requests (subject, body, headers) in order to one server and returns
+every answer as a comparable value: the normalised JSON, `("status", code, description)` for a status
+message (503 no-responders, DIRECT.GET statuses), or "no reply". `{S}` in subjects and bodies is replaced
+by a name unique to the test, so tests can share the session servers. The `differential` fixture runs
+the same steps against both servers and returns both lists for an equality assertion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import nats
+import pytest
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+
+from tests.differential import normalise
+from tests.servers import ServerHandle
+
+Step = tuple  # (subject, body[, headers dict])
+NO_REPLY = "no reply"
+
+
+def answer_value(msg: Any) -> Any:
+    """A reply message as a comparable value. The text of a 10025 error is Go's JSON decoder message,
+    which a Python server cannot reproduce word for word; only its code is compared."""
+    status = (msg.headers or {}).get("Status")
+    if status:
+        return ("status", status, (msg.headers or {}).get("Description", ""))
+    try:
+        value = normalise(json.loads(msg.data))
+        if isinstance(value, dict) and value.get("error", {}).get("err_code") == 10025:
+            value["error"]["description"] = "invalid JSON: <decoder message>"
+        return value
+    except ValueError:
+        return ("raw", msg.data, normalise({k: v for k, v in (msg.headers or {}).items()}))
+
+
+async def request(nc: Any, subject: str, body: bytes | str = b"", headers: dict[str, str] | None = None,
+                  timeout: float = 1.0) -> Any:
+    data = body.encode() if isinstance(body, str) else body
+    try:
+        return answer_value(await nc.request(subject, data, timeout=timeout, headers=headers))
+    except NoRespondersError:
+        return ("status", "503", "")
+    except NatsTimeout:
+        return NO_REPLY
+
+
+async def replay(url: str, steps: Sequence[Step], name: str, timeout: float = 1.0) -> list[Any]:
+    nc = await nats.connect(url)
+    try:
+        out = []
+        for step in steps:
+            subject, body = step[0].replace("{S}", name), step[1]
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body)
+            body = body.replace("{S}", name) if isinstance(body, str) else body
+            hdrs = step[2] if len(step) > 2 else None
+            out.append(await request(nc, subject, body, hdrs, timeout))
+        return out
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+def differential(nats_server: ServerHandle, jsbroker_server: ServerHandle, unique: Callable[[str], str]
+                 ) -> Callable[..., Awaitable[tuple[list[Any], list[Any]]]]:
+    """`ours, theirs = await differential(steps)`: the same steps against jsbroker and nats-server."""
+
+    async def run(steps: Sequence[Step], timeout: float = 1.0) -> tuple[list[Any], list[Any]]:
+        name = unique("S")
+        theirs, ours = await asyncio.gather(replay(nats_server.url, steps, name, timeout),
+                                            replay(jsbroker_server.url, steps, name, timeout))
+        return ours, theirs
+
+    return run
+
+
+@pytest.fixture
+async def js_pair(nats_server: ServerHandle, jsbroker_server: ServerHandle):
+    """Connected nats-py clients to both servers: {"jsbroker": nc, "nats-server": nc}."""
+    clients = {"jsbroker": await nats.connect(jsbroker_server.url),
+               "nats-server": await nats.connect(nats_server.url)}
+    yield clients
+    for nc in clients.values():
+        await nc.close()
+
+
+# TEMPORARY (until the core's monitor module lands): session servers without the HTTP listener.
+@pytest.fixture(scope="session")
+def jsbroker_server():
+    from tests.servers import JSBROKER, launch
+
+    with launch(JSBROKER) as handle:
+        yield handle
