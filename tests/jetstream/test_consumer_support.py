@@ -1,0 +1,89 @@
+"""Shared helpers for the consumer differential tests (no tests here).
+
+A *transcript* is what a client saw, made comparable across servers: each message becomes
+`("msg", subject, ack tokens without the timestamp, payload)` or `("status", code, description,
+pending headers)`. `scenario_pair(fn)` runs the same async scenario against jsbroker and nats-server
+concurrently and returns both results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Awaitable, Callable
+
+import nats
+from nats.aio.msg import Msg
+
+from tests.differential import normalise
+
+
+def ack_tokens(reply: str | None) -> tuple[str, ...] | None:
+    """`$JS.ACK.<s>.<c>.<dc>.<sseq>.<dseq>.<ts>.<pending>` without the stream/consumer names and ts."""
+    if not reply:
+        return None
+    toks = reply.split(".")
+    if len(toks) != 9:
+        return tuple(toks)
+    return (toks[4], toks[5], toks[6], toks[8])
+
+
+def entry(msg: Msg) -> tuple[Any, ...]:
+    hdrs = msg.headers or {}
+    status = hdrs.get("Status")
+    if status:
+        pending = tuple((k, v) for k, v in sorted(hdrs.items()) if k.startswith("Nats-"))
+        return ("status", status, hdrs.get("Description", ""), pending)
+    return ("msg", msg.subject, ack_tokens(msg.reply), msg.data)
+
+
+async def pull(nc: Any, stream: str, consumer: str, body: Any, *, wait: float, stop_on_status: bool = True,
+               count: int = 0) -> list[tuple[Any, ...]]:
+    """Send one MSG.NEXT and record what arrives on its inbox for up to `wait` seconds (or until a
+    status that ends the request, or `count` entries)."""
+    inbox = nc.new_inbox()
+    got: list[tuple[Any, ...]] = []
+    done = asyncio.Event()
+
+    async def on_msg(msg: Msg) -> None:
+        e = entry(msg)
+        got.append(e)
+        if (stop_on_status and e[0] == "status" and e[1] != "100") or (count and len(got) >= count):
+            done.set()
+
+    sub = await nc.subscribe(inbox, cb=on_msg)
+    data = json.dumps(body).encode() if isinstance(body, (dict, int)) else body
+    await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", data, reply=inbox)
+    try:
+        await asyncio.wait_for(done.wait(), wait)
+    except asyncio.TimeoutError:
+        pass
+    await sub.unsubscribe()
+    return got
+
+
+async def api(nc: Any, subject: str, body: Any = b"") -> Any:
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    msg = await nc.request(subject, data, timeout=2)
+    return json.loads(msg.data)
+
+
+def info_view(info: dict[str, Any]) -> dict[str, Any]:
+    """The counters of a ConsumerInfo that must match exactly."""
+    return {k: normalise(info.get(k)) for k in ("delivered", "ack_floor", "num_ack_pending", "num_redelivered",
+                                                "num_waiting", "num_pending")}
+
+
+async def scenario_pair(urls: dict[str, str], fn: Callable[[Any, str], Awaitable[Any]], name: str) -> dict[str, Any]:
+    """Run `fn(nc, stream_name)` against each server concurrently; returns {kind: result}."""
+
+    async def one(url: str) -> Any:
+        nc = await nats.connect(url)
+        try:
+            return await fn(nc, name)
+        finally:
+            await nc.close()
+
+    kinds = list(urls)
+    results = await asyncio.gather(*(one(urls[k]) for k in kinds))
+    return dict(zip(kinds, results))
