@@ -10,7 +10,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -78,59 +78,54 @@ class Plan:
         return f"{kind} matches the spec"
 
 
-ImmutableRule = Callable[[Any, Any], str | None]
+RuleKind = Literal["fixed", "no_turning_off", "workqueue", "mirror", "push_pull"]
 
 
-def _changed(rule: str) -> ImmutableRule:
-    return lambda want, have: rule if want != have else None
+@dataclass(frozen=True)
+class Immutable:
+    """How a field may not change; crdgen.py turns the same table into the CRD's CEL rules."""
+
+    kind: RuleKind
+    rule: str  # what the server does not allow, in the user's terms
+
+    def refuses(self, want: Any, have: Any) -> bool:
+        """Would the server refuse changing ``have`` (its value) into ``want`` (effective values)?"""
+        if self.kind == "fixed":
+            return bool(want != have)
+        if self.kind == "no_turning_off":
+            return bool(have) and not want
+        if self.kind == "workqueue":
+            return want != have and "workqueue" in (want, have)
+        if self.kind == "mirror":
+            return bool(want)  # removing the mirror promotes the stream; adding or changing one is refused
+        return bool(want) != bool(have)  # push_pull: deliverSubject set or not
 
 
-def _not_unset(rule: str) -> ImmutableRule:
-    return lambda want, have: rule if have and not want else None
-
-
-def _retention(want: Any, have: Any) -> str | None:
-    if want != have and "workqueue" in (want, have):
-        return "retention cannot change to or from workqueue"
-    return None
-
-
-def _mirror(want: Any, have: Any) -> str | None:
-    # Removing the mirror promotes it to a normal stream; anything else is refused.
-    return "a mirror cannot be added or changed" if want else None
-
-
-def _push_pull(want: Any, have: Any) -> str | None:
-    if bool(want) != bool(have):
-        return "a consumer cannot switch between push (deliverSubject) and pull"
-    return None
-
-
-STREAM_IMMUTABLE: dict[str, ImmutableRule] = {
-    "name": _changed("the stream name cannot change"),
-    "storage": _changed("storage cannot change"),
-    "retention": _retention,
-    "sealed": _not_unset("a sealed stream cannot be unsealed"),
-    "deny_delete": _not_unset("denyDelete cannot be turned off"),
-    "deny_purge": _not_unset("denyPurge cannot be turned off"),
-    "allow_msg_ttl": _not_unset("allowMsgTtl cannot be turned off"),
-    "allow_msg_schedules": _not_unset("allowMsgSchedules cannot be turned off"),
-    "allow_msg_counter": _changed("allowMsgCounter cannot change"),
-    "persist_mode": _changed("persistMode cannot change"),
-    "mirror": _mirror,
+STREAM_IMMUTABLE: dict[str, Immutable] = {
+    "name": Immutable("fixed", "the stream name cannot change"),
+    "storage": Immutable("fixed", "storage cannot change"),
+    "retention": Immutable("workqueue", "retention cannot change to or from workqueue"),
+    "sealed": Immutable("no_turning_off", "a sealed stream cannot be unsealed"),
+    "deny_delete": Immutable("no_turning_off", "denyDelete cannot be turned off"),
+    "deny_purge": Immutable("no_turning_off", "denyPurge cannot be turned off"),
+    "allow_msg_ttl": Immutable("no_turning_off", "allowMsgTtl cannot be turned off"),
+    "allow_msg_schedules": Immutable("no_turning_off", "allowMsgSchedules cannot be turned off"),
+    "allow_msg_counter": Immutable("fixed", "allowMsgCounter cannot change"),
+    "persist_mode": Immutable("fixed", "persistMode cannot change"),
+    "mirror": Immutable("mirror", "a mirror cannot be added or changed (removing it promotes the stream)"),
 }
-CONSUMER_IMMUTABLE: dict[str, ImmutableRule] = {
-    "durable_name": _changed("the consumer name cannot change"),
-    "deliver_policy": _changed("deliverPolicy cannot change"),
-    "opt_start_seq": _changed("optStartSeq cannot change"),
-    "opt_start_time": _changed("optStartTime cannot change"),
-    "ack_policy": _changed("ackPolicy cannot change"),
-    "replay_policy": _changed("replayPolicy cannot change"),
-    "idle_heartbeat": _changed("idleHeartbeat cannot change"),
-    "flow_control": _changed("flowControl cannot change"),
-    "mem_storage": _changed("memStorage cannot change"),
-    "max_waiting": _changed("maxWaiting cannot change"),
-    "deliver_subject": _push_pull,
+CONSUMER_IMMUTABLE: dict[str, Immutable] = {
+    "durable_name": Immutable("fixed", "the consumer name cannot change"),
+    "deliver_policy": Immutable("fixed", "deliverPolicy cannot change"),
+    "opt_start_seq": Immutable("fixed", "optStartSeq cannot change"),
+    "opt_start_time": Immutable("fixed", "optStartTime cannot change"),
+    "ack_policy": Immutable("fixed", "ackPolicy cannot change"),
+    "replay_policy": Immutable("fixed", "replayPolicy cannot change"),
+    "idle_heartbeat": Immutable("fixed", "idleHeartbeat cannot change"),
+    "flow_control": Immutable("fixed", "flowControl cannot change"),
+    "mem_storage": Immutable("fixed", "memStorage cannot change"),
+    "max_waiting": Immutable("fixed", "maxWaiting cannot change"),
+    "deliver_subject": Immutable("push_pull", "a consumer cannot switch between push (deliverSubject) and pull"),
 }
 
 
@@ -150,12 +145,12 @@ def plan_consumer(desired: Config, observed: Mapping[str, Any] | None) -> Plan:
     return _plan(desired, mapping.consumer_diff(desired, observed), CONSUMER_IMMUTABLE)
 
 
-def _plan(desired: Config, differences: dict[str, Difference], rules: Mapping[str, ImmutableRule]) -> Plan:
+def _plan(desired: Config, differences: dict[str, Difference], rules: Mapping[str, Immutable]) -> Plan:
     drift = tuple(mapping.spec_name(key) for key in differences)
     immutable = tuple(
-        ImmutableChange(key, want, have, rule)
+        ImmutableChange(key, want, have, rules[key].rule)
         for key, (want, have) in differences.items()
-        if key in rules and (rule := rules[key](want, have)) is not None
+        if key in rules and rules[key].refuses(want, have)
     )
     action: Action = "update" if differences else "none"
     return Plan(action, dict(desired), drift, immutable, differences=differences)
