@@ -67,10 +67,9 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]
         cfg = self.broker.config
-        transport.set_write_buffer_limits(high=cfg.write_high_water)
+        transport.set_write_buffer_limits(high=cfg.write_high_water)  # type: ignore[attr-defined]
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = (peer[0], peer[1])

@@ -127,6 +127,7 @@ class Router:
                 c.dirty = True
                 pending.append(c)
             delivered += 1
+            c.out_msgs += 1
             if sub.max_msgs:
                 self._count_max(sub)
         for group in groups:
@@ -145,6 +146,7 @@ class Router:
                 c.dirty = True
                 pending.append(c)
             delivered += 1
+            c.out_msgs += 1
             if sub.max_msgs:
                 self._count_max(sub)
         self.out_msgs += delivered
@@ -284,6 +286,7 @@ class Broker:
         self.port = 0
         self.http_port: int | None = None
         self.jetstream: Any = None
+        self.js_settings = config.jetstream  # with the temp store dir filled in once started
         self.start_time = 0.0
         self.total_connections = 0
         self._next_cid = 0
@@ -346,6 +349,7 @@ class Broker:
             self._tmp_store = tempfile.mkdtemp(prefix="jsbroker-")
             js = replace(js, store_dir=Path(self._tmp_store))
         Path(js.store_dir).mkdir(parents=True, exist_ok=True)  # type: ignore[arg-type]
+        self.js_settings = js
         self.jetstream = JetStream(self, js)
         await self.jetstream.start()
 

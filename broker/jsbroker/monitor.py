@@ -1,0 +1,223 @@
+"""The monitoring HTTP endpoint (aiohttp): /healthz, /varz, /connz, /jsz as read-only JSON views.
+
+Field names and shapes follow nats-server 2.15.1's monitoring endpoints for the basics (checked against
+its responses); values jsbroker has no equivalent for (routes, gateways, leaf nodes) are zero or empty.
+This module only reads broker state; it never changes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from .config import VERSION
+
+if TYPE_CHECKING:
+    from .server import Broker
+
+_NS = 1_000_000_000
+
+
+def rfc3339(epoch: float) -> str:
+    dt = datetime.fromtimestamp(epoch, timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond:06d}000Z"
+
+
+def go_duration(seconds: float) -> str:
+    """Uptime as nats-server prints it: "1d2h3m4s", "5m0s", "0s"."""
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    out = f"{days}d" if days else ""
+    if days or hours:
+        out += f"{hours}h"
+    if days or hours or minutes:
+        out += f"{minutes}m"
+    return out + f"{s}s"
+
+
+class Monitor:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.started = time.time()
+        self.requests: dict[str, int] = {}
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        app = web.Application()
+        for path, handler in (("/healthz", self.healthz), ("/varz", self.varz), ("/connz", self.connz), ("/jsz", self.jsz)):
+            app.router.add_get(path, handler)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        await site.start()
+        return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _json(self, request: web.Request, body: dict[str, Any], status: int = 200) -> web.Response:
+        self.requests[request.path] = self.requests.get(request.path, 0) + 1
+        return web.Response(text=json.dumps(body, indent=2), status=status, content_type="application/json")
+
+    # -- endpoints ----------------------------------------------------------------------------------
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        b = self.broker
+        js_wanted = b.config.jetstream is not None
+        if js_wanted and b.jetstream is None:
+            return self._json(request, {"status": "unavailable", "error": "JetStream not enabled"}, 503)
+        return self._json(request, {"status": "ok"})
+
+    async def varz(self, request: web.Request) -> web.Response:
+        b, cfg, r = self.broker, self.broker.config, self.broker.router
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        body: dict[str, Any] = {
+            "server_id": b.server_id,
+            "server_name": b.server_name,
+            "version": VERSION,
+            "proto": 1,
+            "go": f"python{'.'.join(map(str, sys.version_info[:3]))}",
+            "host": cfg.host,
+            "port": b.port,
+            "auth_required": cfg.auth.required or None,
+            "max_connections": cfg.max_connections,
+            "ping_interval": int(cfg.ping_interval * _NS),
+            "ping_max": cfg.ping_max,
+            "http_host": cfg.http_host or cfg.host,
+            "http_port": b.http_port,
+            "http_base_path": "",
+            "https_port": 0,
+            "auth_timeout": cfg.auth.timeout,
+            "max_control_line": cfg.max_control_line,
+            "max_payload": cfg.max_payload,
+            "max_pending": cfg.max_pending,
+            "cluster": {},
+            "gateway": {},
+            "leaf": {},
+            "mqtt": {},
+            "websocket": {},
+        }
+        if body["auth_required"] is None:
+            del body["auth_required"]
+        if b.jetstream is not None:
+            info = self._js_info()
+            body["jetstream"] = {
+                "config": info["config"],
+                "stats": {k: info[k] for k in ("memory", "storage", "reserved_memory", "reserved_storage", "accounts", "ha_assets", "api")},
+                "limits": info.get("limits", {}),
+            }
+        else:
+            body["jetstream"] = {}
+        now = time.time()
+        body.update(
+            start=rfc3339(self.started),
+            now=rfc3339(now),
+            uptime=go_duration(now - self.started),
+            mem=usage.ru_maxrss * 1024,
+            cores=os.cpu_count() or 1,
+            cpu=0,
+            connections=len(b.clients),
+            total_connections=b.total_connections,
+            routes=0,
+            remotes=0,
+            leafnodes=0,
+            in_msgs=r.in_msgs,
+            in_bytes=sum(c.in_bytes for c in b.clients.values()),
+            out_msgs=r.out_msgs,
+            out_bytes=sum(c.out_bytes for c in b.clients.values()),
+            slow_consumers=r.slow_consumers,
+            subscriptions=r.sublist.count,
+            http_req_stats=dict(self.requests),
+        )
+        return self._json(request, body)
+
+    async def connz(self, request: web.Request) -> web.Response:
+        b = self.broker
+        want_subs = request.query.get("subs", "") in ("1", "true", "detail")
+        offset = int(request.query.get("offset", 0) or 0)
+        limit = int(request.query.get("limit", 1024) or 1024)
+        conns = sorted(b.clients.values(), key=lambda c: c.cid)
+        now = time.time()
+        mono = b.loop.time()
+        out = []
+        for c in conns[offset : offset + limit]:
+            started = now - (mono - c.started)
+            item: dict[str, Any] = {
+                "cid": c.cid,
+                "kind": "Client",
+                "type": "nats",
+                "ip": c.peer[0],
+                "port": c.peer[1],
+                "start": rfc3339(started),
+                "uptime": go_duration(now - started),
+                "pending_bytes": c.transport.get_write_buffer_size() if c.transport else 0,
+                "in_msgs": c.in_msgs,
+                "out_msgs": c.out_msgs,
+                "in_bytes": c.in_bytes,
+                "out_bytes": c.out_bytes,
+                "subscriptions": len(c.subs),
+            }
+            for key in ("name", "lang", "version"):
+                if getattr(c, key):
+                    item[key] = getattr(c, key)
+            if want_subs and c.subs:
+                item["subscriptions_list"] = sorted(s.subject for s in c.subs.values())
+            out.append(item)
+        body = {
+            "server_id": b.server_id,
+            "now": rfc3339(now),
+            "num_connections": len(out),
+            "total": len(conns),
+            "offset": offset,
+            "limit": limit,
+            "connections": out,
+        }
+        return self._json(request, body)
+
+    async def jsz(self, request: web.Request) -> web.Response:
+        b = self.broker
+        base: dict[str, Any] = {
+            "memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0, "accounts": 0, "ha_assets": 0,
+            "api": {"level": 0, "total": 0, "errors": 0},
+            "server_id": b.server_id,
+            "now": rfc3339(time.time()),
+        }
+        if b.jetstream is None:
+            base.update(disabled=True, config={"max_memory": 0, "max_storage": 0})
+            base.update(streams=0, consumers=0, messages=0, bytes=0, total=0)
+            return self._json(request, base)
+        info = self._js_info()
+        body = {**base, **info, "server_id": b.server_id, "now": base["now"]}
+        return self._json(request, body)
+
+    def _js_info(self) -> dict[str, Any]:
+        """The JetStream service's own view, completed with zero defaults for missing fields."""
+        js = self.broker.js_settings
+        info: dict[str, Any] = {
+            "memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0, "accounts": 1, "ha_assets": 0,
+            "api": {"level": 5, "total": 0, "errors": 0},
+            "config": {
+                "max_memory": js.max_memory if js else 0,
+                "max_storage": js.max_storage if js else 0,
+                "store_dir": str(js.store_dir) if js and js.store_dir else "",
+                "sync_interval": int((js.sync_interval if js else 0) * _NS),
+            },
+            "limits": {},
+            "streams": 0, "consumers": 0, "messages": 0, "bytes": 0, "total": 1,
+        }
+        try:
+            info.update(self.broker.jetstream.info())
+        except Exception:
+            self.broker.log.exception("jetstream info failed")
+        return info

@@ -1,0 +1,203 @@
+"""Process launchers for tests and benchmarks: the real `nats-server` and `jsbroker` as subprocesses.
+
+Both are started the same way (nats-server flags: `-a 127.0.0.1 -p <port> [-js -sd <dir>] [-m <port>]`) on
+free loopback ports, and are ready when a TCP client can connect and read the INFO line (polled with a
+timeout, never a fixed sleep). A `ServerHandle` is a context manager; `kill()` is SIGKILL (crash),
+`stop()` is SIGTERM + wait (graceful), `restart()` starts the same binary on the same port and store dir.
+Server output goes to `handle.log_path` so a failing test can show it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+NATS_SERVER = "nats-server"
+JSBROKER = "jsbroker"
+KINDS = (JSBROKER, NATS_SERVER)
+READY_TIMEOUT = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_info(port: int, timeout: float = 1.0) -> bytes:
+    """Connect to a NATS port and return its INFO line (raises OSError / TimeoutError)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.settimeout(timeout)
+        data = b""
+        while b"\r\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                raise ConnectionError("closed before INFO")
+            data += chunk
+        return data.split(b"\r\n", 1)[0]
+
+
+@dataclass
+class ServerHandle:
+    kind: str
+    port: int
+    store_dir: Path | None
+    http_port: int | None = None
+    extra_args: Sequence[str] = ()
+    jetstream: bool = True
+    log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="server-", suffix=".log")[1]))
+    proc: subprocess.Popen[bytes] | None = None
+    _owns_store: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.http_port}" if self.http_port is not None else None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "server is not running"
+        return self.proc.pid
+
+    def command(self) -> list[str]:
+        args = ["-a", "127.0.0.1", "-p", str(self.port)]
+        if self.jetstream:
+            args += ["-js", "-sd", str(self.store_dir)]
+        elif self.kind == JSBROKER:
+            args += ["--no_jetstream"]
+        if self.http_port is not None:
+            args += ["-m", str(self.http_port)]
+        args += list(self.extra_args)
+        if self.kind == NATS_SERVER:
+            return [NATS_SERVER, *args]
+        return [sys.executable, "-m", "jsbroker", *args]
+
+    def start(self, timeout: float = READY_TIMEOUT) -> "ServerHandle":
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            log.close()
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                read_info(self.port, timeout=1.0)
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise TimeoutError(f"{self.kind} not ready on port {self.port}:\n{self.log_tail()}") from None
+            time.sleep(delay)  # polling interval between readiness probes, not synchronisation
+            delay = min(delay * 2, 0.2)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL (a crash) and reap."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM and wait for a graceful exit; returns the exit code (SIGKILL if it hangs)."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def restart(self, timeout: float = READY_TIMEOUT) -> "ServerHandle":
+        """Stop (gracefully) if running, then start again on the same port and store dir."""
+        self.stop()
+        return self.start(timeout)
+
+    def close(self) -> None:
+        """Stop the process and remove what this handle created (store dir it made, log file)."""
+        self.stop()
+        if self._owns_store and self.store_dir is not None:
+            shutil.rmtree(self.store_dir, ignore_errors=True)
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+
+    def __enter__(self) -> "ServerHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def launch(
+    kind: str,
+    *,
+    jetstream: bool = True,
+    store_dir: Path | str | None = None,
+    http: bool = False,
+    extra_args: Sequence[str] = (),
+    port: int | None = None,
+    attempts: int = 3,
+) -> ServerHandle:
+    """Start `kind` ("jsbroker" or "nats-server") on a free 127.0.0.1 port and wait until it serves."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown server kind {kind!r}; use one of {KINDS}")
+    owns = jetstream and store_dir is None
+    sd = Path(tempfile.mkdtemp(prefix=f"{kind}-store-")) if owns else (Path(store_dir) if store_dir else None)
+    last: Exception | None = None
+    for _ in range(attempts):  # a free port can be taken by someone else before the server binds it
+        handle = ServerHandle(
+            kind=kind,
+            port=port or free_port(),
+            store_dir=sd,
+            http_port=free_port() if http else None,
+            extra_args=tuple(extra_args),
+            jetstream=jetstream,
+            _owns_store=owns,
+        )
+        try:
+            return handle.start()
+        except (RuntimeError, TimeoutError) as e:
+            last = e
+            handle.stop()
+            os.unlink(handle.log_path)
+            if port is not None:
+                break
+    if owns and sd is not None:
+        shutil.rmtree(sd, ignore_errors=True)
+    raise RuntimeError(f"could not start {kind}: {last}")
+
+
+def start_nats_server(**kw: object) -> ServerHandle:
+    return launch(NATS_SERVER, **kw)  # type: ignore[arg-type]
+
+
+def start_jsbroker(**kw: object) -> ServerHandle:
+    return launch(JSBROKER, **kw)  # type: ignore[arg-type]
