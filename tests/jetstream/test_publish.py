@@ -1,0 +1,139 @@
+"""Differential tests of the publish path: pub acks and every publish header check, against nats-server.
+
+Each case is a list of raw requests (stream API calls and publishes with headers) sent to both servers;
+the acks, errors and resulting stream state must be the same.
+"""
+
+import asyncio
+
+import nats
+import pytest
+from nats.js.errors import NoStreamResponseError
+
+from tests.jetstream.test_stream_api import C, D, G, I, P, U, cfg, pub  # noqa: E741
+
+CASES = {
+    "plain_acks_and_no_reply": [(C, cfg()), pub("{S}.a"), pub("{S}.b", ""), (I, ""), (D, "")],
+    "expected_stream": [(C, cfg()), pub("{S}.a", Nats_Expected_Stream="{S}"),
+                        pub("{S}.a", Nats_Expected_Stream="other"), (D, "")],
+    "expected_last_sequence": [(C, cfg()), pub("{S}.a", Nats_Expected_Last_Sequence="0"),
+                               pub("{S}.a", Nats_Expected_Last_Sequence="0"),
+                               pub("{S}.b", Nats_Expected_Last_Sequence="1"),
+                               pub("{S}.b", Nats_Expected_Last_Sequence="x"), (D, "")],
+    "expected_last_subject_sequence": [(C, cfg()), pub("{S}.k", Nats_Expected_Last_Subject_Sequence="0"),
+                                       pub("{S}.k", Nats_Expected_Last_Subject_Sequence="0"),
+                                       pub("{S}.j", Nats_Expected_Last_Subject_Sequence="0"),
+                                       pub("{S}.k", Nats_Expected_Last_Subject_Sequence="1"),
+                                       pub("{S}.k", Nats_Expected_Last_Subject_Sequence="1"),
+                                       pub("{S}.x", Nats_Expected_Last_Subject_Sequence="2",
+                                           Nats_Expected_Last_Subject_Sequence_Subject="{S}.j"),
+                                       pub("{S}.x", Nats_Expected_Last_Subject_Sequence="3",
+                                           Nats_Expected_Last_Subject_Sequence_Subject="{S}.*"),
+                                       pub("{S}.x", Nats_Expected_Last_Subject_Sequence_Subject="{S}.j"),
+                                       (D, "")],
+    "msg_id_dedupe": [(C, cfg()), pub("{S}.a", Nats_Msg_Id="m1"), pub("{S}.a", Nats_Msg_Id="m1"),
+                      pub("{S}.b", Nats_Msg_Id="m2"), pub("{S}.c", Nats_Msg_Id="m1"), (I, ""), (D, "")],
+    "msg_id_duplicate_wins_over_later_checks": [(C, cfg()), pub("{S}.a", Nats_Msg_Id="m1"),
+                                                pub("{S}.a", Nats_Msg_Id="m1", Nats_Expected_Last_Msg_Id="zz"),
+                                                pub("{S}.a", Nats_Msg_Id="m1", Nats_Expected_Last_Sequence="7"),
+                                                (D, "")],
+    "expected_last_msg_id": [(C, cfg()), pub("{S}.a", Nats_Expected_Last_Msg_Id="none"),
+                             pub("{S}.a", Nats_Msg_Id="first"), pub("{S}.a", Nats_Expected_Last_Msg_Id="first"),
+                             pub("{S}.a", Nats_Expected_Last_Msg_Id="first"), (D, "")],
+    "rollup_not_permitted_and_invalid": [(C, cfg()), pub("{S}.a", Nats_Rollup="sub"),
+                                         ("$JS.API.STREAM.CREATE.{S}r", {"name": "{S}r", "subjects": ["{S}r.>"],
+                                                                         "storage": "memory",
+                                                                         "allow_rollup_hdrs": True}),
+                                         pub("{S}r.a", Nats_Rollup="bogus"),
+                                         ("$JS.API.STREAM.DELETE.{S}r", ""), (D, "")],
+    "rollup_sub_and_all": [(C, cfg(allow_rollup_hdrs=True)), *[pub(f"{{S}}.{s}") for s in "aabbab"],
+                           pub("{S}.a", Nats_Rollup="sub"), (I, {"subjects_filter": "{S}.>"}),
+                           pub("{S}.c", Nats_Rollup="all"), (I, {"subjects_filter": "{S}.>"}), (D, "")],
+    "max_msg_size": [(C, cfg(max_msg_size=10)), pub("{S}.a", "x" * 10), pub("{S}.a", "x" * 11),
+                     pub("{S}.a", "x", Nats_Msg_Id="0123456789"), (D, "")],
+    "discard_new_max_msgs": [(C, cfg(discard="new", max_msgs=2)), pub("{S}.a"), pub("{S}.b"), pub("{S}.c"),
+                             (I, ""), (D, "")],
+    "discard_new_max_bytes": [(C, cfg(discard="new", max_bytes=100)), pub("{S}.a", "x" * 40),
+                              pub("{S}.a", "x" * 40), pub("{S}.a", "x" * 5), (D, "")],
+    "discard_new_per_subject": [(C, cfg(discard="new", max_msgs_per_subject=1, discard_new_per_subject=True,
+                                        allow_rollup_hdrs=True)),
+                                pub("{S}.a"), pub("{S}.a"), pub("{S}.b"), pub("{S}.a", Nats_Rollup="sub"), (I, ""),
+                                (D, "")],
+    "discard_new_subject_limit_replaces": [(C, cfg(discard="new", max_msgs=2, max_msgs_per_subject=1)),
+                                           pub("{S}.a"), pub("{S}.b"), pub("{S}.a"), pub("{S}.c"), (I, ""), (D, "")],
+    "discard_old_limits": [(C, cfg(max_msgs=3, max_msgs_per_subject=2)), *[pub(f"{{S}}.{s}") for s in "aaabcd"],
+                           (I, {"subjects_filter": ">"}), (D, "")],
+    "ttl_disabled_and_invalid": [(C, cfg()), pub("{S}.a", Nats_TTL="5s"), pub("{S}.a", Nats_TTL="bogus"),
+                                 (U, cfg(allow_msg_ttl=True)), pub("{S}.a", Nats_TTL="bogus"),
+                                 pub("{S}.a", Nats_TTL="500ms"), pub("{S}.a", Nats_TTL="-3"),
+                                 pub("{S}.a", Nats_TTL="10"), pub("{S}.a", Nats_TTL="1m"),
+                                 pub("{S}.a", Nats_TTL="never"), (I, ""), (D, "")],
+    "interest_without_consumers_skips": [(C, cfg(retention="interest")), pub("{S}.a"), pub("{S}.a", Nats_Msg_Id="i1"),
+                                         pub("{S}.a", Nats_Msg_Id="i1"), pub("{S}.b"), (G, {"seq": 1}),
+                                         (G, {"last_by_subj": "{S}.>"}), (D, "")],
+    "first_seq": [(C, cfg(first_seq=100)), pub("{S}.a"), (I, ""), (D, "")],
+    "no_ack_stream": [(C, cfg(no_ack=True)), pub("{S}.a"), (I, ""), (D, "")],
+    "sealed_rejects": [(C, cfg()), pub("{S}.a"), (U, cfg(sealed=True)), pub("{S}.a", Nats_Msg_Id="q"), (D, "")],
+    "purge_then_publish_continues_sequence": [(C, cfg()), pub("{S}.a"), pub("{S}.a"), (P, ""), pub("{S}.a"),
+                                              (I, ""), (D, "")],
+    "header_order_expected_stream_before_sequence": [(C, cfg()), pub("{S}.a"),
+                                                     pub("{S}.a", Nats_Expected_Stream="zz",
+                                                         Nats_Expected_Last_Sequence="9", Nats_TTL="bad"),
+                                                     pub("{S}.a", Nats_Expected_Last_Sequence="9", Nats_TTL="5"),
+                                                     pub("{S}.a", Nats_Expected_Last_Subject_Sequence="5",
+                                                         Nats_Expected_Last_Sequence="9"),
+                                                     (D, "")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+async def test_publish_matches_nats_server(differential, name):
+    ours, theirs = await differential(CASES[name])
+    assert ours == theirs
+
+
+async def test_publish_without_stream_gets_no_responders(server, unique):
+    nc = await nats.connect(server.url)
+    try:
+        with pytest.raises(NoStreamResponseError):
+            await nc.jetstream().publish(unique("nostream") + ".x", b"x", timeout=2)
+    finally:
+        await nc.close()
+
+
+async def test_max_age_expires_on_a_timer_without_new_publishes(server, unique):
+    """Expiry runs on a timer: the messages go even though nothing else is published."""
+    nc = await nats.connect(server.url)
+    name = unique("AGE")
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=name, subjects=[name + ".>"], max_age=0.3, storage="memory")
+        for i in range(3):
+            await js.publish(f"{name}.x", str(i).encode())
+        assert (await js.stream_info(name)).state.messages == 3
+        deadline = asyncio.get_running_loop().time() + 5
+        while (await js.stream_info(name)).state.messages and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)  # poll interval while waiting for the server's own timer
+        state = (await js.stream_info(name)).state
+        assert (state.messages, state.first_seq, state.last_seq) == (0, 4, 3)
+        await js.delete_stream(name)
+    finally:
+        await nc.close()
+
+
+async def test_per_message_ttl_expires(server, unique):
+    nc = await nats.connect(server.url)
+    name = unique("TTL")
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=name, subjects=[name + ".>"], allow_msg_ttl=True, storage="memory")
+        await js.publish(f"{name}.short", b"1", headers={"Nats-TTL": "1s"})
+        await js.publish(f"{name}.long", b"2", headers={"Nats-TTL": "1h"})
+        deadline = asyncio.get_running_loop().time() + 6
+        while (await js.stream_info(name)).state.messages > 1 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)  # poll interval while waiting for the server's own timer
+        state = (await js.stream_info(name)).state
+        assert (state.messages, state.first_seq) == (1, 2)
+        await js.delete_stream(name)
+    finally:
+        await nc.close()
