@@ -153,10 +153,12 @@ class Connection(asyncio.Protocol):
             raise ProtocolError(None)  # nats-server drops a client that sends HPUB without headers
         if self.pedantic and not is_valid_publish_subject(subject.decode("utf-8", "replace")):
             self.send(b"-ERR 'Invalid Publish Subject'\r\n")
-        else:
-            self.router.route(self, subject, reply, hdr_len, data)
-        if self.verbose:
+            if self.verbose:
+                self.send(OK)
+            return
+        if self.verbose:  # nats-server acknowledges before delivering
             self.send(OK)
+        self.router.route(self, subject, reply, hdr_len, data)
 
     def on_sub(self, subject: bytes, queue: bytes | None, sid: bytes) -> None:
         text = subject.decode("utf-8", "replace")

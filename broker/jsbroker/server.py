@@ -128,8 +128,9 @@ class Router:
                 pending.append(c)
             delivered += 1
             c.out_msgs += 1
-            if sub.max_msgs:
-                self._count_max(sub)
+            sub.delivered += 1
+            if sub.max_msgs and sub.delivered >= sub.max_msgs:
+                self._expire(sub)
         for group in groups:
             sub = self._pick(group, pub)
             if sub is None:
@@ -147,8 +148,9 @@ class Router:
                 pending.append(c)
             delivered += 1
             c.out_msgs += 1
-            if sub.max_msgs:
-                self._count_max(sub)
+            sub.delivered += 1
+            if sub.max_msgs and sub.delivered >= sub.max_msgs:
+                self._expire(sub)
         self.out_msgs += delivered
         if pending and self.reading is None and not self._flush_scheduled:
             self._flush_scheduled = True
@@ -188,17 +190,17 @@ class Router:
             )
         except Exception:
             self.broker.log.exception("internal handler failed", subject=sub.subject)
-        if sub.max_msgs:
-            self._count_max(sub)
+        sub.delivered += 1
+        if sub.max_msgs and sub.delivered >= sub.max_msgs:
+            self._expire(sub)
         return 1
 
-    def _count_max(self, sub: Subscription) -> None:
-        sub.delivered += 1
-        if sub.delivered >= sub.max_msgs:
-            if sub.client is not None:
-                sub.client.remove_sub(sub)
-            else:
-                self.remove(sub)
+    def _expire(self, sub: Subscription) -> None:
+        """The subscription reached its UNSUB max."""
+        if sub.client is not None:
+            sub.client.remove_sub(sub)
+        else:
+            self.remove(sub)
 
     def _no_responders(self, pub: Connection, subject: bytes, reply: bytes) -> None:
         plain, groups = self.sublist.match(reply)
