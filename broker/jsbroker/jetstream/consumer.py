@@ -188,7 +188,12 @@ class Consumer:
         self.maxp = cfg.max_ack_pending
         self._ack_none = cfg.ack_policy == "none"
         self._ack_all = cfg.ack_policy in ("all", "flow_control")
-        self._interest_retention = self.stream.config.retention != "limits"
+
+    @property
+    def _interest_retention(self) -> bool:
+        """Interest or workqueue retention: the stream must hear about acks (read live: a stream
+        update may switch retention)."""
+        return self.stream.config.retention != "limits"
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
