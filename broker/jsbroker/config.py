@@ -54,6 +54,7 @@ class BrokerConfig:
     max_control_line: int = 4096
     max_pending: int = 64 * 1024 * 1024  # per-connection output limit before "slow consumer" close
     write_high_water: int = 1024 * 1024  # above this a subscriber's publishers are paused
+    write_deadline: float = 10.0  # a connection backed up this long is a slow consumer (nats-server default)
     max_connections: int = 64 * 1024
     ping_interval: float = 120.0
     ping_max: int = 2
@@ -117,7 +118,7 @@ def parse_size(value: Any, what: str) -> int:
 _TOP_KEYS = {
     "host": str, "listen": str, "port": int, "http_port": int, "http_host": str, "server_name": str,
     "max_payload": "size", "max_control_line": "size", "max_pending": "size", "max_connections": int,
-    "ping_interval": "duration", "ping_max": int, "log_level": str, "log_file": Path,
+    "ping_interval": "duration", "ping_max": int, "write_deadline": "duration", "log_level": str, "log_file": Path,
 }
 
 

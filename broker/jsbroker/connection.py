@@ -63,6 +63,7 @@ class Connection(asyncio.Protocol):
         self.started = broker.loop.time()
         self.peer: tuple[str, int] = ("", 0)
         self._timer: asyncio.TimerHandle | None = None
+        self._stall: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -101,17 +102,31 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.out.clear()
-        if self._timer is not None:
-            self._timer.cancel()
+        self._cancel_timers()
         self.broker.unregister(self)
         self.router.resume_publishers(self)
 
     def pause_writing(self) -> None:
         self.congested = True
+        self._stall = self.broker.loop.call_later(self.broker.config.write_deadline, self._stalled)
 
     def resume_writing(self) -> None:
         self.congested = False
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
         self.router.resume_publishers(self)
+
+    def _stalled(self) -> None:
+        """Backed up for a whole write deadline: a slow consumer; free the publishers it holds."""
+        self._stall = None
+        if self.congested and not self.closed:
+            self.router.slow_consumer(self)
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._timer, self._stall):
+            if timer is not None:
+                timer.cancel()
 
     # -- output -------------------------------------------------------------------------------------
 
@@ -127,6 +142,7 @@ class Connection(asyncio.Protocol):
         if err:
             self.out.append(err_line(err))
         self.closed = True
+        self._cancel_timers()
         transport = self.transport
         if transport is not None:
             if self.out:
@@ -139,6 +155,7 @@ class Connection(asyncio.Protocol):
     def abort(self) -> None:
         """Drop the connection now, discarding output (slow consumer)."""
         self.closed = True
+        self._cancel_timers()
         self.out.clear()
         if self.transport is not None:
             self.transport.abort()

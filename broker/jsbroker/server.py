@@ -231,11 +231,15 @@ class Router:
             transport.write(data)  # type: ignore[union-attr]
             if c.congested:
                 if transport.get_write_buffer_size() > max_pending:  # type: ignore[union-attr]
-                    self.slow_consumers += 1
-                    self.broker.log.warning("slow consumer detected, closing", cid=c.cid)
-                    c.abort()
+                    self.slow_consumer(c)
                 elif reading is not None and reading is not c:
                     self._block(reading, c)
+
+    def slow_consumer(self, c: Connection) -> None:
+        """Drop a connection whose output is over max_pending or stalled past the write deadline."""
+        self.slow_consumers += 1
+        self.broker.log.warning("slow consumer detected, closing", cid=c.cid)
+        c.abort()
 
     def _block(self, publisher: Connection, subscriber: Connection) -> None:
         if publisher in subscriber.blocked_publishers or publisher.closed:
