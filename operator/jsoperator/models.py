@@ -45,7 +45,13 @@ Duration = Annotated[
 Size = Annotated[
     int,
     BeforeValidator(units.parse_size),
-    WithJsonSchema({"x-kubernetes-int-or-string": True}),
+    WithJsonSchema({
+        "x-kubernetes-int-or-string": True,
+        "x-kubernetes-validations": [{
+            "rule": f"type(self) == int || self.matches('{units.SIZE_PATTERN}')",
+            "message": "a size is an integer number of bytes or a quantity such as 512Mi, 1Gi, 500M, 1G",
+        }],
+    }),
 ]
 """Bytes as an integer or a quantity string in YAML (``1Gi``); integer bytes once validated."""
 

@@ -27,7 +27,7 @@ class ImmutableChange:
     key: str  # JetStream (wire) name
     desired: Any
     observed: Any
-    rule: str  # what the server does not allow
+    rule: str  # what the server does not allow, e.g. "cannot change"
 
     @property
     def field(self) -> str:
@@ -36,7 +36,7 @@ class ImmutableChange:
 
     def describe(self) -> str:
         server, spec = mapping.show(self.key, self.observed), mapping.show(self.key, self.desired)
-        return f"{self.field} (server: {server}, spec: {spec}): {self.rule}"
+        return f"{self.field} {self.rule} (server: {server}, spec: {spec})"
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Immutable:
     """How a field may not change; crdgen.py turns the same table into the CRD's CEL rules."""
 
     kind: RuleKind
-    rule: str  # what the server does not allow, in the user's terms
+    rule: str  # what the server does not allow, as a predicate of the field: "cannot change"
 
     def refuses(self, want: Any, have: Any) -> bool:
         """Would the server refuse changing ``have`` (its value) into ``want`` (effective values)?"""
@@ -102,30 +102,30 @@ class Immutable:
 
 
 STREAM_IMMUTABLE: dict[str, Immutable] = {
-    "name": Immutable("fixed", "the stream name cannot change"),
-    "storage": Immutable("fixed", "storage cannot change"),
-    "retention": Immutable("workqueue", "retention cannot change to or from workqueue"),
-    "sealed": Immutable("no_turning_off", "a sealed stream cannot be unsealed"),
-    "deny_delete": Immutable("no_turning_off", "denyDelete cannot be turned off"),
-    "deny_purge": Immutable("no_turning_off", "denyPurge cannot be turned off"),
-    "allow_msg_ttl": Immutable("no_turning_off", "allowMsgTtl cannot be turned off"),
-    "allow_msg_schedules": Immutable("no_turning_off", "allowMsgSchedules cannot be turned off"),
-    "allow_msg_counter": Immutable("fixed", "allowMsgCounter cannot change"),
-    "persist_mode": Immutable("fixed", "persistMode cannot change"),
-    "mirror": Immutable("mirror", "a mirror cannot be added or changed (removing it promotes the stream)"),
+    "name": Immutable("fixed", "cannot change"),
+    "storage": Immutable("fixed", "cannot change"),
+    "retention": Immutable("workqueue", "cannot change to or from workqueue"),
+    "sealed": Immutable("no_turning_off", "cannot be turned off (a sealed stream stays sealed)"),
+    "deny_delete": Immutable("no_turning_off", "cannot be turned off"),
+    "deny_purge": Immutable("no_turning_off", "cannot be turned off"),
+    "allow_msg_ttl": Immutable("no_turning_off", "cannot be turned off"),
+    "allow_msg_schedules": Immutable("no_turning_off", "cannot be turned off"),
+    "allow_msg_counter": Immutable("fixed", "cannot change"),
+    "persist_mode": Immutable("fixed", "cannot change"),
+    "mirror": Immutable("mirror", "cannot be added or changed (removing it promotes the mirror to a normal stream)"),
 }
 CONSUMER_IMMUTABLE: dict[str, Immutable] = {
-    "durable_name": Immutable("fixed", "the consumer name cannot change"),
-    "deliver_policy": Immutable("fixed", "deliverPolicy cannot change"),
-    "opt_start_seq": Immutable("fixed", "optStartSeq cannot change"),
-    "opt_start_time": Immutable("fixed", "optStartTime cannot change"),
-    "ack_policy": Immutable("fixed", "ackPolicy cannot change"),
-    "replay_policy": Immutable("fixed", "replayPolicy cannot change"),
-    "idle_heartbeat": Immutable("fixed", "idleHeartbeat cannot change"),
-    "flow_control": Immutable("fixed", "flowControl cannot change"),
-    "mem_storage": Immutable("fixed", "memStorage cannot change"),
-    "max_waiting": Immutable("fixed", "maxWaiting cannot change"),
-    "deliver_subject": Immutable("push_pull", "a consumer cannot switch between push (deliverSubject) and pull"),
+    "durable_name": Immutable("fixed", "cannot change"),
+    "deliver_policy": Immutable("fixed", "cannot change"),
+    "opt_start_seq": Immutable("fixed", "cannot change"),
+    "opt_start_time": Immutable("fixed", "cannot change"),
+    "ack_policy": Immutable("fixed", "cannot change"),
+    "replay_policy": Immutable("fixed", "cannot change"),
+    "idle_heartbeat": Immutable("fixed", "cannot change"),
+    "flow_control": Immutable("fixed", "cannot change"),
+    "mem_storage": Immutable("fixed", "cannot change"),
+    "max_waiting": Immutable("fixed", "cannot change"),
+    "deliver_subject": Immutable("push_pull", "cannot switch a consumer between push (set) and pull (unset)"),
 }
 
 

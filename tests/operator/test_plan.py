@@ -64,7 +64,7 @@ def test_immutable_change_blocks_with_a_clear_message() -> None:
     result = plan.plan_stream(desired, {**desired, "storage": "file"})
     assert result.blocked and [c.field for c in result.immutable] == ["storage"]
     assert result.message("stream").startswith(
-        'the server cannot apply this stream change: storage (server: "file", spec: "memory"): storage cannot change.'
+        'the server cannot apply this stream change: storage cannot change (server: "file", spec: "memory").'
     )
 
 
@@ -72,7 +72,7 @@ def test_unset_field_means_the_server_default_for_immutables() -> None:
     # A stream adopted by name has memory storage; the spec leaves storage unset (= file).
     desired = stream({})
     result = plan.plan_stream(desired, {**desired, "storage": "memory"})
-    assert [c.describe() for c in result.immutable] == ['storage (server: "memory", spec: "file"): storage cannot change']
+    assert [c.describe() for c in result.immutable] == ['storage cannot change (server: "memory", spec: "file")']
 
 
 def test_removing_a_mirror_promotes_the_stream() -> None:

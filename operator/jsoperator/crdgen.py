@@ -1,0 +1,291 @@
+"""Models -> the CustomResourceDefinitions ``streams.jsoperator.io`` and ``consumers.jsoperator.io``.
+
+Owns the CRD YAML: the structural OpenAPI schema derived from the pydantic models (no ``default:``
+anywhere: GitOps tools would show perpetual diffs, the server applies defaults), printer columns,
+short names, and the CEL ``x-kubernetes-validations`` that make ``kubectl apply`` refuse the changes
+the server would refuse (generated from plan.py's immutability table, so the two never disagree).
+
+    python3 -m jsoperator.crdgen        # rewrite crds/*.yaml (a test fails while they are stale)
+    jsoperator crds                     # print them (render())
+Pure apart from ``write``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from jsoperator import mapping, plan
+from jsoperator.models import ConsumerSpec, ConsumerStatus, StreamSpec, StreamStatus
+
+GROUP = "jsoperator.io"
+VERSION = "v1alpha1"
+CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
+
+Schema = dict[str, Any]
+
+# Schema keywords kept from pydantic's JSON schema; everything else (title, default, ...) is dropped.
+_KEPT = frozenset({
+    "type", "description", "properties", "required", "items", "additionalProperties", "enum", "format",
+    "pattern", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems",
+    "x-kubernetes-int-or-string", "x-kubernetes-validations",
+})
+
+# Defaults the server derives rather than fixes (mapping.py), needed to compare "unset" in CEL.
+_CEL_DEFAULTS = {"max_waiting": 512}
+
+
+# -- schema -----------------------------------------------------------------------------------------
+
+
+def structural(model: type[BaseModel]) -> Schema:
+    """The model's JSON schema as an apiextensions.k8s.io/v1 structural schema."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    return _convert(raw, raw.get("$defs", {}))
+
+
+def _convert(node: Schema, defs: Schema) -> Schema:
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        return _convert({**target, **{k: v for k, v in node.items() if k != "$ref"}}, defs)
+    if "anyOf" in node:
+        # Optional[X] is anyOf [X, null]: a field left out is "unset", so null is simply dropped.
+        options = [option for option in node["anyOf"] if option.get("type") != "null"]
+        if len(options) != 1:
+            raise ValueError(f"cannot express {node} in a structural schema")
+        merged = {**{k: v for k, v in node.items() if k != "anyOf"}, **options[0]}
+        if "description" in node:
+            merged["description"] = node["description"]
+        return _convert(merged, defs)
+    out: Schema = {}
+    for key, value in node.items():
+        if key not in _KEPT:
+            continue
+        if key == "properties":
+            out[key] = {name: _convert(prop, defs) for name, prop in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            out[key] = _convert(value, defs)
+        elif key == "additionalProperties":
+            continue  # `false` (extra="forbid"): the apiserver prunes or, with strict validation, refuses
+        else:
+            out[key] = value
+    if "properties" in out:
+        out["type"] = "object"
+    first = [key for key in ("type", "description") if key in out]
+    return {key: out[key] for key in [*first, *(k for k in out if k not in first)]}
+
+
+# -- CEL rules --------------------------------------------------------------------------------------
+
+
+def _effective(var: str, field: str, default: Any) -> str:
+    value = f"{var}.{field}"
+    if isinstance(default, bool):
+        fallback = "true" if default else "false"
+    elif isinstance(default, str):
+        fallback = f"'{default}'"
+    else:
+        fallback = str(default)
+    return f"(has({var}.{field}) ? {value} : {fallback})"
+
+
+def _transition_rule(key: str, rule: plan.Immutable, defaults: dict[str, Any], kind: str) -> dict[str, str]:
+    field = mapping.spec_name(key)
+    default = _CEL_DEFAULTS.get(key, defaults.get(key))
+    if key in mapping.DURATION_KEYS:  # compared as durations: 1m equals 60s
+        new, old = (f"duration({_effective(v, field, '0s')})" for v in ("self", "oldSelf"))
+    elif default is None:
+        new = old = ""
+    else:
+        new, old = (_effective(v, field, default) for v in ("self", "oldSelf"))
+    if rule.kind == "fixed":
+        cel = f"{new} == {old}" if new else (
+            f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field})"
+        )
+    elif rule.kind == "no_turning_off":
+        cel = f"!{old} || {new}"
+    elif rule.kind == "workqueue":
+        cel = f"({new} == 'workqueue') == ({old} == 'workqueue')"
+    elif rule.kind == "mirror":
+        cel = f"!has(self.{field}) || (has(oldSelf.{field}) && self.{field} == oldSelf.{field})"
+    else:  # push_pull
+        cel = f"has(self.{field}) == has(oldSelf.{field})"
+    lost = "messages" if kind == "Stream" else "delivery state"
+    message = (
+        f"spec.{field} {rule.rule}: the JetStream server refuses this change. Revert it, or delete and "
+        f"recreate the {kind} (its {lost} are lost)"
+    )
+    return {"rule": cel, "message": message}
+
+
+def _name_rule(field: str, kind: str) -> dict[str, str]:
+    """Root-level: the server name (spec.<field>, else metadata.name) can never change."""
+    effective = "(has({v}.spec.{f}) ? {v}.spec.{f} : {v}.metadata.name)"
+    return {
+        "rule": f"{effective.format(v='self', f=field)} == {effective.format(v='oldSelf', f=field)}",
+        "message": (
+            f"spec.{field} cannot change: it names the {kind.lower()} on the server (default: metadata.name). "
+            f"Create a new {kind} instead"
+        ),
+    }
+
+
+STREAM_RULES = [
+    {
+        "rule": "!has(self.mirror) || (!has(self.subjects) && !has(self.sources))",
+        "message": "a mirror stream cannot also set subjects or sources",
+    },
+]
+CONSUMER_RULES = [
+    {
+        "rule": "has(self.optStartSeq) == (has(self.deliverPolicy) && self.deliverPolicy == 'byStartSequence')",
+        "message": "optStartSeq and deliverPolicy: byStartSequence go together: set both or neither",
+    },
+    {
+        "rule": "has(self.optStartTime) == (has(self.deliverPolicy) && self.deliverPolicy == 'byStartTime')",
+        "message": "optStartTime and deliverPolicy: byStartTime go together: set both or neither",
+    },
+    {
+        "rule": "!(has(self.filterSubject) && has(self.filterSubjects))",
+        "message": "set filterSubject or filterSubjects, not both",
+    },
+    {
+        "rule": "self.streamName == oldSelf.streamName",
+        "message": "spec.streamName cannot change: a consumer belongs to one stream. Create a new Consumer instead",
+    },
+]
+
+
+def _spec_rules(kind: str) -> list[dict[str, str]]:
+    table, defaults, static, name_key = (
+        (plan.STREAM_IMMUTABLE, mapping.STREAM_DEFAULTS, STREAM_RULES, "name")
+        if kind == "Stream"
+        else (plan.CONSUMER_IMMUTABLE, mapping.CONSUMER_DEFAULTS, CONSUMER_RULES, "durable_name")
+    )
+    transitions = [_transition_rule(key, rule, defaults, kind) for key, rule in table.items() if key != name_key]
+    return static + transitions
+
+
+# -- CRDs -------------------------------------------------------------------------------------------
+
+
+def _column(name: str, path: str, type_: str = "string", priority: int = 0, description: str = "") -> Schema:
+    column: Schema = {"name": name, "type": type_, "jsonPath": path}
+    if description:
+        column["description"] = description
+    if priority:
+        column["priority"] = priority
+    return column
+
+
+_READY = '.status.conditions[?(@.type=="Ready")]'
+
+
+def crd(kind: str) -> Schema:
+    """One CRD as a dict."""
+    plural = kind.lower() + "s"
+    spec_model, status_model, short, name_field = (
+        (StreamSpec, StreamStatus, ["jss", "jsstream"], "name")
+        if kind == "Stream"
+        else (ConsumerSpec, ConsumerStatus, ["jsc", "jsconsumer"], "durableName")
+    )
+    spec = structural(spec_model)
+    spec["description"] = (spec_model.__doc__ or "").strip().splitlines()[0]
+    spec["x-kubernetes-validations"] = _spec_rules(kind)
+    status = structural(status_model)
+    status["description"] = f"Observed state of the {kind.lower()}, written by jsoperator."
+    if kind == "Stream":
+        columns = [
+            _column("Ready", f"{_READY}.status"),
+            _column("Stream", ".status.streamName"),
+            _column("Messages", ".status.messages", "integer"),
+            _column("Bytes", ".status.bytes", "integer", priority=1),
+            _column("Reason", f"{_READY}.reason", priority=1),
+        ]
+    else:
+        columns = [
+            _column("Ready", f"{_READY}.status"),
+            _column("Stream", ".status.streamName"),
+            _column("Consumer", ".status.consumerName"),
+            _column("Pending", ".status.numPending", "integer"),
+            _column("Ack Pending", ".status.numAckPending", "integer", priority=1),
+            _column("Reason", f"{_READY}.reason", priority=1),
+        ]
+    columns.append(_column("Age", ".metadata.creationTimestamp", "date"))
+    schema: Schema = {
+        "type": "object",
+        "description": f"A JetStream {kind.lower()} managed by jsoperator.",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+        "required": ["spec"],
+        "x-kubernetes-validations": [_name_rule(name_field, kind)],
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short,
+                "categories": ["jsoperator", "nats"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
+KINDS = ("Stream", "Consumer")
+HEADER = "# Generated by `python3 -m jsoperator.crdgen` from operator/jsoperator/models.py. Do not edit.\n"
+
+
+def render_one(kind: str) -> str:
+    return HEADER + yaml.safe_dump(crd(kind), sort_keys=False, width=120, allow_unicode=True)
+
+
+def render() -> str:
+    """Both CRDs as one multi-document YAML (what `jsoperator crds` prints)."""
+    return "---\n".join(render_one(kind) for kind in KINDS)
+
+
+def files() -> dict[str, str]:
+    """File name -> content of crds/ (kubebuilder naming: <group>_<plural>.yaml)."""
+    return {f"{GROUP}_{kind.lower()}s.yaml": render_one(kind) for kind in KINDS}
+
+
+def write(directory: Path = CRD_DIR) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in files().items():
+        path = directory / name
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for written_path in write(Path(sys.argv[1]) if len(sys.argv) > 1 else CRD_DIR):
+        print(written_path)

@@ -1,0 +1,236 @@
+"""crdgen.py and crds/: fresh, structural, no defaults; and on a real kube-apiserver, CEL rules refuse what
+the JetStream server would refuse, with our messages."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import pytest
+import yaml
+from kubernetes.client.rest import ApiException
+
+from jsoperator import crdgen, plan
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP, VERSION = "jsoperator.io", "v1alpha1"
+
+
+def walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield f"{path}.{key}", value
+            yield from walk(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from walk(value, f"{path}[{index}]")
+
+
+def test_committed_crds_are_fresh() -> None:
+    for name, text in crdgen.files().items():
+        committed = (REPO / "crds" / name).read_text()
+        assert committed == text, f"crds/{name} is stale: run `python3 -m jsoperator.crdgen`"
+    assert sorted(p.name for p in (REPO / "crds").glob("*.yaml")) == sorted(crdgen.files())
+
+
+def test_render_is_both_crds() -> None:
+    docs = list(yaml.safe_load_all(crdgen.render()))
+    assert [d["metadata"]["name"] for d in docs] == ["streams.jsoperator.io", "consumers.jsoperator.io"]
+
+
+@pytest.mark.parametrize("kind", crdgen.KINDS)
+def test_no_default_anywhere(kind: str) -> None:
+    assert [path for path, _ in walk(crdgen.crd(kind)) if path.endswith(".default")] == []
+
+
+@pytest.mark.parametrize("kind", crdgen.KINDS)
+def test_schema_is_structural(kind: str) -> None:
+    schema = crdgen.crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path, node in walk(schema):
+        if not isinstance(node, dict) or path.endswith(".properties") or "x-kubernetes-validations" in path:
+            continue
+        assert not {"$ref", "anyOf", "oneOf", "allOf", "title", "const"} & set(node), path
+        if "properties" in node or "items" in node:
+            assert "type" in node, f"{path} has no type"
+        if "additionalProperties" in node:
+            assert node["additionalProperties"] is not False, path
+
+
+def test_shape_names_columns() -> None:
+    stream, consumer = crdgen.crd("Stream"), crdgen.crd("Consumer")
+    assert stream["spec"]["scope"] == consumer["spec"]["scope"] == "Namespaced"
+    assert stream["spec"]["names"]["shortNames"] == ["jss", "jsstream"]
+    assert consumer["spec"]["names"]["shortNames"] == ["jsc", "jsconsumer"]
+    version = stream["spec"]["versions"][0]
+    assert (version["name"], version["subresources"]) == ("v1alpha1", {"status": {}})
+    cols = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
+    assert cols == ["Ready", "Stream", "Messages", "Age"]
+    cols = [c["name"] for c in consumer["spec"]["versions"][0]["additionalPrinterColumns"] if not c.get("priority")]
+    assert cols == ["Ready", "Stream", "Consumer", "Pending", "Age"]
+
+
+def test_every_immutable_field_has_a_cel_rule() -> None:
+    from jsoperator import mapping
+
+    for kind, table, name_key in (("Stream", plan.STREAM_IMMUTABLE, "name"),
+                                  ("Consumer", plan.CONSUMER_IMMUTABLE, "durable_name")):
+        spec = crdgen.crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        rules = " ".join(r["rule"] for r in spec["x-kubernetes-validations"])
+        for key in table:
+            if key != name_key:
+                assert f"oldSelf.{mapping.spec_name(key)}" in rules, key
+
+
+# -- on a real kube-apiserver -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def api(envtest: Any) -> Iterator[kubernetes.client.CustomObjectsApi]:
+    """Our CRDs installed (created, or replaced with the current version) and Established."""
+    with envtest.api_client() as client:
+        ext = kubernetes.client.ApiextensionsV1Api(client)
+        for body in yaml.safe_load_all(crdgen.render()):
+            name = body["metadata"]["name"]
+            try:
+                ext.create_custom_resource_definition(body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise AssertionError(f"CRD {name} refused by the apiserver: {exc.body}") from None
+                body["metadata"]["resourceVersion"] = ext.read_custom_resource_definition(name).metadata.resource_version
+                ext.replace_custom_resource_definition(name, body)
+        deadline = time.monotonic() + 30
+        for body in yaml.safe_load_all(crdgen.render()):
+            while True:
+                conditions = ext.read_custom_resource_definition(body["metadata"]["name"]).status.conditions or []
+                if any(c.type == "Established" and c.status == "True" for c in conditions):
+                    break
+                assert time.monotonic() < deadline, f"{body['metadata']['name']} not Established: {conditions}"
+                time.sleep(0.1)  # polling interval
+        yield kubernetes.client.CustomObjectsApi(client)
+
+
+class Objects:
+    def __init__(self, api: kubernetes.client.CustomObjectsApi, namespace: str) -> None:
+        self.api, self.namespace = api, namespace
+
+    def create(self, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}, "spec": spec}
+        return self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, kind.lower() + "s", body)
+
+    def replace_spec(self, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        current = self.api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, kind.lower() + "s", name)
+        current["spec"] = spec
+        return self.api.replace_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, kind.lower() + "s", name, current)
+
+
+def refusal(call: Any) -> str:
+    with pytest.raises(ApiException) as info:
+        call()
+    assert info.value.status == 422, info.value.body
+    return str(info.value.body)
+
+
+@pytest.fixture
+def objects(api: kubernetes.client.CustomObjectsApi, kube_namespace: str) -> Objects:
+    return Objects(api, kube_namespace)
+
+
+# (spec before, spec after, refused message fragment or None when the change is allowed)
+STREAM_EDITS: list[tuple[dict[str, Any], dict[str, Any], str | None]] = [
+    ({"storage": "file"}, {"storage": "memory"}, "spec.storage cannot change: the JetStream server refuses"),
+    ({}, {"storage": "memory"}, "spec.storage cannot change"),
+    ({}, {"storage": "file"}, None),  # spelling out the server default is not a change
+    ({"retention": "limits"}, {"retention": "interest"}, None),
+    ({}, {"retention": "workqueue"}, "spec.retention cannot change to or from workqueue"),
+    ({"denyDelete": True}, {}, "spec.denyDelete cannot be turned off"),
+    ({"sealed": True}, {"sealed": False}, "spec.sealed cannot be turned off"),
+    ({}, {"denyPurge": True}, None),
+    ({"persistMode": "async"}, {}, "spec.persistMode cannot change"),
+    ({"subjects": ["a.>"]}, {"mirror": {"name": "O"}}, "spec.mirror cannot be added or changed"),
+    ({"mirror": {"name": "O"}}, {"subjects": ["a.>"]}, None),  # promoting a mirror is allowed
+    ({"maxAge": "1h", "maxBytes": "1Gi"}, {"maxAge": "2h", "maxBytes": 1000}, None),
+    ({}, {"name": "s"}, None),  # = metadata.name
+    ({}, {"name": "other"}, "spec.name cannot change: it names the stream on the server"),
+]
+CONSUMER_EDITS: list[tuple[dict[str, Any], dict[str, Any], str | None]] = [
+    ({}, {"deliverPolicy": "new"}, "spec.deliverPolicy cannot change"),
+    ({}, {"deliverPolicy": "all"}, None),
+    ({"ackPolicy": "explicit"}, {"ackPolicy": "all"}, "spec.ackPolicy cannot change"),
+    ({"deliverPolicy": "byStartSequence", "optStartSeq": 3}, {"deliverPolicy": "byStartSequence", "optStartSeq": 4},
+     "spec.optStartSeq cannot change"),
+    ({"deliverPolicy": "byStartTime", "optStartTime": "2026-01-01T00:00:00Z"},
+     {"deliverPolicy": "byStartTime", "optStartTime": "2026-01-01T01:00:00+01:00"}, None),  # same instant
+    ({"deliverPolicy": "byStartTime", "optStartTime": "2026-01-01T00:00:00Z"},
+     {"deliverPolicy": "byStartTime", "optStartTime": "2026-01-02T00:00:00Z"}, "spec.optStartTime cannot change"),
+    ({}, {"replayPolicy": "original"}, "spec.replayPolicy cannot change"),
+    ({"deliverSubject": "p.x", "idleHeartbeat": "5s"}, {"deliverSubject": "p.x", "idleHeartbeat": "5000ms"}, None),
+    ({"deliverSubject": "p.x", "idleHeartbeat": "5s"}, {"deliverSubject": "p.x", "idleHeartbeat": "6s"},
+     "spec.idleHeartbeat cannot change"),
+    ({"deliverSubject": "p.x"}, {}, "spec.deliverSubject cannot switch a consumer between push"),
+    ({"deliverSubject": "p.x"}, {"deliverSubject": "p.y"}, None),
+    ({}, {"maxWaiting": 512}, None),
+    ({}, {"maxWaiting": 10}, "spec.maxWaiting cannot change"),
+    ({}, {"memStorage": True}, "spec.memStorage cannot change"),
+    ({"deliverSubject": "p.x", "idleHeartbeat": "1s"}, {"deliverSubject": "p.x", "idleHeartbeat": "1s",
+                                                        "flowControl": True}, "spec.flowControl cannot change"),
+    ({}, {"durableName": "other"}, "spec.durableName cannot change"),
+    ({}, {"ackWait": "10s", "maxDeliver": 5, "description": "x"}, None),
+]
+
+
+def _pairs(edits: list[tuple[dict[str, Any], dict[str, Any], str | None]]) -> list[Any]:
+    return [pytest.param(before, after, msg, id=f"{i}") for i, (before, after, msg) in enumerate(edits)]
+
+
+@pytest.mark.xdist_group("kube")
+@pytest.mark.parametrize(("before", "after", "message"), _pairs(STREAM_EDITS))
+def test_stream_edits_on_the_apiserver(objects: Objects, before: dict, after: dict, message: str | None) -> None:
+    objects.create("Stream", "s", before)
+    if message is None:
+        assert objects.replace_spec("Stream", "s", after)["spec"] == after
+    else:
+        assert message in refusal(lambda: objects.replace_spec("Stream", "s", after))
+
+
+@pytest.mark.xdist_group("kube")
+@pytest.mark.parametrize(("before", "after", "message"), _pairs(CONSUMER_EDITS))
+def test_consumer_edits_on_the_apiserver(objects: Objects, before: dict, after: dict, message: str | None) -> None:
+    objects.create("Consumer", "c", {"streamName": "S", **before})
+    if message is None:
+        assert objects.replace_spec("Consumer", "c", {"streamName": "S", **after})["spec"]["streamName"] == "S"
+    else:
+        assert message in refusal(lambda: objects.replace_spec("Consumer", "c", {"streamName": "S", **after}))
+
+
+@pytest.mark.xdist_group("kube")
+def test_consumer_stream_name_cannot_change(objects: Objects) -> None:
+    objects.create("Consumer", "c", {"streamName": "S"})
+    assert "spec.streamName cannot change" in refusal(lambda: objects.replace_spec("Consumer", "c", {"streamName": "T"}))
+
+
+@pytest.mark.xdist_group("kube")
+@pytest.mark.parametrize(
+    ("kind", "spec", "message"),
+    [
+        ("Stream", {"maxBytes": "1GB"}, "a size is an integer number of bytes or a quantity"),
+        ("Stream", {"maxAge": "1 hour"}, "spec.maxAge"),
+        ("Stream", {"retention": "forever"}, "spec.retention"),
+        ("Stream", {"mirror": {"name": "O"}, "subjects": ["x"]}, "a mirror stream cannot also set subjects"),
+        ("Consumer", {"streamName": "S", "optStartSeq": 3}, "optStartSeq and deliverPolicy: byStartSequence go"),
+        ("Consumer", {"streamName": "S", "filterSubject": "a", "filterSubjects": ["b"]}, "not both"),
+        ("Consumer", {}, "spec.streamName: Required value"),
+    ],
+)
+def test_invalid_specs_are_refused_on_create(objects: Objects, kind: str, spec: dict, message: str) -> None:
+    assert message in refusal(lambda: objects.create(kind, "bad", spec))
+
+
+@pytest.mark.xdist_group("kube")
+def test_sizes_accept_ints_and_quantities(objects: Objects) -> None:
+    created = objects.create("Stream", "sizes", {"maxBytes": "512Mi", "maxMsgSize": 1024})
+    assert created["spec"] == {"maxBytes": "512Mi", "maxMsgSize": 1024}  # stored as written: no defaults added
