@@ -32,6 +32,7 @@ JETSTREAM_ERROR = "JetStreamError"
 BROKER_UNAVAILABLE = "BrokerUnavailable"
 IMMUTABLE_FIELD = "ImmutableFieldChange"
 INVALID_SPEC = "InvalidSpec"
+INVALID_ANNOTATION = "InvalidAnnotation"
 WAITING_FOR_STREAM = "WaitingForStream"
 
 # What to do about the server errors users meet most (err_code -> hint).
@@ -96,6 +97,10 @@ def immutable_change(message: str) -> Outcome:
 
 def invalid_spec(message: str) -> Outcome:
     return Outcome(False, INVALID_SPEC, message, stalled=True)
+
+
+def invalid_annotation(message: str) -> Outcome:
+    return Outcome(False, INVALID_ANNOTATION, message, stalled=True)
 
 
 # -- the patch --------------------------------------------------------------------------------------

@@ -37,6 +37,20 @@ def test_committed_crds_are_fresh() -> None:
     assert sorted(p.name for p in (REPO / "crds").glob("*.yaml")) == sorted(crdgen.files())
 
 
+def test_readme_reference_is_fresh() -> None:
+    text = (REPO / "operator" / "README.md").read_text()
+    assert crdgen.readme_with_fresh_blocks(text) == text, "run `python3 -m jsoperator.crdgen`"
+
+
+def test_readme_documents_every_field() -> None:
+    from jsoperator.models import ConsumerSpec, ConsumerStatus, StreamSpec, StreamStatus
+
+    text = (REPO / "operator" / "README.md").read_text()
+    for model in (StreamSpec, ConsumerSpec, StreamStatus, ConsumerStatus):
+        for name, info in model.model_fields.items():
+            assert f"| `{info.alias or name}` |" in text, f"{model.__name__}.{name}"
+
+
 def test_render_is_both_crds() -> None:
     docs = list(yaml.safe_load_all(crdgen.render()))
     assert [d["metadata"]["name"] for d in docs] == ["streams.jsoperator.io", "consumers.jsoperator.io"]

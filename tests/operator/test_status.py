@@ -65,7 +65,8 @@ def test_transient_server_errors_are_retried() -> None:
 
 def test_immutable_change_and_invalid_spec_are_stalled() -> None:
     for outcome, reason in ((status.immutable_change("storage cannot change"), "ImmutableFieldChange"),
-                            (status.invalid_spec("maxAge: invalid duration"), "InvalidSpec")):
+                            (status.invalid_spec("maxAge: invalid duration"), "InvalidSpec"),
+                            (status.invalid_annotation("pause must be true or false"), "InvalidAnnotation")):
         patch = status.build(None, generation=4, outcome=outcome, now=T0)
         assert conditions(patch) == {"Ready": ("False", reason), "Reconciling": ("False", reason),
                                      "Stalled": ("True", reason)}
