@@ -82,6 +82,8 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         if not 0 < self.max_payload <= MAX_PAYLOAD_LIMIT:
             raise ConfigError(f"max_payload {self.max_payload} must be between 1 and {MAX_PAYLOAD_LIMIT} bytes")
+        if self.max_payload > self.max_pending:
+            raise ConfigError(f"max_payload ({self.max_payload}) cannot be higher than max_pending ({self.max_pending})")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is not a TCP port (0-65535)")
         if self.auth.token is not None and self.auth.user is not None:
