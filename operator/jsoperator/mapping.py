@@ -320,6 +320,13 @@ def _normal(key: str, value: Any) -> Any:
 _ZERO_VALUES: tuple[Any, ...] = (False, 0, "", [], {})
 
 
+def _is_zero(value: Any) -> bool:
+    """Go's zero value: an object counts as zero when all its fields are (``{"tags": []}``)."""
+    if isinstance(value, Mapping):
+        return all(_is_zero(v) for v in value.values())
+    return value in _ZERO_VALUES
+
+
 def _matches(want: Any, have: Any, *, exact: bool = False) -> bool:
     """Does the server value ``have`` satisfy ``want``?
 
@@ -328,8 +335,8 @@ def _matches(want: Any, have: Any, *, exact: bool = False) -> bool:
     unless ``exact``; lists match element-wise.
     """
     if want is None:
-        return have is None or have in _ZERO_VALUES
-    if have is None and want in _ZERO_VALUES:
+        return have is None or _is_zero(have)
+    if have is None and _is_zero(want):
         return True
     if isinstance(want, Mapping) and not exact:
         return isinstance(have, Mapping) and all(_matches(v, have.get(k)) for k, v in want.items())

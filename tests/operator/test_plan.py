@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import nats
@@ -11,7 +10,7 @@ import pytest
 
 from jsoperator import mapping, plan
 from jsoperator.models import ConsumerSpec, StreamSpec
-from tests import servers
+from tests.operator.test_mapping import api, nc, ok, server  # noqa: F401  (fixtures: real servers)
 
 NS = 1_000_000_000
 
@@ -92,7 +91,7 @@ def test_retention_limits_to_interest_is_allowed() -> None:
     assert not plan.plan_stream(desired, {**desired, "retention": "limits"}).blocked
 
 
-# -- the same decisions, checked against nats-server ------------------------------------------------
+# -- the same decisions, checked against nats-server and jsbroker ------------------------------------------------
 
 # (spec on the server, new spec, blocked?)
 STREAM_CHANGES: list[tuple[dict[str, Any], dict[str, Any], bool]] = [
@@ -142,33 +141,12 @@ CONSUMER_CHANGES: list[tuple[dict[str, Any], dict[str, Any], bool]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def nats_server() -> Iterator[servers.ServerHandle]:
-    with servers.launch(servers.NATS_SERVER) as handle:
-        yield handle
-
-
-@pytest.fixture
-async def nc(nats_server: servers.ServerHandle) -> AsyncIterator[nats.NATS]:
-    client = await nats.connect(nats_server.url)
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
-async def api(nc: nats.NATS, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    reply = await nc.request(f"$JS.API.{subject}", json.dumps(body).encode() if body is not None else b"", timeout=5)
-    return json.loads(reply.data)
-
-
 @pytest.mark.parametrize(("before", "after", "blocked"), STREAM_CHANGES)
-async def test_stream_plan_agrees_with_nats_server(
+async def test_stream_plan_agrees_with_the_server(
     nc: nats.NATS, before: dict[str, Any], after: dict[str, Any], blocked: bool
 ) -> None:
     name = f"P{abs(hash(json.dumps([before, after]))) % 10**8}"
-    first = await api(nc, f"STREAM.CREATE.{name}", stream(before, name))
-    assert "error" not in first, first
+    first = await ok(nc, f"STREAM.CREATE.{name}", stream(before, name))
     try:
         result = plan.plan_stream(stream(after, name), first["config"])
         assert result.action == "update"
@@ -182,15 +160,14 @@ async def test_stream_plan_agrees_with_nats_server(
 
 
 @pytest.mark.parametrize(("before", "after", "blocked"), CONSUMER_CHANGES)
-async def test_consumer_plan_agrees_with_nats_server(
+async def test_consumer_plan_agrees_with_the_server(
     nc: nats.NATS, before: dict[str, Any], after: dict[str, Any], blocked: bool
 ) -> None:
     name = f"Q{abs(hash(json.dumps([before, after]))) % 10**8}"
-    assert "error" not in await api(nc, f"STREAM.CREATE.{name}", stream({}, name))
+    await ok(nc, f"STREAM.CREATE.{name}", stream({}, name))
     try:
         create = {"stream_name": name, "config": consumer(before, "c", name)}
-        first = await api(nc, f"CONSUMER.CREATE.{name}.c", create)
-        assert "error" not in first, first
+        first = await ok(nc, f"CONSUMER.CREATE.{name}.c", create)
         result = plan.plan_consumer(consumer(after, "c", name), first["config"])
         assert result.action == "update"
         assert result.blocked is blocked, result.message("consumer")
