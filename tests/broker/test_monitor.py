@@ -1,0 +1,77 @@
+"""Monitoring endpoints: the basic /healthz, /varz, /connz and /jsz fields match nats-server's."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import nats
+import pytest
+
+from tests.differential import normalise
+
+pytestmark = pytest.mark.xdist_group("broker-monitor")
+
+
+def get(server, path: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(server.http_url + path, timeout=5) as r:
+            assert r.headers.get("Content-Type", "").startswith("application/json")
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, {}
+
+
+@pytest.mark.parametrize("query", ["", "?js-enabled-only=true", "?js-server-only=true"])
+def test_healthz(server, query):
+    assert get(server, "/healthz" + query) == (200, {"status": "ok"})
+
+
+def test_unknown_path_is_404(server):
+    assert get(server, "/nope")[0] == 404
+
+
+def test_varz_basics(server):
+    status, varz = get(server, "/varz")
+    assert status == 200
+    same = {k: varz[k] for k in ("proto", "max_payload", "max_control_line", "max_pending", "ping_max",
+                                  "ping_interval", "max_connections", "auth_timeout", "write_deadline")}
+    assert same == {"proto": 1, "max_payload": 1048576, "max_control_line": 4096, "max_pending": 67108864,
+                    "ping_max": 2, "ping_interval": 120_000_000_000, "max_connections": 65536,
+                    "auth_timeout": 2, "write_deadline": 10_000_000_000}
+    assert varz["port"] == server.port and varz["http_port"] == server.http_port
+    for key in ("server_id", "server_name", "version", "start", "now", "uptime", "mem", "cores", "connections",
+                "total_connections", "in_msgs", "out_msgs", "in_bytes", "out_bytes", "slow_consumers",
+                "subscriptions", "jetstream"):
+        assert key in varz, key
+    assert normalise(varz)["version"] == "<version>" and varz["version"].startswith("2.")
+
+
+async def test_connz_lists_named_client(server):
+    nc = await nats.connect(server.url, name="monitor-probe")
+    try:
+        sub = await nc.subscribe("mon.probe.x")
+        await nc.publish("mon.probe.x", b"12345")
+        await sub.next_msg(timeout=2)
+        await nc.flush()
+        status, connz = get(server, "/connz?subs=1")
+        assert status == 200
+        assert {"server_id", "now", "num_connections", "total", "offset", "limit", "connections"} <= connz.keys()
+        mine = [c for c in connz["connections"] if c.get("name") == "monitor-probe"]
+        assert len(mine) == 1
+        c = mine[0]
+        assert (c["lang"], c["ip"], c["in_msgs"], c["out_msgs"], c["subscriptions"]) == ("python3", "127.0.0.1", 1, 1, 1)
+        assert "mon.probe.x" in c["subscriptions_list"]
+        assert {"cid", "kind", "type", "port", "start", "uptime", "pending_bytes", "in_bytes", "out_bytes"} <= c.keys()
+    finally:
+        await nc.close()
+
+
+def test_jsz_basics(server):
+    status, jsz = get(server, "/jsz")
+    assert status == 200
+    for key in ("memory", "storage", "reserved_memory", "reserved_storage", "accounts", "api", "server_id", "now",
+                "config", "streams", "consumers", "messages", "bytes"):
+        assert key in jsz, key
+    assert set(jsz["api"]) == {"level", "total", "errors"}
