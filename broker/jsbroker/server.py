@@ -10,7 +10,6 @@ the optional JetStream service, which it only reaches through the `InternalBus` 
 from __future__ import annotations
 
 import asyncio
-import gc
 import random
 import secrets
 import shutil
@@ -338,8 +337,6 @@ class Broker:
 
             self._monitor = Monitor(self)
             self.http_port = await self._monitor.start(cfg.http_host or cfg.host, cfg.http_port)
-        gc.collect()
-        gc.freeze()  # start-up objects live forever; keep them out of every collection
         self.log.info("server ready", port=self.port, http_port=self.http_port, jetstream=self.jetstream is not None)
 
     async def _start_jetstream(self) -> None:

@@ -1,0 +1,126 @@
+"""The in-process Broker and the InternalBus contract that JetStream builds on."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+from nats.errors import NoRespondersError
+
+from jsbroker.internal import Origin
+from jsbroker.server import Broker
+
+pytestmark = pytest.mark.xdist_group("broker-embedded")
+
+
+@pytest.fixture
+async def broker(tmp_path):
+    async with Broker(port=0, host="127.0.0.1", store_dir=tmp_path) as b:
+        yield b
+
+
+@pytest.fixture
+async def nc(broker):
+    client = await nats.connect(broker.client_url)
+    yield client
+    await client.close()
+
+
+async def test_embedded_broker_serves_nats_py(broker, nc):
+    assert broker.client_url == f"nats://127.0.0.1:{broker.port}"
+    sub = await nc.subscribe("emb.x")
+    await nc.publish("emb.x", b"hello")
+    assert (await sub.next_msg(timeout=2)).data == b"hello"
+
+
+async def test_internal_handler_sees_client_publish_and_replies(broker, nc):
+    seen = []
+
+    def handler(subject, reply, hdr, payload, origin):
+        seen.append((subject, hdr, payload, origin))
+        broker.publish(reply, None, b"", b"answer:" + payload)
+
+    broker.subscribe_internal("svc.*", handler)
+    reply = await nc.request("svc.a", b"q", timeout=2, headers={"K": "v"})
+    assert reply.data == b"answer:q"
+    subject, hdr, payload, origin = seen[0]
+    assert (subject, payload) == ("svc.a", b"q")
+    assert hdr == b"NATS/1.0\r\nK: v\r\n\r\n"
+    assert isinstance(origin, Origin) and origin.headers is True and origin.client_id > 0
+
+
+async def test_internal_subscription_counts_as_responder_and_unsubscribes(broker, nc):
+    sub = broker.subscribe_internal("svc.silent", lambda *a: None)
+    with pytest.raises(nats.errors.TimeoutError):  # no 503: someone is listening, it just does not answer
+        await nc.request("svc.silent", b"x", timeout=0.3)
+    broker.unsubscribe_internal(sub)
+    with pytest.raises(NoRespondersError):
+        await nc.request("svc.silent", b"x", timeout=2)
+
+
+async def test_bus_publish_reaches_clients_with_headers(broker, nc):
+    sub = await nc.subscribe("bus.out")
+    await nc.flush()
+    assert broker.publish("bus.out", "r.1", b"NATS/1.0\r\nA: 1\r\n\r\n", b"data") is True
+    msg = await sub.next_msg(timeout=2)
+    assert (msg.data, msg.reply, msg.headers) == (b"data", "r.1", {"A": "1"})
+    assert broker.publish("bus.nobody", None, b"", b"x") is False
+
+
+async def test_bus_publish_from_timer_is_flushed(broker, nc):
+    sub = await nc.subscribe("bus.timer")
+    await nc.flush()
+    broker.loop.call_later(0.01, broker.publish, "bus.timer", None, b"", b"tick")
+    assert (await sub.next_msg(timeout=2)).data == b"tick"
+
+
+async def test_has_interest_and_queue(broker, nc):
+    assert not broker.has_interest("int.a")
+    await nc.subscribe("int.*", queue="grp")
+    await nc.flush()
+    assert broker.has_interest("int.a")
+    assert broker.has_interest("int.a", queue="grp")
+    assert not broker.has_interest("int.a", queue="other")
+
+
+async def test_watch_interest_reports_transitions(broker, nc):
+    changes: list[bool] = []
+    watch = broker.watch_interest("deliver.x", changes.append)
+    s1 = await nc.subscribe("deliver.x")
+    s2 = await nc.subscribe("deliver.>")
+    await nc.flush()
+    await s1.unsubscribe()
+    await nc.flush()
+    assert changes == [True]
+    await s2.unsubscribe()
+    await nc.flush()
+    assert changes == [True, False]
+    watch.cancel()
+    await nc.subscribe("deliver.x")
+    await nc.flush()
+    assert changes == [True, False]
+
+
+async def test_internal_queue_subscribers_share_messages(broker, nc):
+    got = {"a": 0, "b": 0}
+    broker.subscribe_internal("work", lambda *a: got.__setitem__("a", got["a"] + 1), queue="q")
+    broker.subscribe_internal("work", lambda *a: got.__setitem__("b", got["b"] + 1), queue="q")
+    for _ in range(100):
+        await nc.publish("work", b"")
+    await nc.flush()
+    assert got["a"] + got["b"] == 100 and got["a"] and got["b"]
+
+
+async def test_stop_flushes_and_closes_clients(tmp_path):
+    b = Broker(port=0, host="127.0.0.1", jetstream=False)
+    await b.start()
+    closed = asyncio.Event()
+
+    async def on_closed():
+        closed.set()
+
+    nc = await nats.connect(b.client_url, allow_reconnect=False, closed_cb=on_closed)
+    await b.stop()
+    await asyncio.wait_for(closed.wait(), 5)
+    assert nc.is_closed
