@@ -249,13 +249,13 @@ class FileStore(IndexedStore):
     # ---- recovery -----------------------------------------------------------------------------------
     def _recover(self) -> None:
         numbers = sorted(int(p.stem) for p in self._msgs_dir.glob("*.blk") if p.stem.isdigit())
-        floor = 0
+        floor, gap = 0, False
         lost: list[int] = []
         subjects: dict[bytes, str] = {}
         for k, no in enumerate(numbers):
             blk = _Block(no, self._block_path(no))
             self._blocks[no] = blk
-            floor = self._scan(blk, floor, lost, subjects, is_tail=k == len(numbers) - 1)
+            floor, gap = self._scan(blk, floor, gap, lost, subjects, is_tail=k == len(numbers) - 1)
         for loc in self._finish_restore(floor):
             blk = self._blocks[loc >> _LOC_SHIFT]
             blk.live -= 1
@@ -272,14 +272,16 @@ class FileStore(IndexedStore):
         self._enforce_limits(None)
         self._commit()
 
-    def _scan(self, blk: _Block, floor: int, lost: list[int], subjects: dict[bytes, str], is_tail: bool) -> int:
-        """Index every valid record of one block; returns the floor seen so far."""
+    def _scan(
+        self, blk: _Block, floor: int, gap: bool, lost: list[int], subjects: dict[bytes, str], is_tail: bool
+    ) -> tuple[int, bool]:
+        """Index every valid record of one block; returns the floor seen so far and whether bytes were
+        skipped since the last message (then the next message tells which seqs were lost)."""
         size = blk.path.stat().st_size
         if size == 0:
-            return floor
+            return floor, gap
         with open(blk.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             offset = 0
-            gap = False  # bytes were skipped: the next message may reveal lost seqs
             while offset < size:
                 try:
                     length, kind, seq, ts, aux, slen, hlen = record.check(mm, offset)
@@ -288,9 +290,10 @@ class FileStore(IndexedStore):
                     log.warning("stream store %s: block %d: %s; %s", self._dir, blk.no, e,
                                 f"skipping to offset {resume}" if resume is not None else "dropping the tail")
                     if resume is None:
-                        torn_seq = self._torn_seq(mm, offset)
+                        torn_seq = self._torn_seq(mm, offset) if is_tail else 0
                         if torn_seq:
                             lost.append(torn_seq)
+                        gap = not is_tail
                         break
                     offset, gap = resume, True
                     continue
@@ -317,15 +320,17 @@ class FileStore(IndexedStore):
                         if loc >> _LOC_SHIFT != blk.no:
                             blk.tombs.append(seq)
                 else:  # FLOOR
-                    if seq >= self._last:
-                        self._last, self._last_ts = seq, ts
                     floor = max(floor, aux)
+                    if seq >= self._last:
+                        if gap:  # the skipped bytes held these seqs (or skips: we cannot tell)
+                            lost.extend(range(max(self._last + 1, floor), seq + 1))
+                        self._last, self._last_ts = seq, ts
                 offset += length
         if offset < size:
             os.truncate(blk.path, offset)
             log.warning("stream store %s: block %d truncated from %d to %d bytes", self._dir, blk.no, size, offset)
         blk.size = offset
-        return floor
+        return floor, gap
 
     @staticmethod
     def _resync(mm: mmap.mmap, start: int) -> int | None:
@@ -340,9 +345,9 @@ class FileStore(IndexedStore):
 
     def _torn_seq(self, mm: mmap.mmap, offset: int) -> int:
         """The seq of a message whose record is torn, when its header is readable and plausible."""
-        if len(mm) - offset < record.HEADER.size:
+        if len(mm) - offset < record.SEQ_END:
             return 0
-        _, kind, seq, *_ = record.HEADER.unpack_from(mm, offset)
+        kind, seq = record.KIND_SEQ.unpack_from(mm, offset + record.KIND_OFFSET)
         return seq if kind == record.MSG and seq == self._last + 1 else 0
 
     # ---- StreamStore (lifecycle) --------------------------------------------------------------------

@@ -45,6 +45,8 @@ HEADER = struct.Struct(
     "I"  # hdr_len
 )
 KIND_OFFSET = struct.calcsize(">I")
+KIND_SEQ = struct.Struct(">cQ")  # to read the seq of a record whose header is cut short
+SEQ_END = KIND_OFFSET + KIND_SEQ.size
 CRC = struct.Struct(">I")
 OVERHEAD = HEADER.size + CRC.size  # bytes a record adds around subject + header + payload
 MIN_LEN = OVERHEAD
