@@ -16,7 +16,8 @@ No I/O, no Kubernetes or NATS imports.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AwareDatetime,
@@ -25,6 +26,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    ValidationError,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -425,3 +427,27 @@ class ConsumerStatus(_Status):
     num_redelivered: int | None = Field(None, description="Messages redelivered at least once.")
     num_waiting: int | None = Field(None, description="Pull requests waiting.")
     last_reset: LastReset | None = Field(None, description="The last reset annotation executed.")
+
+
+# -- parsing a CR's spec ----------------------------------------------------------------------------
+
+SpecT = TypeVar("SpecT", StreamSpec, ConsumerSpec)
+
+
+class SpecError(ValueError):
+    """A spec the models refuse; the message lists each problem as ``spec.<field>: <what is wrong>``."""
+
+
+def parse_spec(model: type[SpecT], raw: Mapping[str, Any] | None) -> SpecT:
+    """Validate a CR's ``spec`` (as the apiserver stores it) into ``model``; SpecError says what to fix."""
+    try:
+        return model.model_validate(dict(raw or {}))
+    except ValidationError as exc:
+        raise SpecError("; ".join(_problem(error) for error in exc.errors())) from None
+
+
+def _problem(error: Any) -> str:
+    path = "spec" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"{path}: unknown field (check its spelling against operator/README.md)"
+    return f"{path}: {error['msg'].removeprefix('Value error, ')}"

@@ -161,7 +161,7 @@ def _conditions(
 def _condition(
     old: Mapping[str, Any] | None, type_: str, status: bool, reason: str, message: str, generation: int, now: datetime
 ) -> dict[str, Any]:
-    text = "True" if status else "False"
+    text: Literal["True", "False"] = "True" if status else "False"
     since = old.get("lastTransitionTime") if old is not None and old.get("status") == text else None
     condition = Condition(
         type=type_, status=text, reason=reason, message=message,
@@ -172,10 +172,8 @@ def _condition(
 
 def condition(status: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
     """The condition of ``type_`` in a status, if any."""
-    for item in (status or {}).get("conditions") or []:
-        if item.get("type") == type_:
-            return item
-    return None
+    items: list[Mapping[str, Any]] = (status or {}).get("conditions") or []
+    return next((item for item in items if item.get("type") == type_), None)
 
 
 # -- observed server state --------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def parse_duration(text: str) -> int:
     if not isinstance(text, str) or not _DURATION_RE.match(text):
         raise ValueError(
             f"invalid duration {text!r}: use a Go-style duration such as 500ms, 30s, 5m, 1h30m "
-            "(units ns, us, ms, s, m, h; no sign, no spaces)"
+            "(units ns, us, ms, s, m, h, without sign or spaces)"
         )
     total = Decimal(0)
     for number, unit in _DURATION_PART.findall(text):

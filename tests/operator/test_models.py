@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from jsoperator import units
-from jsoperator.models import ConnectionSpec, ConsumerSpec, StreamSpec, StreamStatus
+from jsoperator.models import ConnectionSpec, ConsumerSpec, SpecError, StreamSpec, StreamStatus, parse_spec
 
 NS = 1_000_000_000
 
@@ -104,3 +104,19 @@ def test_connection_takes_one_auth_method() -> None:
                                        "userSecretRef": {"name": "u"}})
     with pytest.raises(ValidationError, match="key"):
         ConnectionSpec.model_validate({"tokenSecretRef": {"name": "t"}})
+
+
+def test_parse_spec_names_each_problem_by_its_yaml_path() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec(StreamSpec, {"maxAge": "1 hour", "maxAg": 1, "sources": [{"name": "a.b"}]})
+    problems = str(info.value).split("; ")
+    assert problems[0].startswith("spec.maxAge: invalid duration '1 hour': use a Go-style duration")
+    assert "spec.sources[0].name: String should match pattern" in problems[1]
+    assert problems[2] == "spec.maxAg: unknown field (check its spelling against operator/README.md)"
+
+
+def test_parse_spec_model_rules_and_success() -> None:
+    with pytest.raises(SpecError, match=r"^spec: optStartSeq and deliverPolicy byStartSequence go together"):
+        parse_spec(ConsumerSpec, {"streamName": "S", "optStartSeq": 4})
+    assert parse_spec(StreamSpec, None) == StreamSpec()
+    assert parse_spec(ConsumerSpec, {"streamName": "S"}).stream_name == "S"
