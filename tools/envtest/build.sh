@@ -50,6 +50,7 @@ fi
 mkdir -p "$cache_root"
 work="$(mktemp -d "$cache_root/.build-$k8s_version.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
+chmod 755 "$work"
 
 minor="${k8s_version#v1.}"
 minor="${minor%%.*}"
