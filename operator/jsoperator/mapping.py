@@ -260,9 +260,16 @@ _DEFAULT_MAX_WAITING = 512
 _DEFAULT_PINNED_TTL = 120_000_000_000
 
 
+# Keys where 0 asks for the server's default rather than meaning zero.
+_STREAM_ZERO_IS_DEFAULT = frozenset({"duplicate_window"})
+_CONSUMER_ZERO_IS_DEFAULT = frozenset(
+    {"ack_wait", "max_ack_pending", "inactive_threshold", "max_waiting", "priority_timeout"}
+)
+
+
 def _stream_expectations(desired: Config) -> Config:
     """Defaults the server derives from other fields (stream.go checkStreamCfg)."""
-    want = dict(desired)
+    want = {k: v for k, v in desired.items() if not (k in _STREAM_ZERO_IS_DEFAULT and v == 0)}
     if "subjects" not in want:
         # No subjects means the stream name, unless the stream only gathers from elsewhere.
         want["subjects"] = None if want.get("mirror") or want.get("sources") else [want.get("name")]
@@ -277,7 +284,7 @@ def _stream_expectations(desired: Config) -> Config:
 
 def _consumer_expectations(desired: Config) -> Config:
     """Defaults the server derives from other fields (consumer.go setConsumerConfigDefaults)."""
-    want = dict(desired)
+    want = {k: v for k, v in desired.items() if not (k in _CONSUMER_ZERO_IS_DEFAULT and v == 0)}
     if want.get("backoff"):
         want["ack_wait"] = want["backoff"][0]  # the server waits backoff[0], whatever ack_wait says
     elif "ack_wait" not in want:

@@ -48,6 +48,8 @@ STREAM_CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({"noAck": True}, {"no_ack": True}),
     ({"noAck": False}, {"no_ack": False}),  # omitted by the server when false
     ({"duplicateWindow": "30s"}, {"duplicate_window": 30 * NS}),
+    ({"duplicateWindow": "0s"}, {"duplicate_window": 0}),  # 0 asks for the server default (2m)
+    ({"maxAge": "1m"}, {"max_age": 60 * NS}),  # the derived duplicate window (1m) is not drift
     ({"placement": {"tags": []}}, {"placement": {"tags": []}}),
     ({"compression": "s2"}, {"compression": "s2"}),
     ({"firstSeq": 100}, {"first_seq": 100}),
@@ -58,6 +60,10 @@ STREAM_CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
     (
         {"republish": {"src": "rp.>", "dest": "out.rp.>", "headersOnly": True}, "subjects": ["rp.>"]},
         {"republish": {"src": "rp.>", "dest": "out.rp.>", "headers_only": True}},
+    ),
+    (
+        {"republish": {"dest": "out.all.>"}, "subjects": ["all.>"]},  # the server fills src ">"
+        {"republish": {"dest": "out.all.>"}},
     ),
     ({"allowDirect": True}, {"allow_direct": True}),
     ({"denyDelete": True}, {"deny_delete": True}),
@@ -135,12 +141,16 @@ CONSUMER_CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ),
     ({"filterSubject": "things.a"}, {"filter_subject": "things.a"}),
     ({"filterSubjects": ["things.b", "things.a"]}, {"filter_subjects": ["things.b", "things.a"]}),
+    ({"filterSubjects": ["things.a"]}, {"filter_subjects": ["things.a"]}),
+    ({"inactiveThreshold": "0s"}, {"inactive_threshold": 0}),
     ({"replayPolicy": "original"}, {"replay_policy": "original"}),
     ({"deliverSubject": "push.rl", "rateLimitBps": 1_000_000}, {"rate_limit_bps": 1_000_000}),
     ({"ackPolicy": "explicit", "sampleFreq": "50%"}, {"sample_freq": "50%"}),
+    ({"sampleFreq": "50"}, {"sample_freq": "50"}),
     ({"maxWaiting": 64}, {"max_waiting": 64}),
     ({"ackPolicy": "explicit", "maxAckPending": 20}, {"max_ack_pending": 20}),
     ({"ackPolicy": "explicit", "maxAckPending": -1}, {"max_ack_pending": -1}),
+    ({"ackPolicy": "explicit", "maxAckPending": 0, "ackWait": "0s"}, {"max_ack_pending": 0, "ack_wait": 0}),
     (
         {"deliverSubject": "push.fc", "flowControl": True, "idleHeartbeat": "5s"},
         {"deliver_subject": "push.fc", "flow_control": True, "idle_heartbeat": 5 * NS},
@@ -160,6 +170,7 @@ CONSUMER_CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({"memStorage": True}, {"mem_storage": True}),
     ({"metadata": {"owner": "billing"}}, {"metadata": {"owner": "billing"}}),
     ({"pauseUntil": "2099-01-01T00:00:00Z"}, {"pause_until": "2099-01-01T00:00:00Z"}),
+    ({"pauseUntil": "2020-01-01T00:00:00+00:00"}, {"pause_until": "2020-01-01T00:00:00Z"}),
     (
         {"priorityGroups": ["jobs"], "priorityPolicy": "pinnedClient", "priorityTimeout": "90s"},
         {"priority_groups": ["jobs"], "priority_policy": "pinned_client", "priority_timeout": 90 * NS},
