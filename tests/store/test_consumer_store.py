@@ -1,0 +1,136 @@
+"""ConsumerStore: nats-server's delivered/ack rules, for the memory and the file store (file: across
+restarts, log compaction, torn log tails)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jsbroker.store import SyncPolicy, open_consumer_store
+from jsbroker.store.base import ConsumerState, StoreClosed
+
+
+@pytest.fixture(params=["memory", "file"])
+def open_store(request, tmp_path):
+    def opener(sync: SyncPolicy = SyncPolicy()):
+        return open_consumer_store(request.param, tmp_path / "c", sync)
+
+    opener.kind = request.param
+    return opener
+
+
+def reopen(open_store, store):
+    if open_store.kind == "memory":
+        return store
+    store.close()
+    return open_store()
+
+
+def snapshot(st: ConsumerState) -> tuple:
+    return (st.delivered_consumer_seq, st.delivered_stream_seq, st.ack_floor_consumer_seq,
+            st.ack_floor_stream_seq, dict(st.pending), dict(st.redelivered))
+
+
+def test_explicit_acks_move_the_floor(open_store):
+    s = open_store()
+    assert snapshot(s.load()) == (0, 0, 0, 0, {}, {})
+    for cseq, sseq in ((1, 10), (2, 11), (3, 13)):
+        s.update_delivered(cseq, sseq, 1, 1000 + cseq)
+    assert snapshot(s.load()) == (3, 13, 0, 0, {10: (1, 1001), 11: (2, 1002), 13: (3, 1003)}, {})
+    s.update_acks(2, 11)  # out of order: the floor stays
+    assert snapshot(s.load())[2:4] == (0, 0)
+    s.update_acks(1, 10)  # the floor jumps to just below the next pending (3, 13)
+    assert snapshot(s.load()) == (3, 13, 2, 12, {13: (3, 1003)}, {})
+    s = reopen(open_store, s)
+    assert snapshot(s.load()) == (3, 13, 2, 12, {13: (3, 1003)}, {})
+    s.update_acks(3, 13)
+    assert snapshot(s.load()) == (3, 13, 3, 13, {}, {})
+    s.update_acks(3, 13)  # at or below the floor: nothing
+    assert snapshot(s.load()) == (3, 13, 3, 13, {}, {})
+
+
+def test_redelivery_keeps_original_consumer_seq_and_counts(open_store):
+    s = open_store()
+    s.update_delivered(1, 5, 1, 100)
+    s.update_delivered(2, 5, 2, 200)  # redelivered with a new consumer seq
+    s.update_delivered(3, 5, 3, 300)
+    st = s.load()
+    assert st.pending == {5: (1, 300)} and st.redelivered == {5: 3} and st.delivered_consumer_seq == 3
+    s = reopen(open_store, s)
+    assert s.load().redelivered == {5: 3}
+    s.update_acks(3, 5)
+    assert snapshot(s.load()) == (3, 5, 3, 5, {}, {})
+
+
+def test_ack_all_and_acks_of_unknown_seqs(open_store):
+    s = open_store()
+    for cseq in range(1, 6):
+        s.update_delivered(cseq, cseq + 100, 1, cseq)
+    s.update_delivered(6, 103, 2, 60)
+    s.update_acks(9, 999)  # not pending: ignored
+    s.update_acks(3, 103, ack_all=True)
+    assert snapshot(s.load()) == (6, 105, 3, 103, {104: (4, 4), 105: (5, 5)}, {})
+    s = reopen(open_store, s)
+    assert snapshot(s.load()) == (6, 105, 3, 103, {104: (4, 4), 105: (5, 5)}, {})
+
+
+def test_load_returns_a_copy_and_reset_replaces(open_store):
+    s = open_store()
+    s.update_delivered(1, 1, 1, 1)
+    s.load().pending.clear()
+    assert s.load().pending == {1: (1, 1)}
+    s.reset(ConsumerState(10, 20, 10, 20))
+    s = reopen(open_store, s)
+    assert snapshot(s.load()) == (10, 20, 10, 20, {}, {})
+    s.update_delivered(11, 25, 1, 7)
+    s = reopen(open_store, s)
+    assert snapshot(s.load()) == (11, 25, 10, 20, {25: (11, 7)}, {})
+    s.close()
+    with pytest.raises(StoreClosed):
+        s.load()
+
+
+def test_file_log_is_compacted_and_restored(tmp_path):
+    s = open_consumer_store("file", tmp_path / "c", SyncPolicy())
+    for cseq in range(1, 40_001):  # ~1.6 MB of log: forces at least one snapshot
+        s.update_delivered(cseq, cseq, 1, cseq)
+        if cseq % 10:
+            s.update_acks(cseq, cseq)
+    want = snapshot(s.load())
+    files = sorted(p.name for p in (tmp_path / "c").iterdir())
+    assert "state.snap" in files and len([f for f in files if f.startswith("state.log.")]) == 1
+    s.close()
+    s = open_consumer_store("file", tmp_path / "c", SyncPolicy())
+    assert snapshot(s.load()) == want and len(want[4]) == 4000
+
+
+def test_crash_between_snapshot_and_new_log_loses_nothing(tmp_path):
+    d = tmp_path / "c"
+    s = open_consumer_store("file", d, SyncPolicy(always=True))
+    s.update_delivered(1, 1, 1, 1)
+    s.update_delivered(2, 2, 1, 2)
+    old_log = next(d.glob("state.log.*")).read_bytes()
+    s.reset(s.load())  # snapshot of generation 1, log 0 removed
+    s.close()
+    (d / "state.log.0").write_bytes(old_log + b"junk")  # as if the crash left the old log behind
+    (d / "state.log.1").unlink()
+    s = open_consumer_store("file", d, SyncPolicy())
+    assert snapshot(s.load()) == (2, 2, 0, 0, {1: (1, 1), 2: (2, 2)}, {})
+    assert not (d / "state.log.0").exists()
+
+
+def test_torn_log_tail_is_dropped(tmp_path):
+    d = tmp_path / "c"
+    s = open_consumer_store("file", d, SyncPolicy(always=True))
+    s.update_delivered(1, 1, 1, 1)
+    s.update_delivered(2, 2, 1, 2)
+    s.close()
+    log = next(d.glob("state.log.*"))
+    log.write_bytes(log.read_bytes()[:-5])
+    s = open_consumer_store("file", d, SyncPolicy())
+    assert snapshot(s.load()) == (1, 1, 0, 0, {1: (1, 1)}, {})
+    s.update_delivered(2, 2, 1, 3)
+    s.close()
+    s = open_consumer_store("file", d, SyncPolicy())
+    assert s.load().pending == {1: (1, 1), 2: (2, 3)}
+    s.delete()
+    assert not d.exists()
