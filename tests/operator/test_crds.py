@@ -3,7 +3,7 @@ the JetStream server would refuse, with our messages."""
 
 from __future__ import annotations
 
-import contextlib
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -248,3 +248,50 @@ def test_invalid_specs_are_refused_on_create(objects: Objects, kind: str, spec: 
 def test_sizes_accept_ints_and_quantities(objects: Objects) -> None:
     created = objects.create("Stream", "sizes", {"maxBytes": "512Mi", "maxMsgSize": 1024})
     assert created["spec"] == {"maxBytes": "512Mi", "maxMsgSize": 1024}  # stored as written: no defaults added
+
+
+def _status_patch(kind: str) -> dict[str, Any]:
+    from datetime import datetime, timezone
+
+    from jsoperator import status
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    if kind == "Stream":
+        observed = status.stream_state({"config": {"name": "orders"}, "state": {
+            "messages": 5, "bytes": 500, "first_seq": 1, "last_seq": 5, "consumer_count": 1}})
+        return status.build(None, generation=1, outcome=status.synced("stream matches the spec"), now=now,
+                            observed=observed)
+    observed = status.consumer_state({"stream_name": "orders", "name": "billing", "num_pending": 7,
+                                      "num_ack_pending": 2, "delivered": {"consumer_seq": 3, "stream_seq": 3}})
+    patch = status.build(None, generation=1, outcome=status.api_error(400, 10065, "subjects overlap"), now=now,
+                         observed=observed)
+    patch["lastReset"] = status.last_reset("reset-to-sequence=3", succeeded=True, now=now, reset_seq=3)
+    return patch
+
+
+@pytest.mark.xdist_group("kube")
+@pytest.mark.parametrize("kind", crdgen.KINDS)
+def test_status_patches_are_stored_unpruned_and_shown_in_columns(
+    api: kubernetes.client.CustomObjectsApi, objects: Objects, kind: str
+) -> None:
+    plural = kind.lower() + "s"
+    objects.create(kind, "x", {"streamName": "orders"} if kind == "Consumer" else {})
+    patch = _status_patch(kind)
+    stored = api.patch_namespaced_custom_object_status(
+        GROUP, VERSION, objects.namespace, plural, "x", {"status": patch})
+    assert stored["status"] == patch  # every field the operator writes fits the schema: nothing pruned
+    client = api.api_client
+    response = client.call_api(
+        "GET", f"{client.configuration.host}/apis/{GROUP}/{VERSION}/namespaces/{objects.namespace}/{plural}/x",
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+    response.read()
+    table = json.loads(response.data)
+    columns = [c["name"] for c in table["columnDefinitions"]]
+    row = dict(zip(columns, table["rows"][0]["cells"]))
+    if kind == "Stream":
+        assert {k: row[k] for k in ("Ready", "Stream", "Messages", "Bytes", "Reason")} == {
+            "Ready": "True", "Stream": "orders", "Messages": 5, "Bytes": 500, "Reason": "Synced"}
+    else:
+        assert {k: row[k] for k in ("Ready", "Stream", "Consumer", "Pending", "Ack Pending", "Reason")} == {
+            "Ready": "False", "Stream": "orders", "Consumer": "billing", "Pending": 7, "Ack Pending": 2,
+            "Reason": "JetStreamError"}
