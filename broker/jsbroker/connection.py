@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .internal import Origin
@@ -165,7 +166,6 @@ class Connection(asyncio.Protocol):
     # -- parser callbacks ---------------------------------------------------------------------------
 
     def on_msg(self, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> None:
-        self.in_msgs += 1
         if hdr_len >= 0 and not self.headers:
             raise ProtocolError(None)  # nats-server drops a client that sends HPUB without headers
         if self.pedantic and not is_valid_publish_subject(subject.decode("utf-8", "replace")):
@@ -237,6 +237,8 @@ class Connection(asyncio.Protocol):
         self.lang = str(opts.get("lang", ""))
         self.version = str(opts.get("version", ""))
         self.origin = Origin(self.cid, self.headers)
+        fast = not self.verbose and not self.pedantic
+        self.parser.on_pub = partial(self.router.route, self) if fast else self.on_msg
         if not self.connected:
             self.connected = True
             self.parser.gate = False

@@ -23,6 +23,7 @@ AUTH_VIOLATION = "Authorization Violation"
 
 # Verbs a well-behaved client may start a line with; used to reject garbage before its line ends.
 _VERBS = (b"PUB", b"HPUB", b"SUB", b"UNSUB", b"PING", b"PONG", b"CONNECT", b"INFO", b"+OK", b"-ERR")
+_LINE_CACHE = 256  # remembered PUB argument lines per connection
 _ARG_VERBS = frozenset((b"PUB", b"HPUB", b"SUB", b"UNSUB", b"CONNECT", b"INFO"))
 
 
@@ -67,10 +68,16 @@ def plausible_start(tail: bytes) -> bool:
 class Parser:
     """Feed it bytes; it calls the handler once per complete operation, in order."""
 
-    __slots__ = ("handler", "max_control_line", "max_payload", "gate", "_tail", "_chunks", "_have", "_want", "_op")
+    __slots__ = (
+        "handler", "on_pub", "max_control_line", "max_payload", "gate", "_tail", "_chunks", "_have", "_want", "_op",
+        "_lines",
+    )
 
     def __init__(self, handler: Handler, max_control_line: int = 4096, max_payload: int = 1 << 20) -> None:
         self.handler = handler
+        # Where a plain PUB goes; the connection may point it straight at the router once CONNECT
+        # turned verbose and pedantic off (nothing per-message is left to check then).
+        self.on_pub = handler.on_msg
         self.max_control_line = max_control_line
         self.max_payload = max_payload
         # While True, any operation other than CONNECT is an Authorization Violation.
@@ -80,6 +87,7 @@ class Parser:
         self._have = 0
         self._want = 0  # payload + CRLF bytes needed to finish `_op`
         self._op: tuple[bytes, bytes | None, int] | None = None
+        self._lines: dict[bytes, tuple[bytes, bytes | None, int]] = {}
 
     def feed(self, data: bytes) -> None:
         if self._op is not None:
@@ -107,45 +115,62 @@ class Parser:
         return buf[want:]
 
     def _parse(self, buf: bytes) -> None:
-        handler = self.handler
-        on_msg = handler.on_msg
+        on_pub = self.on_pub
         find = buf.find
         startswith = buf.startswith
         n = len(buf)
         pos = 0
-        max_line = self.max_control_line
-        max_payload = self.max_payload
+        gate = self.gate
+        seen = self._lines.get
         while pos < n:
             nl = find(b"\n", pos)
             if nl < 0:
                 self._keep_tail(buf[pos:])
                 return
-            end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
-            if startswith(b"PUB ", pos) and not self.gate:
-                if nl - pos > max_line:
-                    raise ProtocolError(MAX_CONTROL_LINE)
-                args = buf[pos + 4 : end].split()
-                if len(args) == 2:
-                    subject, reply, size = args[0], None, _size(args[1])
-                elif len(args) == 3:
-                    subject, reply, size = args[0], args[1], _size(args[2])
-                else:
-                    raise ProtocolError(None)
-                if size > max_payload:
-                    raise ProtocolError(MAX_PAYLOAD)
-                start = nl + 1
-                stop = start + size + 2
+            if startswith(b"PUB ", pos) and not gate:
+                # Fast path for the most common operation; split() also drops the trailing CR.
+                line = buf[pos + 4 : nl]
+                op = seen(line)
+                if op is None:
+                    op = self._pub_args(line, nl - pos)
+                subject, reply, size = op
+                stop = nl + 3 + size
                 if stop > n:
-                    self._await_payload(subject, reply, -1, size, buf[start:])
+                    self._await_payload(subject, reply, -1, size, buf[nl + 1 :])
                     return
-                if buf[stop - 2] != 13 or buf[stop - 1] != 10:
+                if not startswith(b"\r\n", stop - 2):
                     raise ProtocolError(UNKNOWN_OP)
-                on_msg(subject, reply, -1, buf[start:stop])
+                on_pub(subject, reply, -1, buf[nl + 1 : stop])
                 pos = stop
                 continue
+            end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
             pos = self._control(buf, pos, end, nl)
             if pos < 0:
                 return
+            gate = self.gate
+
+    def _pub_args(self, line: bytes, length: int) -> tuple[bytes, bytes | None, int]:
+        """Parse and remember a PUB argument line: publishers repeat the same few lines, so a dict hit
+        replaces split() and int() for most messages (unique reply inboxes just cycle the cache)."""
+        if length > self.max_control_line:
+            raise ProtocolError(MAX_CONTROL_LINE)
+        args = line.split()
+        try:
+            size = int(args[-1])
+        except (ValueError, IndexError):
+            raise ProtocolError(None) from None
+        if len(args) == 2:
+            op = (args[0], None, size)
+        elif len(args) == 3:
+            op = (args[0], args[1], size)
+        else:
+            raise ProtocolError(None)
+        if not 0 <= size <= self.max_payload:
+            raise ProtocolError(MAX_PAYLOAD if size > 0 else None)
+        if len(self._lines) >= _LINE_CACHE:
+            self._lines.clear()
+        self._lines[line] = op
+        return op
 
     def _control(self, buf: bytes, pos: int, end: int, nl: int) -> int:
         """Any operation but the fast-path PUB. Returns where the next operation starts, or -1 when

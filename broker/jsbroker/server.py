@@ -23,7 +23,7 @@ from .config import VERSION, BrokerConfig
 from .connection import Connection
 from .internal import InterestListener, InternalHandler, Origin
 from .logs import Logger, get_logger
-from .sublist import Sublist, Subscription
+from .sublist import EMPTY, Sublist, Subscription
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 API_LEVEL = 5
@@ -38,6 +38,7 @@ class Router:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
         self.sublist = Sublist()
+        self._cache_get = self.sublist.cache.get  # the match cache, looked up inline on the hot path
         self.pending: list[Connection] = []  # connections with output to flush
         self.reading: Connection | None = None  # the connection whose read is being parsed
         self._flush_scheduled = False
@@ -94,12 +95,15 @@ class Router:
 
     def route(self, pub: Connection | None, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> bool:
         """Deliver one message; `data` is header block + payload + CRLF. True if anyone received it."""
-        plain, groups = self.sublist.match(subject)
+        result = self._cache_get(subject) or self.sublist.match(subject)
         self.in_msgs += 1
-        if not plain and not groups:
+        if pub is not None:
+            pub.in_msgs += 1
+        if result is EMPTY:
             if reply and pub is not None and pub.no_responders:
                 self._no_responders(pub, subject, reply)
             return False
+        plain, groups = result
         size = len(data) - 2
         if hdr_len < 0:
             tail = (b" " + reply + b" " if reply else b" ") + str(size).encode() + b"\r\n"

@@ -51,7 +51,7 @@ class Sublist:
         self._literal: dict[str, list[Subscription]] = {}
         self._root = _Node()
         self._wild_count = 0
-        self._cache: dict[bytes | str, Result] = {}
+        self.cache: dict[bytes | str, Result] = {}
         self.count = 0
 
     def insert(self, sub: Subscription) -> None:
@@ -65,7 +65,7 @@ class Sublist:
             node.subs.append(sub)
             self._wild_count += 1
         self.count += 1
-        self._cache.clear()
+        self.cache.clear()
 
     def remove(self, sub: Subscription) -> bool:
         subject = sub.subject
@@ -79,7 +79,7 @@ class Sublist:
         elif not self._remove_wild(sub):
             return False
         self.count -= 1
-        self._cache.clear()
+        self.cache.clear()
         return True
 
     def _remove_wild(self, sub: Subscription) -> bool:
@@ -103,7 +103,7 @@ class Sublist:
 
     def match(self, subject: bytes | str) -> Result:
         """Subscriptions reached by a literal published subject."""
-        cached = self._cache.get(subject)
+        cached = self.cache.get(subject)
         if cached is not None:
             return cached
         text = subject.decode("utf-8", "replace") if isinstance(subject, bytes) else subject
@@ -112,9 +112,9 @@ class Sublist:
             _collect(self._root, text.split("."), 0, found)
         result = _group(found) if found else EMPTY
         if not text.startswith(_NO_CACHE_PREFIXES):
-            if len(self._cache) >= _CACHE_MAX:
-                self._cache.clear()
-            self._cache[subject] = result
+            if len(self.cache) >= _CACHE_MAX:
+                self.cache.clear()
+            self.cache[subject] = result
         return result
 
     def all_subscriptions(self) -> list[Subscription]:

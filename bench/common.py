@@ -1,0 +1,80 @@
+"""Benchmark plumbing shared by bench scripts: server processes, CPU accounting, result tables.
+
+Servers are started with the test launchers (`tests/servers.py`), so a benchmark measures exactly the
+processes the tests run. CPU time is read from /proc/<pid>/stat (utime + stime) before and after each
+measurement; the server process is otherwise idle, so the delta is the cost of the workload.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.servers import JSBROKER, NATS_SERVER, ServerHandle, launch  # noqa: E402
+
+KINDS = (NATS_SERVER, JSBROKER)
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds consumed so far by process `pid`."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+@dataclass
+class Sample:
+    msgs: int  # messages the workload counts (delivered, or ingested when nothing is delivered)
+    seconds: float
+    cpu: float  # server CPU seconds spent during the run
+
+    @property
+    def rate(self) -> float:
+        return self.msgs / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_per_msg_us(self) -> float:
+        return self.cpu / self.msgs * 1e6 if self.msgs else 0.0
+
+
+@dataclass
+class Result:
+    workload: str
+    samples: dict[str, list[Sample]] = field(default_factory=lambda: {k: [] for k in KINDS})
+
+    def median_rate(self, kind: str) -> float:
+        return statistics.median(s.rate for s in self.samples[kind]) if self.samples[kind] else 0.0
+
+    def median_cpu(self, kind: str) -> float:
+        return statistics.median(s.cpu_per_msg_us for s in self.samples[kind]) if self.samples[kind] else 0.0
+
+
+def start_servers() -> dict[str, ServerHandle]:
+    """One nats-server and one jsbroker (core only: JetStream off), on free loopback ports."""
+    return {kind: launch(kind, jetstream=False) for kind in KINDS}
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def table(results: list[Result]) -> str:
+    """A Markdown table: msgs/s and server CPU µs/msg for both servers, ratios jsbroker/nats-server."""
+    head = (
+        "| workload | nats-server msgs/s | jsbroker msgs/s | ratio | nats-server CPU µs/msg | jsbroker CPU µs/msg | CPU ratio |\n"
+        "|---|---:|---:|---:|---:|---:|---:|"
+    )
+    rows = []
+    for r in results:
+        ns, js = r.median_rate(NATS_SERVER), r.median_rate(JSBROKER)
+        nc, jc = r.median_cpu(NATS_SERVER), r.median_cpu(JSBROKER)
+        rows.append(f"| {r.workload} | {ns:,.0f} | {js:,.0f} | {_ratio(js, ns)} | {nc:.2f} | {jc:.2f} | {_ratio(jc, nc)} |")
+    return "\n".join([head, *rows])

@@ -1,0 +1,292 @@
+"""Core NATS benchmark: jsbroker vs nats-server, alternating, 128-byte messages on loopback.
+
+Client-bound workloads use nats-py in separate processes (nats-py is the bottleneck there):
+publish-only, 1 pub -> 1 sub, request/reply with 1 and 50 requests in flight. Server-bound workloads
+use raw sockets that cost almost nothing (pre-built PUB frames written in ~64 KiB blocks, then PING/PONG;
+a raw subscriber that only counts bytes): ingest (no subscribers) and pub -> sub fan-out.
+For each run: msgs/s and the server's CPU seconds per message (from /proc/<pid>/stat); the table shows
+medians and the ratios jsbroker/nats-server.
+
+    python3 bench/core.py            # full run (a few minutes)
+    python3 bench/core.py --quick    # short run, one repetition
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import socket
+import threading
+import time
+from typing import Callable
+
+from common import JSBROKER, KINDS, NATS_SERVER, Result, Sample, cpu_seconds, start_servers, table
+
+SIZE = 128
+PAYLOAD = b"x" * SIZE
+BLOCK = 64 * 1024
+CONNECT = b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
+
+
+# -- nats-py workers (run in child processes) -------------------------------------------------------
+
+
+def _run(coro) -> None:
+    try:
+        import uvloop
+
+        uvloop.run(coro)
+    except ImportError:
+        asyncio.run(coro)
+
+
+def _publisher(url: str, subject: str, n: int, out: "mp.Queue[float]") -> None:
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(url)
+        out.put(time.time())
+        for _ in range(n):
+            await nc.publish(subject, PAYLOAD)
+        await nc.flush(timeout=60)
+        out.put(time.time())
+        await nc.close()
+
+    _run(main())
+
+
+def _subscriber(url: str, subject: str, n: int, ready: "mp.Event", out: "mp.Queue[float]") -> None:
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(url, pending_msgs_limit=10_000_000, pending_bytes_limit=1 << 31)
+        done = asyncio.Event()
+        count = 0
+
+        async def cb(msg) -> None:
+            nonlocal count
+            count += 1
+            if count == n:
+                done.set()
+
+        await nc.subscribe(subject, cb=cb)
+        await nc.flush()
+        ready.set()
+        await asyncio.wait_for(done.wait(), 300)
+        out.put(time.time())
+        await nc.close()
+
+    _run(main())
+
+
+def _responder(url: str, subject: str, ready: "mp.Event", stop: "mp.Event") -> None:
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(url)
+
+        async def cb(msg) -> None:
+            await nc.publish(msg.reply, PAYLOAD)
+
+        await nc.subscribe(subject, cb=cb)
+        await nc.flush()
+        ready.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.05)  # polling a cross-process flag; not on the measured path
+        await nc.close()
+
+    _run(main())
+
+
+def _requester(url: str, subject: str, n: int, inflight: int, out: "mp.Queue[float]") -> None:
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(url)
+        await nc.request(subject, PAYLOAD, timeout=5)  # warm the response inbox
+        per_task = n // inflight
+
+        async def worker() -> None:
+            for _ in range(per_task):
+                await nc.request(subject, PAYLOAD, timeout=10)
+
+        out.put(time.time())
+        await asyncio.gather(*(worker() for _ in range(inflight)))
+        out.put(time.time())
+        await nc.close()
+
+    _run(main())
+
+
+# -- client-bound workloads (return messages, seconds) ----------------------------------------------
+
+_ctx = mp.get_context("spawn")
+
+
+def pub_only(url: str, n: int) -> tuple[int, float]:
+    q = _ctx.Queue()
+    p = _ctx.Process(target=_publisher, args=(url, "bench.pub", n, q))
+    p.start()
+    start, end = q.get(timeout=600), q.get(timeout=600)
+    p.join()
+    return n, end - start
+
+
+def pub_sub(url: str, n: int) -> tuple[int, float]:
+    q_pub, q_sub, ready = _ctx.Queue(), _ctx.Queue(), _ctx.Event()
+    sub = _ctx.Process(target=_subscriber, args=(url, "bench.ps", n, ready, q_sub))
+    sub.start()
+    ready.wait(60)
+    pub = _ctx.Process(target=_publisher, args=(url, "bench.ps", n, q_pub))
+    pub.start()
+    start = q_pub.get(timeout=600)
+    end = q_sub.get(timeout=600)
+    pub.join()
+    sub.join()
+    return n, end - start
+
+
+def request_reply(inflight: int) -> Callable[[str, int], tuple[int, float]]:
+    def run(url: str, n: int) -> tuple[int, float]:
+        ready, stop, q = _ctx.Event(), _ctx.Event(), _ctx.Queue()
+        resp = _ctx.Process(target=_responder, args=(url, "bench.rr", ready, stop))
+        resp.start()
+        ready.wait(60)
+        n = n // inflight * inflight
+        req = _ctx.Process(target=_requester, args=(url, "bench.rr", n, inflight, q))
+        req.start()
+        start, end = q.get(timeout=600), q.get(timeout=600)
+        req.join()
+        stop.set()
+        resp.join()
+        return n, end - start
+
+    return run
+
+
+# -- server-bound raw-socket workloads ---------------------------------------------------------------
+
+
+def _raw_connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = b""
+    while b"\r\n" not in buf:
+        buf += s.recv(4096)
+    s.sendall(CONNECT)
+    return s
+
+
+def _await_pong(s: socket.socket) -> None:
+    buf = b""
+    while not buf.endswith(b"PONG\r\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        buf = (buf + chunk)[-16:]
+
+
+def _blocks(subject: bytes, n: int) -> list[bytes]:
+    frame = b"PUB %s %d\r\n%s\r\n" % (subject, SIZE, PAYLOAD)
+    per_block = max(1, BLOCK // len(frame))
+    block = frame * per_block
+    full, rest = divmod(n, per_block)
+    return [block] * full + ([frame * rest] if rest else [])
+
+
+def _raw_publish(port: int, subject: bytes, n: int) -> None:
+    blocks = _blocks(subject, n)
+    s = _raw_connect(port)
+    try:
+        for b in blocks:
+            s.sendall(b)
+        s.sendall(b"PING\r\n")
+        _await_pong(s)
+    finally:
+        s.close()
+
+
+def ingest(url: str, n: int) -> tuple[int, float]:
+    port = int(url.rsplit(":", 1)[1])
+    start = time.perf_counter()
+    _raw_publish(port, b"bench.ingest", n)
+    return n, time.perf_counter() - start
+
+
+def fan_out(url: str, n: int) -> tuple[int, float]:
+    port = int(url.rsplit(":", 1)[1])
+    sub = _raw_connect(port)
+    sub.sendall(b"SUB bench.fan 1\r\nPING\r\n")
+    _await_pong(sub)
+    expected = n * len(b"MSG bench.fan 1 %d\r\n%s\r\n" % (SIZE, PAYLOAD))
+    done = threading.Event()
+    got = 0
+
+    def count() -> None:
+        nonlocal got
+        while got < expected:
+            chunk = sub.recv(1 << 20)
+            if not chunk:
+                break
+            got += len(chunk)
+        done.set()
+
+    reader = threading.Thread(target=count, daemon=True)
+    start = time.perf_counter()
+    reader.start()
+    _raw_publish(port, b"bench.fan", n)
+    done.wait(600)
+    elapsed = time.perf_counter() - start
+    sub.close()
+    if got < expected:
+        raise RuntimeError(f"fan-out lost data: {got} of {expected} bytes")
+    return n, elapsed
+
+
+# -- driver -------------------------------------------------------------------------------------------
+
+WORKLOADS: list[tuple[str, Callable[[str, int], tuple[int, float]], int]] = [
+    ("nats-py publish only", pub_only, 300_000),
+    ("nats-py 1 pub -> 1 sub", pub_sub, 200_000),
+    ("nats-py request/reply, 1 in flight", request_reply(1), 4_000),
+    ("nats-py request/reply, 50 in flight", request_reply(50), 40_000),
+    ("raw ingest (no subscribers)", ingest, 3_000_000),
+    ("raw pub -> sub fan-out", fan_out, 1_000_000),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1/10 of the messages, one repetition")
+    ap.add_argument("--reps", type=int, help="repetitions per server (default 3, quick 1)")
+    ap.add_argument("--only", help="run only workloads whose name contains this text")
+    args = ap.parse_args()
+    reps = args.reps or (1 if args.quick else 3)
+    servers = start_servers()
+    results: list[Result] = []
+    try:
+        for name, fn, n in WORKLOADS:
+            if args.only and args.only not in name:
+                continue
+            n = max(n // 10, 500) if args.quick else n
+            result = Result(name)
+            for rep in range(reps):
+                order = KINDS if rep % 2 == 0 else KINDS[::-1]  # alternate who goes first
+                for kind in order:
+                    handle = servers[kind]
+                    before = cpu_seconds(handle.pid)
+                    msgs, seconds = fn(handle.url, n)
+                    result.samples[kind].append(Sample(msgs, seconds, cpu_seconds(handle.pid) - before))
+                    s = result.samples[kind][-1]
+                    print(f"{name:40s} {kind:12s} {s.rate:12,.0f} msgs/s  {s.cpu_per_msg_us:7.2f} µs CPU/msg", flush=True)
+            results.append(result)
+    finally:
+        for handle in servers.values():
+            handle.close()
+    print()
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
