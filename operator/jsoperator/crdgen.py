@@ -41,7 +41,7 @@ Schema = dict[str, Any]
 _KEPT = frozenset({
     "type", "description", "properties", "required", "items", "additionalProperties", "enum", "format",
     "pattern", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems",
-    "x-kubernetes-int-or-string", "x-kubernetes-validations",
+    "x-kubernetes-int-or-string", "x-kubernetes-validations", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
 })
 
 # Defaults the server derives rather than fixes (mapping.py), needed to compare "unset" in CEL.

@@ -372,6 +372,10 @@ class ConsumerSpec(_Spec):
 # -- status -----------------------------------------------------------------------------------------
 
 
+# Conditions are keyed by type (server-side apply merges them per type, as for built-in resources).
+_CONDITIONS_LIST: dict[str, Any] = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
+
+
 class Condition(_Status):
     """A kstatus/Kubernetes-style condition."""
 
@@ -404,7 +408,9 @@ class StreamStatus(_Status):
     """Stream.status."""
 
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
-    conditions: list[Condition] | None = Field(None, description="Ready, Reconciling, Stalled, ...")
+    conditions: list[Condition] | None = Field(
+        None, description="Ready, Reconciling, Stalled, ...", json_schema_extra=_CONDITIONS_LIST
+    )
     stream_name: str | None = Field(None, description="Name of the stream on the server.")
     messages: int | None = Field(None, description="Messages stored.")
     bytes: int | None = Field(None, description="Bytes stored.")
@@ -417,7 +423,9 @@ class ConsumerStatus(_Status):
     """Consumer.status."""
 
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
-    conditions: list[Condition] | None = Field(None, description="Ready, Reconciling, Stalled, ...")
+    conditions: list[Condition] | None = Field(
+        None, description="Ready, Reconciling, Stalled, ...", json_schema_extra=_CONDITIONS_LIST
+    )
     stream_name: str | None = Field(None, description="Stream on the server.")
     consumer_name: str | None = Field(None, description="Consumer name on the server.")
     delivered: SequencePair | None = Field(None, description="Last delivered position.")
