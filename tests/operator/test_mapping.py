@@ -326,7 +326,7 @@ async def ensure_origins(nc: nats.NATS) -> None:
 
 
 def _stream_spec(index: int, spec: dict[str, Any]) -> StreamSpec:
-    if "mirror" not in spec and "subjects" not in spec:
+    if not {"mirror", "sources", "subjects"} & set(spec):
         spec = {**spec, "subjects": [f"case{index}.>"]}
     return StreamSpec.model_validate(spec)
 
