@@ -80,21 +80,3 @@ def differential(nats_server: ServerHandle, jsbroker_server: ServerHandle, uniqu
 
     return run
 
-
-@pytest.fixture
-async def js_pair(nats_server: ServerHandle, jsbroker_server: ServerHandle):
-    """Connected nats-py clients to both servers: {"jsbroker": nc, "nats-server": nc}."""
-    clients = {"jsbroker": await nats.connect(jsbroker_server.url),
-               "nats-server": await nats.connect(nats_server.url)}
-    yield clients
-    for nc in clients.values():
-        await nc.close()
-
-
-# TEMPORARY (until the core's monitor module lands): session servers without the HTTP listener.
-@pytest.fixture(scope="session")
-def jsbroker_server():
-    from tests.servers import JSBROKER, launch
-
-    with launch(JSBROKER) as handle:
-        yield handle
