@@ -56,8 +56,9 @@ def reply_subject(prefix: str, dc: int, sseq: int, dseq: int, ts: int, pending: 
 
 
 def subscription_subject(stream: str, consumer: str) -> str:
-    """What a consumer subscribes to so it receives the acks for its deliveries."""
-    return f"{PREFIX}{stream}.{consumer}.>"
+    """What a consumer subscribes to so it receives the acks for its deliveries (v1 subjects only,
+    as nats-server: anything else gets no responders)."""
+    return f"{PREFIX}{stream}.{consumer}.*.*.*.*.*"
 
 
 def parse_subject(subject: str) -> AckTarget | None:

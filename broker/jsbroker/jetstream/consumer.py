@@ -845,7 +845,7 @@ class Consumer:
     def _hit_max_deliveries(self, seq: int) -> bool:
         if not self.maxdc:
             return False
-        dc = self.rdc.get(seq, 0) + 1
+        dc = self.rdc.get(seq, 0) or 1  # nats-server's deliveryCount: the redelivery count, at least 1
         if dc < self.maxdc:
             return False
         if dc == self.maxdc:

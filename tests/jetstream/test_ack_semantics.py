@@ -1,0 +1,225 @@
+"""Acks and their consequences, differential: interest and workqueue retention, max_deliver with its
+advisory, backoff and NAK-delay timing (within a tolerance), +WPI, +NXT, and bad input (garbage bodies,
+unknown sequences, malformed ack subjects) that must change nothing and crash nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tests.differential import normalise
+from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair
+
+
+@pytest.fixture
+def urls(nats_server, jsbroker_server) -> dict[str, str]:
+    return {"jsbroker": jsbroker_server.url, "nats-server": nats_server.url}
+
+
+async def same(urls: dict[str, str], unique: Any, fn: Any) -> Any:
+    out = await scenario_pair(urls, fn, unique("A"))
+    assert out["jsbroker"] == out["nats-server"]
+    return out["nats-server"]
+
+
+async def stream(nc: Any, s: str, **cfg: Any) -> None:
+    await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"], **cfg})
+
+
+async def consumer(nc: Any, s: str, name: str, **cfg: Any) -> None:
+    r = await api(nc, f"$JS.API.CONSUMER.CREATE.{s}.{name}", {"stream_name": s, "config": {"durable_name": name, **cfg}})
+    assert "error" not in r, r
+
+
+async def publish(nc: Any, s: str, n: int, subject: str = "x") -> None:
+    for i in range(n):
+        await nc.request(f"{s}.{subject}", str(i).encode(), timeout=2)
+
+
+async def state(nc: Any, s: str) -> tuple[int, int, int]:
+    st = (await api(nc, f"$JS.API.STREAM.INFO.{s}"))["state"]
+    return st["messages"], st["first_seq"], st["last_seq"]
+
+
+async def ack_all_of(nc: Any, entries: list[Any], s: str, c: str) -> None:
+    for e in entries:
+        if e[0] == "msg":
+            dc, sseq, dseq, pending = e[2]
+            await nc.request(f"$JS.ACK.{s}.{c}.{dc}.{sseq}.{dseq}.0.{pending}", b"", timeout=1)
+
+
+async def test_interest_retention(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        await stream(nc, s, retention="interest")
+        await publish(nc, s, 2)  # nobody interested: not stored, but sequenced
+        t = [await state(nc, s)]
+        await consumer(nc, s, "A", ack_policy="explicit")
+        await consumer(nc, s, "B", ack_policy="explicit", filter_subject=f"{s}.x")
+        await publish(nc, s, 3)
+        await ack_all_of(nc, await pull(nc, s, "A", {"batch": 3, "expires": 300_000_000}, wait=1, count=3), s, "A")
+        t.append(await state(nc, s))
+        await ack_all_of(nc, await pull(nc, s, "B", {"batch": 2, "expires": 300_000_000}, wait=1, count=2), s, "B")
+        t.append(await state(nc, s))
+        await api(nc, f"$JS.API.CONSUMER.DELETE.{s}.B")
+        t.append(await state(nc, s))
+        return t
+
+    assert await same(urls, unique, fn) == [(0, 3, 2), (3, 3, 5), (1, 5, 5), (0, 6, 5)]
+
+
+async def test_workqueue_removes_on_ack(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        await stream(nc, s, retention="workqueue")
+        await consumer(nc, s, "W", ack_policy="explicit")
+        await publish(nc, s, 4)
+        got = await pull(nc, s, "W", {"batch": 2, "expires": 300_000_000}, wait=1, count=2)
+        await ack_all_of(nc, got, s, "W")
+        return [await state(nc, s), info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.W"))]
+
+    assert (await same(urls, unique, fn))[0] == (2, 3, 4)
+
+
+async def test_max_deliver_advisory(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        await stream(nc, s)
+        await consumer(nc, s, "C", ack_policy="explicit", ack_wait=300_000_000, max_deliver=2)
+        adv = await nc.subscribe(f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{s}.C")
+        await publish(nc, s, 1)
+        t = [await pull(nc, s, "C", {"batch": 1, "expires": 200_000_000}, wait=1, count=1)]
+        t.append(await pull(nc, s, "C", {"batch": 1, "expires": 800_000_000}, wait=2, count=1))
+        # the pending message hits max_deliver when a request would get its third delivery
+        t.append(await pull(nc, s, "C", {"batch": 1, "expires": 600_000_000}, wait=2))
+        try:
+            t.append(normalise(json.loads((await adv.next_msg(timeout=2)).data)))
+        except Exception as e:  # noqa: BLE001 - a missing advisory shows up in the comparison
+            t.append(repr(e))
+        t.append(info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C")))
+        return t
+
+    t = await same(urls, unique, fn)
+    assert t[3]["type"] == "io.nats.jetstream.advisory.v1.max_deliver" and t[3]["deliveries"] == 2
+    assert t[4]["num_ack_pending"] == 0 and t[4]["ack_floor"]["stream_seq"] == 0
+
+
+async def redelivery_gaps(nc: Any, s: str, n: int, action: Any = None, **cfg: Any) -> list[float]:
+    await stream(nc, s)
+    await consumer(nc, s, "C", ack_policy="explicit", deliver_subject=f"{s}-d", **cfg)
+    stamps: list[float] = []
+    done = asyncio.Event()
+
+    async def cb(msg: Any) -> None:
+        stamps.append(time.monotonic())
+        if action is not None:
+            await nc.publish(msg.reply, action)
+        if len(stamps) >= n:
+            done.set()
+
+    sub = await nc.subscribe(f"{s}-d", cb=cb)
+    await publish(nc, s, 1)
+    try:
+        await asyncio.wait_for(done.wait(), 6)
+    finally:
+        await sub.unsubscribe()
+    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def close_to(gaps: list[float], want: list[float], tolerance: float = 0.15) -> bool:
+    return len(gaps) == len(want) and all(abs(g - w) <= tolerance for g, w in zip(gaps, want))
+
+
+async def test_backoff_timing(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        gaps = await redelivery_gaps(nc, s, 4, backoff=[200_000_000, 500_000_000, 300_000_000], max_deliver=5)
+        return close_to(gaps, [0.2, 0.5, 0.3])
+
+    assert await same(urls, unique, fn) is True
+
+
+async def test_nak_delay_and_progress(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        nak = await redelivery_gaps(nc, s, 3, action=b'-NAK {"delay": 400000000}', ack_wait=5_000_000_000)
+        return close_to(nak, [0.4, 0.4])
+
+    assert await same(urls, unique, fn) is True
+
+
+async def test_progress_extends_ack_wait(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        await stream(nc, s)
+        await consumer(nc, s, "C", ack_policy="explicit", ack_wait=500_000_000)
+        await publish(nc, s, 1)
+        first = await pull(nc, s, "C", {"batch": 1, "expires": 200_000_000}, wait=1, count=1)
+        dc, sseq, dseq, pending = first[0][2]
+        reply = f"$JS.ACK.{s}.C.{dc}.{sseq}.{dseq}.0.{pending}"
+        for _ in range(3):
+            await asyncio.sleep(0.3)  # keep the message in progress for longer than ack_wait
+            await nc.publish(reply, b"+WPI")
+        early = await pull(nc, s, "C", {"batch": 1, "expires": 250_000_000}, wait=1)
+        late = await pull(nc, s, "C", {"batch": 1, "expires": 900_000_000}, wait=2, count=1)
+        return [early, late]
+
+    t = await same(urls, unique, fn)
+    assert t[0][-1][1] == "408" and t[1][0][2][0] == "2"
+
+
+async def test_ack_next(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        await stream(nc, s)
+        await consumer(nc, s, "C", ack_policy="explicit")
+        await publish(nc, s, 4)
+        first = await pull(nc, s, "C", {"batch": 1, "expires": 200_000_000}, wait=1, count=1)
+        dc, sseq, dseq, pending = first[0][2]
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish(f"$JS.ACK.{s}.C.{dc}.{sseq}.{dseq}.0.{pending}", b"+NXT 2", reply=inbox)
+        nxt = [(await sub.next_msg(timeout=1)).data for _ in range(2)]
+        await sub.unsubscribe()
+        return [nxt, info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C"))]
+
+    assert (await same(urls, unique, fn))[0] == [b"1", b"2"]
+
+
+BAD_ACKS = [
+    ("{S}.C.1.1.1.0.0", b"\xff\xfe garbage"), ("{S}.C.1.1.1.0.0", b"-NAK {not json"), ("{S}.C.1.1.1.0.0", b"-NAK 5x"),
+    ("{S}.C.1.1.1.0.0", b"+NXT {bad"), ("{S}.C.1.1.1.0.0", b"+WPIX"), ("{S}.C.1.999.999.0.0", b""),
+    ("{S}.C.1.999.999.0.0", b"-NAK"), ("{S}.C.1.999.999.0.0", b"+TERM"), ("{S}.C.x.y.z.0.0", b""),
+    ("{S}.C.1.1", b""), ("{S}.C.1.-1.-1.0.0", b""), ("{S}.C.99999999999999999999.1.1.0.0", b""),
+    ("{S}.nosuch.1.1.1.0.0", b""),
+]
+
+
+async def test_bad_acks_change_nothing(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        await stream(nc, s)
+        await consumer(nc, s, "C", ack_policy="explicit", ack_wait=30_000_000_000)
+        await publish(nc, s, 2)
+        await pull(nc, s, "C", {"batch": 1, "expires": 200_000_000}, wait=1, count=1)
+        before = info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C"))
+        answers = []
+        for subject, body in BAD_ACKS:
+            try:
+                r = await nc.request("$JS.ACK." + subject.replace("{S}", s), body, timeout=0.3)
+                answers.append(r.data)
+            except Exception as e:  # noqa: BLE001 - which bad acks get an answer is part of the transcript
+                answers.append(type(e).__name__)
+        after = info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C"))
+        return [before, answers, after]
+
+    t = await same(urls, unique, fn)
+    assert t[0]["num_ack_pending"] == 1
+
+
+async def test_huge_batch_and_expires(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        await stream(nc, s)
+        await consumer(nc, s, "C", ack_policy="none")
+        await publish(nc, s, 3)
+        got = await pull(nc, s, "C", {"batch": 2**31, "expires": 2**62}, wait=0.5)
+        return [len(got), info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C"))]
+
+    t = await same(urls, unique, fn)
+    assert t[0] == 3 and t[1]["num_pending"] == 0
