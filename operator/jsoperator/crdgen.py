@@ -310,7 +310,7 @@ def _models_in_order(roots: tuple[type[BaseModel], ...]) -> list[type[BaseModel]
             continue
         ordered.append(model)
         for info in model.model_fields.values():
-            pending += [a for a in mapping._flatten(info.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+            pending += mapping.nested_models(info.annotation)
     return ordered
 
 
@@ -331,7 +331,7 @@ def _type_name(schema: Schema) -> str:
 
 
 def _field_type(annotation: Any, schema: Schema) -> str:
-    nested = [a for a in mapping._flatten(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+    nested = mapping.nested_models(annotation)
     if not nested:
         return _type_name(schema)
     link = f"[{nested[0].__name__}](#{nested[0].__name__.lower()})"

@@ -8,16 +8,17 @@ Owns:
   Both sides are compared in effective values: server-side normal forms (0 vs -1 limits, ``_nats.*``
   metadata, omitted-when-default keys, times in any zone, subject order) never count as drift, and a
   field the user left unset is compared against the server's fixed default, so a change made behind our
-  back is noticed even there. Defaults that depend on other fields (ack_wait, max_ack_pending, ...)
-  are not compared when unset.
+  back is noticed even there. Defaults the server derives from other fields (duplicate window, ack
+  wait, max waiting, pin timeout, subjects) are derived the same way here; those that come from
+  stream or account limits (max_ack_pending, inactive_threshold) are not compared when unset.
 Pure: no I/O; knows nothing about Kubernetes.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
-import json
 from typing import Any, get_args
 
 from pydantic import BaseModel, BeforeValidator
@@ -179,15 +180,21 @@ def _keys_parsed_by(parser: Any, models: tuple[type[BaseModel], ...]) -> frozens
             continue
         seen.add(model)
         for name, info in model.model_fields.items():
-            annotations = _flatten(info.annotation)
+            annotations = annotation_parts(info.annotation)
             if any(isinstance(m, BeforeValidator) and m.func is parser for a in annotations for m in _meta(a)):
                 found.add(wire_name(name))
-            pending += [a for a in annotations if isinstance(a, type) and issubclass(a, BaseModel)]
+            pending += nested_models(info.annotation)
     return frozenset(found)
 
 
-def _flatten(annotation: Any) -> list[Any]:
-    return [annotation, *(inner for arg in get_args(annotation) for inner in _flatten(arg))]
+def annotation_parts(annotation: Any) -> list[Any]:
+    """A type annotation and every type nested in it (Optional, list, Annotated, ...)."""
+    return [annotation, *(inner for arg in get_args(annotation) for inner in annotation_parts(arg))]
+
+
+def nested_models(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field's annotation refers to (``list[StreamSource] | None`` -> StreamSource)."""
+    return [a for a in annotation_parts(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
 
 
 def _meta(annotation: Any) -> tuple[Any, ...]:

@@ -254,7 +254,9 @@ class StreamSpec(_Spec):
     subject_transform: SubjectTransform | None = Field(None, description="Transform subjects on ingest.")
     republish: Republish | None = Field(None, description="Republish stored messages.")
     allow_direct: bool | None = Field(None, description="Enable DIRECT.GET (needed by fast key-value reads).")
-    mirror_direct: bool | None = Field(None, description="Mirror answers DIRECT.GET for its origin; the server sets it from the origin's allowDirect.")
+    mirror_direct: bool | None = Field(
+        None, description="Mirror answers DIRECT.GET for its origin; the server sets it from the origin's allowDirect."
+    )
     sealed: bool | None = Field(None, description="Seal the stream (update only): no more writes or deletes. Final.")
     deny_delete: bool | None = Field(None, description="Refuse message deletes. Cannot be turned off again.")
     deny_purge: bool | None = Field(None, description="Refuse purges. Cannot be turned off again.")

@@ -143,7 +143,8 @@ def _conditions(
         ready = old.get(READY)
         if ready is not None:
             wanted.append((READY, ready.get("status") == "True", ready.get("reason", ""), ready.get("message", "")))
-        wanted += [(RECONCILING, False, PAUSED, message), (STALLED, False, PAUSED, message), (PAUSED, True, PAUSED, message)]
+        wanted += [(RECONCILING, False, PAUSED, message), (STALLED, False, PAUSED, message)]
+        wanted.append((PAUSED, True, PAUSED, message))
     elif mode == "unmanaged":
         message = "jsoperator.io/managed is false: the operator never touches the server object"
         wanted += [(READY, True, UNMANAGED, message), (RECONCILING, False, UNMANAGED, message)]

@@ -114,7 +114,8 @@ def api(envtest: Any) -> Iterator[kubernetes.client.CustomObjectsApi]:
             except ApiException as exc:
                 if exc.status != 409:
                     raise AssertionError(f"CRD {name} refused by the apiserver: {exc.body}") from None
-                body["metadata"]["resourceVersion"] = ext.read_custom_resource_definition(name).metadata.resource_version
+                current = ext.read_custom_resource_definition(name)
+                body["metadata"]["resourceVersion"] = current.metadata.resource_version
                 ext.replace_custom_resource_definition(name, body)
         deadline = time.monotonic() + 30
         for body in yaml.safe_load_all(crdgen.render()):
@@ -224,7 +225,8 @@ def test_consumer_edits_on_the_apiserver(objects: Objects, before: dict, after: 
 @pytest.mark.xdist_group("kube")
 def test_consumer_stream_name_cannot_change(objects: Objects) -> None:
     objects.create("Consumer", "c", {"streamName": "S"})
-    assert "spec.streamName cannot change" in refusal(lambda: objects.replace_spec("Consumer", "c", {"streamName": "T"}))
+    change = lambda: objects.replace_spec("Consumer", "c", {"streamName": "T"})  # noqa: E731
+    assert "spec.streamName cannot change" in refusal(change)
 
 
 @pytest.mark.xdist_group("kube")

@@ -117,7 +117,10 @@ CONSUMER_CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({"deliverPolicy": "all"}, {"deliver_policy": "all"}),
     ({"deliverPolicy": "last"}, {"deliver_policy": "last"}),
     ({"deliverPolicy": "new"}, {"deliver_policy": "new"}),
-    ({"deliverPolicy": "byStartSequence", "optStartSeq": 7}, {"deliver_policy": "by_start_sequence", "opt_start_seq": 7}),
+    (
+        {"deliverPolicy": "byStartSequence", "optStartSeq": 7},
+        {"deliver_policy": "by_start_sequence", "opt_start_seq": 7},
+    ),
     (
         {"deliverPolicy": "byStartTime", "optStartTime": "2026-03-01T12:00:00+02:00"},
         {"deliver_policy": "by_start_time", "opt_start_time": "2026-03-01T10:00:00Z"},

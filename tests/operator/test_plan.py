@@ -113,7 +113,11 @@ STREAM_CHANGES: list[tuple[dict[str, Any], dict[str, Any], bool]] = [
 CONSUMER_CHANGES: list[tuple[dict[str, Any], dict[str, Any], bool]] = [
     ({"deliverPolicy": "all"}, {"deliverPolicy": "new"}, True),
     ({}, {"deliverPolicy": "last"}, True),
-    ({"deliverPolicy": "byStartSequence", "optStartSeq": 1}, {"deliverPolicy": "byStartSequence", "optStartSeq": 2}, True),
+    (
+        {"deliverPolicy": "byStartSequence", "optStartSeq": 1},
+        {"deliverPolicy": "byStartSequence", "optStartSeq": 2},
+        True,
+    ),
     (
         {"deliverPolicy": "byStartTime", "optStartTime": "2026-01-01T00:00:00Z"},
         {"deliverPolicy": "byStartTime", "optStartTime": "2026-01-02T00:00:00Z"},
