@@ -224,7 +224,7 @@ class Stream:
             return
         if reply and not self.config.no_ack:
             tail = b',"duplicate": true}' if duplicate else b"}"
-            self.bus.publish(reply, None, b"", self._ack_prefix + str(seq).encode() + tail)
+            self.bus.publish(reply, None, b"", b"%s%d%s" % (self._ack_prefix, seq, tail))
 
     def process(self, subject: str, hdr: bytes, payload: bytes) -> tuple[int, bool]:
         """Check and store one message; returns (seq, duplicate). Raises ApiError with the pub-ack error."""
@@ -238,7 +238,9 @@ class Stream:
             msg_id, rollup, ttl, duplicate_of = self._check_headers(subject, hdr)
             if duplicate_of:
                 return duplicate_of, True
-        self._check_size(hdr, payload)
+        limit = cfg.max_msg_size
+        if (limit >= 0 and len(hdr) + len(payload) > limit) or len(hdr) > MAX_HEADER_SIZE:
+            self._size_error(hdr, payload)
         if self._interest and not any(c.wants(subject) for c in self.consumers.values()):
             return self._skip(msg_id, subject, rollup), False
         if ttl < 0 and ttl != -1:
@@ -252,8 +254,10 @@ class Stream:
             self._dedupe.add(msg_id, seq, ts)
         if rollup:
             self._rollup(subject, rollup, seq)
-        if cfg.max_age or ttl > 0:
-            self._arm_expiry(ts + (cfg.max_age if cfg.max_age else ttl * _NS))
+        if ttl > 0:
+            self._arm_expiry(ts + min(ttl * _NS, cfg.max_age or ttl * _NS))
+        elif cfg.max_age and ttl == 0:
+            self._arm_expiry(ts + cfg.max_age)
         for consumer in self.consumers.values():
             consumer.on_stored(seq, subject)
         return seq, False
@@ -296,12 +300,11 @@ class Stream:
                 raise errors.STREAM_ROLLUP_FAILED(err=f'rollup value invalid: "{rollup}"')
         return msg_id, rollup, ttl, 0
 
-    def _check_size(self, hdr: bytes, payload: bytes) -> None:
+    def _size_error(self, hdr: bytes, payload: bytes) -> None:
         limit = self.config.max_msg_size
         if limit >= 0 and len(hdr) + len(payload) > limit:
             raise errors.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
-        if len(hdr) > MAX_HEADER_SIZE:
-            raise errors.STREAM_HEADER_EXCEEDS_MAXIMUM()
+        raise errors.STREAM_HEADER_EXCEEDS_MAXIMUM()
 
     def _check_discard_new(self, subject: str, hdr: bytes, payload: bytes, rollup: str) -> None:
         cfg = self.config

@@ -1,0 +1,195 @@
+"""JetStream publish benchmark: jsbroker vs nats-server, alternating, 128-byte messages on loopback.
+
+Client-bound workloads use nats-py in a child process: synchronous publish (await every ack) and
+asynchronous publish (`publish_async`, nats-py's default window of in-flight acks), each into a file and
+a memory stream. The server-bound workload uses a raw socket that costs almost nothing: pre-built
+`PUB <subject> <reply> 128` frames with up to 10k acks outstanding, acks counted as they arrive.
+For each run: msgs/s and the server's CPU µs per message; the table shows medians and ratios.
+
+    python3 bench/jetstream_publish.py            # full run (a few minutes)
+    python3 bench/jetstream_publish.py --quick    # short run, one repetition
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import multiprocessing as mp
+import socket
+import threading
+import time
+from typing import Callable
+
+from common import JSBROKER, KINDS, NATS_SERVER, Result, Sample, cpu_seconds, table
+from tests.servers import launch
+
+SIZE = 128
+PAYLOAD = b"x" * SIZE
+INFLIGHT = 10_000
+_names = itertools.count()
+
+
+def _run(coro) -> None:
+    try:
+        import uvloop
+
+        uvloop.run(coro)
+    except ImportError:
+        asyncio.run(coro)
+
+
+def _stream(url: str, storage: str, delete: str | None = None) -> str:
+    """Create a fresh stream (or delete `delete`) from a short-lived client; returns its name."""
+    name = f"BENCH{next(_names)}"
+
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        if delete:
+            await js.delete_stream(delete)
+        else:
+            await js.add_stream(name=name, subjects=[name + ".>"], storage=storage)
+        await nc.close()
+
+    asyncio.run(main())
+    return name
+
+
+def _publisher(url: str, subject: str, n: int, use_async: bool, out: "mp.Queue[float]") -> None:
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        start = time.perf_counter()
+        if use_async:
+            for _ in range(n):
+                await js.publish_async(subject, PAYLOAD)
+            await js.publish_async_completed()
+        else:
+            for _ in range(n):
+                await js.publish(subject, PAYLOAD)
+        out.put(time.perf_counter() - start)
+        await nc.close()
+
+    _run(main())
+
+
+def nats_py(storage: str, use_async: bool) -> Callable[[str, int], tuple[int, float]]:
+    def run(url: str, n: int) -> tuple[int, float]:
+        name = _stream(url, storage)
+        out: mp.Queue[float] = mp.Queue()
+        proc = mp.Process(target=_publisher, args=(url, name + ".x", n, use_async, out))
+        proc.start()
+        seconds = out.get(timeout=600)
+        proc.join()
+        _stream(url, storage, delete=name)
+        return n, seconds
+
+    return run
+
+
+def raw_acked(storage: str) -> Callable[[str, int], tuple[int, float]]:
+    """Server-bound: one raw socket publishes with a reply subject, keeping <= INFLIGHT acks outstanding."""
+
+    def run(url: str, n: int) -> tuple[int, float]:
+        name = _stream(url, storage)
+        port = int(url.rsplit(":", 1)[1])
+        s = socket.create_connection(("127.0.0.1", port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while b"\r\n" not in s.recv(4096):
+            pass
+        s.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\nSUB bench.acks.* 1\r\nPING\r\n')
+        buf = b""
+        while b"PONG\r\n" not in buf:
+            buf += s.recv(4096)
+        frame = b"PUB %s.x bench.acks.1 %d\r\n%s\r\n" % (name.encode(), SIZE, PAYLOAD)
+        acked = 0
+        cond = threading.Condition()
+
+        def reader() -> None:
+            nonlocal acked
+            tail = b""
+            while acked < n:
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    break
+                data = tail + chunk  # an ack split across reads is counted once, when complete
+                count = data.count(b'"seq":') - tail.count(b'"seq":')
+                tail = data[-8:]
+                with cond:
+                    acked += count
+                    cond.notify()
+            with cond:
+                cond.notify()
+
+        thread = threading.Thread(target=reader, daemon=True)
+        start = time.perf_counter()
+        thread.start()
+        sent, batch = 0, 500
+        while sent < n:
+            with cond:
+                cond.wait_for(lambda: sent - acked < INFLIGHT - batch, timeout=60)
+            k = min(batch, n - sent)
+            s.sendall(frame * k)
+            sent += k
+        with cond:
+            cond.wait_for(lambda: acked >= n, timeout=120)
+        elapsed = time.perf_counter() - start
+        got = acked
+        s.close()
+        _stream(url, storage, delete=name)
+        if got < n:
+            raise RuntimeError(f"only {got} of {n} acks arrived")
+        return n, elapsed
+
+    return run
+
+
+WORKLOADS: list[tuple[str, Callable[[str, int], tuple[int, float]], int]] = [
+    ("nats-py sync publish, file", nats_py("file", False), 3_000),
+    ("nats-py sync publish, memory", nats_py("memory", False), 3_000),
+    ("nats-py async publish, file", nats_py("file", True), 30_000),
+    ("nats-py async publish, memory", nats_py("memory", True), 30_000),
+    ("raw acked publish 10k in flight, file", raw_acked("file"), 300_000),
+    ("raw acked publish 10k in flight, memory", raw_acked("memory"), 300_000),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1/5 of the messages, one repetition")
+    ap.add_argument("--reps", type=int, help="repetitions per server (default 3, quick 1)")
+    ap.add_argument("--only", help="run only workloads whose name contains this text")
+    args = ap.parse_args()
+    reps = args.reps or (1 if args.quick else 3)
+    servers = {kind: launch(kind) for kind in KINDS}
+    results: list[Result] = []
+    try:
+        for name, fn, n in WORKLOADS:
+            if args.only and args.only not in name:
+                continue
+            n = max(n // 5, 500) if args.quick else n
+            result = Result(name)
+            for rep in range(reps):
+                order = KINDS if rep % 2 == 0 else KINDS[::-1]  # alternate who goes first
+                for kind in order:
+                    handle = servers[kind]
+                    before = cpu_seconds(handle.pid)
+                    msgs, seconds = fn(handle.url, n)
+                    result.samples[kind].append(Sample(msgs, seconds, cpu_seconds(handle.pid) - before))
+                    s = result.samples[kind][-1]
+                    print(f"{name:42s} {kind:12s} {s.rate:10,.0f} msgs/s  {s.cpu_per_msg_us:7.2f} µs CPU/msg", flush=True)
+            results.append(result)
+    finally:
+        for handle in servers.values():
+            handle.close()
+    print()
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
