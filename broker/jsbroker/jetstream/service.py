@@ -150,6 +150,9 @@ class JetStream:
         return storage.stream_dir(self._store_dir, name)
 
     def _save(self, cfg: StreamConfig, directory: Path, created_ns: int) -> None:
+        """Persist a file stream's config; memory streams vanish on restart, as in nats-server."""
+        if cfg.storage == "memory":
+            return
         meta = {"version": _META_VERSION, "created": created_ns, "config": cfg.to_json(dynamic_metadata=False)}
         storage.save_meta(directory, json.dumps(meta).encode())
 
