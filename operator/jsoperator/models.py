@@ -133,6 +133,16 @@ class TlsSecretRef(_Spec):
 class ConnectionSpec(_Spec):
     """Where and how to reach JetStream for this resource; unset means the operator's own settings."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [{
+                "rule": "[has(self.credentialsSecretRef), has(self.tokenSecretRef), has(self.userSecretRef)]"
+                ".filter(x, x).size() <= 1",
+                "message": "set at most one of credentialsSecretRef, tokenSecretRef, userSecretRef",
+            }]
+        }
+    )
+
     servers: list[str] | None = Field(
         None, description="NATS URLs, e.g. nats://nats.nats.svc:4222. Unset: the operator's --servers."
     )

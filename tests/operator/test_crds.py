@@ -240,10 +240,22 @@ def test_consumer_stream_name_cannot_change(objects: Objects) -> None:
         ("Consumer", {"streamName": "S", "optStartSeq": 3}, "optStartSeq and deliverPolicy: byStartSequence go"),
         ("Consumer", {"streamName": "S", "filterSubject": "a", "filterSubjects": ["b"]}, "not both"),
         ("Consumer", {}, "spec.streamName: Required value"),
+        ("Stream", {"connection": {"tokenSecretRef": {"name": "t", "key": "k"}, "userSecretRef": {"name": "u"}}},
+         "set at most one of credentialsSecretRef, tokenSecretRef, userSecretRef"),
     ],
 )
 def test_invalid_specs_are_refused_on_create(objects: Objects, kind: str, spec: dict, message: str) -> None:
     assert message in refusal(lambda: objects.create(kind, "bad", spec))
+
+
+@pytest.mark.xdist_group("kube")
+def test_unknown_fields_are_refused_with_strict_field_validation(objects: Objects) -> None:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Stream", "metadata": {"name": "typo"},
+            "spec": {"maxAg": "1h"}}
+    with pytest.raises(ApiException) as info:  # what kubectl apply does by default (--validate=strict)
+        objects.api.create_namespaced_custom_object(
+            GROUP, VERSION, objects.namespace, "streams", body, field_validation="Strict")
+    assert 'unknown field \\"spec.maxAg\\"' in str(info.value.body), info.value.body
 
 
 @pytest.mark.xdist_group("kube")
