@@ -325,3 +325,15 @@ def test_file_store_matches_memory_store_and_survives_restarts(tmp_path, seed):
         assert fs.state().lost is None
     blocks = list((tmp_path / "f" / "msgs").glob("*.blk"))
     assert len(blocks) <= 2 + fs.state().msgs  # emptied blocks were removed
+
+
+def test_store_batch_equals_one_by_one(factory, tmp_path):
+    limits = StoreLimits(max_msgs_per_subject=2, max_msgs=5)
+    s = factory.open(limits)
+    removed = []
+    s.set_on_remove(lambda seq, subj: removed.append(seq))
+    got = s.store_batch([(f"b.{i % 3}", b"", b"%d" % i, 0) for i in range(9)])
+    assert [seq for seq, _ in got] == list(range(1, 10))
+    assert [m.seq for m in s.messages()] == [5, 6, 7, 8, 9] and removed == [1, 2, 3, 4]
+    s = factory.reopen(s, limits)
+    assert [(m.seq, m.data) for m in s.messages()] == [(i, b"%d" % (i - 1)) for i in range(5, 10)]

@@ -99,6 +99,10 @@ class StreamStore(Protocol):
     def store_msg(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
         """Append a message with the next sequence; returns (seq, ts). Then applies the limits."""
 
+    def store_batch(self, msgs: list[tuple[str, bytes, bytes, int]]) -> list[tuple[int, int]]:
+        """store_msg for each (subject, hdr, data, ttl_ns) in order, with one write() (and fsync) for the
+        whole batch: the cheap way to ingest everything one socket read brought in."""
+
     def skip_msgs(self, next_seq: int) -> None:
         """Advance the sequence so the next stored message gets `next_seq` (first_seq, interest gaps)."""
 

@@ -43,7 +43,7 @@ BLOCK_SIZE = 8 << 20
 _LOC_SHIFT = 40
 _OFFSET_MASK = (1 << _LOC_SHIFT) - 1
 _READ_FDS = 32  # open read descriptors kept per store
-_MAX_IOV = 512  # beyond this many parts, join them for one write
+_MAX_IOV = 512  # beyond this many records, join them for one write
 _CANDIDATE = re.compile(rb"(?s)(?=....[MDF])")  # where a record could start (for re-synchronising)
 _MAX_LOST_REPORTED = 100_000
 
@@ -118,25 +118,30 @@ class FileStore(IndexedStore):
             _fsync_dir(self._msgs_dir)
             self._dir_dirty = False
         self._floor_dirty = False
-        self._queue([self._floor_record()], record.OVERHEAD)
+        self._queue(self._floor_record())
 
-    def _queue(self, parts: list[bytes], length: int) -> tuple[_Block, int]:
+    def _queue(self, rec: bytes) -> tuple[_Block, int]:
         """Append a record to the pending write; returns (block, offset) where it will land."""
         used = self._active.size + self._pending_len
-        if used and used + length > self._block_size:
+        if used and used + len(rec) > self._block_size:
             self._roll()
             used = self._active.size + self._pending_len
-        self._pending.extend(parts)
-        self._pending_len += length
+        self._pending.append(rec)
+        self._pending_len += len(rec)
         return self._active, used
 
     def _flush(self) -> None:
         if not self._pending:
             return
-        parts = self._pending if len(self._pending) <= _MAX_IOV else [b"".join(self._pending)]
-        written = os.writev(self._wfd, parts)
+        if len(self._pending) == 1:
+            written = os.write(self._wfd, self._pending[0])
+        elif len(self._pending) <= _MAX_IOV:
+            written = os.writev(self._wfd, self._pending)
+        else:
+            self._pending = [b"".join(self._pending)]
+            written = os.write(self._wfd, self._pending[0])
         if written < self._pending_len:  # rare short write: finish it byte-exact
-            rest = b"".join(self._pending)[written:]
+            rest = memoryview(b"".join(self._pending))[written:]
             while rest:
                 rest = rest[os.write(self._wfd, rest) :]
         self._active.size += self._pending_len
@@ -171,7 +176,7 @@ class FileStore(IndexedStore):
                 if self._msgs and seq > self._first and i < len(self._sids) and not self._sids[i]:
                     target = self._locs[i] >> _LOC_SHIFT
                     if target in self._blocks and target not in doomed:
-                        blk, _ = self._queue([record.encode_delete(seq)], record.OVERHEAD)
+                        blk, _ = self._queue(record.encode_delete(seq))
                         blk.tombs.append(seq)
         self._flush()
         _datasync(self._wfd)  # the re-appended tombstones must be on disk before their originals go
@@ -186,8 +191,7 @@ class FileStore(IndexedStore):
 
     # ---- IndexedStore hooks -------------------------------------------------------------------------
     def _put(self, seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> int:
-        parts = record.encode_msg(seq, ts, ttl, subject, hdr, data)
-        blk, offset = self._queue(parts, record.OVERHEAD + len(subject) + len(hdr) + len(data))
+        blk, offset = self._queue(record.encode_msg(seq, ts, ttl, subject, hdr, data))
         blk.live += 1
         return blk.no << _LOC_SHIFT | offset
 
@@ -229,7 +233,7 @@ class FileStore(IndexedStore):
             os.close(fd)
 
     def _log_delete(self, seq: int) -> None:
-        blk, _ = self._queue([record.encode_delete(seq)], record.OVERHEAD)
+        blk, _ = self._queue(record.encode_delete(seq))
         if self._locs[seq - self._base] >> _LOC_SHIFT != blk.no:
             blk.tombs.append(seq)
 
@@ -239,8 +243,9 @@ class FileStore(IndexedStore):
     def _commit(self) -> None:
         if self._floor_dirty:
             self._floor_dirty = False
-            self._queue([self._floor_record()], record.OVERHEAD)
-        self._flush()
+            self._queue(self._floor_record())
+        if self._pending:
+            self._flush()
         if self._doomed:
             self._unlink_doomed()
         if self._sync.always:

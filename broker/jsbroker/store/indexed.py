@@ -49,6 +49,11 @@ class IndexedStore:
         self._on_remove: RemoveCallback | None = None
         self._lost: list[int] | None = None
         self._closed = False
+        self._count_limited = self._has_count_limits(limits)
+
+    @staticmethod
+    def _has_count_limits(limits: StoreLimits) -> bool:
+        return limits.max_msgs > 0 or limits.max_bytes > 0 or limits.max_msgs_per_subject > 0
 
     # ---- backend hooks ------------------------------------------------------------------------------
     def _put(self, seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> int:
@@ -132,10 +137,11 @@ class IndexedStore:
 
     def _index(self, seq: int, subject: str, ts: int, size: int, ttl: int, loc: int) -> SubjectEntry:
         """Add a message row (seq must be above every row present)."""
-        if self._msgs == 0 and not self._sids:
-            self._base = seq
-        self._grow_to(seq)
-        entry = self._subjects.intern(subject)
+        if seq - self._base != len(self._sids):
+            if self._msgs == 0 and not self._sids:
+                self._base = seq
+            self._grow_to(seq)
+        entry = self._subjects.get(subject) or self._subjects.intern(subject)
         entry.seqs.append(seq)
         self._sids.append(entry.sid)
         self._ts.append(ts)
@@ -287,17 +293,31 @@ class IndexedStore:
         return (end - j) - self._sids[j:end].count(0)
 
     # ---- StreamStore --------------------------------------------------------------------------------
+    def _store_one(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int) -> tuple[int, int]:
+        seq = self._last + 1
+        ts = time.time_ns()
+        if ts < self._last_ts:
+            ts = self._last_ts  # never backwards: time lookups bisect on it
+        subj = subject.encode()
+        loc = self._put(seq, ts, ttl_ns, subj, hdr, data)
+        entry = self._index(seq, subject, ts, nats_size(len(subj), len(hdr), len(data)), ttl_ns, loc)
+        if self._count_limited:
+            self._enforce_limits(entry)
+        return seq, ts
+
     def store_msg(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
         self._check_open()
-        seq = self._last + 1
-        ts = max(time.time_ns(), self._last_ts)  # never backwards: time lookups bisect on it
-        subj = subject.encode()
-        size = nats_size(len(subj), len(hdr), len(data))
-        loc = self._put(seq, ts, ttl_ns, subj, hdr, data)
-        entry = self._index(seq, subject, ts, size, ttl_ns, loc)
-        self._enforce_limits(entry)
+        stored = self._store_one(subject, hdr, data, ttl_ns)
         self._commit()
-        return seq, ts
+        return stored
+
+    def store_batch(self, msgs: list[tuple[str, bytes, bytes, int]]) -> list[tuple[int, int]]:
+        """store_msg for each (subject, hdr, data, ttl_ns) in order, with one write (and fsync) for all."""
+        self._check_open()
+        try:
+            return [self._store_one(subject, hdr, data, ttl) for subject, hdr, data, ttl in msgs]
+        finally:
+            self._commit()
 
     def skip_msgs(self, next_seq: int) -> None:
         self._check_open()
@@ -442,6 +462,7 @@ class IndexedStore:
     def update_limits(self, limits: StoreLimits) -> None:
         self._check_open()
         self._limits = limits
+        self._count_limited = self._has_count_limits(limits)
         self._enforce_limits(None)
         self._commit()
 

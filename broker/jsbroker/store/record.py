@@ -82,12 +82,11 @@ def record_len_from_size(size: int) -> int:
     return size - 16 + OVERHEAD
 
 
-def encode_msg(seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> list[bytes]:
-    """The record as parts for os.writev (no copy of the payload)."""
+def encode_msg(seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> bytes:
     length = OVERHEAD + len(subject) + len(hdr) + len(data)
     head = HEADER.pack(length, MSG, seq, ts, ttl, len(subject), len(hdr))
     crc = zlib.crc32(data, zlib.crc32(hdr, zlib.crc32(subject, zlib.crc32(head))))
-    return [head, subject, hdr, data, CRC.pack(crc)]
+    return b"".join((head, subject, hdr, data, CRC.pack(crc)))
 
 
 def _encode_fixed(kind: bytes, seq: int, ts: int, aux: int) -> bytes:
