@@ -38,6 +38,7 @@ WAITING_FOR_STREAM = "WaitingForStream"
 # What to do about the server errors users meet most (err_code -> hint).
 HINTS = {
     10012: "the server refused the consumer config; fix the spec",
+    10013: "the push consumer's deliverSubject still has subscribers; stop them before changing it",
     10014: "the consumer does not exist on the server",
     10023: "the server is out of resources; free some or add capacity",
     10026: "the stream's maxConsumers (or the account limit) is reached",
@@ -51,6 +52,11 @@ HINTS = {
     10059: "the stream does not exist on the server; create the Stream first",
     10065: "another stream already stores some of these subjects; change spec.subjects",
     10074: "replicas > 1 needs a clustered JetStream; set replicas: 1",
+    10084: "on a workqueue stream a pull consumer needs ackPolicy: explicit",
+    10098: "on a workqueue stream consumers need ackPolicy: explicit",
+    10099: "a workqueue stream allows one unfiltered consumer; set filterSubject on each",
+    10100: "on a workqueue stream consumer filters must not overlap",
+    10101: "on a workqueue stream consumers need deliverPolicy: all",
     10185: "the server is too old for a feature this spec uses; upgrade it or drop the field",
 }
 # Errors worth retrying by themselves: the server is busy, or the stream may be created any moment.
