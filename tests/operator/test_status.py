@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pytest
+
 from jsoperator import status
+from tests.operator.test_mapping import api, nc, ok, server  # noqa: F401  (fixtures: real servers)
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 T1 = T0 + timedelta(minutes=5)
@@ -132,3 +135,42 @@ def test_patches_fit_the_status_models_the_crd_is_generated_from() -> None:
     consumer_patch["lastReset"] = status.last_reset("reset-to-sequence=1", succeeded=True, now=T0, reset_seq=1)
     assert ConsumerStatus.model_validate(consumer_patch).model_dump(
         by_alias=True, mode="json", exclude_none=True) == consumer_patch
+
+
+# -- server answers -> conditions, on nats-server and jsbroker --------------------------------------
+
+ERROR_CASES = [
+    # (requests made first, the failing request, err_code, reason, stalled, hint fragment)
+    ([], ("STREAM.CREATE.R3", {"name": "R3", "subjects": ["r3"], "num_replicas": 3}), 10074, "JetStreamError", True,
+     "set replicas: 1"),
+    ([("STREAM.CREATE.A", {"name": "A", "subjects": ["shared.>"]})],
+     ("STREAM.CREATE.B", {"name": "B", "subjects": ["shared.x"]}), 10065, "JetStreamError", True,
+     "change spec.subjects"),
+    ([], ("CONSUMER.CREATE.MISSING.c", {"stream_name": "MISSING", "config": {"durable_name": "c"}}), 10059,
+     "WaitingForStream", False, "create the Stream first"),
+    ([("STREAM.CREATE.WQ", {"name": "WQ", "subjects": ["wq.>"], "retention": "workqueue"})],
+     ("CONSUMER.CREATE.WQ.c", {"stream_name": "WQ", "config": {"durable_name": "c", "ack_policy": "explicit",
+                                                              "deliver_policy": "last"}}),
+     10101, "JetStreamError", True, "deliverPolicy: all"),
+]
+
+
+@pytest.mark.parametrize(("setup", "request_", "err_code", "reason", "stalled", "hint"), ERROR_CASES)
+async def test_server_errors_become_conditions(
+    nc: Any, setup: list, request_: tuple, err_code: int, reason: str, stalled: bool, hint: str
+) -> None:
+    for subject, body in setup:
+        await ok(nc, subject, body)
+    try:
+        error = (await api(nc, *request_)).get("error")
+        assert error is not None and error["err_code"] == err_code, error
+        outcome = status.api_error(error["code"], error["err_code"], error["description"], action="apply")
+        patch = status.build(None, generation=1, outcome=outcome, now=T0)
+        ready, stalled_condition = status.condition(patch, "Ready"), status.condition(patch, "Stalled")
+        assert ready is not None and stalled_condition is not None
+        assert (ready["status"], ready["reason"], stalled_condition["status"]) == (
+            "False", reason, "True" if stalled else "False")
+        assert f"JetStream error {err_code}" in ready["message"] and hint in ready["message"]
+    finally:
+        for subject, _ in setup:
+            await api(nc, "STREAM.DELETE." + subject.rsplit(".", 1)[1])
