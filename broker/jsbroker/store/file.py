@@ -28,6 +28,7 @@ import mmap
 import os
 import re
 import shutil
+import struct
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -197,15 +198,13 @@ class FileStore(IndexedStore):
 
     def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
         no, offset = loc >> _LOC_SHIFT, loc & _OFFSET_MASK
+        fd = self._rfds.get(no)
         try:
-            buf = os.pread(self._rfd(no), record.record_len_from_size(size), offset)
-            rec = record.decode(buf)
-            if rec.kind != record.MSG or rec.seq != seq:
-                raise record.RecordError(f"found {rec.kind!r} seq {rec.seq}")
-        except (OSError, record.RecordError) as e:
+            buf = os.pread(self._rfd(no) if fd is None else fd, record.record_len_from_size(size), offset)
+            return record.decode_msg(buf, seq)
+        except (OSError, record.RecordError, struct.error) as e:
             log.error("stream store %s: unreadable message seq=%d in block %d: %s", self._dir, seq, no, e)
             return None
-        return rec.hdr, rec.data
 
     def _drop(self, seq: int, loc: int) -> None:
         blk = self._blocks.get(loc >> _LOC_SHIFT)

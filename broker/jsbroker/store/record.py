@@ -145,6 +145,18 @@ def decode(buf: bytes | memoryview, offset: int = 0) -> Record:
     )
 
 
+def decode_msg(buf: bytes, seq: int) -> tuple[bytes, bytes]:
+    """(hdr, data) of the message record `buf` (exactly one record) for `seq`, or RecordError."""
+    length, kind, got, _, _, slen, hlen = HEADER.unpack_from(buf)
+    if length != len(buf) or kind != MSG or got != seq:
+        raise RecordError(f"expected message {seq}, found {kind!r} seq {got} of {length} bytes")
+    crc_at = length - CRC.size
+    if zlib.crc32(memoryview(buf)[:crc_at]) != CRC.unpack_from(buf, crc_at)[0]:
+        raise RecordError(f"checksum mismatch in message {seq}")
+    at = HEADER.size + slen
+    return buf[at : at + hlen], buf[at + hlen : crc_at]
+
+
 # ---- consumer state records -------------------------------------------------------------------------
 FRAME = struct.Struct(">Ic")
 DELIVERED = struct.Struct(">QQQq")
