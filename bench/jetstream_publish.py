@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Callable
 
-from common import JSBROKER, KINDS, NATS_SERVER, Result, Sample, cpu_seconds, table
+from common import KINDS, Result, Sample, cpu_seconds, table
 from tests.servers import launch
 
 SIZE = 128
