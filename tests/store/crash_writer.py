@@ -1,7 +1,7 @@
 """Child process for the crash tests: appends (and sometimes deletes) forever with SyncPolicy(always=True),
 printing "S <seq>" after each store_msg returned, "R <seq>" before and "D <seq>" after each remove_msg.
 
-Usage: python crash_writer.py <stream_dir> <seed>
+Usage: python crash_writer.py <stream_dir> <seed> always|interval
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def payload(seq: int) -> bytes:
 def main() -> None:
     directory, seed = Path(sys.argv[1]), int(sys.argv[2])
     rng = random.Random(seed)
-    store = FileStore(directory, StoreLimits(), SyncPolicy(always=True), block_size=BLOCK)
+    sync = SyncPolicy(always=sys.argv[3] == "always")
+    store = FileStore(directory, StoreLimits(), sync, block_size=BLOCK)
     alive = [m.seq for m in store.messages()]
     out = sys.stdout
     while True:

@@ -137,7 +137,7 @@ class StreamStore(Protocol):
         """Message count per subject for subjects matching the filter."""
 
     def num_pending(self, start_seq: int, subject_filters: list[str] | None, last_per_subject: bool = False) -> int:
-        """How many messages with seq >= start_seq match any of the filters (None = all). With
+        """How many messages with seq >= start_seq match any of the filters (None or [] = all). With
         last_per_subject, count only the newest message of each matching subject."""
 
     def messages(self, start_seq: int = 0) -> Iterator[StoredMsg]:

@@ -442,7 +442,7 @@ class IndexedStore:
         start = max(start_seq, self._first)
         if start > self._last:
             return 0
-        every = subject_filters is None or any(is_all(f) for f in subject_filters)
+        every = not subject_filters or any(is_all(f) for f in subject_filters)
         if every and not last_per_subject:
             return self._live_count_from(start)
         entries = self._subjects.matching_union(None if every else subject_filters)
