@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import functools
 import json
 import logging
 import ssl
@@ -199,7 +200,9 @@ class Broker:
         try:
             return await self._request(f"CONSUMER.RESET.{stream}.{name}", {"seq": seq} if seq else None)
         except BrokerUnavailable as exc:
-            if self._nc.is_connected and isinstance(exc.__cause__, (nats.errors.TimeoutError, asyncio.TimeoutError)):
+            # The broker just answered CONSUMER.INFO: silence (or no responder) now means no RESET API.
+            unanswered = (nats.errors.TimeoutError, asyncio.TimeoutError, nats.errors.NoRespondersError)
+            if self._nc.is_connected and isinstance(exc.__cause__, unanswered):
                 raise ResetUnsupported() from exc
             raise
 
@@ -247,8 +250,8 @@ class Pool:
             # Requests made while reconnecting must fail fast, not wait on a buffer.
             pending_size=0,
             error_cb=self._on_error,
-            disconnected_cb=lambda: self._on_state("disconnected", settings),
-            reconnected_cb=lambda: self._on_state("reconnected", settings),
+            disconnected_cb=functools.partial(self._on_state, "disconnected", settings),
+            reconnected_cb=functools.partial(self._on_state, "reconnected", settings),
         )
         if settings.creds:
             options["user_credentials"] = RawCredentials(settings.creds)
@@ -258,10 +261,16 @@ class Pool:
             options["user"], options["password"] = settings.user, settings.password or ""
         if (tls := _tls_context(settings)) is not None:
             options["tls"] = tls
+        nc = Client()
+        # With reconnects on, nats-py retries a failed first connect forever: bound it ourselves.
+        budget = self._connect_timeout * len(settings.servers) + 1.0
         try:
-            return await nats.connect(**options)
+            await asyncio.wait_for(nc.connect(**options), timeout=budget)
         except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
-            raise BrokerUnavailable(f"cannot connect to {settings.describe()}: {exc or type(exc).__name__}") from exc
+            await nc.close()
+            reason = str(exc) or f"no answer within {budget:.0f}s"
+            raise BrokerUnavailable(f"cannot connect to {settings.describe()}: {reason}") from exc
+        return nc
 
     async def _on_error(self, exc: Exception) -> None:
         log.debug("nats client error: %s", exc)

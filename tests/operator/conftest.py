@@ -1,0 +1,260 @@
+"""Fixtures for jsoperator tests: real brokers, the envtest apiserver with our CRDs, one `jsoperator run`
+subprocess per session, and `Kube`, a small client for our custom resources with poll-with-timeout waits.
+
+The operator's default servers point nowhere: every CR names its broker in `spec.connection.servers`,
+so one operator serves every test (and both broker kinds) at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import pytest
+import yaml
+from kubernetes.client.rest import ApiException
+
+from tests import servers
+from tests.kube.fixtures import envtest, kube_namespace  # noqa: F401  (fixtures)
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP, VERSION = "jsoperator.io", "v1alpha1"
+PLURALS = {"Stream": "streams", "Consumer": "consumers"}
+DRIFT_INTERVAL = 1.5  # seconds; short so drift and outage tests stay quick
+BROKERS = ["nats-server", "jsbroker"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def poll(check: Callable[[], Any], *, timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
+    """Call `check` until it returns a truthy value; fail with `what` (and the last value) at the timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+        time.sleep(interval)
+
+
+# Brokers -----------------------------------------------------------------------------------------
+
+
+async def _consumer_api_missing(url: str) -> str | None:
+    """Why the broker at `url` cannot serve the consumer tests, or None when it answers CONSUMER.* calls."""
+    import nats
+
+    nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False)
+    try:
+        js = nc.jetstream(timeout=2)
+        await js.add_stream(name="PROBE", subjects=["probe.>"])
+        await js.add_consumer("PROBE", durable_name="probe", ack_policy="explicit")
+        await nc.request("$JS.API.CONSUMER.RESET.PROBE.probe", b"", timeout=2)
+        await js.delete_stream("PROBE")
+        return None
+    except Exception as exc:  # any failure means: not there yet
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        await nc.close()
+
+
+@pytest.fixture(params=BROKERS)
+def broker(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A fresh broker per test, as a tests.servers handle (.url/.kill()/.restart()/.stop())."""
+    kind = request.param
+    handle = servers.launch(kind)
+    try:
+        if kind == "jsbroker":
+            missing = asyncio.run(_consumer_api_missing(handle.url))
+            if missing:
+                pytest.skip(f"jsbroker does not answer $JS.API.CONSUMER.* yet ({missing})")
+        yield handle
+    finally:
+        handle.close()
+
+
+# Kubernetes ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def crds(envtest: Any) -> list[str]:
+    """Install crds/*.yaml into the envtest apiserver and wait until they are Established."""
+    with envtest.api_client() as client:
+        api = kubernetes.client.ApiextensionsV1Api(client)
+        names = []
+        for path in sorted((REPO / "crds").glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not doc:
+                    continue
+                with contextlib.suppress(ApiException):
+                    api.create_custom_resource_definition(doc)
+                names.append(doc["metadata"]["name"])
+
+        def established() -> bool:
+            for name in names:
+                conds = api.read_custom_resource_definition(name).status.conditions or []
+                if not any(c.type == "Established" and c.status == "True" for c in conds):
+                    return False
+            return True
+
+        poll(established, timeout=30, what=f"CRDs {names} Established")
+    return names
+
+
+class Operator:
+    """A `jsoperator run` subprocess with its log file."""
+
+    def __init__(self, kubeconfig: Path, log: Path) -> None:
+        self.log = log
+        self.metrics_port, self.health_port = free_port(), free_port()
+        env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONUNBUFFERED="1")
+        cmd = [
+            sys.executable, "-m", "jsoperator", "run",
+            "--servers", "nats://127.0.0.1:1",  # unused: every CR names its own broker
+            "--drift-interval", str(DRIFT_INTERVAL),
+            "--request-timeout", "2",
+            "--metrics-port", str(self.metrics_port),
+            "--health-port", str(self.health_port),
+            "--log-level", "INFO",
+        ]
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def http(self, port: int, path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.read().decode()
+
+    def healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"jsoperator exited with {self.proc.returncode}:\n{self.tail()}")
+        try:
+            self.http(self.health_port, "/healthz")
+            return True
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        return self.http(self.metrics_port, "/metrics")
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    op = Operator(envtest.kubeconfig, tmp_path_factory.mktemp("jsoperator") / "operator.log")
+    try:
+        poll(op.healthy, timeout=60, what="jsoperator /healthz")
+        yield op
+    finally:
+        op.stop()
+
+
+class Kube:
+    """Our custom resources in one namespace, through the Kubernetes API only."""
+
+    def __init__(self, client: kubernetes.client.ApiClient, namespace: str, operator: Operator | None) -> None:
+        self.api = kubernetes.client.CustomObjectsApi(client)
+        self.core = kubernetes.client.CoreV1Api(client)
+        self.namespace = namespace
+        self.operator = operator
+
+    def create(self, kind: str, name: str, spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": kind,
+            "metadata": {"name": name, "annotations": annotations or {}}, "spec": spec,
+        }
+        return self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURALS[kind], body)
+
+    def get(self, kind: str, name: str) -> dict | None:
+        try:
+            return self.api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURALS[kind], name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch(self, kind: str, name: str, patch: dict[str, Any]) -> dict:
+        return self.api.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURALS[kind], name, patch)
+
+    def annotate(self, kind: str, name: str, annotations: dict[str, str | None]) -> dict:
+        return self.patch(kind, name, {"metadata": {"annotations": annotations}})
+
+    def delete(self, kind: str, name: str) -> None:
+        self.api.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURALS[kind], name)
+
+    def events(self, name: str) -> list[Any]:
+        items = self.core.list_namespaced_event(self.namespace, field_selector=f"involvedObject.name={name}").items
+        return sorted(items, key=lambda e: (e.last_timestamp or e.event_time or e.metadata.creation_timestamp))
+
+    def wait(self, kind: str, name: str, check: Callable[[dict], Any], *, timeout: float = 30, what: str = "") -> dict:
+        """Poll the object until `check(obj)` is truthy; on timeout show the object and the operator log."""
+        last: list[dict | None] = [None]
+
+        def probe() -> Any:
+            last[0] = obj = self.get(kind, name)
+            return obj if obj is not None and check(obj) else None
+
+        try:
+            return poll(probe, timeout=timeout, what=f"{kind} {name}: {what or check}")
+        except AssertionError as exc:
+            log = self.operator.tail() if self.operator else ""
+            raise AssertionError(f"{exc}\nobject: {yaml.safe_dump(last[0])}\noperator log:\n{log}") from None
+
+    def wait_gone(self, kind: str, name: str, timeout: float = 30) -> None:
+        poll(lambda: self.get(kind, name) is None, timeout=timeout, what=f"{kind} {name} deleted")
+
+    def wait_condition(self, kind: str, name: str, type_: str, status: str = "True", reason: str | None = None,
+                       *, timeout: float = 30) -> dict:
+        return self.wait(
+            kind, name, lambda obj: has_condition(obj, type_, status, reason), timeout=timeout,
+            what=f"condition {type_}={status}" + (f" reason {reason}" if reason else ""),
+        )
+
+
+def condition(obj: dict, type_: str) -> dict | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond
+    return None
+
+
+def has_condition(obj: dict, type_: str, status: str = "True", reason: str | None = None) -> bool:
+    cond = condition(obj, type_)
+    if cond is None or cond.get("status") != status:
+        return False
+    gen = obj["metadata"].get("generation")
+    observed = (obj.get("status") or {}).get("observedGeneration")
+    return (reason is None or cond.get("reason") == reason) and (type_ != "Ready" or status != "True" or observed == gen)
+
+
+@pytest.fixture
+def kube(envtest: Any, kube_namespace: str, operator: Operator) -> Iterator[Kube]:
+    with envtest.api_client() as client:
+        yield Kube(client, kube_namespace, operator)
