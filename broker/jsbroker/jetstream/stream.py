@@ -156,6 +156,10 @@ class Stream:
         self._retained = cfg.retention != "limits"
         self._rollup_ok = cfg.allow_rollup_hdrs and not cfg.deny_purge
         self._discard_new = cfg.discard == "new"
+        self._acks = not cfg.no_ack
+        self._max_age = cfg.max_age
+        # A message without headers can only be refused by these; without them it takes the fast path.
+        self._plain_ok = not (cfg.sealed or self._interest or self._discard_new or cfg.max_msg_size >= 0)
         prefix = '{"stream":' + _json_str(cfg.name) + (',"domain":' + _json_str(self._domain) if self._domain else "")
         self._ack_prefix = (prefix + ',"seq":').encode()
         self._err_suffix = (',"stream":' + _json_str(cfg.name) + ',"seq":0}').encode()
@@ -216,13 +220,25 @@ class Stream:
     # -- publish ----------------------------------------------------------------------------------------
 
     def _on_publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+        if not hdr and self._plain_ok:  # the common case: no headers, no check that could refuse it
+            seq, ts = self.store.store_msg(subject, b"", payload, 0)
+            self.last_seq = seq
+            self.last_msg_id = ""
+            if self._max_age:
+                self._arm_expiry(ts + self._max_age)
+            if self.consumers:
+                for consumer in self.consumers.values():
+                    consumer.on_stored(seq, subject)
+            if reply and self._acks:
+                self.bus.publish(reply, None, b"", b"%s%d}" % (self._ack_prefix, seq))
+            return
         try:
             seq, duplicate = self.process(subject, hdr, payload)
         except errors.ApiError as err:
-            if reply and not self.config.no_ack:
+            if reply and self._acks:
                 self.bus.publish(reply, None, b"", b'{"error":' + _error_json(err) + self._err_suffix)
             return
-        if reply and not self.config.no_ack:
+        if reply and self._acks:
             tail = b',"duplicate": true}' if duplicate else b"}"
             self.bus.publish(reply, None, b"", b"%s%d%s" % (self._ack_prefix, seq, tail))
 
