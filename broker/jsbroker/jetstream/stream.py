@@ -138,7 +138,7 @@ class Stream:
 
     def update(self, config: StreamConfig) -> None:
         """Apply an already validated new config (subjects, limits, flags)."""
-        old_subjects = self.config.subjects
+        old_subjects, was_retained = self.config.subjects, self._retained
         self.config = config
         self._apply_config()
         self._dedupe.window_ns = config.duplicate_window
@@ -148,6 +148,8 @@ class Stream:
             self._subs = [self.bus.subscribe_internal(s, self._on_publish) for s in config.subjects]
         self._sync_direct_get()
         self.store.update_limits(config.store_limits())
+        if self._retained and not was_retained and self.consumers:
+            self._drop_unneeded()  # what every consumer already acked goes, as nats-server's checkInterestState
         self._arm_expiry(self.store.next_expiry())
 
     def _apply_config(self) -> None:
