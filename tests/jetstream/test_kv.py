@@ -1,4 +1,4 @@
-"""nats-py key-value buckets (the stream-level parts) against jsbroker and nats-server: same results.
+"""nats-py key-value buckets against jsbroker and nats-server: same results.
 
 The scenario records what each call returned (values, revisions, operations, exception class names), so
 the two transcripts can be compared as a whole.
@@ -42,6 +42,9 @@ async def kv_transcript(url: str, bucket: str, direct: bool) -> list:
         await record("get_revision", kv.get("k1", revision=1))
         for i in range(5):
             await kv.put("hist", str(i).encode())
+        history = await kv.history("hist")
+        out.append(("history", [(e.revision, e.value) for e in history]))
+        out.append(("keys", sorted(await kv.keys())))
         info = await js.stream_info("KV_" + bucket)
         out.append(("state", info.state.messages, info.state.first_seq, info.state.last_seq,
                     info.config.max_msgs_per_subject, info.config.allow_direct, info.config.deny_delete))
