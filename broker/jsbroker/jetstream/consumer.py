@@ -54,6 +54,17 @@ RUN_BUDGET = 4096  # messages per delivery pass before yielding the loop
 mono = time.monotonic_ns
 
 
+def next_pending(pending: dict[int, list[int]], after: int, below: int) -> int:
+    """The smallest pending stream seq in (after, below), or 0. Walks the seqs like nats-server (the
+    next one is usually pending), or the pending set when that is the shorter walk."""
+    if below - after - 1 <= len(pending):
+        for seq in range(after + 1, below):
+            if seq in pending:
+                return seq
+        return 0
+    return min((s for s in pending if after < s < below), default=0)
+
+
 @dataclass(slots=True)
 class _Record:
     """Delivered / ack-floor bookkeeping as nats-server's consumer store keeps (and reports) it."""
@@ -79,9 +90,8 @@ class _Record:
             self.floor_dseq, self.floor_sseq = self.delivered_dseq, self.delivered_sseq
         elif dseq == self.floor_dseq + 1:
             self.floor_dseq, self.floor_sseq = dseq, sseq
-            following = [s for s in pending if s > sseq]
-            if following:
-                nxt = min(following)
+            nxt = next_pending(pending, sseq, self.delivered_sseq + 1)
+            if nxt:
                 self.floor_dseq, self.floor_sseq = pending[nxt][0] - 1, nxt - 1
 
 
@@ -765,9 +775,8 @@ class Consumer:
             self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
         elif dseq == self.adflr + 1:
             self.adflr, self.asflr = dseq, sseq
-            following = [s for s in self.pending if sseq < s < self.sseq]
-            if following:
-                nxt = min(following)
+            nxt = next_pending(self.pending, sseq, self.sseq)
+            if nxt:
                 self.adflr, self.asflr = self.pending[nxt][0] - 1, nxt - 1
 
     def _nak(self, sseq: int, dseq: int, dc: int, delay_ns: int | None) -> None:

@@ -1,0 +1,182 @@
+"""JetStream consume benchmark: jsbroker vs nats-server, alternating, 128-byte messages on loopback.
+
+Each run pre-publishes N messages into a fresh file stream (raw socket, not timed), then a nats-py child
+process drains them and is timed: pull `fetch(100)` and `fetch(500)` with an ack per message, `fetch(500)`
+on an ack-none consumer, and a push consumer (ack none) counted in a callback. The server's CPU is read
+around the drain only. The table shows medians: msgs/s and server CPU µs per message, jsbroker/nats-server.
+
+    python3 bench/jetstream_consume.py            # full run (100k messages, 3 repetitions)
+    python3 bench/jetstream_consume.py --quick    # 20k messages, one repetition
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import multiprocessing as mp
+import socket
+import time
+from typing import Callable
+
+from common import KINDS, Result, Sample, cpu_seconds, table
+from tests.servers import ServerHandle, launch
+
+SIZE = 128
+PAYLOAD = b"x" * SIZE
+_names = itertools.count()
+
+
+def _run(coro) -> None:
+    try:
+        import uvloop
+
+        uvloop.run(coro)
+    except ImportError:
+        asyncio.run(coro)
+
+
+def _admin(url: str, make: str | None = None, delete: str | None = None) -> None:
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        if make:
+            await js.add_stream(name=make, subjects=[make + ".>"])
+        if delete:
+            await js.delete_stream(delete)
+        await nc.close()
+
+    asyncio.run(main())
+
+
+def _fill(url: str, name: str, n: int) -> None:
+    """Store n messages fast: pipelined PUBs without reply subjects, then wait until all are stored."""
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        while b"\r\n" not in s.recv(4096):
+            pass
+        s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\n')
+        frame = b"PUB %s.x %d\r\n%s\r\n" % (name.encode(), SIZE, PAYLOAD)
+        for start in range(0, n, 1000):
+            s.sendall(frame * min(1000, n - start))
+        s.sendall(b"PING\r\n")
+        buf = b""
+        while b"PONG" not in buf:
+            buf += s.recv(65536)
+    _wait_stored(url, name, n)
+
+
+def _wait_stored(url: str, name: str, n: int) -> None:
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        while (await js.stream_info(name)).state.messages < n:
+            await asyncio.sleep(0.05)  # still storing
+        await nc.close()
+
+    asyncio.run(main())
+
+
+def _consumer(url: str, name: str, n: int, mode: str, batch: int, out: "mp.Queue[float]") -> None:
+    async def main() -> None:
+        import nats
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        ack = AckPolicy.NONE if mode in ("pull-none", "push") else AckPolicy.EXPLICIT
+        got = 0
+        if mode == "push":
+            done = asyncio.Event()
+
+            async def cb(msg) -> None:
+                nonlocal got
+                got += 1
+                if got >= n:
+                    done.set()
+
+            out.put(0.0)  # ready
+            start = time.perf_counter()
+            sub = await js.subscribe(name + ".x", stream=name, cb=cb, manual_ack=True,
+                                     config=ConsumerConfig(ack_policy=ack, deliver_policy=DeliverPolicy.ALL))
+            await asyncio.wait_for(done.wait(), 600)
+        else:
+            sub = await js.pull_subscribe(name + ".x", durable="BENCH", stream=name,
+                                          config=ConsumerConfig(ack_policy=ack, max_ack_pending=-1))
+            out.put(0.0)  # ready
+            start = time.perf_counter()
+            while got < n:
+                msgs = await sub.fetch(batch, timeout=5)
+                if ack is AckPolicy.EXPLICIT:
+                    for m in msgs:
+                        await m.ack()
+                got += len(msgs)
+            await nc.flush()
+        out.put(time.perf_counter() - start)
+        await sub.unsubscribe()
+        await nc.close()
+
+    _run(main())
+
+
+def consume(mode: str, batch: int = 0) -> Callable[[ServerHandle, int], Sample]:
+    def run(handle: ServerHandle, n: int) -> Sample:
+        name = f"CBENCH{next(_names)}"
+        _admin(handle.url, make=name)
+        _fill(handle.url, name, n)
+        out: mp.Queue[float] = mp.Queue()
+        proc = mp.Process(target=_consumer, args=(handle.url, name, n, mode, batch, out))
+        proc.start()
+        out.get(timeout=60)
+        before = cpu_seconds(handle.pid)
+        seconds = out.get(timeout=900)
+        cpu = cpu_seconds(handle.pid) - before
+        proc.join()
+        _admin(handle.url, delete=name)
+        return Sample(n, seconds, cpu)
+
+    return run
+
+
+WORKLOADS: list[tuple[str, Callable[[ServerHandle, int], Sample]]] = [
+    ("pull fetch(100) + ack each, file", consume("pull-ack", 100)),
+    ("pull fetch(500) + ack each, file", consume("pull-ack", 500)),
+    ("pull fetch(500), ack none, file", consume("pull-none", 500)),
+    ("push (ack none), file", consume("push")),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="20k messages, one repetition")
+    ap.add_argument("--reps", type=int, help="repetitions per server (default 3, quick 1)")
+    ap.add_argument("--only", help="run only workloads whose name contains this text")
+    args = ap.parse_args()
+    reps = args.reps or (1 if args.quick else 3)
+    n = 20_000 if args.quick else 100_000
+    servers = {kind: launch(kind) for kind in KINDS}
+    results: list[Result] = []
+    try:
+        for name, fn in WORKLOADS:
+            if args.only and args.only not in name:
+                continue
+            result = Result(name)
+            for rep in range(reps):
+                for kind in KINDS if rep % 2 == 0 else KINDS[::-1]:  # alternate who goes first
+                    s = fn(servers[kind], n)
+                    result.samples[kind].append(s)
+                    print(f"{name:36s} {kind:12s} {s.rate:10,.0f} msgs/s  {s.cpu_per_msg_us:7.2f} µs CPU/msg", flush=True)
+            results.append(result)
+    finally:
+        for handle in servers.values():
+            handle.close()
+    print()
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
