@@ -101,6 +101,8 @@ def parse_json(body: bytes) -> dict[str, Any]:
         value = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.INVALID_JSON(err=str(exc)) from None
+    if value is None:  # Go decodes `null` into an untouched request
+        return {}
     if not isinstance(value, dict):
         raise errors.INVALID_JSON(err=f"json: cannot unmarshal {_json_kind(value)} into a request object")
     return value
