@@ -30,9 +30,13 @@ Consumer state records (`consumers/<name>/state.log.<gen>`; the snapshot `state.
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Union
+
+Buffer = Union[bytes, bytearray, memoryview, "mmap.mmap"]
 
 # ---- stream records ---------------------------------------------------------------------------------
 HEADER = struct.Struct(
@@ -49,7 +53,6 @@ KIND_SEQ = struct.Struct(">cQ")  # to read the seq of a record whose header is c
 SEQ_END = KIND_OFFSET + KIND_SEQ.size
 CRC = struct.Struct(">I")
 OVERHEAD = HEADER.size + CRC.size  # bytes a record adds around subject + header + payload
-MIN_LEN = OVERHEAD
 MAX_LEN = 1 << 31  # anything larger is garbage, not a record
 
 MSG, DELETE, FLOOR = b"M", b"D", b"F"
@@ -109,7 +112,7 @@ def encode_floor(last_seq: int, last_ts: int, floor: int) -> bytes:
     return _encode_fixed(FLOOR, last_seq, last_ts, floor)
 
 
-def check(buf: bytes | memoryview, offset: int = 0) -> tuple[int, bytes, int, int, int, int, int]:
+def check(buf: Buffer, offset: int = 0) -> tuple[int, bytes, int, int, int, int, int]:
     """Validate the record at `offset` (lengths and CRC) without copying it: (length, kind, seq, ts, aux,
     subj_len, hdr_len), or RecordError."""
     end = len(buf)
@@ -127,7 +130,7 @@ def check(buf: bytes | memoryview, offset: int = 0) -> tuple[int, bytes, int, in
     return fields
 
 
-def decode(buf: bytes | memoryview, offset: int = 0) -> Record:
+def decode(buf: Buffer, offset: int = 0) -> Record:
     """The valid record starting at `offset`, or RecordError."""
     length, kind, seq, ts, aux, slen, hlen = check(buf, offset)
     view = memoryview(buf)
@@ -172,7 +175,7 @@ def encode_frame(kind: bytes, payload: bytes) -> bytes:
     return head + payload + CRC.pack(zlib.crc32(payload, zlib.crc32(head)))
 
 
-def decode_frame(buf: bytes | memoryview, offset: int = 0) -> tuple[bytes, bytes, int]:
+def decode_frame(buf: Buffer, offset: int = 0) -> tuple[bytes, bytes, int]:
     """(kind, payload, length) of the valid frame at `offset`, or RecordError."""
     if len(buf) - offset < FRAME.size + CRC.size:
         raise RecordError(f"short frame at {offset}")
