@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, get_args
 
 from pydantic import BaseModel, BeforeValidator
@@ -240,9 +240,23 @@ def stream_diff(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> dict
     return _diff(_stream_expectations(dict(desired)), observed, STREAM_DEFAULTS, skip)
 
 
-def consumer_diff(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> dict[str, Difference]:
-    """JetStream keys whose server value differs from ``desired`` (a ``consumer_config``)."""
-    return _diff(_consumer_expectations(dict(desired)), observed, CONSUMER_DEFAULTS, frozenset())
+def consumer_diff(
+    desired: Mapping[str, Any], observed: Mapping[str, Any], *, now: datetime | None = None
+) -> dict[str, Difference]:
+    """JetStream keys whose server value differs from ``desired`` (a ``consumer_config``).
+
+    A ``pause_until`` that has passed (at ``now``, default: the current time) counts as unset.
+    """
+    now = now or datetime.now(timezone.utc)
+    want = _without_past_pause(_consumer_expectations(dict(desired)), now)
+    return _diff(want, _without_past_pause(dict(observed), now), CONSUMER_DEFAULTS, frozenset())
+
+
+def _without_past_pause(config: Config, now: datetime) -> Config:
+    until = config.get("pause_until")
+    if until and _normal("pause_until", until) <= now:
+        return {key: value for key, value in config.items() if key != "pause_until"}
+    return config
 
 
 def stream_drift(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> list[str]:
@@ -250,9 +264,11 @@ def stream_drift(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> lis
     return [spec_name(key) for key in stream_diff(desired, observed)]
 
 
-def consumer_drift(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> list[str]:
+def consumer_drift(
+    desired: Mapping[str, Any], observed: Mapping[str, Any], *, now: datetime | None = None
+) -> list[str]:
     """Spec field names (camelCase) whose server value differs from ``desired`` (a ``consumer_config``)."""
-    return [spec_name(key) for key in consumer_diff(desired, observed)]
+    return [spec_name(key) for key in consumer_diff(desired, observed, now=now)]
 
 
 def effective(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> Config:
@@ -280,6 +296,11 @@ def _stream_expectations(desired: Config) -> Config:
     if "subjects" not in want:
         # No subjects means the stream name, unless the stream only gathers from elsewhere.
         want["subjects"] = None if want.get("mirror") or want.get("sources") else [want.get("name")]
+    if want.get("subject_delete_marker_ttl"):
+        want.setdefault("allow_msg_ttl", True)
+        want.setdefault("allow_rollup_hdrs", True)
+    if want.get("allow_msg_schedules"):
+        want.setdefault("allow_rollup_hdrs", True)
     if "duplicate_window" not in want:
         max_age = want.get("max_age") or 0
         if want.get("mirror") or want.get("sources"):

@@ -191,7 +191,6 @@ class Placement(_Spec):
 
     cluster: str | None = Field(None, description="Cluster name.")
     tags: list[str] | None = Field(None, description="Server tags the replicas must carry.")
-    preferred: str | None = Field(None, description="Preferred leader server name.")
 
 
 class ExternalStream(_Spec):
@@ -274,11 +273,15 @@ class StreamSpec(_Spec):
     consumer_limits: ConsumerLimits | None = Field(None, description="Defaults for this stream's consumers.")
     allow_msg_ttl: bool | None = Field(None, description="Honour per-message Nats-TTL. Cannot be turned off again.")
     subject_delete_marker_ttl: Duration | None = Field(
-        None, description="Leave delete markers with this TTL when maxAge removes a subject's last message."
+        None,
+        description="Leave delete markers with this TTL when maxAge removes a subject's last message "
+        "(turns on allowMsgTtl and allowRollupHdrs).",
     )
     allow_msg_counter: bool | None = Field(None, description="Counter stream (CRDT counters only). Immutable.")
     allow_atomic_publish: bool | None = Field(None, description="Allow atomic batch publishing.")
-    allow_msg_schedules: bool | None = Field(None, description="Allow message schedules. Cannot be turned off.")
+    allow_msg_schedules: bool | None = Field(
+        None, description="Allow message schedules (turns on allowRollupHdrs). Cannot be turned off."
+    )
     allow_batch_publish: bool | None = Field(None, description="Allow fast (non-atomic) batch publishing.")
     persist_mode: Literal["default", "async"] | None = Field(
         None, description="async acknowledges before the write is flushed. Server default: default. Immutable."
@@ -295,6 +298,27 @@ class StreamSpec(_Spec):
             clashing = [a for a, v in (("subjects", self.subjects), ("sources", self.sources)) if v]
             if clashing:
                 raise ValueError(f"a mirror cannot also set {clashing}: remove them or remove mirror")
+        return self
+
+    @model_validator(mode="after")
+    def _rollup_rules(self) -> StreamSpec:
+        # The server silently rewrites these combinations (stream.go checkStreamCfg); refusing them keeps
+        # the spec honest and avoids a perpetual diff.
+        if self.deny_purge and self.allow_rollup_hdrs:
+            raise ValueError("allowRollupHdrs needs purges: it cannot go with denyPurge: true")
+        needs_rollups = [
+            name
+            for name, on in (
+                ("subjectDeleteMarkerTtl", bool(self.subject_delete_marker_ttl)),
+                ("allowMsgSchedules", bool(self.allow_msg_schedules)),
+            )
+            if on
+        ]
+        for name in needs_rollups:
+            if self.allow_rollup_hdrs is False or self.deny_purge:
+                raise ValueError(f"{name} needs roll-ups: leave allowRollupHdrs unset or true and denyPurge unset or false")
+        if self.subject_delete_marker_ttl and self.allow_msg_ttl is False:
+            raise ValueError("subjectDeleteMarkerTtl needs per-message TTLs: leave allowMsgTtl unset or true")
         return self
 
 
@@ -352,7 +376,9 @@ class ConsumerSpec(_Spec):
     )
     mem_storage: bool | None = Field(None, description="Keep consumer state in memory. Immutable.")
     metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
-    pause_until: Timestamp | None = Field(None, description="Pause delivery until this time.")
+    pause_until: Timestamp | None = Field(
+        None, description="Pause delivery until this time (a time in the past means running)."
+    )
     priority_groups: list[Annotated[str, Field(pattern=r"^[a-zA-Z0-9/_=-]{1,16}$")]] | None = Field(
         None, description="Priority group names (pull only)."
     )

@@ -11,7 +11,9 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
+import dataclasses
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from jsoperator import mapping
@@ -46,6 +48,9 @@ class Plan:
     ``config`` is what to send for ``action``. After a create, plan again: a sealed stream needs a
     second step because the server refuses ``sealed`` on create (``followup`` is then True).
     When ``immutable`` is non-empty, do not send anything: the server would refuse it.
+    ``pause`` (consumers) is the body of a ``$JS.API.CONSUMER.PAUSE.<stream>.<consumer>`` request to
+    send after the update: ``{"pause_until": "<RFC 3339>"}`` pauses, ``{}`` resumes. The server ignores
+    ``pause_until`` when updating a consumer; it only honours it on create.
     """
 
     action: Action
@@ -54,6 +59,7 @@ class Plan:
     immutable: tuple[ImmutableChange, ...] = ()
     followup: bool = False
     differences: Mapping[str, Difference] = field(default_factory=dict)
+    pause: Config | None = None
 
     @property
     def blocked(self) -> bool:
@@ -138,11 +144,19 @@ def plan_stream(desired: Config, observed: Mapping[str, Any] | None) -> Plan:
     return _plan(desired, mapping.stream_diff(desired, observed), STREAM_IMMUTABLE)
 
 
-def plan_consumer(desired: Config, observed: Mapping[str, Any] | None) -> Plan:
-    """Plan for a consumer: ``desired`` from mapping.consumer_config, ``observed`` the server's config."""
+def plan_consumer(desired: Config, observed: Mapping[str, Any] | None, *, now: datetime | None = None) -> Plan:
+    """Plan for a consumer: ``desired`` from mapping.consumer_config, ``observed`` the server's config.
+
+    ``now`` (default: the current time) decides whether a ``pause_until`` has already passed.
+    """
     if observed is None:
         return Plan("create", dict(desired))
-    return _plan(desired, mapping.consumer_diff(desired, observed), CONSUMER_IMMUTABLE)
+    differences = mapping.consumer_diff(desired, observed, now=now)
+    result = _plan(desired, differences, CONSUMER_IMMUTABLE)
+    if "pause_until" not in differences:
+        return result
+    until = desired.get("pause_until")
+    return dataclasses.replace(result, pause={"pause_until": until} if until and differences["pause_until"][0] else {})
 
 
 def _plan(desired: Config, differences: dict[str, Difference], rules: Mapping[str, Immutable]) -> Plan:

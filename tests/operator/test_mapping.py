@@ -78,9 +78,11 @@ STREAM_CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
         {"subjectDeleteMarkerTtl": "5m", "allowMsgTtl": True, "allowRollupHdrs": True},
         {"subject_delete_marker_ttl": 300 * NS},
     ),
+    ({"subjectDeleteMarkerTtl": "5m"}, {"subject_delete_marker_ttl": 300 * NS}),  # the server turns on TTLs, roll-ups
     ({"allowMsgCounter": True}, {"allow_msg_counter": True}),
     ({"allowAtomicPublish": True}, {"allow_atomic": True}),
     ({"allowMsgSchedules": True, "allowRollupHdrs": True}, {"allow_msg_schedules": True}),
+    ({"allowMsgSchedules": True}, {"allow_msg_schedules": True}),  # the server turns on roll-ups
     ({"allowBatchPublish": True}, {"allow_batched": True}),
     ({"persistMode": "async"}, {"persist_mode": "async"}),
     ({"metadata": {"team": "shop", "tier": "gold"}}, {"metadata": {"team": "shop", "tier": "gold"}}),
@@ -416,6 +418,10 @@ def _consumer_subjects(spec: dict[str, Any], index: int) -> dict[str, Any]:
         ({"name": "a.b"}, "name"),
         ({"metadata": {"_nats.ver": "1"}}, "reserved"),
         ({"mirror": {"name": "O"}, "subjects": ["x"]}, "a mirror cannot also set"),
+        ({"denyPurge": True, "allowRollupHdrs": True}, "allowRollupHdrs needs purges"),
+        ({"subjectDeleteMarkerTtl": "1m", "denyPurge": True}, "subjectDeleteMarkerTtl needs roll-ups"),
+        ({"allowMsgSchedules": True, "allowRollupHdrs": False}, "allowMsgSchedules needs roll-ups"),
+        ({"subjectDeleteMarkerTtl": "1m", "allowMsgTtl": False}, "needs per-message TTLs"),
     ],
 )
 def test_stream_spec_refuses_bad_values(spec: dict[str, Any], fragment: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from typing import Any
 
 import nats
@@ -84,6 +85,42 @@ def test_spelling_out_a_default_is_not_drift() -> None:
     desired = consumer({"maxWaiting": 512, "ackPolicy": "none", "deliverPolicy": "all"})
     observed = {"durable_name": "C", "deliver_policy": "all", "ack_policy": "none", "max_waiting": 512}
     assert plan.plan_consumer(desired, observed).action == "none"
+
+
+FUTURE, PAST = "2099-01-01T00:00:00Z", "2020-01-01T00:00:00Z"
+
+
+def test_pause_changes_go_through_the_pause_api() -> None:
+    base = {"durable_name": "C", "deliver_policy": "all", "ack_policy": "none", "max_waiting": 512}
+    pausing = plan.plan_consumer({**base, "pause_until": FUTURE}, base)
+    assert (pausing.action, pausing.pause, pausing.blocked) == ("update", {"pause_until": FUTURE}, False)
+    resuming = plan.plan_consumer(base, {**base, "pause_until": FUTURE})
+    assert (resuming.action, resuming.pause) == ("update", {})
+
+
+def test_a_pause_that_has_passed_counts_as_unset() -> None:
+    base = {"durable_name": "C", "deliver_policy": "all", "ack_policy": "none", "max_waiting": 512}
+    assert plan.plan_consumer({**base, "pause_until": PAST}, base).action == "none"
+    assert plan.plan_consumer(base, {**base, "pause_until": PAST}).action == "none"
+    later = datetime(2099, 6, 1, tzinfo=timezone.utc)
+    assert plan.plan_consumer(base, {**base, "pause_until": FUTURE}, now=later).action == "none"
+
+
+async def test_pause_and_resume_on_the_server(nc: Any) -> None:
+    await ok(nc, "STREAM.CREATE.PAUSING", {"name": "PAUSING", "subjects": ["pausing"]})
+    try:
+        running = consumer({}, "p", "PAUSING")
+        created = await ok(nc, "CONSUMER.CREATE.PAUSING.p", {"stream_name": "PAUSING", "config": running})
+        for spec in ({"pauseUntil": FUTURE}, {}):
+            desired = consumer(spec, "p", "PAUSING")
+            step = plan.plan_consumer(desired, created["config"])
+            assert step.pause is not None
+            await ok(nc, "CONSUMER.PAUSE.PAUSING.p", step.pause)
+            created = await ok(nc, "CONSUMER.INFO.PAUSING.p")
+            assert created.get("paused", False) is bool(spec)
+            assert plan.plan_consumer(desired, created["config"]).action == "none"
+    finally:
+        await api(nc, "STREAM.DELETE.PAUSING")
 
 
 def test_retention_limits_to_interest_is_allowed() -> None:
@@ -181,3 +218,81 @@ async def test_consumer_plan_agrees_with_the_server(
             assert plan.plan_consumer(consumer(after, "c", name), answer["config"]).action == "none"
     finally:
         await api(nc, f"STREAM.DELETE.{name}")
+
+
+# -- many fields at once: create, then change every mutable field ------------------------------------
+
+STREAM_SINK = {
+    "description": "all at once", "subjects": ["sink.a.>", "sink.b"], "retention": "interest",
+    "maxConsumers": 10, "maxMsgs": 1000, "maxBytes": "1Mi", "maxAge": "1h", "maxMsgsPerSubject": 10,
+    "maxMsgSize": "1Ki", "discard": "new", "discardNewPerSubject": True, "storage": "memory", "replicas": 1,
+    "noAck": False, "duplicateWindow": "1m", "firstSeq": 5,
+    "subjectTransform": {"src": "sink.a.>", "dest": "sink.a.t.>"},
+    "republish": {"src": "sink.b", "dest": "sink.out.b"}, "allowDirect": True, "allowRollupHdrs": True,
+    "consumerLimits": {"inactiveThreshold": "1h", "maxAckPending": 100}, "allowMsgTtl": True,
+    "subjectDeleteMarkerTtl": "10m", "metadata": {"a": "1"},
+}
+STREAM_SINK_CHANGED = {
+    **STREAM_SINK, "description": "changed", "subjects": ["sink.a.>", "sink.b", "sink.c"], "retention": "limits",
+    "maxConsumers": 20, "maxMsgs": 2000, "maxBytes": "2Mi", "maxAge": "2h", "maxMsgsPerSubject": 20,
+    "maxMsgSize": "2Ki", "discard": "old", "discardNewPerSubject": False, "duplicateWindow": "2m",
+    "republish": {"src": "sink.c", "dest": "sink.out.c", "headersOnly": True}, "allowDirect": False,
+    "consumerLimits": {"inactiveThreshold": "2h", "maxAckPending": 200}, "subjectDeleteMarkerTtl": "20m",
+    "metadata": {"b": "2"}, "denyDelete": True,
+}
+CONSUMER_SINK = {
+    "description": "all at once", "deliverPolicy": "byStartSequence", "optStartSeq": 1, "ackPolicy": "explicit",
+    "ackWait": "10s", "maxDeliver": 5, "backoff": ["10s", "20s"], "filterSubjects": ["csink.a", "csink.b"],
+    "replayPolicy": "instant", "sampleFreq": "100%", "maxWaiting": 100, "maxAckPending": 50, "headersOnly": True,
+    "maxBatch": 10, "maxExpires": "10s", "maxBytes": "1Ki", "inactiveThreshold": "1h", "memStorage": True,
+    "metadata": {"a": "1"}, "pauseUntil": "2099-01-01T00:00:00Z",
+}
+CONSUMER_SINK_CHANGED = {
+    **CONSUMER_SINK, "description": "changed", "ackWait": "20s", "maxDeliver": 6, "backoff": ["20s"],
+    "filterSubjects": ["csink.c"], "sampleFreq": "50%", "maxAckPending": 60, "headersOnly": False, "maxBatch": 20,
+    "maxExpires": "20s", "maxBytes": "2Ki", "inactiveThreshold": "2h", "metadata": {"b": "2"},
+}
+del CONSUMER_SINK_CHANGED["pauseUntil"]
+PUSH_SINK = {"deliverSubject": "push.sink", "deliverGroup": "g1", "idleHeartbeat": "5s", "flowControl": True,
+             "rateLimitBps": 1000, "ackPolicy": "explicit"}
+PUSH_SINK_CHANGED = {**PUSH_SINK, "deliverSubject": "push.sink2", "deliverGroup": "g2", "rateLimitBps": 2000}
+
+
+async def test_stream_with_many_fields_created_and_changed(nc: Any) -> None:
+    first = stream(STREAM_SINK, "SINK")
+    created = await ok(nc, "STREAM.CREATE.SINK", plan.plan_stream(first, None).config)
+    try:
+        again = plan.plan_stream(first, created["config"])
+        assert again.action == "none", again.message("stream")
+        changed = stream(STREAM_SINK_CHANGED, "SINK")
+        result = plan.plan_stream(changed, created["config"])
+        assert result.action == "update" and not result.blocked, result.message("stream")
+        assert set(result.drift) >= {"description", "maxMsgs", "maxAge", "republish", "metadata", "denyDelete"}
+        updated = await ok(nc, "STREAM.UPDATE.SINK", result.config)
+        settled = plan.plan_stream(changed, updated["config"])
+        assert settled.action == "none", settled.message("stream")
+    finally:
+        await api(nc, "STREAM.DELETE.SINK")
+
+
+@pytest.mark.parametrize(("before", "after"), [(CONSUMER_SINK, CONSUMER_SINK_CHANGED), (PUSH_SINK, PUSH_SINK_CHANGED)])
+async def test_consumer_with_many_fields_created_and_changed(
+    nc: Any, before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    await ok(nc, "STREAM.CREATE.CSINK", {"name": "CSINK", "subjects": ["csink.>"]})
+    try:
+        first = consumer(before, "sink", "CSINK")
+        body = {"stream_name": "CSINK", "config": plan.plan_consumer(first, None).config}
+        created = await ok(nc, "CONSUMER.CREATE.CSINK.sink", body)
+        assert plan.plan_consumer(first, created["config"]).action == "none"
+        changed = consumer(after, "sink", "CSINK")
+        result = plan.plan_consumer(changed, created["config"])
+        assert result.action == "update" and not result.blocked, result.message("consumer")
+        updated = await ok(nc, "CONSUMER.CREATE.CSINK.sink", {"stream_name": "CSINK", "config": result.config})
+        if result.pause is not None:
+            await ok(nc, "CONSUMER.PAUSE.CSINK.sink", result.pause)
+            updated = await ok(nc, "CONSUMER.INFO.CSINK.sink")
+        settled = plan.plan_consumer(changed, updated["config"])
+        assert (settled.action, settled.pause) == ("none", None), settled.message("consumer")
+    finally:
+        await api(nc, "STREAM.DELETE.CSINK")
