@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from jsbroker import store as storage
 from jsbroker.jetstream import api, errors, headers, times
 from jsbroker.jetstream.stream_config import StreamConfig
-from jsbroker.store.base import StoredMsg, StoreState, StreamStore
+from jsbroker.store.base import StoredMsg, StoreError, StoreState, StreamStore
 
 if TYPE_CHECKING:
     from jsbroker.internal import InternalBus, InternalSubscription, Origin
@@ -222,27 +222,27 @@ class Stream:
     # -- publish ----------------------------------------------------------------------------------------
 
     def _on_publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
-        if not hdr and self._plain_ok:  # the common case: no headers, no check that could refuse it
-            seq, ts = self.store.store_msg(subject, b"", payload, 0)
-            self.last_seq = seq
-            self.last_msg_id = ""
-            if self._max_age:
-                self._arm_expiry(ts + self._max_age)
-            if self.consumers:
-                for consumer in self.consumers.values():
-                    consumer.on_stored(seq, subject)
-            if reply and self._acks:
-                self.bus.publish(reply, None, b"", b"%s%d}" % (self._ack_prefix, seq))
-            return
         try:
-            seq, duplicate = self.process(subject, hdr, payload)
+            if not hdr and self._plain_ok:  # the common case: no headers, no check that could refuse it
+                seq, ts = self.store.store_msg(subject, b"", payload, 0)
+                self.last_seq = seq
+                self.last_msg_id = ""
+                if self._max_age:
+                    self._arm_expiry(ts + self._max_age)
+                if self.consumers:
+                    for consumer in self.consumers.values():
+                        consumer.on_stored(seq, subject)
+                ack = b"%s%d}" % (self._ack_prefix, seq)
+            else:
+                seq, duplicate = self.process(subject, hdr, payload)
+                ack = b"%s%d%s" % (self._ack_prefix, seq, b',"duplicate": true}' if duplicate else b"}")
         except errors.ApiError as err:
-            if reply and self._acks:
-                self.bus.publish(reply, None, b"", b'{"error":' + _error_json(err) + self._err_suffix)
-            return
+            ack = b'{"error":' + _error_json(err) + self._err_suffix
+        except (StoreError, OSError) as exc:  # disk full, I/O error: the publisher hears of it, no timeout
+            log.error("stream store failed", extra={"stream": self.name, "error": str(exc)})
+            ack = b'{"error":' + _error_json(errors.STREAM_STORE_FAILED(err=str(exc))) + self._err_suffix
         if reply and self._acks:
-            tail = b',"duplicate": true}' if duplicate else b"}"
-            self.bus.publish(reply, None, b"", b"%s%d%s" % (self._ack_prefix, seq, tail))
+            self.bus.publish(reply, None, b"", ack)
 
     def process(self, subject: str, hdr: bytes, payload: bytes) -> tuple[int, bool]:
         """Check and store one message; returns (seq, duplicate). Raises ApiError with the pub-ack error."""
