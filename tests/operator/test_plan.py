@@ -296,3 +296,23 @@ async def test_consumer_with_many_fields_created_and_changed(
         assert (settled.action, settled.pause) == ("none", None), settled.message("consumer")
     finally:
         await api(nc, "STREAM.DELETE.CSINK")
+
+
+async def test_removing_the_mirror_promotes_it_on_the_server(nc: Any) -> None:
+    await ok(nc, "STREAM.CREATE.MORIGIN", {"name": "MORIGIN", "subjects": ["morigin.>"]})
+    try:
+        mirror = mapping.stream_config(StreamSpec.model_validate({"mirror": {"name": "MORIGIN"}}), "MCOPY")
+        created = await ok(nc, "STREAM.CREATE.MCOPY", plan.plan_stream(mirror, None).config)
+        assert plan.plan_stream(mirror, created["config"]).action == "none"
+        promoted = mapping.stream_config(StreamSpec.model_validate({"subjects": ["mcopy.>"]}), "MCOPY")
+        step = plan.plan_stream(promoted, created["config"])
+        assert (step.action, step.blocked) == ("update", False) and "mirror" in step.drift
+        updated = await ok(nc, "STREAM.UPDATE.MCOPY", step.config)
+        assert plan.plan_stream(promoted, updated["config"]).action == "none"
+        moved = mapping.stream_config(StreamSpec.model_validate({"mirror": {"name": "OTHER"}}), "MCOPY")
+        refused = plan.plan_stream(moved, updated["config"])
+        assert refused.blocked and "mirror cannot be added or changed" in refused.message("stream")
+        assert "error" in await api(nc, "STREAM.UPDATE.MCOPY", moved)
+    finally:
+        await api(nc, "STREAM.DELETE.MCOPY")
+        await api(nc, "STREAM.DELETE.MORIGIN")
