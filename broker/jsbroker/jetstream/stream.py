@@ -624,7 +624,7 @@ def _json_str(text: str) -> str:
 
 
 def _error_json(err: errors.ApiError) -> bytes:
-    return json.dumps(err.to_dict(), separators=(",", ":"), ensure_ascii=False).encode()
+    return api.dumps(err.to_dict())
 
 
 def _as_uint(text: str) -> int:
