@@ -116,6 +116,20 @@ def test_filters(factory):
     assert s.load_next_msg(0, "u.*").seq == 202 and s.state().num_subjects == 41
 
 
+def test_sparse_wildcard_far_away_and_filter_cache_updates(factory):
+    s = factory.open()
+    for i in range(2000):  # more than the scan window, on more subjects than the bisect fan-out
+        s.store_msg(f"w.{i % 50}.a", b"", b"")
+    assert s.load_next_msg(0, "w.*.b") is None  # cached with no match
+    s.store_msg("w.new.b", b"", b"")
+    assert s.load_next_msg(10, "w.*.b").seq == 2001 and s.load_last_msg("w.*.b").seq == 2001
+    assert s.load_next_msg(1990, "w.>").seq == 1990
+    s.remove_msg(2001)
+    assert s.load_next_msg(0, "w.*.b") is None and s.num_pending(0, ["w.*.b"]) == 0
+    s.store_msg("w.new.b", b"", b"")
+    assert s.load_next_msg(0, "w.*.b").seq == 2002 and s.subjects_state("w.*.b") == {"w.new.b": 1}
+
+
 def test_purge_all_and_then_store(factory):
     s = factory.open()
     fill(s, ["a", "b"], 10)
