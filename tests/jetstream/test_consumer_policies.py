@@ -1,0 +1,98 @@
+"""Deliver policies, filters and the numbers ConsumerInfo reports, differential: for each starting
+position the first deliveries (with ack tokens) and delivered / ack_floor / num_pending must match."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair
+
+
+@pytest.fixture
+def urls(nats_server, jsbroker_server) -> dict[str, str]:
+    return {"jsbroker": jsbroker_server.url, "nats-server": nats_server.url}
+
+
+SUBJECTS = ["a", "b", "a", "c.x", "b", "a", "c.y", "b"]
+
+POLICIES = {
+    "all": {},
+    "last": {"deliver_policy": "last"},
+    "last_filtered": {"deliver_policy": "last", "filter_subject": "{S}.b"},
+    "new": {"deliver_policy": "new"},
+    "by_start_sequence": {"deliver_policy": "by_start_sequence", "opt_start_seq": 3},
+    "by_start_sequence_past_end": {"deliver_policy": "by_start_sequence", "opt_start_seq": 20},
+    "last_per_subject": {"deliver_policy": "last_per_subject", "filter_subject": "{S}.>"},
+    "last_per_subject_multi": {"deliver_policy": "last_per_subject", "filter_subjects": ["{S}.a", "{S}.c.*"]},
+    "filter_wildcard": {"filter_subject": "{S}.c.*"},
+    "filter_multi": {"filter_subjects": ["{S}.b", "{S}.c.y"]},
+    "filter_none_match": {"filter_subject": "{S}.zzz"},
+    "ack_all_start_seq": {"ack_policy": "all", "deliver_policy": "by_start_sequence", "opt_start_seq": 5},
+}
+
+
+def fill(cfg: dict[str, Any], s: str) -> dict[str, Any]:
+    out = {}
+    for k, v in cfg.items():
+        if isinstance(v, str):
+            v = v.replace("{S}", s)
+        elif isinstance(v, list):
+            v = [x.replace("{S}", s) for x in v]
+        out[k] = v
+    return out
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+async def test_start_positions(urls, unique, policy) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"]})
+        for i, subj in enumerate(SUBJECTS):
+            await nc.request(f"{s}.{subj}", str(i).encode(), timeout=2)
+        cfg = {"durable_name": "C", "ack_policy": "explicit", **fill(POLICIES[policy], s)}
+        created = await api(nc, f"$JS.API.CONSUMER.CREATE.{s}.C", {"stream_name": s, "config": cfg})
+        t = [info_view(created)]
+        t.append(await pull(nc, s, "C", {"batch": 3, "no_wait": True}, wait=1))
+        t.append(info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C")))
+        await nc.request(f"{s}.b", b"late", timeout=2)
+        t.append(await pull(nc, s, "C", {"batch": 20, "no_wait": True}, wait=1))
+        t.append(info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C")))
+        return t
+
+    out = await scenario_pair(urls, fn, unique("Q"))
+    assert out["jsbroker"] == out["nats-server"]
+
+
+async def test_pause_holds_delivery(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        from jsbroker.jetstream.times import now_ns, rfc3339
+
+        await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"]})
+        await nc.request(f"{s}.a", b"x", timeout=2)
+        await api(nc, f"$JS.API.CONSUMER.CREATE.{s}.C", {"stream_name": s, "config": {"durable_name": "C"}})
+        r = await api(nc, f"$JS.API.CONSUMER.PAUSE.{s}.C", {"pause_until": rfc3339(now_ns() + 600_000_000)})
+        during = await pull(nc, s, "C", {"batch": 1, "expires": 300_000_000}, wait=1)
+        info = await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C")
+        after = await pull(nc, s, "C", {"batch": 1, "expires": 1_500_000_000}, wait=2, count=1)
+        return [r["paused"], during, info.get("paused"), after]
+
+    out = await scenario_pair(urls, fn, unique("Q"))
+    assert out["jsbroker"] == out["nats-server"]
+    assert out["jsbroker"][1][0][1] == "408" and out["jsbroker"][3][0][0] == "msg"
+
+
+async def test_ephemeral_pull_removed_when_inactive(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"]})
+        await api(nc, f"$JS.API.CONSUMER.CREATE.{s}.E",
+                  {"stream_name": s, "config": {"name": "E", "inactive_threshold": 400_000_000}})
+        await pull(nc, s, "E", {"batch": 1, "expires": 600_000_000}, wait=1)  # keeps it alive meanwhile
+        alive = "error" not in await api(nc, f"$JS.API.CONSUMER.INFO.{s}.E")
+        await asyncio.sleep(1.8)  # threshold plus nats-server's up-to-1s jitter
+        gone = (await api(nc, f"$JS.API.CONSUMER.INFO.{s}.E")).get("error", {}).get("err_code")
+        return [alive, gone]
+
+    out = await scenario_pair(urls, fn, unique("Q"))
+    assert out["jsbroker"] == out["nats-server"] == [True, 10014]
