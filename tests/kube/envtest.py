@@ -102,8 +102,12 @@ class _Process:
 
 
 def _http_ok(url: str, context: ssl.SSLContext | None, expect: Callable[[bytes], bool]) -> bool:
+    # Loopback only: never route the probe through an HTTP(S)_PROXY from the environment.
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
     try:
-        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+        with opener.open(url, timeout=2) as response:
             return response.status == 200 and expect(response.read())
     except (urllib.error.URLError, OSError, ValueError):
         return False
