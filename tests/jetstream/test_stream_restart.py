@@ -1,5 +1,5 @@
-"""A restart restores every file stream (config, messages, deleted gaps, the duplicate window) and drops
-memory streams, on jsbroker exactly as on nats-server."""
+"""A restart restores every file stream (config, messages, deleted gaps, the duplicate window, durable
+consumers) and drops memory streams, on jsbroker exactly as on nats-server."""
 
 import nats
 import pytest
@@ -15,6 +15,9 @@ async def restart_transcript(handle) -> list:
     for i in range(5):
         await js.publish(f"fil.{i % 2}", f"f{i}".encode(), headers={"Nats-Msg-Id": f"id{i}"})
     await js.delete_msg("FIL", 4)
+    await js.add_stream(name="INT", subjects=["int.>"], retention="interest")
+    await js.pull_subscribe("int.>", durable="D", stream="INT")
+    await js.publish("int.a", b"1")
     await nc.close()
     handle.restart()
     out: list = []
@@ -34,6 +37,9 @@ async def restart_transcript(handle) -> list:
         out.append(("dup", dup.seq, dup.duplicate))
         new = await js.publish("fil.1", b"new")
         out.append(("new", new.seq))
+        ack = await js.publish("int.a", b"2")  # stored only because the durable consumer came back
+        info = await js.stream_info("INT")
+        out.append(("interest", ack.seq, info.state.messages, info.state.consumer_count))
         last = await js.get_last_msg("FIL", "fil.1", direct=True)
         out.append(("direct", last.seq, last.data))
     finally:

@@ -20,7 +20,7 @@ from jsbroker.config import JetStreamSettings
 from jsbroker.internal import InternalBus
 from jsbroker.jetstream import errors, stream_config, times
 from jsbroker.jetstream.api import API_LEVEL, ApiRouter
-from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS
+from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS, restore_consumers
 from jsbroker.jetstream.stream import Stream
 from jsbroker.jetstream.stream_api import STREAM_HANDLERS
 from jsbroker.jetstream.stream_config import StreamConfig
@@ -74,6 +74,7 @@ class JetStream:
             return
         self.streams[cfg.name] = stream
         stream.start()
+        restore_consumers(self, stream)
 
     def _open(self, cfg: StreamConfig, directory: Path, created_ns: int) -> Stream:
         store = storage.open_stream_store(cfg.storage, directory, cfg.store_limits(), self._sync)  # type: ignore[arg-type]
