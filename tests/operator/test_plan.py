@@ -316,3 +316,95 @@ async def test_removing_the_mirror_promotes_it_on_the_server(nc: Any) -> None:
     finally:
         await api(nc, "STREAM.DELETE.MCOPY")
         await api(nc, "STREAM.DELETE.MORIGIN")
+
+
+# -- random mutable changes converge in one update ---------------------------------------------------
+
+ABSENT = object()
+STREAM_VARIANTS: dict[str, list[Any]] = {
+    "description": ["one", "two"],
+    "subjects": [["rnd.>"], ["rnd.>", "other.rnd"]],
+    "retention": ["limits", "interest"],
+    "maxConsumers": [5, -1],
+    "maxMsgs": [100, 0, -1],
+    "maxBytes": ["1Mi", 5000, -1],
+    "maxAge": ["1h", "2h", "0s"],
+    "maxMsgsPerSubject": [1, 10, -1],
+    "maxMsgSize": ["1Ki", -1],
+    "discard": ["old", "new"],
+    "replicas": [1],
+    "duplicateWindow": ["30s", "10m"],
+    "compression": ["none", "s2"],
+    "subjectTransform": [{"src": "rnd.a.>", "dest": "rnd.t.>"}],
+    "republish": [{"src": "rnd.>", "dest": "out.rnd.>"}, {"dest": "out2.rnd.>", "headersOnly": True}],
+    "allowDirect": [True, False],
+    "allowRollupHdrs": [True, False],
+    "consumerLimits": [{"inactiveThreshold": "1h"}, {"maxAckPending": 50}],
+    "metadata": [{"a": "1"}, {"a": "2", "b": "3"}],
+}
+CONSUMER_VARIANTS: dict[str, list[Any]] = {
+    "description": ["one", "two"],
+    "ackWait": ["10s", "30s"],
+    "maxDeliver": [5, -1],
+    "backoff": [["1s", "2s"], ["3s"]],
+    "filterSubjects": [["rnd.a"], ["rnd.a", "rnd.b"]],
+    "sampleFreq": ["100%", "10%"],
+    "maxAckPending": [10, 100, -1],
+    "headersOnly": [True, False],
+    "maxBatch": [10, 20],
+    "maxExpires": ["10s", "1m"],
+    "maxBytes": ["1Ki", 4096],
+    "inactiveThreshold": ["1h", "2h"],
+    "metadata": [{"a": "1"}, {"b": "2"}],
+}
+
+
+def _random_spec(rng: Any, variants: dict[str, list[Any]]) -> dict[str, Any]:
+    picked = {key: rng.choice([*values, ABSENT]) for key, values in variants.items()}
+    return {key: value for key, value in picked.items() if value is not ABSENT}
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_random_stream_changes_converge_in_one_update(nc: Any, seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    name = f"RND{seed}"
+    before, after = (stream(_random_spec(rng, STREAM_VARIANTS), name) for _ in range(2))
+    created = await ok(nc, f"STREAM.CREATE.{name}", plan.plan_stream(before, None).config)
+    try:
+        assert plan.plan_stream(before, created["config"]).action == "none", (before, created["config"])
+        step = plan.plan_stream(after, created["config"])
+        assert not step.blocked, step.message("stream")
+        if step.action == "update":
+            created = await ok(nc, f"STREAM.UPDATE.{name}", step.config)
+        settled = plan.plan_stream(after, created["config"])
+        assert settled.action == "none", f"{before} -> {after}: {settled.message('stream')}"
+    finally:
+        await api(nc, f"STREAM.DELETE.{name}")
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_random_consumer_changes_converge_in_one_update(nc: Any, seed: int) -> None:
+    import random
+
+    rng = random.Random(1000 + seed)
+    stream_name = f"CRND{seed}"
+    await ok(nc, f"STREAM.CREATE.{stream_name}", {"name": stream_name, "subjects": ["rnd.>"]})
+    try:
+        before, after = (
+            consumer({"ackPolicy": "explicit", **_random_spec(rng, CONSUMER_VARIANTS)}, "c", stream_name)
+            for _ in range(2)
+        )
+        body = {"stream_name": stream_name, "config": before}
+        created = await ok(nc, f"CONSUMER.CREATE.{stream_name}.c", body)
+        assert plan.plan_consumer(before, created["config"]).action == "none", (before, created["config"])
+        step = plan.plan_consumer(after, created["config"])
+        assert not step.blocked, step.message("consumer")
+        if step.action == "update":
+            body = {"stream_name": stream_name, "config": step.config}
+            created = await ok(nc, f"CONSUMER.CREATE.{stream_name}.c", body)
+        settled = plan.plan_consumer(after, created["config"])
+        assert settled.action == "none", f"{before} -> {after}: {settled.message('consumer')}"
+    finally:
+        await api(nc, f"STREAM.DELETE.{stream_name}")
