@@ -33,6 +33,8 @@ BROKER_UNAVAILABLE = "BrokerUnavailable"
 IMMUTABLE_FIELD = "ImmutableFieldChange"
 INVALID_SPEC = "InvalidSpec"
 INVALID_ANNOTATION = "InvalidAnnotation"
+CREDENTIALS_NOT_FOUND = "CredentialsNotFound"
+DELETION_BLOCKED = "DeletionBlocked"
 WAITING_FOR_STREAM = "WaitingForStream"
 
 # What to do about the server errors users meet most (err_code -> hint).
@@ -107,6 +109,16 @@ def invalid_spec(message: str) -> Outcome:
 
 def invalid_annotation(message: str) -> Outcome:
     return Outcome(False, INVALID_ANNOTATION, message, stalled=True)
+
+
+def credentials_not_found(message: str) -> Outcome:
+    """A Secret named in spec.connection is missing or lacks the key; retried (it may be created later)."""
+    return Outcome(False, CREDENTIALS_NOT_FOUND, message, reconciling=True)
+
+
+def deletion_blocked(message: str) -> Outcome:
+    """A Stream being deleted waits for its Consumer resources to go first."""
+    return Outcome(False, DELETION_BLOCKED, message, reconciling=True)
 
 
 # -- the patch --------------------------------------------------------------------------------------

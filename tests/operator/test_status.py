@@ -66,6 +66,13 @@ def test_transient_server_errors_are_retried() -> None:
         "JetStreamError", True, "JetStream error 10999 (code 500): something new")
 
 
+def test_waiting_outcomes_are_retried_not_stalled() -> None:
+    for outcome, reason in ((status.credentials_not_found("secret nats-creds not found"), "CredentialsNotFound"),
+                            (status.deletion_blocked("waiting for Consumer resources ['c']"), "DeletionBlocked")):
+        assert conditions(status.build(None, generation=1, outcome=outcome, now=T0)) == {
+            "Ready": ("False", reason), "Reconciling": ("True", reason), "Stalled": ("False", reason)}
+
+
 def test_immutable_change_and_invalid_spec_are_stalled() -> None:
     for outcome, reason in ((status.immutable_change("storage cannot change"), "ImmutableFieldChange"),
                             (status.invalid_spec("maxAge: invalid duration"), "InvalidSpec"),
