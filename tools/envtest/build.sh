@@ -42,7 +42,7 @@ if [[ -z "$go_bin" && -x /usr/local/go/bin/go ]]; then
 fi
 if [[ -z "$go_bin" ]]; then
     log "the Go toolchain (>= 1.25) is needed to build kube-apiserver $k8s_version and etcd $etcd_version."
-    log "Install Go from https://go.dev/dl/ (or e.g. 'apt-get install golang-1.25'), or point"
+    log "Install Go from https://go.dev/dl/ (or your distribution's Go >= 1.25 package), or point"
     log "KUBEBUILDER_ASSETS at a folder that already holds kube-apiserver and etcd."
     exit 1
 fi
