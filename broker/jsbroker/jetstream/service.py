@@ -78,7 +78,9 @@ class JetStream:
 
     def _open(self, cfg: StreamConfig, directory: Path, created_ns: int) -> Stream:
         store = storage.open_stream_store(cfg.storage, directory, cfg.store_limits(), self._sync)  # type: ignore[arg-type]
-        return Stream(self.bus, cfg, store, directory, created_ns, self.domain)
+        limited = self.settings.max_memory > 0 or self.settings.max_storage > 0
+        return Stream(self.bus, cfg, store, directory, created_ns, self.domain,
+                      self._exhausted if limited else None)
 
     def _sync_tick(self) -> None:
         for stream in list(self.streams.values()):
@@ -104,6 +106,7 @@ class JetStream:
             if existing.config.same_as_request(cfg):
                 return existing
             raise errors.STREAM_NAME_EXIST()
+        self._check_reservation(cfg, None)
         self._check_overlap(cfg, None)
         directory = self._directory(cfg.name)
         created = times.now_ns()
@@ -119,6 +122,7 @@ class JetStream:
     def update_stream(self, cfg: StreamConfig) -> Stream:
         stream = self.lookup(cfg.name)
         cfg = stream_config.check_update(stream.config, cfg)
+        self._check_reservation(cfg, stream)
         self._check_overlap(cfg, stream)
         self._save(cfg, self._directory(cfg.name), stream.created_ns)
         stream.update(cfg)
@@ -144,6 +148,28 @@ class JetStream:
                 continue
             if any(subjects.subjects_overlap(a, b) for a in cfg.subjects for b in other.config.subjects):
                 raise errors.STREAM_SUBJECT_OVERLAP()
+
+    def _limit(self, storage: str) -> int:
+        return self.settings.max_memory if storage == "memory" else self.settings.max_storage
+
+    def _check_reservation(self, cfg: StreamConfig, own: Stream | None) -> None:
+        """A stream's max_bytes is reserved against the server's max_memory / max_storage (nats-server's
+        checkAllLimits): the reservations together may not exceed the limit."""
+        limit = self._limit(cfg.storage)
+        if limit <= 0 or cfg.max_bytes <= 0:
+            return
+        reserved = sum(s.config.max_bytes for s in self.streams.values()
+                       if s is not own and s.config.storage == cfg.storage and s.config.max_bytes > 0)
+        if reserved + cfg.max_bytes > limit:
+            raise errors.MEMORY_RESOURCES_EXCEEDED() if cfg.storage == "memory" else errors.STORAGE_RESOURCES_EXCEEDED()
+
+    def _exhausted(self, storage: str) -> bool:
+        """Whether the server-wide limit of this storage type is used up (publishes then get 10023)."""
+        limit = self._limit(storage)
+        if limit <= 0:
+            return False
+        used = sum(s.store.state().bytes for s in self.streams.values() if s.config.storage == storage)
+        return used >= limit
 
     def _directory(self, name: str) -> Path:
         if self._store_dir is None:
@@ -176,11 +202,11 @@ class JetStream:
 
     def account_info(self) -> dict[str, Any]:
         memory, file, streams, consumers, _ = self._usage()
-        s = self.settings
         body: dict[str, Any] = {
             "memory": memory, "storage": file, "reserved_memory": 0, "reserved_storage": 0,
             "streams": streams, "consumers": consumers,
-            "limits": {"max_memory": s.max_memory, "max_storage": s.max_storage, "max_streams": -1,
+            # account limits (none: the server-wide max_memory / max_storage are not account limits)
+            "limits": {"max_memory": -1, "max_storage": -1, "max_streams": -1,
                        "max_consumers": -1, "max_ack_pending": -1, "memory_max_stream_bytes": -1,
                        "storage_max_stream_bytes": -1, "max_bytes_required": False},
         }

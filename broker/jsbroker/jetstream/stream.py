@@ -10,7 +10,8 @@ Publish checks, in the order nats-server applies them (`processJetStreamMsgWithB
 sealed (10109) -> Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
 Nats-Expected-Last-Subject-Sequence[-Subject] (10071, 10193) -> Nats-Expected-Last-Sequence (10071) ->
 Nats-Msg-Id duplicate (ack with "duplicate") -> Nats-Expected-Last-Msg-Id (10070) -> Nats-Rollup (10111)
--> max_msg_size (10054) -> header size (10097) -> interest retention without interest (not stored, the
+-> max_msg_size (10054) -> header size (10097) -> server max_memory/max_storage used up (10023) ->
+interest retention without interest (not stored, the
 sequence still moves) -> Nats-TTL value (10165) -> discard new limits (10077) -> store -> rollup purge.
 """
 
@@ -21,7 +22,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from jsbroker import store as storage
 from jsbroker.jetstream import api, errors, headers, times
@@ -94,8 +95,11 @@ class Stream:
     """
 
     def __init__(self, bus: InternalBus, config: StreamConfig, store: StreamStore, directory: Path | None,
-                 created_ns: int, domain: str | None = None) -> None:
+                 created_ns: int, domain: str | None = None,
+                 resources_exhausted: Callable[[str], bool] | None = None) -> None:
         self.bus = bus
+        # The server-wide max_memory / max_storage check (None when neither is set): 10023 when it says so.
+        self._exhausted = resources_exhausted
         self.config = config
         self.name = config.name
         self.store = store
@@ -161,7 +165,8 @@ class Stream:
         self._acks = not cfg.no_ack
         self._max_age = cfg.max_age
         # A message without headers can only be refused by these; without them it takes the fast path.
-        self._plain_ok = not (cfg.sealed or self._interest or self._discard_new or cfg.max_msg_size >= 0)
+        self._plain_ok = not (cfg.sealed or self._interest or self._discard_new or cfg.max_msg_size >= 0
+                              or self._exhausted is not None)
         prefix = '{"stream":' + _json_str(cfg.name) + (',"domain":' + _json_str(self._domain) if self._domain else "")
         self._ack_prefix = (prefix + ',"seq":').encode()
         self._err_suffix = (',"stream":' + _json_str(cfg.name) + ',"seq":0}').encode()
@@ -259,6 +264,8 @@ class Stream:
         limit = cfg.max_msg_size
         if (limit >= 0 and len(hdr) + len(payload) > limit) or len(hdr) > MAX_HEADER_SIZE:
             self._size_error(hdr, payload)
+        if self._exhausted is not None and self._exhausted(cfg.storage):
+            raise errors.INSUFFICIENT_RESOURCES()
         if self._interest and not any(c.wants(subject) for c in self.consumers.values()):
             return self._skip(msg_id, subject, rollup), False
         if ttl < 0 and ttl != -1:
