@@ -104,15 +104,18 @@ class Router:
                 self._no_responders(pub, subject, reply)
             return False
         plain, groups = result
+        if groups:  # one member per queue group, chosen at random, plus every plain subscriber
+            plain = plain + tuple(sub for sub in (self._pick(g, pub) for g in groups) if sub is not None)
         size = len(data) - 2
         if hdr_len < 0:
-            tail = (b" " + reply + b" " if reply else b" ") + str(size).encode() + b"\r\n"
-            plain_tail = plain_data = b""
+            verb = b"MSG "
+            tail = b" %s %d\r\n" % (reply, size) if reply else b" %d\r\n" % size
         else:
-            tail = b"%s%d %d\r\n" % (b" " + reply + b" " if reply else b" ", hdr_len, size)
+            verb = b"HMSG "
+            tail = b" %s %d %d\r\n" % (reply, hdr_len, size) if reply else b" %d %d\r\n" % (hdr_len, size)
+            # clients that did not negotiate headers get a plain MSG without the header block
             plain_data = data[hdr_len:]
-            plain_tail = b"%s%d\r\n" % (b" " + reply + b" " if reply else b" ", size - hdr_len)
-        verb = b"MSG " if hdr_len < 0 else b"HMSG "
+            plain_tail = b" %s %d\r\n" % (reply, size - hdr_len) if reply else b" %d\r\n" % (size - hdr_len)
         delivered = 0
         pending = self.pending
         for sub in plain:
@@ -121,26 +124,6 @@ class Router:
                 delivered += self._internal(sub, pub, subject, reply, hdr_len, data)
                 continue
             if c is pub and not c.echo:
-                continue
-            if hdr_len >= 0 and not c.headers:
-                c.out += (b"MSG ", subject, sub.head, plain_tail, plain_data)
-            else:
-                c.out += (verb, subject, sub.head, tail, data)
-            if not c.dirty:
-                c.dirty = True
-                pending.append(c)
-            delivered += 1
-            c.out_msgs += 1
-            sub.delivered += 1
-            if sub.max_msgs and sub.delivered >= sub.max_msgs:
-                self._expire(sub)
-        for group in groups:
-            sub = self._pick(group, pub)
-            if sub is None:
-                continue
-            c = sub.client
-            if c is None:
-                delivered += self._internal(sub, pub, subject, reply, hdr_len, data)
                 continue
             if hdr_len >= 0 and not c.headers:
                 c.out += (b"MSG ", subject, sub.head, plain_tail, plain_data)
