@@ -38,6 +38,10 @@ CASES = {
     "create_normalises_limits": [(C, cfg(max_msgs=0, max_bytes=-7, max_consumers=0, max_msg_size=0)), (D, "")],
     "create_name_mismatch": [(C, {"name": "other"})],
     "create_sealed": [(C, cfg(sealed=True))],
+    "create_mirror_direct_without_mirror": [(C, cfg(mirror_direct=True))],
+    "mirror_shape_errors": [(C, {"name": "{S}", "mirror": {"name": "X"}, "subjects": ["{S}.x"]}),
+                            (C, {"name": "{S}", "mirror": {"name": "X"}, "first_seq": 5}),
+                            (C, {"name": "{S}", "mirror": {"name": "X"}, "sources": [{"name": "Y"}]})],
     "create_invalid_json": [(C, "{not json")],
     "create_not_an_object": [(C, "[1,2]"), (C, "null"), (C, "7"), (C, '"x"'), (C, "1e999")],
     "update_subjects_overlap_other_stream": [(C, cfg()), ("$JS.API.STREAM.CREATE.{S}b",
@@ -152,3 +156,13 @@ async def test_unknown_request_fields_are_ignored(jsbroker_server, unique):
     assert ours[0]["did_create"] is True and ours[0]["config"]["max_msgs"] == -1
     assert ours[1]["config"]["name"] == ours[0]["config"]["name"]
     assert ours[2]["success"] is True
+
+
+async def test_mirrors_and_sources_are_refused_clearly(jsbroker_server, unique):
+    from tests.jetstream.conftest import replay
+
+    ours = await replay(jsbroker_server.url, [(C, {"name": "{S}", "mirror": {"name": "X"}}),
+                                              (C, {"name": "{S}", "sources": [{"name": "X"}]}),
+                                              (C, cfg(allow_msg_counter=True))], unique("S"))
+    assert [o["error"]["err_code"] for o in ours] == [10052, 10052, 10052]
+    assert "not supported by jsbroker" in ours[0]["error"]["description"]
