@@ -351,3 +351,20 @@ def test_store_batch_equals_one_by_one(factory, tmp_path):
     assert [m.seq for m in s.messages()] == [5, 6, 7, 8, 9] and removed == [1, 2, 3, 4]
     s = factory.reopen(s, limits)
     assert [(m.seq, m.data) for m in s.messages()] == [(i, b"%d" % (i - 1)) for i in range(5, 10)]
+
+
+def test_file_store_disk_stays_bounded_for_a_kv_workload(tmp_path):
+    """Keys updated over and over (one live message per key): emptied blocks are removed and mostly
+    dead ones rewritten, so the disk holds about the live data, and a restart sees the same."""
+    limits = StoreLimits(max_msgs_per_subject=1)
+    files = StoreFactory("file", tmp_path / "kv")
+    s = files.open(limits)
+    for i in range(3000):
+        s.store_msg(f"$KV.b.k{i % 20 if i % 500 else 'cold' + str(i)}", b"", b"v" * 200 + b"%d" % i)
+    before = dump(s)
+    disk = sum(p.stat().st_size for p in (tmp_path / "kv" / "msgs").glob("*.blk"))
+    live = (200 + 4 + 12 + 39) * before[0].msgs  # payload, digits, subject, record overhead
+    assert disk < 4 * live + 2 * 4096, (disk, live)
+    s = files.reopen(s, limits)
+    assert dump(s) == before and s.state().lost is None
+    assert s.load_last_msg("$KV.b.kcold500").data.endswith(b"500")

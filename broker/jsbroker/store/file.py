@@ -17,8 +17,8 @@ Recovery (open): every block is scanned and every record's CRC checked.
 The store always opens; problems are logged.
 
 Removal: a delete writes a tombstone ("D") record, a front removal a floor ("F") record. A block whose
-messages are all gone is unlinked (after re-appending the tombstones it holds for older blocks); the
-active block never is.
+messages are all gone is unlinked (after re-appending the tombstones it holds for older blocks); a big
+block that is mostly removed is rewritten with its live records only; the active block is never touched.
 """
 
 from __future__ import annotations
@@ -55,7 +55,20 @@ class _Block:
     path: Path
     size: int = 0  # bytes in the file (written)
     live: int = 0  # live messages stored in it
+    live_bytes: int = 0  # their record bytes
+    first_seq: int = 0  # first and last message seq ever written to it
+    last_seq: int = 0
     tombs: array = field(default_factory=lambda: array("Q"))  # its tombstones for seqs in older blocks
+
+    def add(self, seq: int, length: int) -> None:
+        self.live += 1
+        self.live_bytes += length
+        self.first_seq = self.first_seq or seq
+        self.last_seq = seq
+
+    def remove(self, length: int) -> None:
+        self.live -= 1
+        self.live_bytes -= length
 
 
 def _fsync_dir(path: Path) -> None:
@@ -89,6 +102,7 @@ class FileStore(IndexedStore):
         self._dirty = False  # written, not yet fsynced
         self._dir_dirty = False  # a block file was created or removed since the last fsync
         self._doomed: list[_Block] = []  # emptied blocks to unlink at the next commit
+        self._sparse_blocks: set[int] = set()  # mostly-removed blocks to rewrite at the next commit
         self._msgs_dir.mkdir(parents=True, exist_ok=True)
         self._recover()
 
@@ -173,12 +187,9 @@ class FileStore(IndexedStore):
             return
         for no in sorted(doomed):
             for seq in self._blocks[no].tombs:
-                i = seq - self._base
-                if self._msgs and seq > self._first and i < len(self._sids) and not self._sids[i]:
-                    target = self._locs[i] >> _LOC_SHIFT
-                    if target in self._blocks and target not in doomed:
-                        blk, _ = self._queue(record.encode_delete(seq))
-                        blk.tombs.append(seq)
+                if self._still_needed(seq, no, doomed):
+                    blk, _ = self._queue(record.encode_delete(seq))
+                    blk.tombs.append(seq)
         self._flush()
         _datasync(self._wfd)  # the re-appended tombstones must be on disk before their originals go
         self._dirty = False
@@ -190,10 +201,59 @@ class FileStore(IndexedStore):
             blk.path.unlink(missing_ok=True)
         self._dir_dirty = True
 
+    def _rewrite_sparse(self) -> None:
+        """Rewrite mostly-removed closed blocks with only their live messages and the tombstones they hold
+        for older blocks (temp file, fsync, rename): the same records in the same order, minus the dead."""
+        for no in sorted(self._sparse_blocks):
+            blk = self._blocks.get(no)
+            if blk is not None and blk is not self._active and blk.live and self._sparse(blk):
+                self._rewrite(blk)
+        self._sparse_blocks.clear()
+
+    def _rewrite(self, blk: _Block) -> None:
+        keep = [seq for seq in blk.tombs if self._still_needed(seq, blk.no, ())]
+        out = [record.encode_delete(seq) for seq in keep]
+        offset = len(out) * record.OVERHEAD
+        moved: list[tuple[int, int]] = []  # (row, new offset)
+        fd = self._rfd(blk.no)
+        lo = max(blk.first_seq, self._first) - self._base
+        for i in range(max(lo, 0), min(blk.last_seq - self._base + 1, len(self._sids))):
+            loc = self._locs[i]
+            if self._sids[i] and loc >> _LOC_SHIFT == blk.no:
+                rec = os.pread(fd, record.record_len_from_size(self._sizes[i]), loc & _OFFSET_MASK)
+                out.append(rec)
+                moved.append((i, offset))
+                offset += len(rec)
+        tmp = blk.path.with_suffix(".blk.tmp")
+        wfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            data = memoryview(b"".join(out))
+            while data:
+                data = data[os.write(wfd, data) :]
+            os.fsync(wfd)
+        finally:
+            os.close(wfd)
+        os.close(self._rfds.pop(blk.no))
+        os.replace(tmp, blk.path)
+        self._dir_dirty = True
+        for i, new_offset in moved:
+            self._locs[i] = blk.no << _LOC_SHIFT | new_offset
+        blk.size, blk.tombs = offset, array("Q", keep)
+
+    def _still_needed(self, seq: int, holder: int, going: set[int] | tuple[()]) -> bool:
+        """Whether the tombstone for `seq` held by block `holder` still hides a message record on disk:
+        an interior gap whose message sits in another block that stays."""
+        i = seq - self._base
+        if not (self._msgs and seq > self._first and i < len(self._sids) and not self._sids[i]):
+            return False
+        target = self._locs[i] >> _LOC_SHIFT
+        return target != holder and target in self._blocks and target not in going
+
     # ---- IndexedStore hooks -------------------------------------------------------------------------
     def _put(self, seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> int:
-        blk, offset = self._queue(record.encode_msg(seq, ts, ttl, subject, hdr, data))
-        blk.live += 1
+        rec = record.encode_msg(seq, ts, ttl, subject, hdr, data)
+        blk, offset = self._queue(rec)
+        blk.add(seq, len(rec))
         return blk.no << _LOC_SHIFT | offset
 
     def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
@@ -206,16 +266,24 @@ class FileStore(IndexedStore):
             log.error("stream store %s: unreadable message seq=%d in block %d: %s", self._dir, seq, no, e)
             return None
 
-    def _drop(self, seq: int, loc: int) -> None:
+    def _drop(self, seq: int, loc: int, size: int) -> None:
         blk = self._blocks.get(loc >> _LOC_SHIFT)
-        if blk is not None:
-            blk.live -= 1
-            if blk.live == 0 and blk is not self._active:
+        if blk is None:
+            return
+        blk.remove(record.record_len_from_size(size))
+        if blk is not self._active:
+            if blk.live == 0:
                 self._doomed.append(blk)
+            elif self._sparse(blk):
+                self._sparse_blocks.add(blk.no)
+
+    def _sparse(self, blk: _Block) -> bool:
+        """Worth rewriting: a big closed block mostly made of removed messages."""
+        return blk.size * 2 > self._block_size and blk.live_bytes * 4 < blk.size
 
     def _drop_all(self) -> None:
         for blk in self._blocks.values():
-            blk.live = 0
+            blk.live = blk.live_bytes = 0
             blk.tombs = array("Q")
             if blk is not self._active:
                 self._doomed.append(blk)
@@ -247,6 +315,8 @@ class FileStore(IndexedStore):
             self._flush()
         if self._doomed:
             self._unlink_doomed()
+        if self._sparse_blocks:
+            self._rewrite_sparse()
         if self._sync.always:
             self.sync()
 
@@ -260,9 +330,10 @@ class FileStore(IndexedStore):
             blk = _Block(no, self._block_path(no))
             self._blocks[no] = blk
             floor, gap = self._scan(blk, floor, gap, lost, subjects, is_tail=k == len(numbers) - 1)
-        for loc in self._finish_restore(floor):
-            blk = self._blocks[loc >> _LOC_SHIFT]
-            blk.live -= 1
+        for loc, size in self._finish_restore(floor):
+            self._blocks[loc >> _LOC_SHIFT].remove(record.record_len_from_size(size))
+        for tmp in self._msgs_dir.glob("*.tmp"):  # a rewrite interrupted before its rename
+            tmp.unlink()
         if not self._blocks:
             first = _Block(1, self._block_path(1))
             self._blocks[1] = first
@@ -273,6 +344,7 @@ class FileStore(IndexedStore):
             log.warning("stream store %s: recovery lost %d message(s): seqs %s", self._dir, len(lost),
                         _ranges(lost))
         self._doomed = [b for b in self._blocks.values() if b.live == 0]
+        self._sparse_blocks = {b.no for b in self._blocks.values() if b.live and self._sparse(b)}
         self._enforce_limits(None)
         self._commit()
 
@@ -313,15 +385,15 @@ class FileStore(IndexedStore):
                         dsize = length - record.OVERHEAD - slen - hlen
                         self._restore_msg(seq, subject, ts, record.nats_size(slen, hlen, dsize), aux,
                                           blk.no << _LOC_SHIFT | offset)
-                        blk.live += 1
+                        blk.add(seq, length)
                     gap = False
                 elif kind == record.DELETE:
-                    loc = self._restore_delete(seq)
-                    if loc is not None:
-                        target = self._blocks.get(loc >> _LOC_SHIFT)
+                    gone = self._restore_delete(seq)
+                    if gone is not None:
+                        target = self._blocks.get(gone[0] >> _LOC_SHIFT)
                         if target is not None:
-                            target.live -= 1
-                        if loc >> _LOC_SHIFT != blk.no:
+                            target.remove(record.record_len_from_size(gone[1]))
+                        if gone[0] >> _LOC_SHIFT != blk.no:
                             blk.tombs.append(seq)
                 else:  # FLOOR
                     floor = max(floor, aux)

@@ -63,8 +63,8 @@ class IndexedStore:
     def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
         raise NotImplementedError
 
-    def _drop(self, seq: int, loc: int) -> None:
-        """The body of `seq` is no longer live."""
+    def _drop(self, seq: int, loc: int, size: int) -> None:
+        """The body of `seq` (nats_size `size`) is no longer live."""
 
     def _drop_all(self) -> None:
         """Every body is gone (purge of everything)."""
@@ -176,8 +176,8 @@ class IndexedStore:
         elif ttl < 0:
             self._never.add(seq)
 
-    def _restore_delete(self, seq: int) -> int | None:
-        """Forget a restored row; returns its location, None when it was not live."""
+    def _restore_delete(self, seq: int) -> tuple[int, int] | None:
+        """Forget a restored row; returns its (location, size), None when it was not live."""
         i = seq - self._base
         if i < 0 or i >= len(self._sids) or not self._sids[i]:
             return None
@@ -185,12 +185,12 @@ class IndexedStore:
         self._msgs -= 1
         self._bytes -= self._sizes[i]
         self._never.discard(seq)
-        return self._locs[i]
+        return self._locs[i], self._sizes[i]
 
-    def _finish_restore(self, floor: int) -> list[int]:
-        """Apply the recovered floor and build the per-subject lists; returns locations dropped."""
-        dropped = [loc for seq in range(self._base, min(floor, self._base + len(self._sids)))
-                   if (loc := self._restore_delete(seq)) is not None]
+    def _finish_restore(self, floor: int) -> list[tuple[int, int]]:
+        """Apply the recovered floor and build the per-subject lists; returns (location, size) dropped."""
+        dropped = [gone for seq in range(self._base, min(floor, self._base + len(self._sids)))
+                   if (gone := self._restore_delete(seq)) is not None]
         self._last = max(self._last, floor - 1)
         base = self._base
         by_sid = self._subjects.by_sid
@@ -222,7 +222,7 @@ class IndexedStore:
             self._log_floor()
         else:
             self._log_delete(seq)
-        self._drop(seq, loc)
+        self._drop(seq, loc, size)
         self._trim()
         if notify and self._on_remove is not None:
             self._on_remove(seq, subject)

@@ -21,7 +21,7 @@ class MemoryStore(IndexedStore):
     def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
         return self._bodies.get(seq)
 
-    def _drop(self, seq: int, loc: int) -> None:
+    def _drop(self, seq: int, loc: int, size: int) -> None:
         del self._bodies[seq]
 
     def _drop_all(self) -> None:
