@@ -86,7 +86,18 @@ def _no_reserved_metadata(value: dict[str, str] | None) -> dict[str, str] | None
     return value
 
 
-Metadata = Annotated[dict[str, str], BeforeValidator(_no_reserved_metadata)]
+Metadata = Annotated[
+    dict[str, str],
+    BeforeValidator(_no_reserved_metadata),
+    WithJsonSchema({
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "x-kubernetes-validations": [{
+            "rule": "self.all(key, !key.startsWith('_nats.'))",
+            "message": "metadata keys starting with _nats. are reserved for the server; rename them",
+        }],
+    }),
+]
 
 
 class _Spec(BaseModel):

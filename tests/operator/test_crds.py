@@ -236,6 +236,8 @@ def test_consumer_stream_name_cannot_change(objects: Objects) -> None:
         ("Stream", {"maxBytes": "1GB"}, "a size is an integer number of bytes or a quantity"),
         ("Stream", {"maxAge": "1 hour"}, "spec.maxAge"),
         ("Stream", {"retention": "forever"}, "spec.retention"),
+        ("Stream", {"metadata": {"_nats.level": "9"}}, "metadata keys starting with _nats. are reserved"),
+        ("Consumer", {"streamName": "S", "metadata": {"_nats.x": "1"}}, "metadata keys starting with _nats."),
         ("Stream", {"mirror": {"name": "O"}, "subjects": ["x"]}, "a mirror stream cannot also set subjects"),
         ("Consumer", {"streamName": "S", "optStartSeq": 3}, "optStartSeq and deliverPolicy: byStartSequence go"),
         ("Consumer", {"streamName": "S", "filterSubject": "a", "filterSubjects": ["b"]}, "not both"),
