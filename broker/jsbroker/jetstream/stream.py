@@ -194,7 +194,8 @@ class Stream:
             msg_id = headers.get(msg.hdr, headers.MSG_ID) if msg.hdr else None
             if msg_id:
                 self._dedupe.add(msg_id, msg.seq, msg.ts)
-                self.last_msg_id = msg_id
+            if msg.seq == self.last_seq:  # Nats-Expected-Last-Msg-Id compares with the newest message's id
+                self.last_msg_id = msg_id or ""
 
     # -- consumers --------------------------------------------------------------------------------------
 
