@@ -80,7 +80,7 @@ async def run(settings: settings_mod.Settings) -> None:
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
             liveness_endpoint=health.endpoint(settings.health_port),
-            memo=kopf.Memo(settings=settings, pool=pool),
+            memo=kopf.Memo(settings=settings, pool=pool, managed={}),
         )
     finally:
         await pool.close()
@@ -95,4 +95,5 @@ def configure_logging(settings: settings_mod.Settings) -> None:
     kopf.configure(debug=level <= logging.DEBUG, verbose=False, log_format=fmt)
     logging.getLogger().setLevel(level)
     logging.getLogger("kopf").setLevel(max(level, logging.WARNING) if level > logging.DEBUG else level)
-    logging.getLogger("nats").setLevel(logging.WARNING)
+    for noisy in ("nats", "aiohttp.access"):  # reconnect chatter, one line per /healthz probe
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))

@@ -1,22 +1,27 @@
-"""Kubernetes Events posted on our resources: one function per thing worth telling a human.
+"""Kubernetes Events posted on our resources: the reasons, and posting through kopf.
 
 Reasons are CamelCase constants so `kubectl get events --field-selector reason=...` works.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Literal
 
 import kopf
 
-CREATED, UPDATED, DELETED, ADOPTED, DRIFT_REPAIRED = "Created", "Updated", "Deleted", "Adopted", "DriftRepaired"
+CREATED, UPDATED, ADOPTED, DRIFT_REPAIRED = "Created", "Updated", "Adopted", "DriftRepaired"
+DELETED, LEFT_ON_SERVER, DELETE_BLOCKED = "Deleted", "LeftOnServer", "DeleteBlocked"
 RESET_SUCCEEDED, RESET_FAILED = "ResetSucceeded", "ResetFailed"
-BROKER_UNAVAILABLE, SERVER_ERROR, DELETE_BLOCKED = "BrokerUnavailable", "ServerError", "DeleteBlocked"
+FAILED = "ReconcileFailed"
 
 
-def normal(body: Any, reason: str, message: str) -> None:
-    kopf.event(body, type="Normal", reason=reason, message=message)
+@dataclasses.dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
 
 
-def warning(body: Any, reason: str, message: str) -> None:
-    kopf.event(body, type="Warning", reason=reason, message=message)
+def post(body: Any, event: Event) -> None:
+    kopf.event(body, type=event.type, reason=event.reason, message=event.message)

@@ -135,7 +135,7 @@ class Operator:
             "--log-level", "INFO",
         ]
         with log.open("wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def http(self, port: int, path: str) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
@@ -227,6 +227,19 @@ class Kube:
             log = self.operator.tail() if self.operator else ""
             raise AssertionError(f"{exc}\nobject: {yaml.safe_dump(last[0])}\noperator log:\n{log}") from None
 
+    def release_all(self) -> None:
+        """Let go of every resource left by a test (its broker is gone by now): unmanage, then delete."""
+        for kind, plural in PLURALS.items():
+            for item in self.api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, plural)["items"]:
+                name = item["metadata"]["name"]
+                with contextlib.suppress(ApiException):
+                    self.annotate(kind, name, {"jsoperator.io/managed": "false"})
+                    self.delete(kind, name)
+        for kind in PLURALS:
+            for name in [i["metadata"]["name"] for i in self.api.list_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURALS[kind])["items"]]:
+                self.wait_gone(kind, name)
+
     def wait_gone(self, kind: str, name: str, timeout: float = 30) -> None:
         poll(lambda: self.get(kind, name) is None, timeout=timeout, what=f"{kind} {name} deleted")
 
@@ -257,4 +270,48 @@ def has_condition(obj: dict, type_: str, status: str = "True", reason: str | Non
 @pytest.fixture
 def kube(envtest: Any, kube_namespace: str, operator: Operator) -> Iterator[Kube]:
     with envtest.api_client() as client:
-        yield Kube(client, kube_namespace, operator)
+        k = Kube(client, kube_namespace, operator)
+        yield k
+        k.release_all()
+
+
+# The broker side, seen with a plain nats-py client (independent of the operator's own connection code).
+
+
+def on_broker(url: str, fn: Callable[[Any], Any]) -> Any:
+    """Run `await fn(js)` with a fresh nats-py JetStream context on `url`; returns its result."""
+    import nats
+
+    async def main() -> Any:
+        nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False)
+        try:
+            return await fn(nc.jetstream(timeout=3))
+        finally:
+            await nc.close()
+
+    return asyncio.run(main())
+
+
+def server_stream(url: str, name: str) -> Any:
+    """The stream's StreamInfo on the broker, or None."""
+    import nats.js.errors
+
+    async def info(js: Any) -> Any:
+        try:
+            return await js.stream_info(name)
+        except nats.js.errors.NotFoundError:
+            return None
+
+    return on_broker(url, info)
+
+
+def server_consumer(url: str, stream: str, name: str) -> Any:
+    import nats.js.errors
+
+    async def info(js: Any) -> Any:
+        try:
+            return await js.consumer_info(stream, name)
+        except nats.js.errors.NotFoundError:
+            return None
+
+    return on_broker(url, info)

@@ -1,0 +1,24 @@
+"""kopf handlers for Stream resources: reconcilers (common) plus delete, which waits for the stream's
+Consumer resources (the `consumers_by_stream` index kept by handlers.consumers) to be gone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from ..settings import Settings
+from . import common
+
+
+def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
+    common.register_reconcilers(registry, settings, "Stream", "streams")
+
+    @kopf.on.delete(common.GROUP, common.VERSION, "streams", id="delete", registry=registry)
+    async def on_delete(
+        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, consumers_by_stream: kopf.Index, **_: Any
+    ) -> None:
+        meta = body["metadata"]
+        name = (body.get("spec") or {}).get("name") or meta["name"]
+        left = list(consumers_by_stream.get((meta["namespace"], name), []))
+        await common.delete_handler("Stream", body, patch, memo, retry, left)

@@ -1,0 +1,281 @@
+"""One reconciliation or deletion of a Stream or Consumer, as I/O orchestration:
+resource -> spec model -> JetStream config -> plan -> API calls -> Result (status patch, Events, retry).
+
+Decisions live in pure modules (annotations, plan, status); this module sequences the I/O
+(Secrets via handlers.credentials, JetStream via connection) and turns every failure into a Result.
+It knows nothing about kopf: the handlers apply the Result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, MutableSet
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from . import annotations, connection, events, mapping, metrics, models, plan, reset, status
+from .handlers import credentials
+from .settings import Settings
+
+Kind = Literal["Stream", "Consumer"]
+Trigger = Literal["create", "update", "resume", "timer"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    """The parts of a custom resource a reconciliation reads."""
+
+    kind: Kind
+    namespace: str
+    name: str
+    generation: int
+    spec: Mapping[str, Any]
+    annotations: Mapping[str, str]
+    status: Mapping[str, Any]
+
+    @classmethod
+    def from_body(cls, kind: Kind, body: Mapping[str, Any]) -> Resource:
+        meta = body["metadata"]
+        return cls(
+            kind=kind, namespace=meta["namespace"], name=meta["name"], generation=int(meta.get("generation") or 0),
+            spec=dict(body.get("spec") or {}), annotations=dict(meta.get("annotations") or {}),
+            status=dict(body.get("status") or {}),
+        )
+
+    def server_name(self) -> str:
+        """Stream name (Stream) or durable name (Consumer) on the server, without full validation."""
+        key = "name" if self.kind == "Stream" else "durableName"
+        return str(self.spec.get(key) or self.name)
+
+    def stream_name(self) -> str:
+        return self.server_name() if self.kind == "Stream" else str(self.spec.get("streamName") or "")
+
+
+@dataclasses.dataclass
+class Result:
+    """What the handler must do: patch `status`, post `events`, and retry (with backoff) when `retry`."""
+
+    status: dict[str, Any]
+    events: list[events.Event] = dataclasses.field(default_factory=list)
+    retry: bool = False
+    done: bool = True  # deletion only: the finalizer may go
+    message: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """The operator-wide things a reconciliation uses."""
+
+    settings: Settings
+    pool: connection.Pool
+
+    async def broker(self, resource: Resource, spec: models.ConnectionSpec | None) -> connection.Broker:
+        settings = await credentials.resolve(spec, resource.namespace, self.settings)
+        return await self.pool.broker(settings)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _patch(resource: Resource, outcome: status.Outcome, **kw: Any) -> dict[str, Any]:
+    return status.build(resource.status, generation=resource.generation, outcome=outcome, now=_now(), **kw)
+
+
+def _failed(resource: Resource, outcome: status.Outcome, *, warn: bool = True) -> Result:
+    metrics.RECONCILIATIONS_FAILED.labels(resource.kind, outcome.reason).inc()
+    evs = [events.Event("Warning", events.FAILED, outcome.message)] if warn else []
+    return Result(_patch(resource, outcome), evs, retry=outcome.reconciling, message=outcome.message)
+
+
+# -- create / update / resume / drift -------------------------------------------------------------
+
+
+async def reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, executed: MutableSet[str]) -> Result:
+    """Make the server match the resource; `executed` remembers reset requests run by this process."""
+    with metrics.timed(resource.kind, trigger):
+        try:
+            return await _reconcile(resource, runtime, trigger, executed)
+        except annotations.AnnotationError as exc:
+            return _failed(resource, status.invalid_annotation(str(exc)))
+        except models.SpecError as exc:
+            return _failed(resource, status.invalid_spec(str(exc)))
+        except credentials.CredentialsError as exc:
+            outcome = status.Outcome(False, "CredentialsNotFound", str(exc), reconciling=True)
+            return _failed(resource, outcome)
+        except connection.BrokerUnavailable as exc:
+            # Said once by the condition; a Warning per retry would flood the namespace's Events.
+            return _failed(resource, status.broker_unavailable(str(exc)), warn=trigger != "timer")
+        except connection.ApiError as exc:
+            return _failed(resource, status.api_error(exc.code, exc.err_code, exc.description))
+
+
+async def _reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, executed: MutableSet[str]) -> Result:
+    if not annotations.is_managed(resource.annotations):
+        return Result(_patch(resource, status.synced(""), mode="unmanaged"))
+    if annotations.is_paused(resource.annotations):
+        return Result(_patch(resource, status.synced(""), mode="paused"))
+    if resource.kind == "Stream":
+        return await _reconcile_stream(resource, runtime, trigger)
+    return await _reconcile_consumer(resource, runtime, trigger, executed)
+
+
+async def _reconcile_stream(resource: Resource, runtime: Runtime, trigger: Trigger) -> Result:
+    spec = models.parse_spec(models.StreamSpec, resource.spec)
+    desired = mapping.stream_config(spec, resource.name)
+    broker = await runtime.broker(resource, spec.connection)
+    try:
+        done = await _converge_stream(broker, desired)
+    except _Blocked as exc:
+        return _failed(resource, status.immutable_change(str(exc)))
+    evs = _change_events(resource, "stream", done, trigger)
+    return Result(_patch(resource, status.synced(_synced_message("stream", done)),
+                         observed=status.stream_state(done.info)), evs)
+
+
+async def _reconcile_consumer(
+    resource: Resource, runtime: Runtime, trigger: Trigger, executed: MutableSet[str]
+) -> Result:
+    spec = models.parse_spec(models.ConsumerSpec, resource.spec)
+    pending = annotations.pending_reset(resource.annotations, resource.status.get("lastReset"))
+    desired = mapping.consumer_config(spec, resource.name)
+    broker = await runtime.broker(resource, spec.connection)
+    try:
+        done = await _converge_consumer(broker, spec.stream_name, desired)
+    except _Blocked as exc:
+        return _failed(resource, status.immutable_change(str(exc)))
+    except _StreamMissing as exc:
+        return _failed(resource, status.Outcome(False, status.WAITING_FOR_STREAM, str(exc), reconciling=True),
+                       warn=False)
+    evs = _change_events(resource, "consumer", done, trigger)
+    info, extra = done.info, {}
+    if pending is not None and pending.request not in executed:
+        ran = await reset.execute(broker, spec.stream_name, desired["durable_name"], pending, _now())
+        executed.add(pending.request)
+        evs.append(ran.event)
+        extra["lastReset"] = ran.last_reset
+        info = ran.info or await broker.consumer_info(spec.stream_name, desired["durable_name"]) or info
+    observed = {**status.consumer_state(info), **extra}
+    return Result(_patch(resource, status.synced(_synced_message("consumer", done)), observed=observed), evs)
+
+
+def _synced_message(kind: str, done: _Converged) -> str:
+    name = done.info.get("config", {}).get("name") or done.info.get("name")
+    return f"{kind} {name} matches the spec" + (f" ({done.action})" if done.action != "unchanged" else "")
+
+
+def _change_events(resource: Resource, kind: str, done: _Converged, trigger: Trigger) -> list[events.Event]:
+    first_time = "observedGeneration" not in resource.status
+    if done.action == "unchanged":
+        if first_time:
+            return [events.Event("Normal", events.ADOPTED, f"adopted the existing {kind}: it matches the spec")]
+        return []
+    if trigger == "timer":
+        what = "recreated" if done.action == "created" else f"repaired {', '.join(done.plan.drift)}"
+        metrics.DRIFT_REPAIRS.labels(resource.kind).inc()
+        return [events.Event("Normal", events.DRIFT_REPAIRED, f"{kind} changed on the server: {what}")]
+    if done.action == "created":
+        return [events.Event("Normal", events.CREATED, f"created the {kind}")]
+    reason = events.ADOPTED if first_time else events.UPDATED
+    return [events.Event("Normal", reason, f"updated the {kind}: {', '.join(done.plan.drift)}")]
+
+
+# -- JetStream calls ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Converged:
+    action: Literal["created", "updated", "unchanged"]
+    info: dict[str, Any]  # StreamInfo / ConsumerInfo after the last call
+    plan: plan.Plan
+
+
+class _Blocked(Exception):
+    """The server would refuse the change (immutable fields); nothing was sent."""
+
+
+class _StreamMissing(Exception):
+    pass
+
+
+async def _converge_stream(broker: connection.Broker, desired: mapping.Config) -> _Converged:
+    info = await broker.stream_info(desired["name"])
+    p = plan.plan_stream(desired, info["config"] if info else None)
+    if p.blocked:
+        raise _Blocked(p.message("stream"))
+    if p.action == "none":
+        assert info is not None
+        return _Converged("unchanged", info, p)
+    if p.action == "update":
+        return _Converged("updated", await broker.update_stream(p.config), p)
+    info = await broker.create_stream(p.config)
+    if p.followup:  # sealed: the server only takes it as an update after the create
+        second = plan.plan_stream(desired, info["config"])
+        if second.action == "update":
+            info = await broker.update_stream(second.config)
+    return _Converged("created", info, p)
+
+
+async def _converge_consumer(broker: connection.Broker, stream: str, desired: mapping.Config) -> _Converged:
+    info = await broker.consumer_info(stream, desired["durable_name"])
+    if info is None and await broker.stream_info(stream) is None:
+        raise _StreamMissing(
+            f"stream {stream} does not exist on the server; the consumer is created as soon as it does"
+        )
+    p = plan.plan_consumer(desired, info["config"] if info else None)
+    if p.blocked:
+        raise _Blocked(p.message("consumer"))
+    if p.action == "none":
+        assert info is not None
+        return _Converged("unchanged", info, p)
+    action = "create" if info is None else "update"
+    return _Converged("created" if info is None else "updated", await broker.put_consumer(stream, p.config, action), p)
+
+
+# -- delete ---------------------------------------------------------------------------------------
+
+
+async def delete(resource: Resource, runtime: Runtime, consumers_left: list[str]) -> Result:
+    """Delete the server object unless kept; `consumers_left` are Consumer resources of this Stream."""
+    kind = resource.kind.lower()
+    keep = _kept_because(resource)
+    if keep:
+        return Result({}, [events.Event("Normal", events.LEFT_ON_SERVER, f"{kind} left on the server: {keep}")])
+    if consumers_left:
+        message = (
+            f"waiting for Consumer resources {sorted(consumers_left)} of stream {resource.server_name()} to be "
+            "deleted before deleting the stream"
+        )
+        outcome = status.Outcome(False, "DeletionBlocked", message, reconciling=True)
+        evs = [events.Event("Normal", events.DELETE_BLOCKED, message)]
+        return Result(_patch(resource, outcome), evs, retry=True, done=False, message=message)
+    try:
+        conn = models.ConnectionSpec.model_validate(resource.spec.get("connection") or {})
+        broker = await runtime.broker(resource, conn)
+        if resource.kind == "Stream":
+            existed = await broker.delete_stream(resource.server_name())
+        else:
+            existed = await broker.delete_consumer(resource.stream_name(), resource.server_name())
+    except (connection.BrokerUnavailable, credentials.CredentialsError) as exc:
+        outcome = status.broker_unavailable(str(exc))
+        message = f"cannot delete the {kind} yet: {exc}; retrying (annotate {annotations.MANAGED}=false to let go)"
+        return Result(_patch(resource, outcome), [], retry=True, done=False, message=message)
+    except connection.ApiError as exc:
+        outcome = status.api_error(exc.code, exc.err_code, exc.description, action=f"deleting the {kind}")
+        evs = [events.Event("Warning", events.FAILED, outcome.message)]
+        return Result(_patch(resource, outcome), evs, retry=True, done=False, message=outcome.message)
+    what = "deleted" if existed else "was already gone from"
+    return Result({}, [events.Event("Normal", events.DELETED, f"{kind} {resource.server_name()} {what} the server")])
+
+
+def _kept_because(resource: Resource) -> str:
+    try:
+        if not annotations.is_managed(resource.annotations):
+            return f"{annotations.MANAGED} is false"
+        if annotations.is_paused(resource.annotations):
+            return f"{annotations.PAUSE} is true"
+    except annotations.AnnotationError as exc:
+        return f"{exc} (not deleting while unsure)"
+    if resource.spec.get("preventDelete"):
+        return "spec.preventDelete is true"
+    return ""

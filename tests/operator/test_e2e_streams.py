@@ -1,0 +1,87 @@
+"""End to end: a `jsoperator run` process, the envtest apiserver, real brokers; driven only through
+the Kubernetes API. Streams: create, update, adopt, immutability refusal, drift repair, delete."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from tests.operator.conftest import condition, has_condition, on_broker, poll, server_stream
+
+pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(180)]
+
+
+def stream_spec(broker, subjects, **extra):
+    return {"subjects": subjects, "storage": "memory", "connection": {"servers": [broker.url]}, **extra}
+
+
+def test_create_update_delete(kube, broker):
+    kube.create("Stream", "orders", stream_spec(broker, ["orders.>"], maxMsgs=100))
+    obj = kube.wait_condition("Stream", "orders", "Ready")
+    info = server_stream(broker.url, "orders")
+    assert info.config.subjects == ["orders.>"] and info.config.max_msgs == 100
+    assert obj["status"]["streamName"] == "orders"
+    assert has_condition(obj, "Reconciling", "False") and has_condition(obj, "Stalled", "False")
+
+    kube.patch("Stream", "orders", {"spec": {"maxMsgs": 200, "subjects": ["orders.>", "returns.>"]}})
+    kube.wait("Stream", "orders", lambda o: o["status"].get("observedGeneration") == 2
+              and has_condition(o, "Ready"), what="generation 2 Ready")
+    info = server_stream(broker.url, "orders")
+    assert info.config.max_msgs == 200 and sorted(info.config.subjects) == ["orders.>", "returns.>"]
+    reasons = [e.reason for e in kube.events("orders")]
+    assert "Created" in reasons and "Updated" in reasons
+
+    kube.delete("Stream", "orders")
+    kube.wait_gone("Stream", "orders")
+    assert server_stream(broker.url, "orders") is None
+
+
+def test_spec_name_and_adoption_of_an_existing_stream(kube, broker):
+    async def precreate(js):
+        await js.add_stream(name="LEGACY", subjects=["legacy.>"], storage="memory", max_msgs=5)
+
+    on_broker(broker.url, precreate)
+    kube.create("Stream", "legacy", stream_spec(broker, ["legacy.>"], name="LEGACY", maxMsgs=50))
+    obj = kube.wait_condition("Stream", "legacy", "Ready")
+    assert obj["status"]["streamName"] == "LEGACY"
+    assert server_stream(broker.url, "LEGACY").config.max_msgs == 50  # adopted = updated, not an error
+    assert "Adopted" in [e.reason for e in kube.events("legacy")]
+
+
+def test_immutable_change_is_refused_by_the_apiserver(kube, broker):
+    kube.create("Stream", "imm", stream_spec(broker, ["imm.>"]))
+    kube.wait_condition("Stream", "imm", "Ready")
+    with pytest.raises(ApiException) as err:
+        kube.patch("Stream", "imm", {"spec": {"storage": "file"}})
+    assert err.value.status == 422 and "storage" in err.value.body
+    with pytest.raises(ApiException) as err:
+        kube.patch("Stream", "imm", {"spec": {"name": "OTHER"}})
+    assert err.value.status == 422
+
+
+def test_drift_is_repaired(kube, broker):
+    kube.create("Stream", "drifty", stream_spec(broker, ["drifty.>"], maxMsgs=10))
+    kube.wait_condition("Stream", "drifty", "Ready")
+
+    async def tamper(js):
+        await js.update_stream(name="drifty", subjects=["drifty.>"], storage="memory", max_msgs=999)
+
+    on_broker(broker.url, tamper)
+    poll(lambda: server_stream(broker.url, "drifty").config.max_msgs == 10, timeout=20,
+         what="maxMsgs put back to 10")
+
+    async def remove(js):
+        await js.delete_stream("drifty")
+
+    on_broker(broker.url, remove)
+    poll(lambda: server_stream(broker.url, "drifty") is not None, timeout=20, what="deleted stream recreated")
+    assert "DriftRepaired" in [e.reason for e in kube.events("drifty")]
+
+
+def test_invalid_server_config_reports_the_server_error(kube, broker):
+    kube.create("Stream", "first", stream_spec(broker, ["clash.>"]))
+    kube.wait_condition("Stream", "first", "Ready")
+    kube.create("Stream", "second", stream_spec(broker, ["clash.x"]))
+    obj = kube.wait_condition("Stream", "second", "Ready", "False", "JetStreamError")
+    assert "10065" in condition(obj, "Ready")["message"]
+    assert has_condition(obj, "Stalled", "True")
