@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Callable
 
-from common import JSBROKER, KINDS, NATS_SERVER, Result, Sample, cpu_seconds, start_servers, table
+from common import KINDS, Result, Sample, cpu_seconds, start_servers, table
 
 SIZE = 128
 PAYLOAD = b"x" * SIZE
@@ -60,7 +60,7 @@ def _subscriber(url: str, subject: str, n: int, ready: "mp.Event", out: "mp.Queu
     async def main() -> None:
         import nats
 
-        nc = await nats.connect(url, pending_msgs_limit=10_000_000, pending_bytes_limit=1 << 31)
+        nc = await nats.connect(url)
         done = asyncio.Event()
         count = 0
 
@@ -70,7 +70,7 @@ def _subscriber(url: str, subject: str, n: int, ready: "mp.Event", out: "mp.Queu
             if count == n:
                 done.set()
 
-        await nc.subscribe(subject, cb=cb)
+        await nc.subscribe(subject, cb=cb, pending_msgs_limit=10_000_000, pending_bytes_limit=1 << 31)
         await nc.flush()
         ready.set()
         await asyncio.wait_for(done.wait(), 300)
@@ -124,6 +124,12 @@ def _requester(url: str, subject: str, n: int, inflight: int, out: "mp.Queue[flo
 _ctx = mp.get_context("spawn")
 
 
+def _wait_ready(ready, proc) -> None:
+    if not ready.wait(60):
+        proc.kill()
+        raise RuntimeError(f"client process did not get ready (exit code {proc.exitcode})")
+
+
 def pub_only(url: str, n: int) -> tuple[int, float]:
     q = _ctx.Queue()
     p = _ctx.Process(target=_publisher, args=(url, "bench.pub", n, q))
@@ -137,7 +143,7 @@ def pub_sub(url: str, n: int) -> tuple[int, float]:
     q_pub, q_sub, ready = _ctx.Queue(), _ctx.Queue(), _ctx.Event()
     sub = _ctx.Process(target=_subscriber, args=(url, "bench.ps", n, ready, q_sub))
     sub.start()
-    ready.wait(60)
+    _wait_ready(ready, sub)
     pub = _ctx.Process(target=_publisher, args=(url, "bench.ps", n, q_pub))
     pub.start()
     start = q_pub.get(timeout=600)
@@ -152,7 +158,7 @@ def request_reply(inflight: int) -> Callable[[str, int], tuple[int, float]]:
         ready, stop, q = _ctx.Event(), _ctx.Event(), _ctx.Queue()
         resp = _ctx.Process(target=_responder, args=(url, "bench.rr", ready, stop))
         resp.start()
-        ready.wait(60)
+        _wait_ready(ready, resp)
         n = n // inflight * inflight
         req = _ctx.Process(target=_requester, args=(url, "bench.rr", n, inflight, q))
         req.start()

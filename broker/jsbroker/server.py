@@ -23,6 +23,7 @@ from .config import VERSION, BrokerConfig
 from .connection import Connection
 from .internal import InterestListener, InternalHandler, Origin
 from .logs import Logger, get_logger
+from .subjects import subject_matches
 from .sublist import EMPTY, Sublist, Subscription
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
@@ -67,8 +68,6 @@ class Router:
         return w
 
     def _check_watches(self, changed: str) -> None:
-        from .subjects import subject_matches
-
         for subject, watches in list(self._watches.items()):
             if not subject_matches(changed, subject):
                 continue
