@@ -143,10 +143,26 @@ def _name_rule(field: str, kind: str) -> dict[str, str]:
     }
 
 
+_ROLLUPS_POSSIBLE = "(!has(self.allowRollupHdrs) || self.allowRollupHdrs) && (!has(self.denyPurge) || !self.denyPurge)"
+# The same cross-field rules as the models' validators, so `kubectl apply` refuses them up front.
 STREAM_RULES = [
     {
         "rule": "!has(self.mirror) || (!has(self.subjects) && !has(self.sources))",
         "message": "a mirror stream cannot also set subjects or sources",
+    },
+    {
+        "rule": "!(has(self.denyPurge) && self.denyPurge && has(self.allowRollupHdrs) && self.allowRollupHdrs)",
+        "message": "allowRollupHdrs needs purges: it cannot go with denyPurge: true",
+    },
+    {
+        "rule": "!has(self.subjectDeleteMarkerTtl) || duration(self.subjectDeleteMarkerTtl) == duration('0s') || "
+        f"({_ROLLUPS_POSSIBLE} && (!has(self.allowMsgTtl) || self.allowMsgTtl))",
+        "message": "subjectDeleteMarkerTtl needs roll-ups and per-message TTLs: leave allowRollupHdrs and "
+        "allowMsgTtl unset or true, and denyPurge unset or false",
+    },
+    {
+        "rule": f"!has(self.allowMsgSchedules) || !self.allowMsgSchedules || ({_ROLLUPS_POSSIBLE})",
+        "message": "allowMsgSchedules needs roll-ups: leave allowRollupHdrs unset or true and denyPurge unset or false",
     },
 ]
 CONSUMER_RULES = [

@@ -239,6 +239,10 @@ def test_consumer_stream_name_cannot_change(objects: Objects) -> None:
         ("Stream", {"metadata": {"_nats.level": "9"}}, "metadata keys starting with _nats. are reserved"),
         ("Consumer", {"streamName": "S", "metadata": {"_nats.x": "1"}}, "metadata keys starting with _nats."),
         ("Stream", {"mirror": {"name": "O"}, "subjects": ["x"]}, "a mirror stream cannot also set subjects"),
+        ("Stream", {"denyPurge": True, "allowRollupHdrs": True}, "allowRollupHdrs needs purges"),
+        ("Stream", {"subjectDeleteMarkerTtl": "1m", "denyPurge": True}, "subjectDeleteMarkerTtl needs roll-ups"),
+        ("Stream", {"subjectDeleteMarkerTtl": "1m", "allowMsgTtl": False}, "subjectDeleteMarkerTtl needs roll-ups"),
+        ("Stream", {"allowMsgSchedules": True, "allowRollupHdrs": False}, "allowMsgSchedules needs roll-ups"),
         ("Consumer", {"streamName": "S", "optStartSeq": 3}, "optStartSeq and deliverPolicy: byStartSequence go"),
         ("Consumer", {"streamName": "S", "filterSubject": "a", "filterSubjects": ["b"]}, "not both"),
         ("Consumer", {}, "spec.streamName: Required value"),
@@ -258,6 +262,16 @@ def test_unknown_fields_are_refused_with_strict_field_validation(objects: Object
         objects.api.create_namespaced_custom_object(
             GROUP, VERSION, objects.namespace, "streams", body, field_validation="Strict")
     assert 'unknown field \\"spec.maxAg\\"' in str(info.value.body), info.value.body
+
+
+@pytest.mark.xdist_group("kube")
+@pytest.mark.parametrize(
+    "spec",
+    [{"subjectDeleteMarkerTtl": "1m"}, {"subjectDeleteMarkerTtl": "0s", "denyPurge": True},
+     {"allowMsgSchedules": False, "denyPurge": True}, {"allowMsgSchedules": True, "allowRollupHdrs": True}],
+)
+def test_valid_rollup_combinations_are_accepted(objects: Objects, spec: dict) -> None:
+    assert objects.create("Stream", "fine", spec)["spec"] == spec
 
 
 @pytest.mark.xdist_group("kube")

@@ -120,3 +120,12 @@ def test_parse_spec_model_rules_and_success() -> None:
         parse_spec(ConsumerSpec, {"streamName": "S", "optStartSeq": 4})
     assert parse_spec(StreamSpec, None) == StreamSpec()
     assert parse_spec(ConsumerSpec, {"streamName": "S"}).stream_name == "S"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{"subjectDeleteMarkerTtl": "1m"}, {"subjectDeleteMarkerTtl": "0s", "denyPurge": True},
+     {"allowMsgSchedules": False, "denyPurge": True}, {"allowMsgSchedules": True, "allowRollupHdrs": True}],
+)
+def test_valid_rollup_combinations_are_accepted(spec: dict) -> None:
+    assert StreamSpec.model_validate(spec).model_dump(by_alias=True, exclude_none=True).keys() == spec.keys()
