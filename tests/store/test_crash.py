@@ -169,3 +169,22 @@ def test_random_garbage_block_in_the_middle_still_opens(tmp_path):
     assert all(m.data == payload(m.seq) for m in store.messages())
     assert {m.seq for m in store.messages()} | lost == set(range(1, 301))
     store.close()
+
+
+def test_a_write_error_stops_the_store_and_a_restart_recovers(tmp_path):
+    from jsbroker.store.base import StoreError
+
+    directory = tmp_path / "stream"
+    store = open_store(directory)
+    store.store_msg("a", b"", b"1")
+    os.close(store._wfd)  # the device goes away under the store
+    store._wfd = os.open(os.devnull, os.O_RDONLY)  # writes now fail with EBADF
+    with pytest.raises(StoreError, match="restart the server"):
+        store.store_msg("a", b"", b"2")
+    with pytest.raises(StoreError):
+        store.load_msg(1)  # stopped: the index may be ahead of the disk
+    store.close()
+    store = open_store(directory)
+    assert [(m.seq, m.data) for m in store.messages()] == [(1, b"1")]
+    assert store.store_msg("a", b"", b"2")[0] == 2
+    store.close()

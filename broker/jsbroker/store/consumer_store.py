@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 
 from . import record
-from .base import ConsumerState, StoreClosed, SyncPolicy
+from .base import ConsumerState, StoreClosed, StoreError, SyncPolicy
 
 log = logging.getLogger(__name__)
 
@@ -202,13 +202,17 @@ class FileConsumerStore(MemoryConsumerStore):
 
     def _logged(self, kind: bytes, payload: bytes) -> None:
         frame = record.encode_frame(kind, payload)
-        _write_all(self._fd, frame)
-        self._log_size += len(frame)
-        self._dirty = True
-        if self._sync.always:
-            self.sync()
-        if self._log_size > max(_COMPACT_MIN, 4 * self._snap_size):
-            self._snapshot()
+        try:
+            _write_all(self._fd, frame)
+            self._log_size += len(frame)
+            self._dirty = True
+            if self._sync.always:
+                self.sync()
+            if self._log_size > max(_COMPACT_MIN, 4 * self._snap_size):
+                self._snapshot()
+        except OSError as e:
+            raise StoreError(f"consumer store {self._dir}: write failed ({e}); free disk space or fix the "
+                             "device, then restart the server") from e
 
     def _snapshot(self) -> None:
         """Write the whole state as generation gen+1, then start (and switch to) an empty log for it."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import record
-from .base import StoreLimits, SyncPolicy
+from .base import StoreError, StoreLimits, SyncPolicy
 from .indexed import IndexedStore
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,10 @@ class FileStore(IndexedStore):
         """Append a record to the pending write; returns (block, offset) where it will land."""
         used = self._active.size + self._pending_len
         if used and used + len(rec) > self._block_size:
-            self._roll()
+            try:
+                self._roll()
+            except OSError as e:
+                self._fail(e)
             used = self._active.size + self._pending_len
         self._pending.append(rec)
         self._pending_len += len(rec)
@@ -291,13 +294,16 @@ class FileStore(IndexedStore):
     def _erase(self, seq: int, loc: int, size: int) -> None:
         no, offset = loc >> _LOC_SHIFT, loc & _OFFSET_MASK
         self._flush()
-        fd = os.open(self._block_path(no), os.O_WRONLY)  # not O_APPEND: pwrite must hit the offset
         try:
-            os.pwrite(fd, record.encode_erased(seq, record.record_len_from_size(size)), offset)
-            if self._sync.always:
-                _datasync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(self._block_path(no), os.O_WRONLY)  # not O_APPEND: pwrite must hit the offset
+            try:
+                os.pwrite(fd, record.encode_erased(seq, record.record_len_from_size(size)), offset)
+                if self._sync.always:
+                    _datasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            self._fail(e)
 
     def _log_delete(self, seq: int) -> None:
         blk, _ = self._queue(record.encode_delete(seq))
@@ -308,17 +314,30 @@ class FileStore(IndexedStore):
         self._floor_dirty = True
 
     def _commit(self) -> None:
-        if self._floor_dirty:
-            self._floor_dirty = False
-            self._queue(self._floor_record())
-        if self._pending:
-            self._flush()
-        if self._doomed:
-            self._unlink_doomed()
-        if self._sparse_blocks:
-            self._rewrite_sparse()
-        if self._sync.always:
-            self.sync()
+        try:
+            if self._floor_dirty:
+                self._floor_dirty = False
+                self._queue(self._floor_record())
+            if self._pending:
+                self._flush()
+            if self._doomed:
+                self._unlink_doomed()
+            if self._sparse_blocks:
+                self._rewrite_sparse()
+            if self._sync.always:
+                self.sync()
+        except OSError as e:
+            self._fail(e)
+
+    def _fail(self, error: OSError) -> None:
+        """A write failed (disk full, I/O error): the index may now be ahead of the disk, so the store
+        stops; reopening it (a restart) recovers whatever reached the disk."""
+        self._failed = (f"stream store {self._dir} stopped after a write error ({error}); "
+                        "free disk space or fix the device, then restart the server")
+        log.error(self._failed)
+        self._pending.clear()
+        self._pending_len = 0
+        raise StoreError(self._failed) from error
 
     # ---- recovery -----------------------------------------------------------------------------------
     def _recover(self) -> None:
@@ -430,18 +449,22 @@ class FileStore(IndexedStore):
     def sync(self) -> None:
         """fsync what was written since the last sync (no-op when nothing was)."""
         self._check_open()
-        if self._dirty:
-            _datasync(self._wfd)
-            self._dirty = False
-        if self._dir_dirty:
-            _fsync_dir(self._msgs_dir)
-            self._dir_dirty = False
+        try:
+            if self._dirty:
+                _datasync(self._wfd)
+                self._dirty = False
+            if self._dir_dirty:
+                _fsync_dir(self._msgs_dir)
+                self._dir_dirty = False
+        except OSError as e:
+            self._fail(e)
 
     def close(self) -> None:
         if self._closed:
             return
-        self._commit()
-        self.sync()
+        if self._failed is None:
+            self._commit()
+            self.sync()
         self._closed = True
         os.close(self._wfd)
         for fd in self._rfds.values():

@@ -19,7 +19,7 @@ from itertools import islice
 from typing import Iterator
 
 from ..subjects import is_literal, subject_matches
-from .base import RemoveCallback, StoreClosed, StoredMsg, StoreLimits, StoreState
+from .base import RemoveCallback, StoreClosed, StoredMsg, StoreError, StoreLimits, StoreState
 from .record import nats_size
 from .subject_index import SubjectEntry, SubjectIndex, is_all
 
@@ -49,6 +49,7 @@ class IndexedStore:
         self._on_remove: RemoveCallback | None = None
         self._lost: list[int] | None = None
         self._closed = False
+        self._failed: str | None = None  # set by a backend after a write error: the store stops
         self._count_limited = self._has_count_limits(limits)
 
     @staticmethod
@@ -85,6 +86,8 @@ class IndexedStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosed("the store is closed")
+        if self._failed is not None:
+            raise StoreError(self._failed)
 
     def _live(self, seq: int) -> bool:
         i = seq - self._base
