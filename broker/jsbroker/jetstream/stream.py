@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from jsbroker import store as storage
 from jsbroker.jetstream import api, errors, headers, times
 from jsbroker.jetstream.stream_config import StreamConfig
-from jsbroker.store.base import StoredMsg, StoreError, StoreState, StreamStore
+from jsbroker.store.base import StoredMsg, StoreError, StreamStore
 
 if TYPE_CHECKING:
     from jsbroker.internal import InternalBus, InternalSubscription, Origin
@@ -410,9 +410,6 @@ class Stream:
             raise errors.STREAM_MSG_DELETE_FAILED(err="message delete not permitted")
         if not self.store.remove_msg(seq, erase=erase):
             raise errors.SEQUENCE_NOT_FOUND(seq=seq)
-
-    def state(self, deleted_details: bool = False) -> StoreState:
-        return self.store.state(deleted_details)
 
     def info_state(self, deleted_details: bool = False) -> dict[str, Any]:
         """The `state` object of a StreamInfo."""
