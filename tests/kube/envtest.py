@@ -49,11 +49,19 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Resolved up front: the child between fork and exec should only make the call, not load libraries.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+_PR_SET_PDEATHSIG = 1
+
+
 def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it if the test process dies without calling stop()."""
-    if sys.platform == "linux":
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    """Runs in the child before exec: kill it if the test process dies without calling stop().
+
+    SIGKILL, not SIGTERM: terminated together, etcd and kube-apiserver wait on each other's
+    connections for many seconds, and their data is disposable anyway.
+    """
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
