@@ -315,3 +315,34 @@ def server_consumer(url: str, stream: str, name: str) -> Any:
             return None
 
     return on_broker(url, info)
+
+
+def publish(url: str, subject: str, count: int) -> list[int]:
+    """Publish `count` messages; returns their stream sequences."""
+
+    async def pub(js: Any) -> list[int]:
+        return [(await js.publish(subject, f"m{i}".encode())).seq for i in range(count)]
+
+    return on_broker(url, pub)
+
+
+def fetch(url: str, stream: str, durable: str, count: int = 1, *, ack: bool = True) -> list[tuple[int, int]]:
+    """Pull `count` messages from a durable; returns (stream seq, consumer seq) of each."""
+
+    async def pull(js: Any) -> list[tuple[int, int]]:
+        sub = await js.pull_subscribe_bind(durable, stream=stream)
+        msgs = await sub.fetch(count, timeout=5)
+        for msg in msgs:
+            if ack:
+                await msg.ack_sync()
+        return [(m.metadata.sequence.stream, m.metadata.sequence.consumer) for m in msgs]
+
+    return on_broker(url, pull)
+
+
+def handled(obj: dict, annotation: str) -> bool:
+    """True once the operator has handled a version of `obj` carrying `annotation` (kopf's diff base)."""
+    import json
+
+    last = obj["metadata"].get("annotations", {}).get("jsoperator.io/last-handled-configuration")
+    return bool(last) and annotation in (json.loads(last).get("metadata", {}).get("annotations") or {})
