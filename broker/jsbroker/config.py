@@ -66,7 +66,9 @@ class BrokerConfig:
     @classmethod
     def build(cls, **kw: Any) -> "BrokerConfig":
         """Flat keyword form for embedding: BrokerConfig fields plus `store_dir`, `jetstream` (bool),
-        `token`, `user`, `password`, `sync_always`, `sync_interval`, `domain`."""
+        `token`, `user`, `password`, `sync_always`, `sync_interval`, `domain`. An embedded broker
+        listens on loopback unless `host` is given (the CLI keeps nats-server's 0.0.0.0)."""
+        kw.setdefault("host", "127.0.0.1")
         js_kw = {k: kw.pop(k) for k in ("sync_always", "sync_interval", "domain", "max_memory", "max_storage") if k in kw}
         store_dir = kw.pop("store_dir", None)
         js_on = kw.pop("jetstream", True)

@@ -104,7 +104,7 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self.out.clear()
         self._cancel_timers()
-        self.broker.unregister(self)
+        self.broker.connection_gone(self)
         self.router.resume_publishers(self)
 
     def pause_writing(self) -> None:

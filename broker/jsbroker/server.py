@@ -285,6 +285,8 @@ class Broker:
         self._monitor: Any = None
         self._tmp_store: str | None = None
         self._info_base: dict[str, Any] = {}
+        self._drained: asyncio.Event | None = None  # set during shutdown once all clients are gone
+        self._draining: set[int] = set()
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -347,8 +349,7 @@ class Broker:
         if self._server is not None:
             self._server.close()
         self.router.flush()
-        for c in list(self.clients.values()):
-            c.close(None)
+        await self._close_clients()
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
@@ -362,6 +363,32 @@ class Broker:
             shutil.rmtree(self._tmp_store, ignore_errors=True)
             self._tmp_store = None
         self.log.info("server stopped")
+
+    async def _close_clients(self) -> None:
+        """Close every client and wait (up to `write_deadline`) until their output has been sent."""
+        closing = [c for c in self.clients.values() if c.transport is not None]
+        if not closing:
+            return
+        self._drained = asyncio.Event()
+        self._draining = {c.cid for c in closing}
+        for c in closing:
+            c.close(None)
+        try:
+            await asyncio.wait_for(self._drained.wait(), self.config.write_deadline)
+        except asyncio.TimeoutError:
+            self.log.warning("clients did not drain before shutdown", count=len(self._draining))
+            for c in closing:
+                if c.cid in self._draining and c.transport is not None:
+                    c.transport.abort()
+        self._drained = None
+
+    def connection_gone(self, conn: Connection) -> None:
+        """The transport of `conn` is closed and its output sent (or dropped)."""
+        self.unregister(conn)
+        if self._drained is not None:
+            self._draining.discard(conn.cid)
+            if not self._draining:
+                self._drained.set()
 
     # -- connections --------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.xdist_group("broker-embedded")
 
 @pytest.fixture
 async def broker(tmp_path):
-    async with Broker(port=0, host="127.0.0.1", store_dir=tmp_path) as b:
+    async with Broker(port=0, store_dir=tmp_path) as b:
         yield b
 
 
