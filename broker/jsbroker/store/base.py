@@ -127,7 +127,7 @@ class StreamStore(Protocol):
         keeps the newest `keep`. Returns how many went. As nats-server's PurgeEx:
         - no filter (None, "" or ">"): nothing set purges all (first_seq = last_seq + 1); `up_to_seq` > 1
           removes every seq below it (past the end: the next message gets `up_to_seq`); `keep` keeps the
-          seqs >= last_seq - keep + 1 (fewer than `keep` messages when there are gaps).
+          newest `keep` messages (gaps do not count; checked against nats-server 2.15.1).
         - with a filter: `keep` counts over *all* matching messages together (not per subject): the
           oldest matching messages go until `keep` remain; `up_to_seq` limits it to seq < up_to_seq."""
 

@@ -395,8 +395,10 @@ class IndexedStore:
                 removed = self._remove_below(self._last + 1)
             elif up_to_seq > 1:
                 removed = self._remove_below(up_to_seq)
-            elif keep > 0 and keep < self._msgs:
-                removed = self._remove_below(self._last - keep + 1)
+            elif keep > 0:
+                removed = 0
+                while self._msgs > keep:
+                    removed += self._remove(self._first, notify=False)
             else:
                 removed = 0
         else:
