@@ -135,10 +135,11 @@ def is_valid_name(name: str) -> bool:
 
 
 def parse(raw: dict[str, Any]) -> StreamConfig:
-    """Decode, default and validate a StreamConfig request body (nats-server's checkStreamCfg order)."""
+    """Decode, default and validate a StreamConfig request body (nats-server's checkStreamCfg order).
+    With `"pedantic": true` the values nats-server would silently adjust are refused instead (10157)."""
     cfg = _decode(raw)
     _refuse_unsupported(raw, cfg)
-    return _validate(cfg)
+    return _validate(cfg, get_bool(raw, "pedantic"))
 
 
 def _decode(raw: dict[str, Any]) -> StreamConfig:
@@ -204,7 +205,7 @@ def _republish(raw: dict[str, Any]) -> dict[str, Any] | None:
     obj = get_object(raw, "republish")
     if obj is None:
         return None
-    out: dict[str, Any] = {"src": get_str(obj, "src") or ">", "dest": get_str(obj, "dest")}
+    out: dict[str, Any] = {"src": get_str(obj, "src"), "dest": get_str(obj, "dest")}
     if get_bool(obj, "headers_only"):
         out["headers_only"] = True
     return out
@@ -252,7 +253,7 @@ def _invalid(text: str) -> errors.ApiError:
     return errors.STREAM_INVALID_CONFIG(err=text)
 
 
-def _validate(cfg: StreamConfig) -> StreamConfig:
+def _validate(cfg: StreamConfig, pedantic: bool = False) -> StreamConfig:
     if not is_valid_name(cfg.name):
         raise _invalid("stream name is required and can not contain '.', '*', '>', '\\', '/'")
     if len(cfg.name) > MAX_NAME_LEN:
@@ -266,6 +267,10 @@ def _validate(cfg: StreamConfig) -> StreamConfig:
         raise _invalid(f"maximum replicas is {MAX_REPLICAS}")
     if replicas < 0:
         raise errors.REPLICAS_COUNT_CANNOT_BE_NEGATIVE()
+    if pedantic:
+        for key in ("max_msgs", "max_msgs_per_subject", "max_bytes", "max_msg_size", "max_consumers"):
+            if getattr(cfg, key) < -1:
+                raise errors.PEDANTIC(err=f"{key} must be set to -1")
     cfg = dataclasses.replace(
         cfg, num_replicas=replicas, max_msgs=_unlimited(cfg.max_msgs), max_bytes=_unlimited(cfg.max_bytes),
         max_msgs_per_subject=_unlimited(cfg.max_msgs_per_subject), max_msg_size=_unlimited(cfg.max_msg_size),
@@ -275,6 +280,8 @@ def _validate(cfg: StreamConfig) -> StreamConfig:
     if 0 < cfg.max_age < MIN_WINDOW:
         raise _invalid("max age needs to be >= 100ms")
     if cfg.duplicate_window == 0:
+        if pedantic and 0 < cfg.max_age < DEFAULT_DUPLICATE_WINDOW:
+            raise errors.PEDANTIC(err="duplicate window cannot be bigger than max age")
         window = min(cfg.max_age, DEFAULT_DUPLICATE_WINDOW) if cfg.max_age else DEFAULT_DUPLICATE_WINDOW
         cfg = dataclasses.replace(cfg, duplicate_window=window)
     if cfg.duplicate_window < 0:
@@ -289,12 +296,16 @@ def _validate(cfg: StreamConfig) -> StreamConfig:
     if cfg.subject_delete_marker_ttl > 0:
         if cfg.subject_delete_marker_ttl < 1_000_000_000:
             raise _invalid("subject delete marker TTL must be at least 1 second")
+        if pedantic and not cfg.allow_msg_ttl:
+            raise _invalid("subject delete marker cannot be set if message TTLs are disabled")
+        if pedantic and not cfg.allow_rollup_hdrs:
+            raise _invalid("subject delete marker cannot be set if roll-ups are disabled")
         cfg = dataclasses.replace(cfg, allow_msg_ttl=True, allow_rollup_hdrs=True, deny_purge=False)
     elif cfg.subject_delete_marker_ttl < 0:
         raise _invalid("subject delete marker TTL must not be negative")
     cfg = dataclasses.replace(cfg, subjects=cfg.subjects or (cfg.name,))
     _check_subjects(cfg)
-    _check_republish(cfg)
+    cfg = _check_republish(cfg, pedantic)
     return dataclasses.replace(cfg, metadata=_stored_metadata(cfg))
 
 
@@ -332,14 +343,30 @@ def _check_subjects(cfg: StreamConfig) -> None:
         seen.add(subj)
 
 
-def _check_republish(cfg: StreamConfig) -> None:
+def _check_republish(cfg: StreamConfig, pedantic: bool) -> StreamConfig:
     if not cfg.republish:
-        return
+        return cfg
+    if not cfg.republish["src"]:
+        if pedantic:
+            raise errors.PEDANTIC(err="republish source can not be empty")
+        cfg = dataclasses.replace(cfg, republish={**cfg.republish, "src": ">"})
     src, dest = cfg.republish["src"], cfg.republish["dest"]
     if any(subjects.subjects_overlap(dest, subj) for subj in cfg.subjects):
         raise _invalid("stream configuration for republish destination forms a cycle")
-    if not subjects.is_valid_subject(src) or not subjects.is_valid_subject(dest):
+    if not _valid_transform(src, dest):
         raise _invalid(f"stream configuration for republish with transform from '{src}' to '{dest}' not valid")
+    return cfg
+
+
+def _valid_transform(src: str, dest: str) -> bool:
+    """Plain-wildcard subject mapping rules: dest `*` tokens take src `*` tokens in order, dest `>` needs
+    a src `>` (mustache functions like {{wildcard(1)}} are accepted as literal tokens)."""
+    if not subjects.is_valid_subject(src) or not subjects.is_valid_subject(dest):
+        return False
+    src_tokens, dest_tokens = src.split("."), dest.split(".")
+    if dest_tokens.count("*") > src_tokens.count("*"):
+        return False
+    return dest_tokens[-1] != ">" or src_tokens[-1] == ">"
 
 
 def _user_metadata(metadata: dict[str, str]) -> dict[str, str]:
