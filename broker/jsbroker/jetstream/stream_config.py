@@ -344,13 +344,15 @@ def _check_subjects(cfg: StreamConfig) -> None:
 
 
 def _check_republish(cfg: StreamConfig, pedantic: bool) -> StreamConfig:
-    if not cfg.republish:
+    republish = cfg.republish
+    if not republish:
         return cfg
-    if not cfg.republish["src"]:
+    if not republish["src"]:
         if pedantic:
             raise errors.PEDANTIC(err="republish source can not be empty")
-        cfg = dataclasses.replace(cfg, republish={**cfg.republish, "src": ">"})
-    src, dest = cfg.republish["src"], cfg.republish["dest"]
+        republish = {**republish, "src": ">"}
+        cfg = dataclasses.replace(cfg, republish=republish)
+    src, dest = republish["src"], republish["dest"]
     if any(subjects.subjects_overlap(dest, subj) for subj in cfg.subjects):
         raise _invalid("stream configuration for republish destination forms a cycle")
     if not _valid_transform(src, dest):
