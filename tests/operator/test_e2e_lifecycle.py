@@ -1,0 +1,124 @@
+"""End to end: consumers, pause / unmanaged annotations, preventDelete, Stream deletion waiting for its
+Consumers, and a broker outage with recovery, all driven through the Kubernetes API."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.operator.conftest import (condition, has_condition, on_broker, poll, publish, server_consumer,
+                                     server_stream)
+
+pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(180)]
+
+PAUSE, MANAGED = "jsoperator.io/pause-reconciliation", "jsoperator.io/managed"
+
+
+def conn(broker):
+    return {"servers": [broker.url]}
+
+
+def make_stream(kube, broker, name, storage="memory", **extra):
+    kube.create("Stream", name, {"subjects": [f"{name}.>"], "storage": storage, "connection": conn(broker), **extra})
+    return kube.wait_condition("Stream", name, "Ready")
+
+
+def test_consumer_create_update_status_delete(kube, broker):
+    make_stream(kube, broker, "cs")
+    publish(broker.url, "cs.a", 3)
+    kube.create("Consumer", "worker", {"streamName": "cs", "ackPolicy": "explicit", "maxDeliver": 5,
+                                       "connection": conn(broker)})
+    obj = kube.wait_condition("Consumer", "worker", "Ready")
+    assert obj["status"]["numPending"] == 3 and obj["status"]["consumerName"] == "worker"
+    assert server_consumer(broker.url, "cs", "worker").config.max_deliver == 5
+
+    kube.patch("Consumer", "worker", {"spec": {"maxDeliver": 9}})
+    kube.wait("Consumer", "worker", lambda o: o["status"].get("observedGeneration") == 2 and has_condition(o, "Ready"))
+    assert server_consumer(broker.url, "cs", "worker").config.max_deliver == 9
+
+    kube.delete("Consumer", "worker")
+    kube.wait_gone("Consumer", "worker")
+    assert server_consumer(broker.url, "cs", "worker") is None
+
+
+def test_consumer_waits_for_its_stream(kube, broker):
+    kube.create("Consumer", "early", {"streamName": "late", "connection": conn(broker)})
+    obj = kube.wait_condition("Consumer", "early", "Ready", "False", "WaitingForStream")
+    assert "stream late does not exist" in condition(obj, "Ready")["message"]
+    make_stream(kube, broker, "late")
+    kube.wait_condition("Consumer", "early", "Ready", timeout=40)
+
+
+def test_stream_deletion_waits_for_consumer_resources(kube, broker):
+    make_stream(kube, broker, "parent")
+    kube.create("Consumer", "child", {"streamName": "parent", "connection": conn(broker)})
+    kube.wait_condition("Consumer", "child", "Ready")
+    kube.delete("Stream", "parent")
+    obj = kube.wait_condition("Stream", "parent", "Ready", "False", "DeletionBlocked")
+    assert "child" in condition(obj, "Ready")["message"]
+    assert server_stream(broker.url, "parent") is not None
+    kube.delete("Consumer", "child")
+    kube.wait_gone("Stream", "parent", timeout=40)
+    assert server_stream(broker.url, "parent") is None
+
+
+def test_pause_changes_nothing_until_lifted(kube, broker):
+    make_stream(kube, broker, "paused", maxMsgs=10)
+    kube.annotate("Stream", "paused", {PAUSE: "true"})
+    kube.wait_condition("Stream", "paused", "ReconciliationPaused")
+    kube.patch("Stream", "paused", {"spec": {"maxMsgs": 20}})
+    obj = kube.wait("Stream", "paused", lambda o: o["metadata"]["generation"] == 2
+                    and has_condition(o, "ReconciliationPaused"))
+    assert obj["status"]["observedGeneration"] == 1  # the new spec was not applied
+    assert server_stream(broker.url, "paused").config.max_msgs == 10
+
+    kube.annotate("Stream", "paused", {PAUSE: None})
+    kube.wait_condition("Stream", "paused", "Ready")
+    assert server_stream(broker.url, "paused").config.max_msgs == 20
+    assert condition(kube.get("Stream", "paused"), "ReconciliationPaused") is None
+
+
+def test_unmanaged_is_never_touched_and_survives_deletion(kube, broker):
+    make_stream(kube, broker, "hands-off", maxMsgs=10)
+    kube.annotate("Stream", "hands-off", {MANAGED: "false"})
+    kube.wait_condition("Stream", "hands-off", "Unmanaged")
+
+    async def tamper(js):
+        await js.update_stream(name="hands-off", subjects=["hands-off.>"], storage="memory", max_msgs=77)
+
+    on_broker(broker.url, tamper)
+    kube.patch("Stream", "hands-off", {"spec": {"maxMsgs": 11}})
+    kube.wait("Stream", "hands-off", lambda o: o["status"].get("observedGeneration") == 2,
+              what="generation 2 observed")
+    assert server_stream(broker.url, "hands-off").config.max_msgs == 77
+    kube.delete("Stream", "hands-off")
+    kube.wait_gone("Stream", "hands-off")
+    assert server_stream(broker.url, "hands-off").config.max_msgs == 77
+
+
+def test_prevent_delete_keeps_the_server_objects(kube, broker):
+    make_stream(kube, broker, "keep", preventDelete=True)
+    kube.create("Consumer", "keeper", {"streamName": "keep", "preventDelete": True, "connection": conn(broker)})
+    kube.wait_condition("Consumer", "keeper", "Ready")
+    kube.delete("Consumer", "keeper")
+    kube.wait_gone("Consumer", "keeper")
+    kube.delete("Stream", "keep")
+    kube.wait_gone("Stream", "keep")
+    assert server_stream(broker.url, "keep") is not None
+    assert server_consumer(broker.url, "keep", "keeper") is not None
+    assert "LeftOnServer" in [e.reason for e in kube.events("keep")]
+
+
+def test_broker_outage_and_recovery(kube, broker):
+    make_stream(kube, broker, "durable", storage="file")
+    kube.create("Consumer", "durable-c", {"streamName": "durable", "ackPolicy": "explicit", "connection": conn(broker)})
+    kube.wait_condition("Consumer", "durable-c", "Ready")
+    broker.kill()
+    for kind, name in (("Stream", "durable"), ("Consumer", "durable-c")):
+        obj = kube.wait_condition(kind, name, "Ready", "False", "BrokerUnavailable")
+        assert has_condition(obj, "Reconciling", "True")
+    assert kube.get("Stream", "durable")["metadata"].get("deletionTimestamp") is None
+    broker.restart()
+    kube.wait_condition("Stream", "durable", "Ready", timeout=40)
+    kube.wait_condition("Consumer", "durable-c", "Ready", timeout=40)
+    assert server_consumer(broker.url, "durable", "durable-c") is not None
+    poll(lambda: any(e.reason == "Created" for e in kube.events("durable")), timeout=5, what="events kept")
