@@ -137,3 +137,36 @@ async def test_per_message_ttl_expires(server, unique):
         await js.delete_stream(name)
     finally:
         await nc.close()
+
+
+async def test_publish_without_reply_is_stored_silently(server, unique):
+    nc = await nats.connect(server.url)
+    name = unique("NR")
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=name, subjects=[name + ".>"], storage="memory")
+        await nc.publish(f"{name}.x", b"fire-and-forget")
+        await nc.flush()
+        deadline = asyncio.get_running_loop().time() + 5
+        while (await js.stream_info(name)).state.messages < 1 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)  # poll interval; the publish has no ack to wait for
+        assert (await js.get_msg(name, 1)).data == b"fire-and-forget"
+        await js.delete_stream(name)
+    finally:
+        await nc.close()
+
+
+async def test_near_max_payload_message_round_trips(server, unique):
+    """A message just under max_payload is stored and read back whole (MSG.GET answers beyond 1 MiB)."""
+    nc = await nats.connect(server.url)
+    name = unique("BIG")
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=name, subjects=[name + ".>"], storage="file")
+        body = bytes(range(256)) * ((nc.max_payload - 1024) // 256)
+        ack = await js.publish(f"{name}.big", body, headers={"Nats-Msg-Id": "big"})
+        assert (await js.get_msg(name, ack.seq)).data == body
+        assert (await js.get_last_msg(name, f"{name}.big")).headers["Nats-Msg-Id"] == "big"
+        await js.delete_stream(name)
+    finally:
+        await nc.close()
