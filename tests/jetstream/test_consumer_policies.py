@@ -96,3 +96,38 @@ async def test_ephemeral_pull_removed_when_inactive(urls, unique) -> None:
 
     out = await scenario_pair(urls, fn, unique("Q"))
     assert out["jsbroker"] == out["nats-server"] == [True, 10014]
+
+
+async def test_purge_moves_consumers(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"]})
+        for i, subj in enumerate(SUBJECTS):
+            await nc.request(f"{s}.{subj}", str(i).encode(), timeout=2)
+        for name, cfg in (("E", {"ack_policy": "explicit"}), ("N", {"ack_policy": "none"}),
+                          ("F", {"ack_policy": "explicit", "filter_subject": f"{s}.b"})):
+            await api(nc, f"$JS.API.CONSUMER.CREATE.{s}.{name}",
+                      {"stream_name": s, "config": {"durable_name": name, **cfg}})
+            await pull(nc, s, name, {"batch": 2, "no_wait": True}, wait=1)
+        t = []
+        for body in ({"filter": f"{s}.a"}, {"seq": 5}, {}):
+            await api(nc, f"$JS.API.STREAM.PURGE.{s}", body)
+            t.append([info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.{n}")) for n in "ENF"])
+        await nc.request(f"{s}.b", b"after", timeout=2)
+        t.append([await pull(nc, s, n, {"batch": 5, "no_wait": True}, wait=1) for n in "ENF"])
+        return t
+
+    out = await scenario_pair(urls, fn, unique("Q"))
+    assert out["jsbroker"] == out["nats-server"]
+
+
+async def test_stream_delete_releases_pulls(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"]})
+        await api(nc, f"$JS.API.CONSUMER.CREATE.{s}.C", {"stream_name": s, "config": {"durable_name": "C"}})
+        waiting = asyncio.create_task(pull(nc, s, "C", {"batch": 1, "expires": 1_500_000_000}, wait=2))
+        await asyncio.sleep(0.2)  # the request must be queued before the stream goes
+        await api(nc, f"$JS.API.STREAM.DELETE.{s}")
+        return await waiting
+
+    out = await scenario_pair(urls, fn, unique("Q"))
+    assert out["jsbroker"] == out["nats-server"]

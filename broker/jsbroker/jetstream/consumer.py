@@ -237,9 +237,12 @@ class Consumer:
         self._kick()
 
     def stop(self) -> None:
-        """Stop delivering and release subscriptions and timers (state stays in the store)."""
+        """Stop delivering and release subscriptions and timers (state stays in the store). Waiting
+        pulls get `409 Consumer Deleted`: the stream calls this when it is deleted."""
         if self.closed:
             return
+        for w in self.waiting.clear() if self.waiting is not None else []:
+            self.bus.publish(w.reply, None, pull.CONSUMER_DELETED, b"")
         self.closed = True
         for t in (self._t_ack, self._t_wait, self._t_hb, self._t_inactive, self._t_pause, self._t_hold):
             t.cancel()
@@ -252,11 +255,8 @@ class Consumer:
         self.store.close()
 
     def delete(self) -> None:
-        """Stop for good: waiting pulls get `409 Consumer Deleted`, the stored state goes."""
-        waiting = self.waiting.clear() if self.waiting is not None else []
+        """Stop for good (waiting pulls get `409 Consumer Deleted`); the stored state goes."""
         self.stop()
-        for w in waiting:
-            self.bus.publish(w.reply, None, pull.CONSUMER_DELETED, b"")
         self.store.delete()
         directory = self.stream.consumer_dir(self.name)
         if directory:
@@ -383,23 +383,35 @@ class Consumer:
                 self._kick()
 
     def on_stream_purged(self) -> None:
-        first = self.stream.store.state().first_seq
-        if self.sseq < first:
-            self.sseq = first
+        """nats-server's `consumer.purge` for a purge that may be narrower than this consumer: move
+        past what is gone, drop pending messages that no longer exist, persist the whole state."""
+        store = self.stream.store
+        start = store.state().first_seq
+        gone = [seq for seq in self.pending if seq < start or store.load_msg(seq) is None]
+        if self.filters and not gone and self.sseq >= start:
+            return  # a purge of subjects this consumer does not see
+        if self.sseq < start:
+            self.sseq = start
             self.lss = None
-        load = self.stream.store.load_msg
-        for seq in [s for s in self.pending if s < first or load(s) is None]:
-            d = self.pending.pop(seq)[0]
-            self.rdc.pop(seq, None)
-            self.rec.acked(d, seq, False, self.pending)
-            self.store.update_acks(d, seq)
-            if seq <= first - 1 and d > self.adflr:
-                self.adflr = min(d, self.dseq - 1)
-        if self.asflr < first - 1:
-            self.asflr = first - 1
+        if self.asflr < start:
+            self.asflr = start - 1
+            for seq in gone:
+                d = self.pending.pop(seq)[0]
+                self.rdc.pop(seq, None)
+                if d > self.adflr:
+                    self.adflr = d
+                    self.dseq = max(self.dseq, d)
+        if gone:
+            self.last_acked_ns = now_ns()
         if not self.pending:
+            self.rdc.clear()
             self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
-        self.rdq = deque(s for s in self.rdq if s in self.pending)
+        self.rdq = deque(s for s in self.rdq if s >= self.sseq)
+        self.rec = _Record(self.dseq - 1, self.sseq - 1, self.adflr, self.asflr)
+        self.store.reset(ConsumerState(
+            self.dseq - 1, self.sseq - 1, self.adflr, self.asflr,
+            {s: (d, ts) for s, (d, ts) in self.pending.items()}, {s: n + 1 for s, n in self.rdc.items()},
+        ))
         self._recount_pending()
         self._kick()
 
