@@ -23,9 +23,10 @@ class Raw:
         """Bytes up to and including `marker`; stops early (returning what came) if the server closes."""
         deadline = time.monotonic() + timeout
         while marker not in self.buf:
-            if self.closed or time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if self.closed or left <= 0:
                 break
-            self._recv()
+            self._recv(left)
         idx = self.buf.find(marker)
         cut = len(self.buf) if idx < 0 else idx + len(marker)
         out, self.buf = self.buf[:cut], self.buf[cut:]
@@ -34,11 +35,13 @@ class Raw:
     def read_to_close(self, timeout: float = 5.0) -> bytes:
         deadline = time.monotonic() + timeout
         while not self.closed and time.monotonic() < deadline:
-            self._recv()
+            self._recv(deadline - time.monotonic())
         out, self.buf = self.buf, b""
         return out
 
-    def _recv(self) -> None:
+    def _recv(self, timeout: float | None = None) -> None:
+        if timeout is not None:
+            self.sock.settimeout(max(timeout, 0.001))
         try:
             chunk = self.sock.recv(65536)
         except socket.timeout:
