@@ -117,15 +117,6 @@ class Sublist:
             self.cache[subject] = result
         return result
 
-    def all_subscriptions(self) -> list[Subscription]:
-        out = [s for subs in self._literal.values() for s in subs]
-        stack = [self._root]
-        while stack:
-            node = stack.pop()
-            out.extend(node.subs)
-            stack.extend(node.children.values())
-        return out
-
 
 def _is_literal(subject: str) -> bool:
     if "*" not in subject and ">" not in subject:
