@@ -122,3 +122,23 @@ def test_slow_consumer_is_dropped_and_others_continue(server_factory, server_kin
         assert b"-ERR" not in received[-100:]  # dropped silently, as nats-server does
         # The server and other clients are fine.
         assert exchange(handle.port, b"SUB ok 1\r\nPUB ok 1\r\na\r\n") == (b"MSG ok 1 1\r\na\r\nPONG\r\n", False)
+
+
+def test_max_connections(server_factory, server_kind):
+    conf = config_file(server_kind, {"max_connections": 1})
+    handle = server_factory(server_kind, jetstream=False, extra_args=["-c", conf])
+    os.unlink(conf)
+    deadline = time.monotonic() + 10
+    while True:  # the launcher's readiness probe may still hold the only slot for a moment
+        first = Raw(handle.port)
+        first.send(CONNECT + b"PING\r\n")
+        if first.read_until(b"PONG\r\n") == b"PONG\r\n" or time.monotonic() > deadline:
+            break
+        first.close()
+    with first:
+        with Raw(handle.port) as second:
+            out = second.info + second.read_to_close()
+            assert out.endswith(b"-ERR 'maximum connections exceeded'\r\n")
+            assert second.closed
+        first.send(b"PING\r\n")
+        assert first.read_until(b"PONG\r\n") == b"PONG\r\n"
