@@ -60,7 +60,7 @@ def acked(path: Path) -> dict[int, str]:
     return records
 
 
-def wait_for_progress(path: Path, count: int, timeout: float = 15.0) -> None:
+def wait_for_progress(path: Path, count: int, timeout: float = 45.0) -> None:
     deadline = time.monotonic() + timeout
     while len(acked(path)) < count:
         assert time.monotonic() < deadline, f"publisher made no progress (wanted {count} acks)"
@@ -104,7 +104,10 @@ async def test_acknowledged_messages_survive_sigkill(tmp_path, sync, rounds):
             broker.start()
             records = acked(out_path)
             fresh = {seq: p for seq, p in records.items() if seq not in checked}  # the full check is at the end
-            await check_all(broker.url, stream, fresh)
+            try:
+                await check_all(broker.url, stream, fresh)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\nbroker log:\n{broker.log_tail()}") from None
             checked.update(fresh)
         await asyncio.to_thread(wait_for_progress, out_path, len(acked(out_path)) + 10)
         records = acked(out_path)
