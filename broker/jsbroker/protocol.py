@@ -122,32 +122,42 @@ class Parser:
         pos = 0
         gate = self.gate
         seen = self._lines.get
+        # The previous PUB control line, line end included: publishers repeat it, and recognising the
+        # repeat with one comparison skips the newline search and the argument lookup.
+        last: bytes | None = None
+        last_len = 0
+        subject: bytes = b""
+        reply: bytes | None = None
+        size = 0
         while pos < n:
-            nl = find(b"\n", pos)
-            if nl < 0:
-                self._keep_tail(buf[pos:])
-                return
-            if startswith(b"PUB ", pos) and not gate:
-                # Fast path for the most common operation; split() also drops the trailing CR.
-                line = buf[pos + 4 : nl]
-                op = seen(line)
-                if op is None:
-                    op = self._pub_args(line, nl - pos)
-                subject, reply, size = op
-                stop = nl + 3 + size
-                if stop > n:
-                    self._await_payload(subject, reply, -1, size, buf[nl + 1 :])
+            if last is not None and startswith(last, pos):
+                start = pos + last_len
+            else:
+                nl = find(b"\n", pos)
+                if nl < 0:
+                    self._keep_tail(buf[pos:])
                     return
-                if not startswith(b"\r\n", stop - 2):
-                    raise ProtocolError(UNKNOWN_OP)
-                on_pub(subject, reply, -1, buf[nl + 1 : stop])
-                pos = stop
-                continue
-            end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
-            pos = self._control(buf, pos, end, nl)
-            if pos < 0:
+                if gate or not startswith(b"PUB ", pos):
+                    end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl
+                    pos = self._control(buf, pos, end, nl)
+                    if pos < 0:
+                        return
+                    gate = self.gate
+                    on_pub = self.on_pub  # a CONNECT may have changed where PUBs go
+                    continue
+                line = buf[pos + 4 : nl]
+                subject, reply, size = seen(line) or self._pub_args(line, nl - pos)
+                start = nl + 1
+                last = buf[pos:start]
+                last_len = start - pos
+            stop = start + size + 2
+            if stop > n:
+                self._await_payload(subject, reply, -1, size, buf[start:])
                 return
-            gate = self.gate
+            if not startswith(b"\r\n", stop - 2):
+                raise ProtocolError(UNKNOWN_OP)
+            on_pub(subject, reply, -1, buf[start:stop])
+            pos = stop
 
     def _pub_args(self, line: bytes, length: int) -> tuple[bytes, bytes | None, int]:
         """Parse and remember a PUB argument line: publishers repeat the same few lines, so a dict hit

@@ -33,7 +33,8 @@ class Recorder:
 
 
 STREAM = (
-    b'CONNECT {"verbose":false}\r\nSUB a.* q 1\r\nSUB b 2\r\nPUB a.x 3\r\nabc\r\nPUB a.y r.1 0\r\n\r\n'
+    b'CONNECT {"verbose":false}\r\nSUB a.* q 1\r\nSUB b 2\r\nPUB a.x 3\r\nabc\r\nPUB a.x 3\r\ndef\r\n'
+    b"PUB a.x 30\r\n" + b"0" * 30 + b"\r\nPUB a.x 3\nghi\r\nPUB a.y r.1 0\r\n\r\n"
     b"HPUB b r.2 12 14\r\nNATS/1.0\r\n\r\nhi\r\nping\r\nPONG\r\nUNSUB 1 5\r\nUNSUB 2\r\n"
     + b"PUB big %d\r\n" % 70000 + b"z" * 70000 + b"\r\nPING\r\n"
 )
@@ -42,6 +43,9 @@ EXPECTED = [
     ("sub", b"a.*", b"q", b"1"),
     ("sub", b"b", None, b"2"),
     ("msg", b"a.x", None, -1, b"abc\r\n"),
+    ("msg", b"a.x", None, -1, b"def\r\n"),
+    ("msg", b"a.x", None, -1, b"0" * 30 + b"\r\n"),
+    ("msg", b"a.x", None, -1, b"ghi\r\n"),
     ("msg", b"a.y", b"r.1", -1, b"\r\n"),
     ("msg", b"b", b"r.2", 12, b"NATS/1.0\r\n\r\nhi\r\n"),
     ("ping",),
@@ -97,6 +101,20 @@ def test_errors(data, err):
     with pytest.raises(ProtocolError) as info:
         Parser(Recorder()).feed(data)
     assert info.value.err == err
+
+
+def test_connect_in_the_same_read_redirects_later_pubs():
+    rec = Recorder()
+    parser = Parser(rec)
+    fast: list[bytes] = []
+
+    def on_connect(options):
+        parser.on_pub = lambda subject, reply, hdr_len, data: fast.append(data)
+
+    rec.on_connect = on_connect
+    parser.feed(b"PUB a 1\r\nx\r\nCONNECT {}\r\nPUB a 1\r\ny\r\nPUB a 1\r\nz\r\n")
+    assert [op[4] for op in rec.ops] == [b"x\r\n"]
+    assert fast == [b"y\r\n", b"z\r\n"]
 
 
 def test_gate_rejects_everything_but_connect():
