@@ -17,6 +17,10 @@ from .internal import InterestListener, Origin
 from .subjects import subject_matches
 from .sublist import EMPTY, Sublist, Subscription
 
+# " <size>\r\n" ends of MSG lines without a reply subject, prebuilt for common payload sizes.
+_TAIL_CACHE = 4096
+_TAILS = [b" %d\r\n" % size for size in range(_TAIL_CACHE)]
+
 if TYPE_CHECKING:
     from .connection import Connection
     from .server import Broker
@@ -95,7 +99,7 @@ class Router:
         size = len(data) - 2
         if hdr_len < 0:
             verb = b"MSG "
-            tail = b" %s %d\r\n" % (reply, size) if reply else b" %d\r\n" % size
+            tail = b" %s %d\r\n" % (reply, size) if reply else _TAILS[size] if size < _TAIL_CACHE else b" %d\r\n" % size
         else:
             verb = b"HMSG "
             tail = b" %s %d %d\r\n" % (reply, hdr_len, size) if reply else b" %d %d\r\n" % (hdr_len, size)
