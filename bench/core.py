@@ -264,7 +264,7 @@ WORKLOADS: list[tuple[str, Callable[[str, int], tuple[int, float]], int]] = [
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="1/10 of the messages, one repetition")
+    ap.add_argument("--quick", action="store_true", help="1/5 of the messages, one repetition")
     ap.add_argument("--reps", type=int, help="repetitions per server (default 3, quick 1)")
     ap.add_argument("--only", help="run only workloads whose name contains this text")
     args = ap.parse_args()
@@ -275,7 +275,7 @@ def main() -> None:
         for name, fn, n in WORKLOADS:
             if args.only and args.only not in name:
                 continue
-            n = max(n // 10, 500) if args.quick else n
+            n = max(n // 5, 500) if args.quick else n
             result = Result(name)
             for rep in range(reps):
                 order = KINDS if rep % 2 == 0 else KINDS[::-1]  # alternate who goes first
