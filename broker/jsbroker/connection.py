@@ -76,6 +76,7 @@ class Connection(asyncio.Protocol):
         if peer:
             self.peer = (peer[0], peer[1])
         if self.broker.register(self):
+            self.broker.log.debug("client connected", cid=self.cid, ip=self.peer[0], port=self.peer[1])
             self.send(self.broker.info_line(self))
             if cfg.auth.required:
                 self.parser.gate = True
@@ -92,6 +93,7 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed(data)
         except ProtocolError as e:
+            self.broker.log.debug("protocol error, closing", cid=self.cid, error=e.err or "malformed arguments")
             self.close(e.err)
         except Exception:  # a bug must cost one connection, never the server
             self.broker.log.exception("connection failed", cid=self.cid)
@@ -101,6 +103,7 @@ class Connection(asyncio.Protocol):
             router.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.broker.log.debug("client closed", cid=self.cid, error=str(exc) if exc else None)
         self.closed = True
         self.out.clear()
         self._cancel_timers()

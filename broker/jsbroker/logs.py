@@ -39,7 +39,7 @@ class Logger:
     def _emit(self, level: int, event: str, fields: dict[str, Any], exc_info: bool = False) -> None:
         if not self._log.isEnabledFor(level):
             return
-        merged = {**self._context, **fields}
+        merged = {k: v for k, v in {**self._context, **fields}.items() if v is not None}
         tail = " ".join(f"{k}={_fmt_value(v)}" for k, v in merged.items())
         self._log.log(level, f"{_fmt_value(event)} {tail}" if tail else _fmt_value(event), exc_info=exc_info)
 

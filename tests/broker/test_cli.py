@@ -11,7 +11,7 @@ import pytest
 
 from jsbroker.cli import build_parser, config_from_args
 from jsbroker.config import BrokerConfig, ConfigError, load_file
-from tests.broker.raw import CONNECT, Raw
+from tests.broker.raw import CONNECT, Raw, exchange
 from tests.servers import JSBROKER
 
 pytestmark = pytest.mark.xdist_group("broker-cli")
@@ -96,10 +96,12 @@ def test_max_payload_flag_reaches_info(server_factory):
 def test_debug_log_file_is_structured(server_factory, tmp_path):
     log = tmp_path / "broker.log"
     handle = server_factory(JSBROKER, jetstream=False, extra_args=["-D", "-l", str(log)])
+    assert exchange(handle.port, b"FOO\r\n") == (b"-ERR 'Unknown Protocol Operation'\r\n", True)
     assert handle.stop() == 0
     text = log.read_text()
     assert '"server ready"' in text and f"port={handle.port}" in text
     assert '"server stopped"' in text
+    assert '"client connected"' in text and 'error="Unknown Protocol Operation"' in text
 
 
 def test_quiet_by_default(server_factory):
