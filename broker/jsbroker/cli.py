@@ -103,7 +103,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(config))
+        run = asyncio.run
     else:
-        uvloop.run(serve(config))
+        run = uvloop.run
+    try:
+        run(serve(config))
+    except OSError as e:
+        print(f"jsbroker: cannot listen on {config.host}:{config.port} (or the monitoring port): {e.strerror or e}; "
+              "pick a free port with -p/-m", file=sys.stderr)
+        return 1
     return 0

@@ -107,8 +107,10 @@ class Broker:
             return
         try:
             from .jetstream.service import JetStream
-        except ImportError as e:
-            self.log.info("jetstream unavailable, running core only", error=str(e))
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.jetstream.service":
+                raise  # a broken JetStream must fail loudly, not silently turn into core-only
+            self.log.warning("jetstream service not installed, running core only")
             return
         if js.store_dir is None:
             self._tmp_store = tempfile.mkdtemp(prefix="jsbroker-")

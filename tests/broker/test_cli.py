@@ -128,6 +128,14 @@ def test_sigterm_flushes_pending_output_and_exits_0(server_factory):
     assert received.count(b"MSG lame.x 1 100\r\n") == n
 
 
+def test_port_in_use_is_a_clear_error(server_factory):
+    taken = server_factory(JSBROKER, jetstream=False)
+    out = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", str(taken.port), "--no_jetstream"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{taken.port}" in out.stderr and "Traceback" not in out.stderr
+
+
 def test_version_flag():
     out = subprocess.run([sys.executable, "-m", "jsbroker", "--version"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and "2.15.1" in out.stdout
