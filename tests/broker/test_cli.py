@@ -113,8 +113,8 @@ def test_quiet_by_default(server_factory):
     assert handle.log_tail() == ""
 
 
-def test_sigterm_flushes_pending_output_and_exits_0(server_factory):
-    handle = server_factory(JSBROKER, jetstream=False)
+def test_sigterm_flushes_pending_output_and_exits_0(server_factory, server_kind):
+    handle = server_factory(server_kind, jetstream=False)
     n = 20_000
     frame = b"PUB lame.x 100\r\n" + b"d" * 100 + b"\r\n"
     with Raw(handle.port) as sub, Raw(handle.port) as pub:
