@@ -93,42 +93,46 @@ def broker(request: pytest.FixtureRequest) -> Iterator[Any]:
 # Kubernetes ---------------------------------------------------------------------------------------
 
 
+def install_crds(client: kubernetes.client.ApiClient) -> list[str]:
+    """Install crds/*.yaml and wait until they are Established; returns their names."""
+    api = kubernetes.client.ApiextensionsV1Api(client)
+    names = []
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc:
+                continue
+            with contextlib.suppress(ApiException):
+                api.create_custom_resource_definition(doc)
+            names.append(doc["metadata"]["name"])
+
+    def established() -> bool:
+        for name in names:
+            conds = api.read_custom_resource_definition(name).status.conditions or []
+            if not any(c.type == "Established" and c.status == "True" for c in conds):
+                return False
+        return True
+
+    poll(established, timeout=30, what=f"CRDs {names} Established")
+    return names
+
+
 @pytest.fixture(scope="session")
 def crds(envtest: Any) -> list[str]:
-    """Install crds/*.yaml into the envtest apiserver and wait until they are Established."""
     with envtest.api_client() as client:
-        api = kubernetes.client.ApiextensionsV1Api(client)
-        names = []
-        for path in sorted((REPO / "crds").glob("*.yaml")):
-            for doc in yaml.safe_load_all(path.read_text()):
-                if not doc:
-                    continue
-                with contextlib.suppress(ApiException):
-                    api.create_custom_resource_definition(doc)
-                names.append(doc["metadata"]["name"])
-
-        def established() -> bool:
-            for name in names:
-                conds = api.read_custom_resource_definition(name).status.conditions or []
-                if not any(c.type == "Established" and c.status == "True" for c in conds):
-                    return False
-            return True
-
-        poll(established, timeout=30, what=f"CRDs {names} Established")
-    return names
+        return install_crds(client)
 
 
 class Operator:
     """A `jsoperator run` subprocess with its log file."""
 
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, log: Path, drift_interval: float = DRIFT_INTERVAL) -> None:
         self.log = log
         self.metrics_port, self.health_port = free_port(), free_port()
         env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONUNBUFFERED="1")
         cmd = [
             sys.executable, "-m", "jsoperator", "run",
             "--servers", "nats://127.0.0.1:1",  # unused: every CR names its own broker
-            "--drift-interval", str(DRIFT_INTERVAL),
+            "--drift-interval", str(drift_interval),
             "--request-timeout", "2",
             "--metrics-port", str(self.metrics_port),
             "--health-port", str(self.health_port),
