@@ -57,3 +57,11 @@ def test_normalise_blanks_volatile_values():
     assert normalise(a) == normalise(b)
     assert normalise({**a, "seq": 4}) != normalise(b)
     assert normalise({"created": "0001-01-01T00:00:00Z"}) == {"created": "0001-01-01T00:00:00Z"}
+
+
+def test_info_fields_match_nats_server(jsbroker_server, nats_server):
+    ours = json.loads(read_info(jsbroker_server.port)[5:])
+    theirs = json.loads(read_info(nats_server.port)[5:])
+    optional = {"git_commit", "go", "xkey"}  # Go build details and the xkey feature jsbroker lacks
+    assert set(ours) == set(theirs) - optional
+    assert normalise(ours) == normalise({k: v for k, v in theirs.items() if k not in optional})
