@@ -145,8 +145,15 @@ def apply_mapping(data: dict[str, Any], base: BrokerConfig, source: str) -> Brok
         kind = _TOP_KEYS.get(key)
         if kind is None:
             raise ConfigError(f"{source}: unknown setting {key!r}; known: {', '.join(sorted(_TOP_KEYS))}")
-        name = "host" if key == "listen" else key
-        top[name] = _convert(kind, value, f"{source}: {key}")
+        if key == "listen":  # nats-server style "host:port", or just a host
+            host, sep, port = str(value).rpartition(":")
+            if sep and port.isdigit():
+                top["port"] = int(port)
+                top["host"] = host.strip("[]")
+            else:
+                top["host"] = str(value)
+            continue
+        top[key] = _convert(kind, value, f"{source}: {key}")
     cfg = replace(base, **top)
     if "authorization" in data:
         cfg = replace(cfg, auth=_auth(data["authorization"], cfg.auth, source))

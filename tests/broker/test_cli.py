@@ -50,6 +50,8 @@ def test_toml_config_file(tmp_path):
     assert (str(js.store_dir), js.sync_always, js.domain, js.max_storage) == ("/var/lib/js", True, "hub", 1 << 30)
     path.write_text('[jetstream]\nsync_interval = "2m"\n')
     assert load_file(path).jetstream.sync_interval == 120.0
+    path.write_text('listen = "10.0.0.1:4333"\n')
+    assert (load_file(path).host, load_file(path).port) == ("10.0.0.1", 4333)
     path.write_text("[jetstream]\nenabled = false\n")
     assert load_file(path).jetstream is None
     # Flags win over the file.
