@@ -181,6 +181,10 @@ class Broker:
         body = {"stream_name": stream, "config": config, "action": action}
         return await self._request(f"CONSUMER.CREATE.{stream}.{name}", body)
 
+    async def pause_consumer(self, stream: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """CONSUMER.PAUSE: `{"pause_until": RFC3339}` pauses, `{}` resumes."""
+        return await self._request(f"CONSUMER.PAUSE.{stream}.{name}", body)
+
     async def delete_consumer(self, stream: str, name: str) -> bool:
         """Delete; False when it (or its stream) was already gone."""
         try:

@@ -101,8 +101,7 @@ async def reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, exec
         except models.SpecError as exc:
             return _failed(resource, status.invalid_spec(str(exc)))
         except credentials.CredentialsError as exc:
-            outcome = status.Outcome(False, "CredentialsNotFound", str(exc), reconciling=True)
-            return _failed(resource, outcome)
+            return _failed(resource, status.credentials_not_found(str(exc)))
         except connection.BrokerUnavailable as exc:
             # Said once by the condition; a Warning per retry would flood the namespace's Events.
             return _failed(resource, status.broker_unavailable(str(exc)), warn=trigger != "timer")
@@ -228,8 +227,11 @@ async def _converge_consumer(broker: connection.Broker, stream: str, desired: ma
     if p.action == "none":
         assert info is not None
         return _Converged("unchanged", info, p)
-    action = "create" if info is None else "update"
-    return _Converged("created" if info is None else "updated", await broker.put_consumer(stream, p.config, action), p)
+    info = await broker.put_consumer(stream, p.config, "create" if info is None else "update")
+    if p.pause is not None:  # the server ignores pause_until on update: pause/resume is its own call
+        await broker.pause_consumer(stream, desired["durable_name"], p.pause)
+        info = await broker.consumer_info(stream, desired["durable_name"]) or info
+    return _Converged("created" if p.action == "create" else "updated", info, p)
 
 
 # -- delete ---------------------------------------------------------------------------------------
@@ -246,7 +248,7 @@ async def delete(resource: Resource, runtime: Runtime, consumers_left: list[str]
             f"waiting for Consumer resources {sorted(consumers_left)} of stream {resource.server_name()} to be "
             "deleted before deleting the stream"
         )
-        outcome = status.Outcome(False, "DeletionBlocked", message, reconciling=True)
+        outcome = status.deletion_blocked(message)
         evs = [events.Event("Normal", events.DELETE_BLOCKED, message)]
         return Result(_patch(resource, outcome), evs, retry=True, done=False, message=message)
     try:

@@ -118,8 +118,5 @@ def kopf_settings(settings: Settings) -> kopf.OperatorSettings:
     ks.posting.loggers = False
     ks.posting.level = logging.INFO
     ks.watching.server_timeout = 300
-    # kopf waits this long after each watch event for more on the same object; our handlers are
-    # idempotent, so a short window cuts apply->Ready latency (create = two event cycles).
-    ks.batching.batch_window = 0.02
     ks.networking.request_timeout = 30
     return ks

@@ -82,6 +82,9 @@ async def test_consumer_lifecycle(broker, pool):
     with pytest.raises(connection.ApiError) as err:  # update of a missing consumer
         await b.put_consumer("S", {"durable_name": "ghost"}, "update")
     assert err.value.err_code == 10149
+    paused = await b.pause_consumer("S", "c", {"pause_until": "2100-01-01T00:00:00Z"})
+    assert paused["paused"] is True
+    assert (await b.pause_consumer("S", "c", {}))["paused"] is False
     assert await b.delete_consumer("S", "c") is True
     assert await b.delete_consumer("S", "c") is False
 

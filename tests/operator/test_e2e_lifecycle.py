@@ -122,3 +122,19 @@ def test_broker_outage_and_recovery(kube, broker):
     kube.wait_condition("Consumer", "durable-c", "Ready", timeout=40)
     assert server_consumer(broker.url, "durable", "durable-c") is not None
     poll(lambda: any(e.reason == "Created" for e in kube.events("durable")), timeout=5, what="events kept")
+
+
+def test_pause_until_pauses_and_resumes_the_consumer(kube, broker):
+    make_stream(kube, broker, "ps")
+    kube.create("Consumer", "sleeper", {"streamName": "ps", "connection": conn(broker)})
+    kube.wait_condition("Consumer", "sleeper", "Ready")
+
+    def paused() -> bool:
+        return bool(server_consumer(broker.url, "ps", "sleeper").paused)
+
+    kube.patch("Consumer", "sleeper", {"spec": {"pauseUntil": "2100-01-01T00:00:00Z"}})
+    kube.wait("Consumer", "sleeper", lambda o: o["status"].get("observedGeneration") == 2 and has_condition(o, "Ready"))
+    assert paused() is True
+    kube.patch("Consumer", "sleeper", {"spec": {"pauseUntil": None}})
+    kube.wait("Consumer", "sleeper", lambda o: o["status"].get("observedGeneration") == 3 and has_condition(o, "Ready"))
+    assert paused() is False
