@@ -82,9 +82,14 @@ def _patch(resource: Resource, outcome: status.Outcome, **kw: Any) -> dict[str, 
     return status.build(resource.status, generation=resource.generation, outcome=outcome, now=_now(), **kw)
 
 
-def _failed(resource: Resource, outcome: status.Outcome, *, warn: bool = True) -> Result:
+def _failed(resource: Resource, outcome: status.Outcome) -> Result:
     metrics.RECONCILIATIONS_FAILED.labels(resource.kind, outcome.reason).inc()
-    evs = [events.Event("Warning", events.FAILED, outcome.message)] if warn else []
+    # One Warning per distinct problem: retries and drift checks repeating it would flood the Events.
+    # An outage's message varies per attempt (timeout, refused), so for it the reason alone counts.
+    ready = status.condition(resource.status, status.READY) or {}
+    same_reason = ready.get("reason") == outcome.reason
+    new = not same_reason or (outcome.reason != status.BROKER_UNAVAILABLE and ready.get("message") != outcome.message)
+    evs = [events.Event("Warning", events.FAILED, outcome.message)] if new else []
     return Result(_patch(resource, outcome), evs, retry=outcome.reconciling, message=outcome.message)
 
 
@@ -103,8 +108,7 @@ async def reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, exec
         except credentials.CredentialsError as exc:
             return _failed(resource, status.credentials_not_found(str(exc)))
         except connection.BrokerUnavailable as exc:
-            # Said once by the condition; a Warning per retry would flood the namespace's Events.
-            return _failed(resource, status.broker_unavailable(str(exc)), warn=trigger != "timer")
+            return _failed(resource, status.broker_unavailable(str(exc)))
         except connection.ApiError as exc:
             return _failed(resource, status.api_error(exc.code, exc.err_code, exc.description))
 
@@ -144,8 +148,7 @@ async def _reconcile_consumer(
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
     except _StreamMissing as exc:
-        return _failed(resource, status.Outcome(False, status.WAITING_FOR_STREAM, str(exc), reconciling=True),
-                       warn=False)
+        return _failed(resource, status.Outcome(False, status.WAITING_FOR_STREAM, str(exc), reconciling=True))
     evs = _change_events(resource, "consumer", done, trigger)
     info, extra = done.info, {}
     if pending is not None and pending.request not in executed:

@@ -3,6 +3,8 @@ Consumers, and a broker outage with recovery, all driven through the Kubernetes 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.operator.conftest import (condition, has_condition, on_broker, poll, publish, server_consumer,
@@ -138,3 +140,18 @@ def test_pause_until_pauses_and_resumes_the_consumer(kube, broker):
     kube.patch("Consumer", "sleeper", {"spec": {"pauseUntil": None}})
     kube.wait("Consumer", "sleeper", lambda o: o["status"].get("observedGeneration") == 3 and has_condition(o, "Ready"))
     assert paused() is False
+
+
+def test_outage_warns_once_not_per_retry(kube, broker):
+    make_stream(kube, broker, "quiet")
+    broker.kill()
+    kube.wait_condition("Stream", "quiet", "Ready", "False", "BrokerUnavailable")
+    kube.patch("Stream", "quiet", {"spec": {"maxMsgs": 5}})  # a change handler now retries with backoff
+
+    def retries(obj: dict) -> int:
+        progress = obj["metadata"].get("annotations", {}).get("jsoperator.io/update")
+        return json.loads(progress).get("retries", 0) if progress else 0
+
+    kube.wait("Stream", "quiet", lambda o: retries(o) >= 2, timeout=30, what="update handler retried twice")
+    warnings = [e for e in kube.events("quiet") if e.reason == "ReconcileFailed"]
+    assert len(warnings) == 1 and "cannot reach JetStream" in warnings[0].message
