@@ -229,13 +229,14 @@ class Pool:
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._clients: dict[ConnectionSettings, Client] = {}
-        self._lock = asyncio.Lock()
+        # One lock per connection: a broker that is slow to answer never delays the others.
+        self._locks: dict[ConnectionSettings, asyncio.Lock] = {}
 
     async def broker(self, settings: ConnectionSettings) -> Broker:
         return Broker(await self._client(settings), settings, self._timeout)
 
     async def _client(self, settings: ConnectionSettings) -> Client:
-        async with self._lock:
+        async with self._locks.setdefault(settings, asyncio.Lock()):
             nc = self._clients.get(settings)
             if nc is not None and not nc.is_closed:
                 return nc
@@ -244,6 +245,7 @@ class Pool:
             return nc
 
     async def _connect(self, settings: ConnectionSettings) -> Client:
+        last_error: list[Exception] = []  # what the client last complained about, for the failure message
         options: dict[str, Any] = dict(
             servers=list(settings.servers),
             name="jsoperator",
@@ -253,7 +255,7 @@ class Pool:
             reconnect_time_wait=0.5,
             # Requests made while reconnecting must fail fast, not wait on a buffer.
             pending_size=0,
-            error_cb=self._on_error,
+            error_cb=functools.partial(self._on_error, last_error),
             disconnected_cb=functools.partial(self._on_state, "disconnected", settings),
             reconnected_cb=functools.partial(self._on_state, "reconnected", settings),
         )
@@ -272,11 +274,15 @@ class Pool:
             await asyncio.wait_for(nc.connect(**options), timeout=budget)
         except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
             await nc.close()
-            reason = str(exc) or f"no answer within {budget:.0f}s"
+            cause = last_error[-1] if last_error else exc
+            reason = str(cause) or f"{type(cause).__name__} within {budget:.0f}s"
             raise BrokerUnavailable(f"cannot connect to {settings.describe()}: {reason}") from exc
         return nc
 
-    async def _on_error(self, exc: Exception) -> None:
+    async def _on_error(self, last_error: list[Exception], exc: Exception) -> None:
+        # A server's own complaint ("Authorization Violation") says more than the reset that follows it.
+        if not (last_error and isinstance(last_error[0], nats.errors.Error) and isinstance(exc, OSError)):
+            last_error[:] = [exc]
         log.debug("nats client error: %s", exc)
 
     async def _on_state(self, state: str, settings: ConnectionSettings) -> None:
@@ -287,8 +293,7 @@ class Pool:
         return all(nc.is_connected or nc.is_reconnecting for nc in self._clients.values() if not nc.is_closed)
 
     async def close(self) -> None:
-        async with self._lock:
-            clients, self._clients = list(self._clients.values()), {}
+        clients, self._clients = list(self._clients.values()), {}
         for nc in clients:
             try:
                 await nc.close()
