@@ -5,7 +5,6 @@ nats-py 2.16's `jsm.reset_consumer`)."""
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest

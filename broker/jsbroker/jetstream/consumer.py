@@ -18,7 +18,6 @@ per message. Handlers run inside the core's routing and never block.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import time
@@ -41,8 +40,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from jsbroker.internal import InterestWatch, InternalBus, InternalSubscription, Origin
-
-log = logging.getLogger(__name__)
 
 MSG_NEXT_PREFIX = "$JS.API.CONSUMER.MSG.NEXT."
 FC_PREFIX = "$JS.FC."

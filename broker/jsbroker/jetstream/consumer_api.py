@@ -22,7 +22,7 @@ from . import advisories, consumer_config, errors
 from .api import Endpoint, Request, get_int, get_str, get_time
 from .consumer import Consumer, load_meta
 from .consumer_config import ConsumerConfig, StreamFacts
-from .times import ZERO_TIME, now_ns, rfc3339
+from .times import ZERO_TIME, now_ns
 
 if TYPE_CHECKING:
     from .service import JetStream
