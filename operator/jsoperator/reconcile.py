@@ -13,7 +13,8 @@ from collections.abc import Mapping, MutableSet
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from . import annotations, connection, events, mapping, metrics, models, plan, reset, status
+from . import annotations as annotation
+from . import connection, events, mapping, metrics, models, plan, reset, status
 from .handlers import credentials
 from .settings import Settings
 
@@ -101,7 +102,7 @@ async def reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, exec
     with metrics.timed(resource.kind, trigger):
         try:
             return await _reconcile(resource, runtime, trigger, executed)
-        except annotations.AnnotationError as exc:
+        except annotation.AnnotationError as exc:
             return _failed(resource, status.invalid_annotation(str(exc)))
         except models.SpecError as exc:
             return _failed(resource, status.invalid_spec(str(exc)))
@@ -114,9 +115,9 @@ async def reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, exec
 
 
 async def _reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, executed: MutableSet[str]) -> Result:
-    if not annotations.is_managed(resource.annotations):
+    if not annotation.is_managed(resource.annotations):
         return Result(_patch(resource, status.synced(""), mode="unmanaged"))
-    if annotations.is_paused(resource.annotations):
+    if annotation.is_paused(resource.annotations):
         return Result(_patch(resource, status.synced(""), mode="paused"))
     if resource.kind == "Stream":
         return await _reconcile_stream(resource, runtime, trigger)
@@ -140,7 +141,7 @@ async def _reconcile_consumer(
     resource: Resource, runtime: Runtime, trigger: Trigger, executed: MutableSet[str]
 ) -> Result:
     spec = models.parse_spec(models.ConsumerSpec, resource.spec)
-    pending = annotations.pending_reset(resource.annotations, resource.status.get("lastReset"))
+    pending = annotation.pending_reset(resource.annotations, resource.status.get("lastReset"))
     desired = mapping.consumer_config(spec, resource.name)
     broker = await runtime.broker(resource, spec.connection)
     try:
@@ -263,7 +264,7 @@ async def delete(resource: Resource, runtime: Runtime, consumers_left: list[str]
             existed = await broker.delete_consumer(resource.stream_name(), resource.server_name())
     except (connection.BrokerUnavailable, credentials.CredentialsError) as exc:
         outcome = status.broker_unavailable(str(exc))
-        message = f"cannot delete the {kind} yet: {exc}; retrying (annotate {annotations.MANAGED}=false to let go)"
+        message = f"cannot delete the {kind} yet: {exc}; retrying (annotate {annotation.MANAGED}=false to let go)"
         return Result(_patch(resource, outcome), [], retry=True, done=False, message=message)
     except connection.ApiError as exc:
         outcome = status.api_error(exc.code, exc.err_code, exc.description, action=f"deleting the {kind}")
@@ -275,11 +276,11 @@ async def delete(resource: Resource, runtime: Runtime, consumers_left: list[str]
 
 def _kept_because(resource: Resource) -> str:
     try:
-        if not annotations.is_managed(resource.annotations):
-            return f"{annotations.MANAGED} is false"
-        if annotations.is_paused(resource.annotations):
-            return f"{annotations.PAUSE} is true"
-    except annotations.AnnotationError as exc:
+        if not annotation.is_managed(resource.annotations):
+            return f"{annotation.MANAGED} is false"
+        if annotation.is_paused(resource.annotations):
+            return f"{annotation.PAUSE} is true"
+    except annotation.AnnotationError as exc:
         return f"{exc} (not deleting while unsure)"
     if resource.spec.get("preventDelete"):
         return "spec.preventDelete is true"

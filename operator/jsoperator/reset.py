@@ -1,6 +1,6 @@
 """Executing one consumer reset annotation: resolve the target sequence, call CONSUMER.RESET, record it.
 
-`annotations.pending_reset` decides *whether* a reset runs (each distinct value once); this module
+`annotation.pending_reset` decides *whether* a reset runs (each distinct value once); this module
 runs it. Refusals by the server (policy error 10204, no RESET API) become a Failed `status.lastReset`
 and a Warning Event, never a retry; an unreachable broker propagates (BrokerUnavailable) so nothing
 is recorded and the reset runs once the broker is back.
@@ -12,7 +12,8 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from . import annotations, connection, events, metrics, status
+from . import annotations as annotation
+from . import connection, events, metrics, status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Executed:
     info: dict[str, Any] | None  # ConsumerInfo after a successful reset
 
 
-async def target_sequence(broker: connection.Broker, stream: str, request: annotations.ResetRequest) -> int:
+async def target_sequence(broker: connection.Broker, stream: str, request: annotation.ResetRequest) -> int:
     """The stream sequence to reset to; 0 means the consumer's ack floor (the server resolves it)."""
     if request.kind == "sequence":
         assert request.sequence is not None
@@ -35,11 +36,12 @@ async def target_sequence(broker: connection.Broker, stream: str, request: annot
         return seq
     # Nothing stored at or after that time: start after the last message (only new ones are delivered).
     info = await broker.stream_info(stream)
-    return int(((info or {}).get("state") or {}).get("last_seq", 0)) + 1
+    last_seq: int = ((info or {}).get("state") or {}).get("last_seq", 0)
+    return last_seq + 1
 
 
 async def execute(
-    broker: connection.Broker, stream: str, consumer: str, request: annotations.ResetRequest, now: datetime
+    broker: connection.Broker, stream: str, consumer: str, request: annotation.ResetRequest, now: datetime
 ) -> Executed:
     try:
         seq = await target_sequence(broker, stream, request)

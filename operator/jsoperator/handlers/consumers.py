@@ -15,9 +15,10 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
     common.register_reconcilers(registry, settings, "Consumer", "consumers")
 
     @kopf.index(common.GROUP, common.VERSION, "consumers", id="consumers_by_stream", registry=registry)
-    def consumers_by_stream(namespace: str, name: str, spec: kopf.Spec, **_: Any) -> dict[tuple[str, str], str]:
-        return {(namespace, str(spec.get("streamName") or "")): name}
+    def consumers_by_stream(**kwargs: Any) -> dict[tuple[str, str], str]:
+        stream = str(kwargs["spec"].get("streamName") or "")
+        return {(kwargs["namespace"], stream): kwargs["name"]}
 
     @kopf.on.delete(common.GROUP, common.VERSION, "consumers", id="delete", registry=registry)
-    async def on_delete(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
-        await common.delete_handler("Consumer", body, patch, memo, retry, [])
+    async def on_delete(**kwargs: Any) -> None:
+        await common.delete_handler("Consumer", kwargs["body"], kwargs["patch"], kwargs["memo"], kwargs["retry"], [])

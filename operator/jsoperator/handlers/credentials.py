@@ -15,7 +15,7 @@ from pathlib import Path
 
 import kubernetes.client
 import kubernetes.config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from .. import connection, models
 from ..settings import Settings
@@ -28,15 +28,16 @@ class CredentialsError(Exception):
 @functools.cache
 def _core_api() -> kubernetes.client.CoreV1Api:
     try:
-        kubernetes.config.load_incluster_config()
+        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
     except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config()
+        kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
     return kubernetes.client.CoreV1Api()
 
 
 async def _secret_value(namespace: str, name: str, key: str, field: str) -> str:
     def read() -> dict[str, str]:
-        return _core_api().read_namespaced_secret(name, namespace).data or {}
+        data = _core_api().read_namespaced_secret(name, namespace).data or {}
+        return {key: str(value) for key, value in data.items()}  # base64 text
 
     try:
         data = await asyncio.to_thread(read)
@@ -74,7 +75,7 @@ async def _operator_defaults(settings: Settings) -> connection.ConnectionSetting
 
 async def resolve(spec: models.ConnectionSpec | None, namespace: str, settings: Settings) -> connection.ConnectionSettings:
     """The connection for one resource: its own spec.connection, else the operator's settings."""
-    spec = spec or models.ConnectionSpec()
+    spec = spec or models.ConnectionSpec.model_validate({})
     own_servers = tuple(spec.servers or ()) or settings.servers
     if own_servers == settings.servers and not _has_auth(spec):
         defaults = await _operator_defaults(settings)

@@ -15,10 +15,10 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
     common.register_reconcilers(registry, settings, "Stream", "streams")
 
     @kopf.on.delete(common.GROUP, common.VERSION, "streams", id="delete", registry=registry)
-    async def on_delete(
-        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, consumers_by_stream: kopf.Index, **_: Any
-    ) -> None:
+    async def on_delete(**kwargs: Any) -> None:
+        body: kopf.Body = kwargs["body"]
+        index: kopf.Index[tuple[str, str], str] = kwargs["consumers_by_stream"]
         meta = body["metadata"]
         name = (body.get("spec") or {}).get("name") or meta["name"]
-        left = list(consumers_by_stream.get((meta["namespace"], name), []))
-        await common.delete_handler("Stream", body, patch, memo, retry, left)
+        left = list(index.get((meta["namespace"], name), []))
+        await common.delete_handler("Stream", body, kwargs["patch"], kwargs["memo"], kwargs["retry"], left)
