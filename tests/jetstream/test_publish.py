@@ -10,7 +10,7 @@ import nats
 import pytest
 from nats.js.errors import NoStreamResponseError
 
-from tests.jetstream.test_stream_api import C, D, G, I, P, U, cfg, pub  # noqa: E741
+from tests.jetstream.test_stream_api import C, D, G, I, P, U, cfg, on_storage, pub  # noqa: E741
 
 CASES = {
     "plain_acks_and_no_reply": [(C, cfg()), pub("{S}.a"), pub("{S}.b", ""), (I, ""), (D, "")],
@@ -86,9 +86,10 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("storage", ["memory", "file"])
 @pytest.mark.parametrize("name", sorted(CASES))
-async def test_publish_matches_nats_server(differential, name):
-    ours, theirs = await differential(CASES[name])
+async def test_publish_matches_nats_server(differential, name, storage):
+    ours, theirs = await differential(on_storage(CASES[name], storage))
     assert ours == theirs
 
 
@@ -170,3 +171,32 @@ async def test_near_max_payload_message_round_trips(server, unique):
         await js.delete_stream(name)
     finally:
         await nc.close()
+
+
+def _accounted(storage: str, subject: str, hdr: bytes, data: bytes) -> int:
+    """nats-server's per-message byte accounting (filestore / memstore)."""
+    if storage == "memory":
+        return len(subject) + len(hdr) + len(data) + 16
+    return 22 + len(subject) + (4 + len(hdr) if hdr else 0) + len(data) + 8
+
+
+@pytest.mark.parametrize("storage", ["memory", "file"])
+@pytest.mark.parametrize("discard", ["new", "old"])
+async def test_max_bytes_boundary_matches_nats_server(nats_server, jsbroker_server, unique, storage, discard):
+    """max_bytes set to exactly two messages' accounted size (one with a header): the third publish is
+    refused (discard new) or pushes the first out (discard old); `bytes` is the same on both servers."""
+    from tests.jetstream.conftest import replay
+
+    name = unique("MB")
+    sub = name + ".a"
+    hdr = {"Nats-Msg-Id": "m1"}
+    wire_hdr = b"NATS/1.0\r\nNats-Msg-Id: m1\r\n\r\n"
+    limit = _accounted(storage, sub, wire_hdr, b"x" * 20) + _accounted(storage, sub, b"", b"y" * 30)
+    create = {"name": "{S}", "subjects": ["{S}.>"], "storage": storage, "discard": discard, "max_bytes": limit}
+    steps = [("$JS.API.STREAM.CREATE.{S}", create), ("{S}.a", "x" * 20, hdr), ("{S}.a", "y" * 30),
+             ("$JS.API.STREAM.INFO.{S}", ""), ("{S}.a", "z"), ("$JS.API.STREAM.INFO.{S}", ""),
+             ("$JS.API.STREAM.DELETE.{S}", "")]
+    ours, theirs = await asyncio.gather(replay(jsbroker_server.url, steps, name),
+                                        replay(nats_server.url, steps, name))
+    assert ours == theirs
+    assert ours[3]["state"]["bytes"] == limit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jsbroker.store import SyncPolicy
+from jsbroker.store import SyncPolicy, record
 from jsbroker.store.base import StoreLimits
 from jsbroker.store.file import FileStore
 from jsbroker.store.memory import MemoryStore
@@ -21,6 +21,11 @@ class StoreFactory:
         if self.kind == "memory":
             return MemoryStore(limits)
         return FileStore(self.directory, limits, sync, block_size=block_size)
+
+    def size(self, subject: str, hdr: bytes, data: bytes) -> int:
+        """The bytes a message counts for in this kind of store (nats-server's formulas)."""
+        account = record.memory_size if self.kind == "memory" else record.file_size
+        return account(len(subject), len(hdr), len(data))
 
     def reopen(self, store, limits: StoreLimits = StoreLimits(), block_size: int = SMALL_BLOCK):
         """A restart for file stores; memory stores are returned as they are."""

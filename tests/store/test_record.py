@@ -15,7 +15,12 @@ def test_message_record_round_trip_and_layout():
     assert (got.kind, got.seq, got.ts, got.aux, got.subject, got.hdr, got.data) == (
         b"M", 7, 123, -1, b"a.b", b"NATS/1.0\r\n\r\n", b"payload")
     assert record.decode_msg(rec, 7) == (b"NATS/1.0\r\n\r\n", b"payload")
-    assert record.record_len_from_size(record.nats_size(3, 12, 7)) == len(rec)
+    assert record.file_size(3, 12, 7) == 22 + 3 + 4 + 12 + 7 + 8  # nats-server's fileStoreMsgSize
+    assert record.file_size(3, 0, 7) == 22 + 3 + 7 + 8
+    assert record.memory_size(3, 12, 7) == 3 + 12 + 7 + 16
+    assert record.record_len_from_file_size(record.file_size(3, 12, 7), True) == len(rec)
+    plain = record.encode_msg(7, 123, 0, b"a.b", b"", b"payload")
+    assert record.record_len_from_file_size(record.file_size(3, 0, 7), False) == len(plain)
 
 
 def test_fixed_records():

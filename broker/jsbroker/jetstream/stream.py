@@ -345,8 +345,7 @@ class Stream:
         state = self.store.state()
         if 0 < cfg.max_msgs <= state.msgs:
             raise errors.STREAM_STORE_FAILED(err="maximum messages exceeded")
-        size = len(subject) + len(hdr) + len(payload) + 16
-        if cfg.max_bytes > 0 and state.bytes + size > cfg.max_bytes:
+        if cfg.max_bytes > 0 and state.bytes + self.store.accounted_size(subject, hdr, payload) > cfg.max_bytes:
             raise errors.STREAM_STORE_FAILED(err="maximum bytes exceeded")
 
     def _skip(self, msg_id: str, subject: str, rollup: str) -> int:
@@ -408,6 +407,8 @@ class Stream:
             raise errors.STREAM_SEALED()
         if self.config.deny_delete:
             raise errors.STREAM_MSG_DELETE_FAILED(err="message delete not permitted")
+        if self.config.storage == "file" and seq > self.store.state().last_seq:
+            raise errors.STREAM_MSG_DELETE_FAILED(err="stream store EOF")  # nats-server's filestore says so
         if not self.store.remove_msg(seq, erase=erase):
             raise errors.SEQUENCE_NOT_FOUND(seq=seq)
 

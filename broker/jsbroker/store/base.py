@@ -37,7 +37,7 @@ class StoredMsg:
 
     @property
     def size(self) -> int:
-        """Bytes as nats-server accounts them: len(subject) + len(hdr) + len(data) + 16 (seq + ts)."""
+        """Bytes as nats-server's memory store accounts them: len(subject) + len(hdr) + len(data) + 16."""
         return len(self.subject) + len(self.hdr) + len(self.data) + 16
 
 
@@ -102,6 +102,10 @@ class StreamStore(Protocol):
     def store_batch(self, msgs: list[tuple[str, bytes, bytes, int]]) -> list[tuple[int, int]]:
         """store_msg for each (subject, hdr, data, ttl_ns) in order, with one write() (and fsync) for the
         whole batch: the cheap way to ingest everything one socket read brought in."""
+
+    def accounted_size(self, subject: str, hdr: bytes, data: bytes) -> int:
+        """The bytes this message would add to `state().bytes` (nats-server's file and memory stores
+        account differently); for discard-new max_bytes checks."""
 
     def skip_msgs(self, next_seq: int) -> None:
         """Advance the sequence so the next stored message gets `next_seq` (first_seq, interest gaps)."""

@@ -41,8 +41,12 @@ from .indexed import IndexedStore
 log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 8 << 20
+# A location is hdr_flag << 63 | block << 40 | offset; the flag (the message has a header) turns the
+# accounted size back into our record length.
 _LOC_SHIFT = 40
 _OFFSET_MASK = (1 << _LOC_SHIFT) - 1
+_BLOCK_MASK = (1 << 23) - 1
+_HDR_FLAG = 1 << 63
 _READ_FDS = 32  # open read descriptors kept per store
 _MAX_IOV = 512  # beyond this many records, join them for one write
 _CANDIDATE = re.compile(rb"(?s)(?=....[MDF])")  # where a record could start (for re-synchronising)
@@ -71,6 +75,15 @@ class _Block:
         self.live_bytes -= length
 
 
+def _block_of(loc: int) -> int:
+    return loc >> _LOC_SHIFT & _BLOCK_MASK
+
+
+def _rec_len(loc: int, size: int) -> int:
+    """Our record length of the message at `loc` with accounted size `size`."""
+    return record.record_len_from_file_size(size, loc >= _HDR_FLAG)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -84,6 +97,8 @@ def _datasync(fd: int) -> None:
 
 
 class FileStore(IndexedStore):
+    _account = staticmethod(record.file_size)
+
     def __init__(
         self, directory: Path, limits: StoreLimits, sync: SyncPolicy, block_size: int = BLOCK_SIZE
     ) -> None:
@@ -222,8 +237,8 @@ class FileStore(IndexedStore):
         lo = max(blk.first_seq, self._first) - self._base
         for i in range(max(lo, 0), min(blk.last_seq - self._base + 1, len(self._sids))):
             loc = self._locs[i]
-            if self._sids[i] and loc >> _LOC_SHIFT == blk.no:
-                rec = os.pread(fd, record.record_len_from_size(self._sizes[i]), loc & _OFFSET_MASK)
+            if self._sids[i] and _block_of(loc) == blk.no:
+                rec = os.pread(fd, _rec_len(loc, self._sizes[i]), loc & _OFFSET_MASK)
                 out.append(rec)
                 moved.append((i, offset))
                 offset += len(rec)
@@ -240,7 +255,7 @@ class FileStore(IndexedStore):
         os.replace(tmp, blk.path)
         self._dir_dirty = True
         for i, new_offset in moved:
-            self._locs[i] = blk.no << _LOC_SHIFT | new_offset
+            self._locs[i] = self._locs[i] & _HDR_FLAG | blk.no << _LOC_SHIFT | new_offset
         blk.size, blk.tombs = offset, array("Q", keep)
 
     def _still_needed(self, seq: int, holder: int, going: set[int] | tuple[()]) -> bool:
@@ -249,7 +264,7 @@ class FileStore(IndexedStore):
         i = seq - self._base
         if not (self._msgs and seq > self._first and i < len(self._sids) and not self._sids[i]):
             return False
-        target = self._locs[i] >> _LOC_SHIFT
+        target = _block_of(self._locs[i])
         return target != holder and target in self._blocks and target not in going
 
     # ---- IndexedStore hooks -------------------------------------------------------------------------
@@ -257,23 +272,23 @@ class FileStore(IndexedStore):
         rec = record.encode_msg(seq, ts, ttl, subject, hdr, data)
         blk, offset = self._queue(rec)
         blk.add(seq, len(rec))
-        return blk.no << _LOC_SHIFT | offset
+        return (_HDR_FLAG if hdr else 0) | blk.no << _LOC_SHIFT | offset
 
     def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
-        no, offset = loc >> _LOC_SHIFT, loc & _OFFSET_MASK
+        no, offset = _block_of(loc), loc & _OFFSET_MASK
         fd = self._rfds.get(no)
         try:
-            buf = os.pread(self._rfd(no) if fd is None else fd, record.record_len_from_size(size), offset)
+            buf = os.pread(self._rfd(no) if fd is None else fd, _rec_len(loc, size), offset)
             return record.decode_msg(buf, seq)
         except (OSError, record.RecordError, struct.error) as e:
             log.error("stream store %s: unreadable message seq=%d in block %d: %s", self._dir, seq, no, e)
             return None
 
     def _drop(self, seq: int, loc: int, size: int) -> None:
-        blk = self._blocks.get(loc >> _LOC_SHIFT)
+        blk = self._blocks.get(_block_of(loc))
         if blk is None:
             return
-        blk.remove(record.record_len_from_size(size))
+        blk.remove(_rec_len(loc, size))
         if blk is not self._active:
             if blk.live == 0:
                 self._doomed.append(blk)
@@ -292,12 +307,12 @@ class FileStore(IndexedStore):
                 self._doomed.append(blk)
 
     def _erase(self, seq: int, loc: int, size: int) -> None:
-        no, offset = loc >> _LOC_SHIFT, loc & _OFFSET_MASK
+        no, offset = _block_of(loc), loc & _OFFSET_MASK
         self._flush()
         try:
             fd = os.open(self._block_path(no), os.O_WRONLY)  # not O_APPEND: pwrite must hit the offset
             try:
-                os.pwrite(fd, record.encode_erased(seq, record.record_len_from_size(size)), offset)
+                os.pwrite(fd, record.encode_erased(seq, _rec_len(loc, size)), offset)
                 if self._sync.always:
                     _datasync(fd)
             finally:
@@ -307,7 +322,7 @@ class FileStore(IndexedStore):
 
     def _log_delete(self, seq: int) -> None:
         blk, _ = self._queue(record.encode_delete(seq))
-        if self._locs[seq - self._base] >> _LOC_SHIFT != blk.no:
+        if _block_of(self._locs[seq - self._base]) != blk.no:
             blk.tombs.append(seq)
 
     def _log_floor(self) -> None:
@@ -350,7 +365,7 @@ class FileStore(IndexedStore):
             self._blocks[no] = blk
             floor, gap = self._scan(blk, floor, gap, lost, subjects, is_tail=k == len(numbers) - 1)
         for loc, size in self._finish_restore(floor):
-            self._blocks[loc >> _LOC_SHIFT].remove(record.record_len_from_size(size))
+            self._blocks[_block_of(loc)].remove(_rec_len(loc, size))
         for tmp in self._msgs_dir.glob("*.tmp"):  # a rewrite interrupted before its rename
             tmp.unlink()
         if not self._blocks:
@@ -402,17 +417,17 @@ class FileStore(IndexedStore):
                         if subject is None:
                             subject = subjects[raw] = raw.decode("utf-8", "replace")
                         dsize = length - record.OVERHEAD - slen - hlen
-                        self._restore_msg(seq, subject, ts, record.nats_size(slen, hlen, dsize), aux,
-                                          blk.no << _LOC_SHIFT | offset)
+                        self._restore_msg(seq, subject, ts, record.file_size(slen, hlen, dsize), aux,
+                                          (_HDR_FLAG if hlen else 0) | blk.no << _LOC_SHIFT | offset)
                         blk.add(seq, length)
                     gap = False
                 elif kind == record.DELETE:
                     gone = self._restore_delete(seq)
                     if gone is not None:
-                        target = self._blocks.get(gone[0] >> _LOC_SHIFT)
+                        target = self._blocks.get(_block_of(gone[0]))
                         if target is not None:
-                            target.remove(record.record_len_from_size(gone[1]))
-                        if gone[0] >> _LOC_SHIFT != blk.no:
+                            target.remove(_rec_len(*gone))
+                        if _block_of(gone[0]) != blk.no:
                             blk.tombs.append(seq)
                 else:  # FLOOR
                     floor = max(floor, aux)

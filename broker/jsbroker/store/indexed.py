@@ -20,7 +20,7 @@ from typing import Iterator
 
 from ..subjects import is_literal, subject_matches
 from .base import RemoveCallback, StoreClosed, StoredMsg, StoreError, StoreLimits, StoreState
-from .record import nats_size
+from .record import memory_size
 from .subject_index import SubjectEntry, SubjectIndex, is_all
 
 _NONZERO = re.compile(rb"[^\x00]")
@@ -31,13 +31,17 @@ _SCAN_WINDOW = 512  # above it, scan this many seqs before falling back to per-s
 class IndexedStore:
     """Base of MemoryStore and FileStore; see the module docstring for the hooks."""
 
+    # Bytes one message counts for (state bytes, max_bytes) from (subject, header, payload) lengths:
+    # each backend accounts as its nats-server counterpart does.
+    _account = staticmethod(memory_size)
+
     def __init__(self, limits: StoreLimits) -> None:
         self._limits = limits
         self._subjects = SubjectIndex()
         self._base = 1  # seq of row 0 in the arrays below
         self._sids = array("I")  # subject id per seq, 0 = no message (deleted, skipped)
         self._ts = array("q")  # store time per seq (kept for gaps too, so it stays sorted)
-        self._sizes = array("I")  # nats_size per seq
+        self._sizes = array("I")  # accounted size per seq (`_account`)
         self._locs = array("Q")  # backend location per seq (file: block << 40 | offset)
         self._first = 0  # first live seq, 0 when there are no messages
         self._last = 0
@@ -65,7 +69,7 @@ class IndexedStore:
         raise NotImplementedError
 
     def _drop(self, seq: int, loc: int, size: int) -> None:
-        """The body of `seq` (nats_size `size`) is no longer live."""
+        """The body of `seq` (accounted size `size`) is no longer live."""
 
     def _drop_all(self) -> None:
         """Every body is gone (purge of everything)."""
@@ -303,7 +307,7 @@ class IndexedStore:
             ts = self._last_ts  # never backwards: time lookups bisect on it
         subj = subject.encode()
         loc = self._put(seq, ts, ttl_ns, subj, hdr, data)
-        entry = self._index(seq, subject, ts, nats_size(len(subj), len(hdr), len(data)), ttl_ns, loc)
+        entry = self._index(seq, subject, ts, self._account(len(subj), len(hdr), len(data)), ttl_ns, loc)
         if self._count_limited:
             self._enforce_limits(entry)
         return seq, ts
@@ -321,6 +325,9 @@ class IndexedStore:
             return [self._store_one(subject, hdr, data, ttl) for subject, hdr, data, ttl in msgs]
         finally:
             self._commit()
+
+    def accounted_size(self, subject: str, hdr: bytes, data: bytes) -> int:
+        return self._account(len(subject.encode()), len(hdr), len(data))
 
     def skip_msgs(self, next_seq: int) -> None:
         self._check_open()

@@ -75,15 +75,23 @@ class Record:
     length: int
 
 
-def nats_size(subj_len: int, hdr_len: int, data_len: int) -> int:
-    """Bytes as nats-server accounts a message (subject, header, payload, seq + ts)."""
+def memory_size(subj_len: int, hdr_len: int, data_len: int) -> int:
+    """Bytes as nats-server's memory store accounts a message (subject, header, payload, seq + ts)."""
     return subj_len + hdr_len + data_len + 16
 
 
-def record_len_from_size(size: int) -> int:
-    """The record length of a message whose nats_size is `size` (the store keeps only the latter)."""
-    return size - 16 + OVERHEAD
+def file_size(subj_len: int, hdr_len: int, data_len: int) -> int:
+    """Bytes as nats-server's file store accounts a message: its own record layout (length, seq, ts,
+    subject length, subject, payload, 8-byte hash), plus a 4-byte header length and the header when
+    the message has one. Stream `bytes` and max_bytes use this for file streams."""
+    if hdr_len:
+        return 34 + subj_len + hdr_len + data_len
+    return 30 + subj_len + data_len
 
+
+def record_len_from_file_size(size: int, has_hdr: bool) -> int:
+    """Our record length of a message whose file_size is `size` (the store keeps only the latter)."""
+    return size - (34 if has_hdr else 30) + OVERHEAD
 
 def encode_msg(seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> bytes:
     length = OVERHEAD + len(subject) + len(hdr) + len(data)
