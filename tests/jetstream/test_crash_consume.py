@@ -70,3 +70,41 @@ async def _reattach(js: Any, stream: str) -> None:
         await js.consumer_info(stream, "C")
     except Exception:  # noqa: BLE001 - the server may still be coming back
         await asyncio.sleep(0.1)  # back off while the server restarts
+
+
+@pytest.mark.slow
+async def test_push_consumer_resumes_after_sigkill(server_factory, unique) -> None:
+    """A push subscriber that only reconnects (no API call) gets the rest after a crash and restart."""
+    handle = server_factory(JSBROKER)
+    s = unique("CP")
+    nc = await nats.connect(handle.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+    js = nc.jetstream(timeout=2)
+    await js.add_stream(StreamConfig(name=s, subjects=[f"{s}.x"]))
+    for i in range(20):
+        await js.publish(f"{s}.x", str(i).encode())
+    seen: set[int] = set()
+    half, done = asyncio.Event(), asyncio.Event()
+
+    async def cb(msg: Any) -> None:
+        await msg.ack_sync()
+        seen.add(msg.metadata.sequence.stream)
+        if len(seen) >= 10:
+            half.set()
+        if len(seen) >= 30:
+            done.set()
+
+    await js.subscribe(f"{s}.x", durable="P", stream=s, cb=cb, manual_ack=True,
+                       config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=1))
+    await asyncio.wait_for(half.wait(), 10)
+    handle.kill()
+    handle.start()
+    for i in range(20, 30):  # publishes retried until the restarted server answers
+        for _ in range(100):
+            try:
+                await js.publish(f"{s}.x", str(i).encode())
+                break
+            except Exception:  # noqa: BLE001 - reconnecting
+                await asyncio.sleep(0.1)  # wait for the reconnect
+    await asyncio.wait_for(done.wait(), 20)
+    await nc.close()
+    assert seen == set(range(1, 31))

@@ -97,7 +97,7 @@ def consumer_create(req: Request) -> dict[str, Any]:
     if cfg.num_replicas > 1:
         raise errors.STREAM_REPLICAS_NOT_SUPPORTED()
     js: JetStream = req.js
-    stream = stream_for(js, stream_name)
+    stream = js.lookup(stream_name)
     existing = stream.consumers.get(cfg.durable_name or cfg.name) if (cfg.durable_name or cfg.name) else None
     if isinstance(existing, Consumer):
         cfg.pause_until = existing.cfg.pause_until
@@ -187,20 +187,12 @@ def _expire(consumer: Consumer) -> None:
     consumer.delete()
 
 
-_restored: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def stream_for(js: JetStream, name: str) -> Stream:
-    """The stream (10059 when missing) with its saved consumers restored. The service does not call
-    `restore_consumers` on start yet, so the first consumer request for a stream does it."""
-    stream = js.lookup(name)
-    if stream not in _restored:
-        restore_consumers(js, stream)
-    return stream
+_restored: weakref.WeakSet[Any] = weakref.WeakSet()  # streams whose consumers came back
 
 
 def restore_consumers(js: JetStream, stream: Stream) -> None:
-    """Bring back the consumers saved under a restored stream (call after `stream.start()`)."""
+    """Bring back the consumers saved under a restored stream (the service calls it after
+    `stream.start()`); a second call for the same stream does nothing."""
     if stream in _restored:
         return
     _restored.add(stream)
@@ -227,7 +219,7 @@ def restore_consumers(js: JetStream, stream: Stream) -> None:
 
 
 def _lookup(req: Request) -> Consumer:
-    stream = stream_for(req.js, req.token(4))
+    stream = req.js.lookup(req.token(4))
     consumer = stream.consumers.get(req.token(5))
     if not isinstance(consumer, Consumer):
         raise errors.CONSUMER_NOT_FOUND()
@@ -242,7 +234,7 @@ def consumer_info(req: Request) -> dict[str, Any]:
 def _page(req: Request) -> tuple[Stream, list[Consumer], int]:
     raw = req.json_if_object()
     offset = max(get_int(raw, "offset"), 0)
-    stream = stream_for(req.js, req.token(4))
+    stream = req.js.lookup(req.token(4))
     consumers = sorted((c for c in stream.consumers.values() if isinstance(c, Consumer)), key=lambda c: c.name)
     return stream, consumers, offset
 
@@ -296,8 +288,6 @@ def consumer_unpin(req: Request) -> dict[str, Any]:
 def consumer_reset(req: Request) -> dict[str, Any] | None:
     """RESET answers only when the consumer exists (nats-server's consumer subscribes it itself)."""
     stream = req.js.streams.get(req.token(4))
-    if stream is not None:
-        stream = stream_for(req.js, stream.name)
     consumer = stream.consumers.get(req.token(5)) if stream is not None else None
     if not isinstance(consumer, Consumer):
         return None
