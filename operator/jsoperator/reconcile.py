@@ -169,18 +169,19 @@ def _synced_message(kind: str, done: _Converged) -> str:
 
 def _change_events(resource: Resource, kind: str, done: _Converged, trigger: Trigger) -> list[events.Event]:
     first_time = "observedGeneration" not in resource.status
+    what = f"{kind} {resource.server_name()}"
     if done.action == "unchanged":
         if first_time:
-            return [events.Event("Normal", events.ADOPTED, f"adopted the existing {kind}: it matches the spec")]
+            return [events.Event("Normal", events.ADOPTED, f"adopted the existing {what}: it matches the spec")]
         return []
     if trigger == "timer":
-        what = "recreated" if done.action == "created" else f"repaired {', '.join(done.plan.drift)}"
+        repair = "recreated it" if done.action == "created" else f"put back {', '.join(done.plan.drift)}"
         metrics.DRIFT_REPAIRS.labels(resource.kind).inc()
-        return [events.Event("Normal", events.DRIFT_REPAIRED, f"{kind} changed on the server: {what}")]
+        return [events.Event("Normal", events.DRIFT_REPAIRED, f"{what} changed on the server: {repair}")]
     if done.action == "created":
-        return [events.Event("Normal", events.CREATED, f"created the {kind}")]
+        return [events.Event("Normal", events.CREATED, f"created {what}")]
     reason = events.ADOPTED if first_time else events.UPDATED
-    return [events.Event("Normal", reason, f"updated the {kind}: {', '.join(done.plan.drift)}")]
+    return [events.Event("Normal", reason, f"updated {what}: {', '.join(done.plan.drift)}")]
 
 
 # -- JetStream calls ------------------------------------------------------------------------------

@@ -45,14 +45,14 @@ def _track(memo: kopf.Memo, kind: str, uid: str, present: bool) -> None:
     metrics.MANAGED.labels(kind).set(len(uids))
 
 
-def _apply(result: reconcile.Result, body: kopf.Body, patch: kopf.Patch, what: str) -> None:
+def _apply(result: reconcile.Result, body: kopf.Body, patch: kopf.Patch) -> None:
     if result.status:
         patch.status.update(result.status)
+    where = {"object": f"{body['metadata']['namespace']}/{body['metadata']['name']}", "kind": body.get("kind")}
     for event in result.events:
         events.post(body, event)
-    extra = {"object": f"{body['metadata']['namespace']}/{body['metadata']['name']}", "kind": body.get("kind")}
-    if result.message:
-        log.info("%s: %s", what, result.message, extra=extra)
+        level = logging.WARNING if event.type == "Warning" else logging.INFO
+        log.log(level, event.message, extra={**where, "reason": event.reason})
 
 
 async def reconcile_handler(
@@ -64,7 +64,7 @@ async def reconcile_handler(
         executed = memo.setdefault("resets", set())
         result = await reconcile.reconcile(resource, _runtime(memo), trigger, executed)
     _track(memo, kind, body["metadata"]["uid"], True)
-    _apply(result, body, patch, trigger)
+    _apply(result, body, patch)
     if result.retry and trigger != "timer":  # the timer comes back by itself
         raise kopf.TemporaryError(result.message, delay=backoff(retry))
 
@@ -75,7 +75,7 @@ async def delete_handler(
 ) -> None:
     async with _lock(memo):
         result = await reconcile.delete(reconcile.Resource.from_body(kind, body), _runtime(memo), consumers_left)
-    _apply(result, body, patch, "delete")
+    _apply(result, body, patch)
     if not result.done:
         raise kopf.TemporaryError(result.message, delay=backoff(retry))
     _track(memo, kind, body["metadata"]["uid"], False)
