@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -198,9 +199,13 @@ def test_skip_msgs(factory):
     assert s.store_msg("a", b"", b"")[0] == 105
     st = s.state(deleted_details=True)
     assert (st.first_seq, st.last_seq, st.msgs, st.num_deleted, st.deleted) == (100, 105, 2, 4, [101, 102, 103, 104])
+    before = time.time_ns()
     s.skip_msgs(110)
+    skipped_at = s.state().last_ts
+    assert skipped_at >= before  # a skip stamps last_ts, as nats-server's SkipMsg
     s = factory.reopen(s)
-    assert s.state().last_seq == 109 and s.store_msg("a", b"", b"")[0] == 110
+    assert s.state().last_seq == 109 and s.state().last_ts == skipped_at
+    assert s.store_msg("a", b"", b"")[0] == 110
 
 
 def test_max_msgs_and_bytes(factory):

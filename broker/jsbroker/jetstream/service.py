@@ -113,7 +113,7 @@ class JetStream:
         self._save(cfg, directory, created)
         stream = self._open(cfg, directory, created)
         if cfg.first_seq > 1:
-            stream.store.skip_msgs(cfg.first_seq)
+            stream.store.purge(up_to_seq=cfg.first_seq)  # as nats-server: a purge, last_ts stays zero
             stream.last_seq = cfg.first_seq - 1
         self.streams[cfg.name] = stream
         stream.start()

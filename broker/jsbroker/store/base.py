@@ -108,7 +108,8 @@ class StreamStore(Protocol):
         account differently); for discard-new max_bytes checks."""
 
     def skip_msgs(self, next_seq: int) -> None:
-        """Advance the sequence so the next stored message gets `next_seq` (first_seq, interest gaps)."""
+        """Advance the sequence so the next stored message gets `next_seq` (interest retention with no
+        interest); last_ts becomes now, as nats-server's SkipMsg does. (A stream's first_seq is a purge.)"""
 
     def load_msg(self, seq: int) -> StoredMsg | None:
         """The message with this sequence, or None when it never existed or was removed."""

@@ -334,6 +334,7 @@ class IndexedStore:
         if next_seq <= self._last + 1:
             return
         self._last = next_seq - 1
+        self._last_ts = max(time.time_ns(), self._last_ts)  # nats-server's SkipMsg stamps the skip
         if self._msgs == 0:
             self._trim()
         else:
