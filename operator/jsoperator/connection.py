@@ -18,6 +18,7 @@ import functools
 import json
 import logging
 import ssl
+import time
 from typing import Any
 
 import nats
@@ -225,15 +226,28 @@ class Broker:
 class Pool:
     """One live nats-py client per distinct ConnectionSettings, opened on first use."""
 
-    def __init__(self, *, timeout: float = 3.0, connect_timeout: float = 2.0) -> None:
+    def __init__(self, *, timeout: float = 3.0, connect_timeout: float = 2.0, idle_close: float = 900.0) -> None:
         self._timeout = timeout
         self._connect_timeout = connect_timeout
+        self._idle_close = idle_close  # close connections no resource used for this long (rotated Secrets)
+        self._last_used: dict[ConnectionSettings, float] = {}
         self._clients: dict[ConnectionSettings, Client] = {}
         # One lock per connection: a broker that is slow to answer never delays the others.
         self._locks: dict[ConnectionSettings, asyncio.Lock] = {}
 
     async def broker(self, settings: ConnectionSettings) -> Broker:
+        now = time.monotonic()
+        self._last_used[settings] = now
+        await self._close_idle(now)
         return Broker(await self._client(settings), settings, self._timeout)
+
+    async def _close_idle(self, now: float) -> None:
+        idle = [key for key, used in self._last_used.items() if now - used > self._idle_close]
+        for key in idle:
+            del self._last_used[key]
+            nc = self._clients.pop(key, None)
+            if nc is not None:
+                await self._close(nc)
 
     async def _client(self, settings: ConnectionSettings) -> Client:
         async with self._locks.setdefault(settings, asyncio.Lock()):
@@ -295,7 +309,11 @@ class Pool:
     async def close(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
         for nc in clients:
-            try:
-                await nc.close()
-            except Exception:  # closing a broken client must not hide the shutdown
-                log.debug("close failed", exc_info=True)
+            await self._close(nc)
+
+    @staticmethod
+    async def _close(nc: Client) -> None:
+        try:
+            await nc.close()
+        except Exception:  # closing a broken client must not hide the shutdown
+            log.debug("close failed", exc_info=True)

@@ -184,3 +184,15 @@ async def test_outage_then_recovery_on_the_same_pool(broker, pool):
 
     info = await asyncio.wait_for(back(), timeout=20)
     assert info is not None and info["config"]["name"] == "O"
+
+
+async def test_idle_connections_are_closed(broker):
+    pool = connection.Pool(timeout=1.0, connect_timeout=1.0, idle_close=0.0)
+    try:
+        first = await pool.broker(settings_for(broker.url))
+        await pool.broker(settings_for(broker.url, js_domain="other"))  # any later use sweeps idle ones
+        assert first._nc.is_closed
+        again = await pool.broker(settings_for(broker.url))
+        assert not again._nc.is_closed and await again.stream_info("none") is None
+    finally:
+        await pool.close()
