@@ -3,6 +3,7 @@
 Literal subscriptions live in a dict, wildcard ones in a token trie; results are cached per published
 subject (bytes from the wire or str from the internal bus, never both for one key) and the whole cache
 is dropped on any change, which is cheap because subscriptions change far less often than messages flow.
+A subject with an empty token reaches nobody (as in nats-server); that is checked on cache misses only.
 Subjects that are unique per message (`$JS.ACK.…`) bypass the cache so they cannot evict useful entries.
 """
 
@@ -107,15 +108,22 @@ class Sublist:
         if cached is not None:
             return cached
         text = subject.decode("utf-8", "replace") if isinstance(subject, bytes) else subject
-        found: list[Subscription] = list(self._literal.get(text, ()))
-        if self._wild_count:
-            _collect(self._root, text.split("."), 0, found)
+        if _has_empty_token(text):  # nats-server delivers "a..b", ".a", "a." to nobody
+            found: list[Subscription] = []
+        else:
+            found = list(self._literal.get(text, ()))
+            if self._wild_count:
+                _collect(self._root, text.split("."), 0, found)
         result = _group(found) if found else EMPTY
         if not text.startswith(_NO_CACHE_PREFIXES):
             if len(self.cache) >= _CACHE_MAX:
                 self.cache.clear()
             self.cache[subject] = result
         return result
+
+
+def _has_empty_token(subject: str) -> bool:
+    return not subject or subject[0] == "." or subject[-1] == "." or ".." in subject
 
 
 def _is_literal(subject: str) -> bool:

@@ -165,3 +165,18 @@ async def test_many_subscribers_fan_out(server, unique):
     finally:
         for c in clients:
             await c.close()
+
+
+async def test_subject_with_an_empty_token_reaches_nobody(server, nc, unique):
+    """nats-server delivers a publish to `p..x`, `p.` or `.p` to nobody, even `>`-style subscribers, and
+    a request to such a subject gets no responders (e.g. `$JS.API.STREAM.CREATE.` with no name)."""
+    prefix = unique("empty")
+    sub = await nc.subscribe(prefix + ".>")
+    star = await nc.subscribe(prefix + ".*.x")
+    for subject in (prefix + "..x", prefix + ".", prefix + ".a..x", prefix + ".a."):
+        await nc.publish(subject, b"bad")
+    await nc.publish(prefix + ".ok.x", b"good")
+    assert (await sub.next_msg(timeout=2)).subject == prefix + ".ok.x"
+    assert (await star.next_msg(timeout=2)).subject == prefix + ".ok.x"
+    with pytest.raises(NoRespondersError):
+        await nc.request("$JS.API.STREAM.CREATE.", b"{}", timeout=2)

@@ -54,3 +54,12 @@ def test_remove_prunes_and_unknown_remove_is_false():
     assert not sl.remove(sub)
     assert sl.match("a.b.c") is EMPTY
     assert sl.count == 0
+
+
+@pytest.mark.parametrize("subject", ["a..b", ".a", "a.", "", "a.b.", b"a..b", "$JS.API.STREAM.CREATE."])
+def test_subject_with_an_empty_token_reaches_nobody(subject):
+    sl = Sublist()
+    for flt in (">", "a.>", "a.*.b", "*.a", "a..b", "$JS.API.>"):
+        sl.insert(Subscription(None, flt, None, b"1"))
+    assert sl.match(subject) is EMPTY
+    assert sl.match(subject) is EMPTY  # cached the same way
