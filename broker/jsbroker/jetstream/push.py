@@ -24,9 +24,14 @@ def sender(bus: InternalBus) -> Sender:
     if native is not None:
         return native  # type: ignore[no-any-return]
     router = getattr(bus, "router", None)
-    if router is None:
+    if router is None or not all(hasattr(router, a) for a in _ROUTER_PARTS):
         return lambda target, subject, reply, hdr, payload: bus.publish(target, reply, hdr, payload)
     return _router_sender(router)
+
+
+# what the bridge uses of the core router (checked, so a core refactor degrades instead of crashing)
+_ROUTER_PARTS = ("sublist", "pending", "reading", "_flush_scheduled", "flush", "broker", "_pick", "_expire",
+                 "out_msgs")
 
 
 def _router_sender(router: Any) -> Sender:
@@ -56,6 +61,7 @@ def _router_sender(router: Any) -> Sender:
                 if not sub.closed:
                     sub.handler(subject, reply, hdr, payload, None)
                     delivered += 1
+                    sub.delivered += 1
                 continue
             if hdr and not c.headers:
                 c.out += (b"MSG ", subj, sub.head, plain_tail, plain_data)
@@ -65,8 +71,10 @@ def _router_sender(router: Any) -> Sender:
                 c.dirty = True
                 pending.append(c)
             delivered += 1
-            if sub.max_msgs:
-                router._count_max(sub)
+            c.out_msgs += 1
+            sub.delivered += 1
+            if sub.max_msgs and sub.delivered >= sub.max_msgs:
+                router._expire(sub)
         router.out_msgs += delivered
         if pending and router.reading is None and not router._flush_scheduled:
             router._flush_scheduled = True
