@@ -183,3 +183,20 @@ async def test_odd_request_bodies(urls, unique, body: bytes) -> None:
         return [await pull(nc, s, "C", body, wait=0.5, stop_on_status=True), await info(nc, s, "C")]
 
     await same(urls, unique, fn)
+
+
+async def test_max_waiting_and_push_heartbeat_free_pull(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        import asyncio
+
+        await setup(nc, s)
+        await consumer(nc, s, "C", max_waiting=1)
+        first = asyncio.create_task(pull(nc, s, "C", {"batch": 1, "expires": 500_000_000}, wait=1))
+        await asyncio.sleep(0.1)  # the first request must occupy the only waiting slot
+        second = await pull(nc, s, "C", {"batch": 1, "expires": 500_000_000}, wait=1)
+        silent = await pull(nc, s, "C", {"batch": 1, "expires": 500_000_000, "idle_heartbeat": 100_000_000},
+                            wait=0.3)
+        return [await first, second, silent]
+
+    t = await same(urls, unique, fn)
+    assert t[1] == [("status", "409", "Exceeded MaxWaiting", ())] and t[2] == []
