@@ -128,8 +128,8 @@ class Operator:
     def __init__(self, kubeconfig: Path, log: Path, drift_interval: float = DRIFT_INTERVAL) -> None:
         self.log = log
         self.metrics_port, self.health_port = free_port(), free_port()
-        env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONUNBUFFERED="1")
-        cmd = [
+        self._env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONUNBUFFERED="1")
+        self._cmd = [
             sys.executable, "-m", "jsoperator", "run",
             "--servers", "nats://127.0.0.1:1",  # unused: every CR names its own broker
             "--drift-interval", str(drift_interval),
@@ -138,8 +138,17 @@ class Operator:
             "--health-port", str(self.health_port),
             "--log-level", "INFO",
         ]
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with self.log.open("ab") as out:
+            return subprocess.Popen(self._cmd, env=self._env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+
+    def start(self) -> None:
+        """Start again after stop() (same ports, same log) and wait for /healthz."""
+        self.proc = self._spawn()
+        poll(self.healthy, timeout=60, what="jsoperator /healthz after restart")
 
     def http(self, port: int, path: str) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.operator.conftest import poll
+from tests.operator.conftest import has_condition, on_broker, poll, server_stream
 
 pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(120)]
 
@@ -41,3 +41,24 @@ def test_health_metrics_and_own_prefix(kube, broker, operator):
     assert meta["finalizers"] == ["jsoperator.io/finalizer"]
     assert not [k for k in meta.get("annotations", {}) if "kopf.zalando.org" in k]
     assert "jsoperator.io/last-handled-configuration" in meta["annotations"]
+
+
+@pytest.mark.parametrize("broker", ["nats-server"], indirect=True)
+def test_changes_made_while_the_operator_is_down_are_applied_on_resume(kube, broker, operator):
+    kube.create("Stream", "resumed", {"subjects": ["resumed.>"], "storage": "memory", "maxMsgs": 1,
+                                      "connection": {"servers": [broker.url]}})
+    kube.wait_condition("Stream", "resumed", "Ready")
+    operator.stop()
+    try:
+        kube.patch("Stream", "resumed", {"spec": {"maxMsgs": 2}})
+
+        async def tamper(js):
+            await js.update_stream(name="resumed", subjects=["resumed.>"], storage="memory", max_msgs=1,
+                                   max_bytes=1234)
+
+        on_broker(broker.url, tamper)
+    finally:
+        operator.start()
+    kube.wait("Stream", "resumed", lambda o: o["status"].get("observedGeneration") == 2 and has_condition(o, "Ready"))
+    config = server_stream(broker.url, "resumed").config
+    assert (config.max_msgs, config.max_bytes) == (2, -1)  # the spec change and the drift both applied
