@@ -84,10 +84,7 @@ class JetStream:
 
     def _sync_tick(self) -> None:
         for stream in list(self.streams.values()):
-            try:
-                stream.store.sync()
-            except Exception:
-                log.exception("fsync failed", extra={"stream": stream.name})
+            stream.sync()
         self._sync_handle = self.bus.loop.call_later(self.settings.sync_interval, self._sync_tick)
 
     # -- registry (called by the API handlers) ---------------------------------------------------------

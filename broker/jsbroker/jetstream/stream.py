@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from jsbroker import store as storage
 from jsbroker.jetstream import api, errors, headers, times
 from jsbroker.jetstream.stream_config import StreamConfig
-from jsbroker.store.base import StoredMsg, StoreError, StreamStore
+from jsbroker.store.base import ConsumerStore, StoredMsg, StoreError, StreamStore
 
 if TYPE_CHECKING:
     from jsbroker.internal import InternalBus, InternalSubscription, Origin
@@ -42,6 +42,7 @@ class ConsumerHook(Protocol):
     """What a stream needs from a consumer (implemented by jetstream/consumer.py)."""
 
     name: str
+    store: ConsumerStore  # its delivery state; fsynced with the stream's store (`Stream.sync`)
 
     def on_stored(self, seq: int, subject: str) -> None: ...
 
@@ -126,6 +127,15 @@ class Stream:
             self._subs.append(self.bus.subscribe_internal(subject, self._on_publish))
         self._sync_direct_get()
         self._arm_expiry(self.store.next_expiry())
+
+    def sync(self) -> None:
+        """fsync what the stream's store and its consumers' stores wrote since the last sync (the
+        interval sync policy); one failing store does not keep the others from syncing."""
+        for store in (self.store, *(c.store for c in list(self.consumers.values()))):
+            try:
+                store.sync()
+            except Exception:
+                log.exception("fsync failed", extra={"stream": self.name})
 
     def stop(self) -> None:
         """Unsubscribe and stop timers; the store stays open (the service closes or deletes it)."""
