@@ -85,3 +85,25 @@ def test_invalid_server_config_reports_the_server_error(kube, broker):
     obj = kube.wait_condition("Stream", "second", "Ready", "False", "JetStreamError")
     assert "10065" in condition(obj, "Ready")["message"]
     assert has_condition(obj, "Stalled", "True")
+
+
+def test_adopting_a_stream_that_differs_in_an_immutable_field_is_stalled(kube, broker):
+    async def precreate(js):
+        await js.add_stream(name="MEMO", subjects=["memo.>"], storage="memory")
+
+    on_broker(broker.url, precreate)
+    kube.create("Stream", "memo", {"name": "MEMO", "subjects": ["memo.>"], "storage": "file",
+                                   "connection": {"servers": [broker.url]}})
+    obj = kube.wait_condition("Stream", "memo", "Stalled", "True", "ImmutableFieldChange")
+    assert "storage" in condition(obj, "Ready")["message"]
+    assert server_stream(broker.url, "MEMO").config.storage == "memory"  # nothing sent
+
+
+def test_consumer_immutable_change_is_refused_by_the_apiserver(kube, broker):
+    kube.create("Stream", "cim", stream_spec(broker, ["cim.>"]))
+    kube.create("Consumer", "cimc", {"streamName": "cim", "ackPolicy": "explicit",
+                                     "connection": {"servers": [broker.url]}})
+    kube.wait_condition("Consumer", "cimc", "Ready")
+    with pytest.raises(ApiException) as err:
+        kube.patch("Consumer", "cimc", {"spec": {"ackPolicy": "all"}})
+    assert err.value.status == 422 and "ackPolicy" in err.value.body
