@@ -133,6 +133,13 @@ CASES = {
     "purge_keep_with_gaps": [(C, cfg()), *[pub(f"{{S}}.{s}") for s in "abcdefg"], (X, {"seq": 6}), (X, {"seq": 4}),
                              (P, {"keep": 3}), (I, {"deleted_details": True}), (P, {"keep": 1}), (I, ""),
                              (P, {"keep": 5}), (I, ""), (D, "")],
+    "interest_consumer_delete_drops_unneeded": [
+        (C, cfg(retention="interest")),
+        ("$JS.API.CONSUMER.CREATE.{S}.A", {"stream_name": "{S}", "config": {"durable_name": "A", "ack_policy": "explicit",
+                                                                           "filter_subject": "{S}.a"}}),
+        ("$JS.API.CONSUMER.CREATE.{S}.B", {"stream_name": "{S}", "config": {"durable_name": "B", "ack_policy": "explicit"}}),
+        pub("{S}.a"), pub("{S}.b"), pub("{S}.a"), (I, ""), ("$JS.API.CONSUMER.DELETE.{S}.B", ""),
+        (I, {"deleted_details": True}), (D, "")],
     "purge_denied_and_missing": [(C, cfg(deny_purge=True)), (P, ""), (D, ""), (P, "")],
     "msg_get_variants": [(C, cfg()), pub("{S}.a", "one"), pub("{S}.b", "two", Nats_Msg_Id="m2"), pub("{S}.a", "three"),
                          (G, {"seq": 2}), (G, {"last_by_subj": "{S}.a"}), (G, {"last_by_subj": "{S}.*"}),

@@ -396,3 +396,22 @@ def test_file_store_messages_with_headers_survive_erase_rewrite_and_restart(tmp_
     assert [m.hdr == hdr for m in msgs] == [m.seq % 2 == 0 for m in msgs]  # seq = i + 1
     assert all(m.data == b"p" * ((m.seq - 1) % 50) for m in msgs)
     assert s.state().bytes == sum(files.size(m.subject, m.hdr, m.data) for m in msgs)
+
+
+def test_seqs_lists_the_index_without_bodies(factory):
+    s = factory.open()
+    fill(s, ["a", "b", "c"], 9)
+    s.remove_msg(1)
+    s.remove_msg(5)
+    assert list(s.seqs()) == [(2, "b"), (3, "c"), (4, "a"), (6, "c"), (7, "a"), (8, "b"), (9, "c")]
+    assert list(s.seqs(7)) == [(7, "a"), (8, "b"), (9, "c")] and list(s.seqs(20)) == []
+    for seq, _ in s.seqs():  # removing while iterating is allowed
+        s.remove_msg(seq)
+    assert s.state().msgs == 0 and list(s.seqs()) == []
+
+
+def test_subject_of_reads_the_index(factory):
+    s = factory.open()
+    fill(s, ["a", "b"], 3)
+    s.remove_msg(2)
+    assert [s.subject_of(q) for q in (0, 1, 2, 3, 4)] == [None, "a", None, "a", None]

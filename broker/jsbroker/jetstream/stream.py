@@ -226,12 +226,20 @@ class Stream:
     def acked(self, seq: int) -> None:
         if not self._retained:
             return
-        if not any(c.needs(seq) for c in self.consumers.values()):
+        subject = self.store.subject_of(seq)
+        if subject is not None and not self._needed(seq, subject, list(self.consumers.values())):
             self.store.remove_msg(seq)
+
+    @staticmethod
+    def _needed(seq: int, subject: str, consumers: list[ConsumerHook]) -> bool:
+        """Whether a consumer still needs the message: one whose filters take its subject (as nats-server,
+        a consumer filtered elsewhere never holds a message back)."""
+        return any(c.wants(subject) and c.needs(seq) for c in consumers)
 
     def _drop_unneeded(self) -> None:
         """After a consumer left an interest/workqueue stream: remove what nobody needs any more."""
-        doomed = [m.seq for m in self.store.messages() if not any(c.needs(m.seq) for c in self.consumers.values())]
+        consumers = list(self.consumers.values())
+        doomed = [seq for seq, subject in self.store.seqs() if not self._needed(seq, subject, consumers)]
         for seq in doomed:
             self.store.remove_msg(seq)
 

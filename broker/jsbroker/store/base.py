@@ -148,6 +148,13 @@ class StreamStore(Protocol):
     def messages(self, start_seq: int = 0) -> Iterator[StoredMsg]:
         """Iterate stored messages in seq order from start_seq without loading the store into memory."""
 
+    def subject_of(self, seq: int) -> str | None:
+        """The subject of the stored message `seq` from the index alone, None when it is not stored."""
+
+    def seqs(self, start_seq: int = 0) -> Iterator[tuple[int, str]]:
+        """(seq, subject) of the stored messages in seq order from start_seq, from the index alone (no
+        body is read); messages removed while iterating may still be listed."""
+
     def update_limits(self, limits: StoreLimits) -> None:
         """Apply new limits now (may remove messages, reporting each through on_remove)."""
 

@@ -472,6 +472,24 @@ class IndexedStore:
                 yield msg
             seq = self._next_live(seq + 1)
 
+    def subject_of(self, seq: int) -> str | None:
+        self._check_open()
+        i = seq - self._base
+        if i < 0 or i >= len(self._sids) or not self._sids[i]:
+            return None
+        return self._subjects.by_sid(self._sids[i]).subject
+
+    def seqs(self, start_seq: int = 0) -> Iterator[tuple[int, str]]:
+        self._check_open()
+        if not self._msgs:
+            return
+        base, by_sid = self._base, self._subjects.by_sid
+        start = max(start_seq, self._first) - base
+        rows = self._sids[start : self._last - base + 1]  # a copy: the caller may remove as it goes
+        for k, sid in enumerate(rows, start + base):
+            if sid:
+                yield k, by_sid(sid).subject
+
     def update_limits(self, limits: StoreLimits) -> None:
         self._check_open()
         self._limits = limits
