@@ -155,3 +155,14 @@ def test_outage_warns_once_not_per_retry(kube, broker):
     kube.wait("Stream", "quiet", lambda o: retries(o) >= 2, timeout=30, what="update handler retried twice")
     warnings = [e for e in kube.events("quiet") if e.reason == "ReconcileFailed"]
     assert len(warnings) == 1 and "cannot reach JetStream" in warnings[0].message
+
+
+def test_delete_during_an_outage_waits_for_the_broker(kube, broker):
+    make_stream(kube, broker, "pending-delete", storage="file")
+    broker.kill()
+    kube.delete("Stream", "pending-delete")
+    obj = kube.wait_condition("Stream", "pending-delete", "Ready", "False", "BrokerUnavailable")
+    assert obj["metadata"]["finalizers"] == ["jsoperator.io/finalizer"]  # held until the broker answers
+    broker.restart()
+    kube.wait_gone("Stream", "pending-delete", timeout=60)
+    assert server_stream(broker.url, "pending-delete") is None
