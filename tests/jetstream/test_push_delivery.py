@@ -152,7 +152,7 @@ async def test_replay_original_keeps_spacing(urls, unique) -> None:
             stamps.append(time.monotonic())
 
         await create(nc, s, "C", deliver_subject=f"{s}-d", replay_policy="original", ack_policy="none")
-        await collect(nc, f"{s}-d", count=3, wait=10, on_entry=mark)
+        await collect(nc, f"{s}-d", count=3, wait=20, on_entry=mark)
         want = [b - a for a, b in zip(published, published[1:])]
         got = [b - a for a, b in zip(stamps, stamps[1:])]
         return [len(stamps), all(abs(g - w) < 0.2 for g, w in zip(got, want))]
