@@ -15,7 +15,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jsoperator", description="Kopf operator for JetStream Stream/Consumer CRs.")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the operator (flags override JSOPERATOR_* environment variables)")
-    run.add_argument("--servers", type=settings_mod.split_servers, metavar="URL[,URL]",
+    run.add_argument("--servers", type=settings_mod.split_csv, metavar="URL[,URL]",
                      help="default NATS servers (env JSOPERATOR_SERVERS; default nats://127.0.0.1:4222)")
     run.add_argument("--creds", dest="creds_file", metavar="FILE", help="NATS .creds file (env JSOPERATOR_CREDS)")
     run.add_argument("--creds-secret", metavar="NS/NAME[:KEY]",

@@ -64,13 +64,14 @@ class Settings:
             raise SettingsError("--tls-cert and --tls-key go together")
 
 
-def split_servers(value: str) -> tuple[str, ...]:
+def split_csv(value: str) -> tuple[str, ...]:
+    """`a, b,,c` -> ("a", "b", "c"): the form of --servers and JSOPERATOR_NAMESPACES."""
     return tuple(s.strip() for s in value.split(",") if s.strip())
 
 
 # field name -> (environment variable, parser)
 _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
-    "servers": ("JSOPERATOR_SERVERS", split_servers),
+    "servers": ("JSOPERATOR_SERVERS", split_csv),
     "creds_file": ("JSOPERATOR_CREDS", str),
     "creds_secret": ("JSOPERATOR_CREDS_SECRET", str),
     "token": ("JSOPERATOR_TOKEN", str),
@@ -80,7 +81,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "tls_cert_file": ("JSOPERATOR_TLS_CERT", str),
     "tls_key_file": ("JSOPERATOR_TLS_KEY", str),
     "js_domain": ("JSOPERATOR_JS_DOMAIN", str),
-    "namespaces": ("JSOPERATOR_NAMESPACES", split_servers),  # comma-separated like servers
+    "namespaces": ("JSOPERATOR_NAMESPACES", split_csv),
     "drift_interval": ("JSOPERATOR_DRIFT_INTERVAL", float),
     "request_timeout": ("JSOPERATOR_REQUEST_TIMEOUT", float),
     "metrics_port": ("JSOPERATOR_METRICS_PORT", int),
