@@ -21,8 +21,8 @@ MAX_BACKOFF = 30.0
 
 
 def backoff(retry: int) -> float:
-    """Seconds before retry number `retry` (0-based): 1, 2, 4, ... capped at MAX_BACKOFF."""
-    return min(2.0**retry, MAX_BACKOFF)
+    """Seconds before retry number `retry` (0-based): 0.5, 1, 2, 4, ... capped at MAX_BACKOFF."""
+    return min(0.5 * 2.0**retry, MAX_BACKOFF)
 
 
 def _runtime(memo: kopf.Memo) -> reconcile.Runtime:
