@@ -10,6 +10,9 @@ Rules of the bus:
 - `publish` may be called from a handler or from any callback on the loop; the core batches the output
   per connection and flushes it (once per read, or on the next loop turn when called from a timer).
 - An internal subscription counts as a responder: a request it receives never gets a 503.
+- `before_output(cb)` runs `cb` once, right before the core next writes any output to a connection
+  (at the end of the current read, or on the next loop turn): a service writes what it buffered
+  during the read (one write() per read) and only then publishes the acks that depend on it.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ class InternalBus(Protocol):
     def publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> bool:
         """Route a message exactly as a client PUB/HPUB would be routed (queue groups, HMSG vs MSG for
         clients without headers). Returns True when at least one subscriber received it."""
+
+    def before_output(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once before the next output reaches any connection (see the module rules)."""
 
     def has_interest(self, subject: str, queue: str | None = None) -> bool:
         """Whether a publish to this literal subject would reach anyone (in `queue` when given)."""

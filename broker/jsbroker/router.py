@@ -3,7 +3,8 @@
 `Router` matches a published subject in the `Sublist`, appends MSG/HMSG frames to the subscribers'
 output lists (one member per queue group), calls internal handlers synchronously, answers
 no-responders with a 503 to the publisher's own reply subscription, and writes every touched connection
-once per read (or on the next loop turn for timer-driven publishes). A subscriber that is backed up
+once per read (or on the next loop turn for timer-driven publishes), after running the services'
+`before_output` callbacks. A subscriber that is backed up
 pauses the publisher being read until it drains; past `max_pending` it is dropped as a slow consumer.
 It also tracks interest watches for `InternalBus.watch_interest`.
 """
@@ -11,7 +12,7 @@ It also tracks interest watches for `InternalBus.watch_interest`.
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .internal import InterestListener, Origin
 from .subjects import subject_matches
@@ -34,6 +35,7 @@ class Router:
         self.pending: list[Connection] = []  # connections with output to flush
         self.reading: Connection | None = None  # the connection whose read is being parsed
         self._flush_scheduled = False
+        self._before_output: list[Callable[[], None]] = []  # one-shot callbacks of the next flush
         self._watches: dict[str, list[Watch]] = {}
         self.in_msgs = self.out_msgs = 0
         self.slow_consumers = 0
@@ -82,6 +84,22 @@ class Router:
         if self.reading is None and not self._flush_scheduled:
             self._flush_scheduled = True
             self.broker.loop.call_soon(self.flush)
+
+    def before_output(self, callback: Callable[[], None]) -> None:
+        self._before_output.append(callback)
+        if self.reading is None and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.broker.loop.call_soon(self.flush)
+
+    def _run_before_output(self) -> None:
+        callbacks, self._before_output = self._before_output, []
+        self._flush_scheduled = True  # what they publish goes out with this flush
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                self.broker.log.exception("before-output callback failed")
+        self._flush_scheduled = False
 
     def route(self, pub: Connection | None, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> bool:
         """Deliver one message; `data` is header block + payload + CRLF. True if anyone received it."""
@@ -189,6 +207,8 @@ class Router:
     def flush(self) -> None:
         """Write each touched connection's output once; apply backpressure and the slow-consumer limit."""
         self._flush_scheduled = False
+        while self._before_output:
+            self._run_before_output()
         pending = self.pending
         if not pending:
             return

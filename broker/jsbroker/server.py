@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .config import VERSION, BrokerConfig
 from .connection import Connection
@@ -231,6 +231,9 @@ class Broker:
             len(hdr) if hdr else -1,
             hdr + payload + b"\r\n" if hdr else payload + b"\r\n",
         )
+
+    def before_output(self, callback: Callable[[], None]) -> None:
+        self.router.before_output(callback)
 
     def has_interest(self, subject: str, queue: str | None = None) -> bool:
         return self.router.has_interest(subject, queue)

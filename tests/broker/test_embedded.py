@@ -124,3 +124,30 @@ async def test_stop_flushes_and_closes_clients(tmp_path):
     await b.stop()
     await asyncio.wait_for(closed.wait(), 5)
     assert nc.is_closed
+
+
+async def test_before_output_runs_once_before_the_reads_output(broker, nc):
+    """A handler defers its reply to a before_output callback: it runs once per read, before anything
+    of that read is written, and what it publishes goes out with the same flush."""
+    runs: list[int] = []
+    held: list[tuple[str, bytes]] = []
+
+    def release():
+        runs.append(len(held))
+        for reply, payload in held:
+            broker.publish(reply, None, b"", b"late:" + payload)
+        held.clear()
+
+    def handler(subject, reply, hdr, payload, origin):
+        if not held:
+            broker.before_output(release)
+        held.append((reply, payload))
+
+    broker.subscribe_internal("defer.*", handler)
+    answers = await asyncio.gather(*(nc.request("defer.x", b"%d" % i, timeout=2) for i in range(5)))
+    assert [a.data for a in answers] == [b"late:%d" % i for i in range(5)]
+    assert sum(runs) == 5 and held == []
+    sub = await nc.subscribe("_INBOX.timer")
+    await nc.flush()
+    broker.loop.call_soon(lambda: handler("defer.x", "_INBOX.timer", b"", b"t", None))  # outside a read
+    assert (await sub.next_msg(timeout=2)).data == b"late:t"

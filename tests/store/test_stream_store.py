@@ -415,3 +415,21 @@ def test_subject_of_reads_the_index(factory):
     fill(s, ["a", "b"], 3)
     s.remove_msg(2)
     assert [s.subject_of(q) for q in (0, 1, 2, 3, 4)] == [None, "a", None, "a", None]
+
+
+def test_store_deferred_waits_for_flush_and_reads_see_it(factory, tmp_path):
+    s = factory.open()
+    s.store_msg("a", b"", b"written")
+    seq, _ = s.store_deferred("a", b"", b"pending")
+    assert seq == 2 and s.state().msgs == 2
+    if factory.kind == "file":
+        blocks = sorted((tmp_path / "stream" / "msgs").glob("*.blk"))
+        assert b"pending" not in b"".join(p.read_bytes() for p in blocks)  # not written yet
+    assert s.load_msg(2).data == b"pending"  # a read of a pending record writes it first
+    s.store_deferred("b", b"", b"later")
+    s.flush()
+    if factory.kind == "file":
+        blocks = sorted((tmp_path / "stream" / "msgs").glob("*.blk"))
+        assert b"later" in b"".join(p.read_bytes() for p in blocks)
+    s = factory.reopen(s)
+    assert [m.data for m in s.messages()] == [b"written", b"pending", b"later"]

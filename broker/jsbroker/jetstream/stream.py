@@ -113,6 +113,10 @@ class Stream:
         self._expiry_handle: Any = None
         self._expiry_at = 0
         self._closed = False
+        # File streams write the plain publishes of one read with one write(): their pub acks wait here
+        # until `_release` (run by the core before any output) has written them (None: memory streams).
+        self._held: list[tuple[str, bytes]] | None = [] if config.storage == "file" else None
+        self._release_armed = False
         self._apply_config()
         state = store.state()
         self.last_seq = state.last_seq
@@ -248,7 +252,13 @@ class Stream:
     def _on_publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
         try:
             if not hdr and self._plain_ok:  # the common case: no headers, no check that could refuse it
-                seq, ts = self.store.store_msg(subject, b"", payload, 0)
+                if self._held is None:
+                    seq, ts = self.store.store_msg(subject, b"", payload, 0)
+                else:
+                    seq, ts = self.store.store_deferred(subject, b"", payload, 0)
+                    if not self._release_armed:
+                        self._release_armed = True
+                        self.bus.before_output(self._release)
                 self.last_seq = seq
                 self.last_msg_id = ""
                 if self._max_age:
@@ -266,6 +276,26 @@ class Stream:
             log.error("stream store failed", extra={"stream": self.name, "error": str(exc)})
             ack = b'{"error":' + _error_json(errors.STREAM_STORE_FAILED(err=str(exc))) + self._err_suffix
         if reply and self._acks:
+            if self._held is None:
+                self.bus.publish(reply, None, b"", ack)
+            else:  # in order behind the held ones
+                self._held.append((reply, ack))
+                if not self._release_armed:
+                    self._release_armed = True
+                    self.bus.before_output(self._release)
+
+    def _release(self) -> None:
+        """Write the deferred records (and fsync them with sync: always), then send the held acks; when
+        the write fails, every held publish hears of it instead."""
+        self._release_armed = False
+        held, self._held = self._held or [], []
+        try:
+            self.store.flush()
+        except (StoreError, OSError) as exc:
+            log.error("stream store failed", extra={"stream": self.name, "error": str(exc)})
+            failed = b'{"error":' + _error_json(errors.STREAM_STORE_FAILED(err=str(exc))) + self._err_suffix
+            held = [(reply, failed) for reply, _ in held]
+        for reply, ack in held:
             self.bus.publish(reply, None, b"", ack)
 
     def process(self, subject: str, hdr: bytes, payload: bytes) -> tuple[int, bool]:

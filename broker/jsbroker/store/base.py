@@ -99,6 +99,13 @@ class StreamStore(Protocol):
     def store_msg(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
         """Append a message with the next sequence; returns (seq, ts). Then applies the limits."""
 
+    def store_deferred(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
+        """store_msg without the write: the record waits in memory (reads still see it) until `flush()`
+        or any other writing call. The caller must flush before it tells anyone the message is stored."""
+
+    def flush(self) -> None:
+        """Write what `store_deferred` buffered (one write(); fsync with SyncPolicy.always)."""
+
     def store_batch(self, msgs: list[tuple[str, bytes, bytes, int]]) -> list[tuple[int, int]]:
         """store_msg for each (subject, hdr, data, ttl_ns) in order, with one write() (and fsync) for the
         whole batch: the cheap way to ingest everything one socket read brought in."""

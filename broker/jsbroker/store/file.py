@@ -5,7 +5,8 @@ reads by pread, recovery on open, and removal of emptied blocks. Bookkeeping (in
 is `IndexedStore`'s; bodies stay on disk, RAM holds only the index (see README.md for numbers).
 
 Write path: every public call collects its records and hands them to the OS in one os.writev before it
-returns; with `SyncPolicy.always` the block is fdatasync'ed first. A block is closed (and fsynced) at
+returns; with `SyncPolicy.always` the block is fdatasync'ed first. `store_deferred` leaves its records
+pending until `flush()` (or the next writing call, or a read of a pending record). A block is closed (and fsynced) at
 `block_size`; each new block starts with a floor record, so the newest block alone knows first/last seq.
 
 Recovery (open): every block is scanned and every record's CRC checked.
@@ -276,6 +277,11 @@ class FileStore(IndexedStore):
 
     def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
         no, offset = _block_of(loc), loc & _OFFSET_MASK
+        if self._pending and no == self._active.no and offset >= self._active.size:
+            try:
+                self._flush()  # a store_deferred record is read before its flush
+            except OSError as e:
+                self._fail(e)
         fd = self._rfds.get(no)
         try:
             buf = os.pread(self._rfd(no) if fd is None else fd, _rec_len(loc, size), offset)

@@ -318,6 +318,14 @@ class IndexedStore:
         self._commit()
         return stored
 
+    def store_deferred(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
+        self._check_open()
+        return self._store_one(subject, hdr, data, ttl_ns)
+
+    def flush(self) -> None:
+        self._check_open()
+        self._commit()
+
     def store_batch(self, msgs: list[tuple[str, bytes, bytes, int]]) -> list[tuple[int, int]]:
         """store_msg for each (subject, hdr, data, ttl_ns) in order, with one write (and fsync) for all."""
         self._check_open()
