@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,14 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from tests import servers
-from tests.kube.fixtures import envtest, kube_namespace  # noqa: F401  (fixtures)
+from tests.kube.fixtures import envtest, kube_namespace  # noqa: F401  (fixtures, also used by test_crds)
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "jsoperator.io", "v1alpha1"
 PLURALS = {"Stream": "streams", "Consumer": "consumers"}
 DRIFT_INTERVAL = 1.5  # seconds; short so drift and outage tests stay quick
 BROKERS = ["nats-server", "jsbroker"]
+NAMESPACE_PREFIX = "jsop-"
 
 
 def free_port() -> int:
@@ -133,6 +135,8 @@ class Operator:
             sys.executable, "-m", "jsoperator", "run",
             "--servers", "nats://127.0.0.1:1",  # unused: every CR names its own broker
             "--drift-interval", str(drift_interval),
+            # Only our tests' namespaces: resources other tests leave in the shared apiserver stay untouched.
+            "--namespace", f"{NAMESPACE_PREFIX}*",
             "--request-timeout", "2",
             "--metrics-port", str(self.metrics_port),
             "--health-port", str(self.health_port),
@@ -281,9 +285,13 @@ def has_condition(obj: dict, type_: str, status: str = "True", reason: str | Non
 
 
 @pytest.fixture
-def kube(envtest: Any, kube_namespace: str, operator: Operator) -> Iterator[Kube]:
+def kube(envtest: Any, operator: Operator) -> Iterator[Kube]:
+    """Our resources in a fresh namespace matching the operator's `--namespace` pattern."""
+    namespace = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:10]}"
     with envtest.api_client() as client:
-        k = Kube(client, kube_namespace, operator)
+        kubernetes.client.CoreV1Api(client).create_namespace(
+            kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=namespace)))
+        k = Kube(client, namespace, operator)
         yield k
         k.release_all()
 
