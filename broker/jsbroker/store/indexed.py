@@ -18,6 +18,8 @@ from bisect import bisect_left
 from itertools import islice
 from typing import Iterator
 
+_time_ns = time.time_ns
+
 from ..subjects import is_literal, subject_matches
 from .base import RemoveCallback, StoreClosed, StoredMsg, StoreError, StoreLimits, StoreState
 from .record import memory_size
@@ -148,7 +150,8 @@ class IndexedStore:
             if self._msgs == 0 and not self._sids:
                 self._base = seq
             self._grow_to(seq)
-        entry = self._subjects.get(subject) or self._subjects.intern(subject)
+        subjects = self._subjects
+        entry = subjects.get(subject) or subjects.intern(subject)
         entry.seqs.append(seq)
         self._sids.append(entry.sid)
         self._ts.append(ts)
@@ -156,10 +159,12 @@ class IndexedStore:
         self._locs.append(loc)
         self._msgs += 1
         self._bytes += size
-        if self._first == 0:
+        if not self._first:
             self._first = seq
         self._last = seq
         self._last_ts = ts
+        if ttl == 0:
+            return entry
         if ttl > 0:
             heapq.heappush(self._ttl, (ts + ttl, seq))
         elif ttl < 0:
@@ -302,7 +307,7 @@ class IndexedStore:
     # ---- StreamStore --------------------------------------------------------------------------------
     def _store_one(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int) -> tuple[int, int]:
         seq = self._last + 1
-        ts = time.time_ns()
+        ts = _time_ns()
         if ts < self._last_ts:
             ts = self._last_ts  # never backwards: time lookups bisect on it
         subj = subject.encode()
@@ -313,13 +318,15 @@ class IndexedStore:
         return seq, ts
 
     def store_msg(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
-        self._check_open()
+        if self._closed or self._failed is not None:
+            self._check_open()
         stored = self._store_one(subject, hdr, data, ttl_ns)
         self._commit()
         return stored
 
     def store_deferred(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
-        self._check_open()
+        if self._closed or self._failed is not None:
+            self._check_open()
         return self._store_one(subject, hdr, data, ttl_ns)
 
     def flush(self) -> None:

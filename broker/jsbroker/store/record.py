@@ -52,6 +52,8 @@ KIND_OFFSET = struct.calcsize(">I")
 KIND_SEQ = struct.Struct(">cQ")  # to read the seq of a record whose header is cut short
 SEQ_END = KIND_OFFSET + KIND_SEQ.size
 CRC = struct.Struct(">I")
+_CRC_PACK = CRC.pack
+_crc32 = zlib.crc32
 OVERHEAD = HEADER.size + CRC.size  # bytes a record adds around subject + header + payload
 MAX_LEN = 1 << 31  # anything larger is garbage, not a record
 
@@ -94,10 +96,9 @@ def record_len_from_file_size(size: int, has_hdr: bool) -> int:
     return size - (34 if has_hdr else 30) + OVERHEAD
 
 def encode_msg(seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> bytes:
-    length = OVERHEAD + len(subject) + len(hdr) + len(data)
-    head = HEADER.pack(length, MSG, seq, ts, ttl, len(subject), len(hdr))
-    crc = zlib.crc32(data, zlib.crc32(hdr, zlib.crc32(subject, zlib.crc32(head))))
-    return b"".join((head, subject, hdr, data, CRC.pack(crc)))
+    slen, hlen = len(subject), len(hdr)
+    body = HEADER.pack(OVERHEAD + slen + hlen + len(data), MSG, seq, ts, ttl, slen, hlen) + subject + hdr + data
+    return body + _CRC_PACK(_crc32(body))
 
 
 def _encode_fixed(kind: bytes, seq: int, ts: int, aux: int) -> bytes:

@@ -70,15 +70,13 @@ class SubjectEntry:
 class SubjectIndex:
     def __init__(self) -> None:
         self._by_subject: dict[str, SubjectEntry] = {}
+        self.get = self._by_subject.get  # the entry of a subject, or None (a bound dict method: hot path)
         self._by_sid: list[SubjectEntry | None] = [None]  # sid 0 means "no message"
         self._free_sids: list[int] = []
         self._filters: OrderedDict[str, list[SubjectEntry]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._by_subject)
-
-    def get(self, subject: str) -> SubjectEntry | None:
-        return self._by_subject.get(subject)
 
     def by_sid(self, sid: int) -> SubjectEntry:
         entry = self._by_sid[sid]
