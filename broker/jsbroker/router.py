@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Callable
 
-from .internal import InterestListener, Origin
+from .internal import InterestListener
 from .subjects import subject_matches
 from .sublist import EMPTY, Sublist, Subscription
 
@@ -101,9 +101,15 @@ class Router:
                 self.broker.log.exception("before-output callback failed")
         self._flush_scheduled = False
 
-    def route(self, pub: Connection | None, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> bool:
-        """Deliver one message; `data` is header block + payload + CRLF. True if anyone received it."""
-        result = self._cache_get(subject) or self.sublist.match(subject)
+    def route(
+        self, pub: Connection | None, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes,
+        target: bytes | None = None,
+    ) -> bool:
+        """Deliver one message; `data` is header block + payload + CRLF. True if anyone received it.
+        `target`, when given, is matched instead of `subject`, which the MSG line still shows
+        (JetStream deliveries carry the message's original subject)."""
+        key = target or subject
+        result = self._cache_get(key) or self.sublist.match(key)
         self.in_msgs += 1
         if pub is not None:
             pub.in_msgs += 1
@@ -114,16 +120,7 @@ class Router:
         plain, groups = result
         if groups:  # one member per queue group, chosen at random, plus every plain subscriber
             plain = plain + tuple(sub for sub in (self._pick(g, pub) for g in groups) if sub is not None)
-        size = len(data) - 2
-        if hdr_len < 0:
-            verb = b"MSG "
-            tail = b" %s %d\r\n" % (reply, size) if reply else _TAILS[size] if size < _TAIL_CACHE else b" %d\r\n" % size
-        else:
-            verb = b"HMSG "
-            tail = b" %s %d %d\r\n" % (reply, hdr_len, size) if reply else b" %d %d\r\n" % (hdr_len, size)
-            # clients that did not negotiate headers get a plain MSG without the header block
-            plain_data = data[hdr_len:]
-            plain_tail = b" %s %d\r\n" % (reply, size - hdr_len) if reply else b" %d\r\n" % (size - hdr_len)
+        tail = b""  # the MSG/HMSG line ends, built for the first client (internal handlers need none)
         delivered = 0
         pending = self.pending
         for sub in plain:
@@ -133,6 +130,18 @@ class Router:
                 continue
             if c is pub and not c.echo:
                 continue
+            if not tail:
+                size = len(data) - 2
+                if hdr_len < 0:
+                    verb = b"MSG "
+                    tail = (b" %s %d\r\n" % (reply, size) if reply else
+                            _TAILS[size] if size < _TAIL_CACHE else b" %d\r\n" % size)
+                else:
+                    verb = b"HMSG "
+                    tail = b" %s %d %d\r\n" % (reply, hdr_len, size) if reply else b" %d %d\r\n" % (hdr_len, size)
+                    # clients that did not negotiate headers get a plain MSG without the header block
+                    plain_data = data[hdr_len:]
+                    plain_tail = b" %s %d\r\n" % (reply, size - hdr_len) if reply else b" %d\r\n" % (size - hdr_len)
             if hdr_len >= 0 and not c.headers:
                 c.out += (b"MSG ", subject, sub.head, plain_tail, plain_data)
             else:
@@ -170,17 +179,17 @@ class Router:
     ) -> int:
         if sub.closed:
             return 0
-        payload_end = len(data) - 2
-        hdr = data[:hdr_len] if hdr_len > 0 else b""
-        payload = data[max(hdr_len, 0) : payload_end]
-        origin: Origin | None = pub.origin if pub is not None else None
+        if hdr_len > 0:
+            hdr, payload = data[:hdr_len], data[hdr_len:-2]
+        else:
+            hdr, payload = b"", data[:-2]
         try:
             sub.handler(  # type: ignore[misc]
-                subject.decode() if isinstance(subject, bytes) else subject,
-                reply.decode() if isinstance(reply, bytes) else reply,
+                subject.decode() if subject.__class__ is bytes else subject,
+                reply.decode() if reply.__class__ is bytes else reply,  # type: ignore[union-attr]
                 hdr,
                 payload,
-                origin,
+                pub.origin if pub is not None else None,
             )
         except Exception:
             self.broker.log.exception("internal handler failed", subject=sub.subject)

@@ -135,7 +135,8 @@ class Stream:
     def sync(self) -> None:
         """fsync what the stream's store and its consumers' stores wrote since the last sync (the
         interval sync policy); one failing store does not keep the others from syncing."""
-        for store in (self.store, *(c.store for c in list(self.consumers.values()))):
+        stores: list[StreamStore | ConsumerStore] = [self.store, *(c.store for c in self.consumers.values())]
+        for store in stores:
             try:
                 store.sync()
             except Exception:
