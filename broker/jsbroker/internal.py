@@ -60,6 +60,11 @@ class InternalBus(Protocol):
         """Route a message exactly as a client PUB/HPUB would be routed (queue groups, HMSG vs MSG for
         clients without headers). Returns True when at least one subscriber received it."""
 
+    def deliver(self, target: str, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> bool:
+        """Route to the subscribers of `target` while the MSG/HMSG line shows `subject` (a JetStream
+        delivery to a deliver subject or pull inbox carries the message's original subject).
+        Returns True when at least one subscriber received it."""
+
     def before_output(self, callback: Callable[[], None]) -> None:
         """Run `callback` once before the next output reaches any connection (see the module rules)."""
 

@@ -232,6 +232,16 @@ class Broker:
             hdr + payload + b"\r\n" if hdr else payload + b"\r\n",
         )
 
+    def deliver(self, target: str, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> bool:
+        return self.router.route(
+            None,
+            subject.encode(),
+            reply.encode() if reply else None,
+            len(hdr) if hdr else -1,
+            hdr + payload + b"\r\n" if hdr else payload + b"\r\n",
+            target.encode(),
+        )
+
     def before_output(self, callback: Callable[[], None]) -> None:
         self.router.before_output(callback)
 

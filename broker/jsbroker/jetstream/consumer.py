@@ -30,7 +30,7 @@ from jsbroker import subjects
 from jsbroker.config import VERSION
 from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg
 
-from . import ack, advisories, errors, headers, pull, push
+from . import ack, advisories, errors, headers, pull
 from .api import API_LEVEL
 from .consumer_config import ConsumerConfig
 from .times import format_duration, now_ns, rfc3339
@@ -145,7 +145,7 @@ class Consumer:
         self.created_ns = created_ns or now_ns()
         self.bus: InternalBus = stream.bus
         self.loop = self.bus.loop
-        self._send = push.sender(self.bus)
+        self._send = self.bus.deliver  # routes to the target, the MSG line shows the original subject
         self.closed = False
         self._on_inactive = on_inactive
         self._ack_prefix = ack.reply_prefix(stream.name, name)
