@@ -134,3 +134,33 @@ def test_torn_log_tail_is_dropped(tmp_path):
     assert s.load().pending == {1: (1, 1), 2: (2, 3)}
     s.delete()
     assert not d.exists()
+
+
+def test_ack_none_floor_survives_a_restart(open_store):
+    s = open_store()
+    for n in range(1, 6):
+        s.update_floor(n, n + 10, n)
+    s = reopen(open_store, s)
+    assert snapshot(s.load()) == (5, 15, 5, 15, {}, {})
+    s.close()
+
+
+def test_with_a_flush_hook_updates_are_written_at_flush(tmp_path):
+    d = tmp_path / "c"
+    s = open_consumer_store("file", d, SyncPolicy())
+    calls: list[int] = []
+    s.set_flush_hook(lambda: calls.append(1))
+    s.update_delivered(1, 1, 1, 1)
+    s.update_delivered(2, 2, 1, 2)
+    s.update_acks(1, 1)
+    log = next(d.glob("state.log.*"))
+    assert (calls, log.stat().st_size) == ([1], 0)  # one hook call for the whole batch, nothing written yet
+    s.flush()
+    written = log.stat().st_size
+    s.update_acks(2, 2)
+    assert (calls, written > 0) == ([1, 1], True)
+    s.flush()
+    reread = open_consumer_store("file", d, SyncPolicy())
+    assert snapshot(reread.load()) == (2, 2, 2, 2, {}, {})
+    reread.close()
+    s.close()

@@ -29,6 +29,7 @@ from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.config import VERSION
 from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg
+from jsbroker.store.consumer_store import next_pending
 
 from . import ack, advisories, errors, headers, pull
 from .api import API_LEVEL
@@ -49,17 +50,6 @@ ACK_WAIT_SLACK = 1_000_000  # 1 ms, as nats-server's ackWaitDelay
 RUN_BUDGET = 4096  # messages per delivery pass before yielding the loop
 
 mono = time.monotonic_ns
-
-
-def next_pending(pending: dict[int, list[int]], after: int, below: int) -> int:
-    """The smallest pending stream seq in (after, below), or 0. Walks the seqs like nats-server (the
-    next one is usually pending), or the pending set when that is the shorter walk."""
-    if below - after - 1 <= len(pending):
-        for seq in range(after + 1, below):
-            if seq in pending:
-                return seq
-        return 0
-    return min((s for s in pending if after < s < below), default=0)
 
 
 @dataclass(slots=True)
@@ -142,6 +132,7 @@ class Consumer:
         self.name = name
         self.cfg = cfg
         self.store = store
+        store.set_flush_hook(lambda: self.bus.before_output(store.flush))  # written before acks are answered
         self.created_ns = created_ns or now_ns()
         self.bus: InternalBus = stream.bus
         self.loop = self.bus.loop
@@ -594,12 +585,12 @@ class Consumer:
         seq, ts = msg.seq, now_ns()
         self.last_delivered_ns = ts
         self._last_out = mono()
-        self.store.update_delivered(dseq, seq, dc, ts)
         self.rec.delivered(dseq, seq, self._ack_none)
         if self._ack_none:
             self.adflr, self.asflr = dseq, seq
-            self.store.update_acks(dseq, seq)
+            self.store.update_floor(dseq, seq, ts)
         else:
+            self.store.update_delivered(dseq, seq, dc, ts)
             p = self.pending.get(seq)
             if p is None:
                 self.pending[seq] = [dseq, ts]

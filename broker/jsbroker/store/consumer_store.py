@@ -7,8 +7,12 @@ pending by stream seq, redelivery counts, the ack floor) and two ways to keep it
   updates (record.py, consumer section), compacted now and then into `state.snap` (gen + full state,
   written to a temp file, fsynced and renamed). Opening loads the snapshot and replays only the log of
   the snapshot's generation, so a crash between writing a snapshot and starting its log loses nothing;
-  a torn log tail is dropped (truncated) and logged. Every update is written before the call returns;
-  with SyncPolicy.always it is fsynced too.
+  a torn log tail is dropped (truncated) and logged. Updates are buffered and written with one write()
+  by `flush()`; `set_flush_hook(hook)` makes the store call `hook()` when its buffer gains its first
+  update (the consumer then flushes before the broker's next output, so an ack is on disk before its
+  reply is sent; without a hook every update is written at once). With SyncPolicy.always a flush is
+  fsynced too. Ack-none deliveries (`update_floor`) are kept as the latest floor only and written as
+  one delivered+ack pair per flush.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
+from typing import Callable
 
 from . import record
 from .base import ConsumerState, StoreClosed, StoreError, SyncPolicy
@@ -48,6 +53,17 @@ def apply_delivered(st: ConsumerState, consumer_seq: int, stream_seq: int, deliv
         st.redelivered[stream_seq] = delivery_count
 
 
+def next_pending(pending: dict[int, object], after: int, below: int) -> int:
+    """The smallest pending stream seq in (after, below), or 0. Walks the seqs (the next one is usually
+    pending, as acks mostly come in order), or the pending set when that is the shorter walk."""
+    if below - after - 1 <= len(pending):
+        for seq in range(after + 1, below):
+            if seq in pending:
+                return seq
+        return 0
+    return min((s for s in pending if after < s < below), default=0)
+
+
 def apply_ack(st: ConsumerState, consumer_seq: int, stream_seq: int, ack_all: bool) -> None:
     if consumer_seq <= st.ack_floor_consumer_seq:
         return
@@ -68,10 +84,10 @@ def apply_ack(st: ConsumerState, consumer_seq: int, stream_seq: int, ack_all: bo
         st.ack_floor_stream_seq = st.delivered_stream_seq
     elif consumer_seq == st.ack_floor_consumer_seq + 1:
         st.ack_floor_consumer_seq, st.ack_floor_stream_seq = consumer_seq, stream_seq
-        above = [s for s in st.pending if s > stream_seq]
-        if above and st.delivered_consumer_seq > consumer_seq:
-            nxt = min(above)
-            st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.pending[nxt][0] - 1, nxt - 1
+        if st.delivered_consumer_seq > consumer_seq:
+            nxt = next_pending(st.pending, stream_seq, st.delivered_stream_seq + 1)
+            if nxt:
+                st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.pending[nxt][0] - 1, nxt - 1
     st.redelivered.pop(stream_seq, None)
 
 
@@ -98,13 +114,31 @@ class MemoryConsumerStore:
         apply_ack(self._state, consumer_seq, stream_seq, ack_all)
         self._logged(record.KIND_ACK, record.ACK.pack(consumer_seq, stream_seq, ack_all))
 
+    def update_floor(self, consumer_seq: int, stream_seq: int, ts: int) -> None:
+        """An ack-none delivery: delivered and acked at once (nothing becomes pending)."""
+        self._check_open()
+        st = self._state
+        st.delivered_consumer_seq = st.ack_floor_consumer_seq = consumer_seq
+        st.delivered_stream_seq = st.ack_floor_stream_seq = stream_seq
+        self._floor_moved(consumer_seq, stream_seq, ts)
+
     def reset(self, state: ConsumerState) -> None:
         self._check_open()
         self._state = copy.deepcopy(state)
         self._snapshot()
 
+    def set_flush_hook(self, hook: Callable[[], None]) -> None:
+        """Buffer updates; call `hook()` whenever the buffer gains its first one (it must arrange a
+        `flush()` soon). Memory stores have nothing to flush."""
+
+    def flush(self) -> None:
+        """Write the buffered updates (memory: nothing to do)."""
+
     def _logged(self, kind: bytes, payload: bytes) -> None:
         """Persist one update (memory: nothing to do)."""
+
+    def _floor_moved(self, consumer_seq: int, stream_seq: int, ts: int) -> None:
+        """Persist an ack-none floor (memory: nothing to do)."""
 
     def _snapshot(self) -> None:
         """Persist the whole state (memory: nothing to do)."""
@@ -161,6 +195,9 @@ class FileConsumerStore(MemoryConsumerStore):
         self._log_size = 0
         self._dirty = False
         self._fd = -1
+        self._buf: list[bytes] = []  # encoded frames not yet written
+        self._floor: tuple[int, int, int] | None = None  # the latest unwritten ack-none floor
+        self._hook: Callable[[], None] | None = None
         self._recover()
 
     def _log_path(self, gen: int) -> Path:
@@ -200,14 +237,46 @@ class FileConsumerStore(MemoryConsumerStore):
                 stale.unlink()
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
+    def set_flush_hook(self, hook: Callable[[], None]) -> None:
+        self._hook = hook
+
     def _logged(self, kind: bytes, payload: bytes) -> None:
-        frame = record.encode_frame(kind, payload)
+        first = not self._buf and self._floor is None
+        self._buf.append(record.encode_frame(kind, payload))
+        if first:
+            self._buffered()
+
+    def _floor_moved(self, consumer_seq: int, stream_seq: int, ts: int) -> None:
+        first = not self._buf and self._floor is None
+        self._floor = (consumer_seq, stream_seq, ts)
+        if first:
+            self._buffered()
+
+    def _buffered(self) -> None:
+        if self._hook is None:
+            self.flush()
+        else:
+            self._hook()
+
+    def flush(self) -> None:
+        if self._closed:
+            return
+        if self._floor is not None:
+            dseq, sseq, ts = self._floor
+            self._floor = None
+            self._buf.append(record.encode_frame(record.KIND_DELIVERED, record.DELIVERED.pack(dseq, sseq, 1, ts)))
+            self._buf.append(record.encode_frame(record.KIND_ACK, record.ACK.pack(dseq, sseq, False)))
+        if not self._buf:
+            return
+        data = b"".join(self._buf)
+        self._buf.clear()
         try:
-            _write_all(self._fd, frame)
-            self._log_size += len(frame)
+            _write_all(self._fd, data)
+            self._log_size += len(data)
             self._dirty = True
             if self._sync.always:
-                self.sync()
+                os.fsync(self._fd)
+                self._dirty = False
             if self._log_size > max(_COMPACT_MIN, 4 * self._snap_size):
                 self._snapshot()
         except OSError as e:
@@ -226,6 +295,8 @@ class FileConsumerStore(MemoryConsumerStore):
         finally:
             os.close(fd)
         os.replace(tmp, self._dir / "state.snap")
+        self._buf.clear()  # the snapshot holds every buffered update
+        self._floor = None
         new_fd = os.open(self._log_path(gen), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
         dfd = os.open(self._dir, os.O_RDONLY)
         try:
@@ -238,6 +309,7 @@ class FileConsumerStore(MemoryConsumerStore):
 
     def sync(self) -> None:
         self._check_open()
+        self.flush()
         if self._dirty:
             os.fsync(self._fd)
             self._dirty = False
@@ -246,6 +318,7 @@ class FileConsumerStore(MemoryConsumerStore):
         if self._closed:
             return
         self.sync()
+        self._hook = None
         os.close(self._fd)
         self._closed = True
 
