@@ -127,7 +127,8 @@ def crds(envtest: Any) -> list[str]:
 class Operator:
     """A `jsoperator run` subprocess with its log file."""
 
-    def __init__(self, kubeconfig: Path, log: Path, drift_interval: float = DRIFT_INTERVAL) -> None:
+    def __init__(self, kubeconfig: Path, log: Path, drift_interval: float = DRIFT_INTERVAL,
+                 namespace: str | None = f"{NAMESPACE_PREFIX}*") -> None:
         self.log = log
         self.metrics_port, self.health_port = free_port(), free_port()
         self._env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONUNBUFFERED="1")
@@ -136,7 +137,7 @@ class Operator:
             "--servers", "nats://127.0.0.1:1",  # unused: every CR names its own broker
             "--drift-interval", str(drift_interval),
             # Only our tests' namespaces: resources other tests leave in the shared apiserver stay untouched.
-            "--namespace", f"{NAMESPACE_PREFIX}*",
+            *(["--namespace", namespace] if namespace else []),
             "--request-timeout", "2",
             "--metrics-port", str(self.metrics_port),
             "--health-port", str(self.health_port),
