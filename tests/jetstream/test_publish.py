@@ -202,3 +202,29 @@ async def test_max_bytes_boundary_matches_nats_server(nats_server, jsbroker_serv
                                         replay(nats_server.url, steps, name))
     assert ours == theirs
     assert ours[3]["state"]["bytes"] == limit
+
+
+async def test_publishes_then_stream_delete_in_one_read_are_all_acked(jsbroker_server, unique):
+    """Publishes into a file stream and a STREAM.DELETE in one socket read: every publish is acked as
+    stored (jsbroker holds file-stream acks until the read's records are written, and handles a read in
+    order). jsbroker only: nats-server stores asynchronously and may answer 10077 when the delete wins."""
+    from tests.broker.raw import CONNECT, Raw
+
+    server = jsbroker_server
+    name = unique("DEL")
+    nc = await nats.connect(server.url)
+    try:
+        await nc.jetstream().add_stream(name=name, subjects=[name + ".>"], storage="file")
+    finally:
+        await nc.close()
+    raw = Raw(int(server.url.rsplit(":", 1)[1]))
+    pubs = b"".join(b"PUB %s.x ack.%d 1\r\nx\r\n" % (name.encode(), i) for i in range(3))
+    raw.send(CONNECT + b"SUB ack.* 1\r\n" + pubs + b"PUB $JS.API.STREAM.DELETE.%s ack.9 0\r\n\r\nPING\r\n" % name.encode())
+    got = b""
+    deadline = asyncio.get_running_loop().time() + 5
+    while got.count(b"MSG ack.") < 4 and asyncio.get_running_loop().time() < deadline:
+        got += await asyncio.to_thread(raw.read_until, b"}\r\n", 1.0)
+    raw.sock.close()
+    for i in range(3):
+        assert b'MSG ack.%d 1' % i in got and b'"seq":%d}' % (i + 1) in got
+    assert got.count(b'"success":true') == 1 and b"error" not in got

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from jsbroker import store as storage
 from jsbroker.jetstream import api, errors, headers, times
 from jsbroker.jetstream.stream_config import StreamConfig
-from jsbroker.store.base import ConsumerStore, StoredMsg, StoreError, StreamStore
+from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
 
 if TYPE_CHECKING:
     from jsbroker.internal import InternalBus, InternalSubscription, Origin
@@ -292,6 +292,8 @@ class Stream:
         held, self._held = self._held or [], []
         try:
             self.store.flush()
+        except StoreClosed:
+            pass  # closed (writing what was pending) or deleted after these publishes: they were stored
         except (StoreError, OSError) as exc:
             log.error("stream store failed", extra={"stream": self.name, "error": str(exc)})
             failed = b'{"error":' + _error_json(errors.STREAM_STORE_FAILED(err=str(exc))) + self._err_suffix
