@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from .times import parse_duration
 
@@ -37,8 +38,10 @@ class AckBody:
     reason: str = ""  # TERM only
 
 
-@dataclass(frozen=True, slots=True)
-class AckTarget:
+PLAIN_ACK = AckBody(AckKind.ACK)
+
+
+class AckTarget(NamedTuple):
     """The delivery an ack subject names."""
 
     delivery_count: int
@@ -72,17 +75,17 @@ def parse_subject(subject: str) -> AckTarget | None:
     else:
         return None
     try:
-        dc, sseq, dseq = (int(t) for t in nums)
+        dc, sseq, dseq = int(nums[0]), int(nums[1]), int(nums[2])
     except ValueError:
         return None
-    if min(dc, sseq, dseq) < 0:
+    if dc < 0 or sseq < 0 or dseq < 0:
         return None
     return AckTarget(dc, sseq, dseq)
 
 
 def parse_body(body: bytes) -> AckBody:
     if not body or body == b"+ACK" or body == b"+OK":
-        return AckBody(AckKind.ACK)
+        return PLAIN_ACK
     if body.startswith(b"+NXT"):
         return AckBody(AckKind.NEXT, next_request=body[4:])
     if body.startswith(b"-NAK"):

@@ -421,8 +421,9 @@ class Consumer:
         push = self.cfg.is_push
         self._stall = ""
         alive: set[str] = set()
+        paused = self._paused()  # checked once: the pause timer kicks again when it ends
         for _ in range(RUN_BUDGET):
-            if self._paused():
+            if paused:
                 break
             if push:
                 if not self.active or (self.maxpb and self.pbytes > self.maxpb):
