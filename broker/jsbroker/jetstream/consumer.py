@@ -18,6 +18,7 @@ per message. Handlers run inside the core's routing and never block.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.config import VERSION
-from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg
+from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreError
 from jsbroker.store.consumer_store import next_pending
 
 from . import ack, advisories, errors, headers, pull
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from jsbroker.internal import InterestWatch, InternalBus, InternalSubscription, Origin
+
+log = logging.getLogger(__name__)
 
 MSG_NEXT_PREFIX = "$JS.API.CONSUMER.MSG.NEXT."
 FC_PREFIX = "$JS.FC."
@@ -132,7 +135,9 @@ class Consumer:
         self.name = name
         self.cfg = cfg
         self.store = store
-        store.set_flush_hook(lambda: self.bus.before_output(store.flush))  # written before acks are answered
+        self._replies: list[str] = []  # ack_sync replies held until the acks they confirm are written
+        self._persist_armed = False
+        store.set_flush_hook(self._arm_persist)
         self.created_ns = created_ns or now_ns()
         self.bus: InternalBus = stream.bus
         self.loop = self.bus.loop
@@ -719,6 +724,26 @@ class Consumer:
             answer = self._ack(sseq, dseq) and answer
             advisories.terminated(self.bus, self.stream.name, self.name, sseq, dseq, dc, body.reason)
         if reply and answer:
+            self._replies.append(reply)
+            self._arm_persist()
+
+    def _arm_persist(self) -> None:
+        if not self._persist_armed:
+            self._persist_armed = True
+            self.bus.before_output(self._persist)
+
+    def _persist(self) -> None:
+        """Write the store's buffered updates (one write, before the broker's next output), then answer
+        the acks they confirm; a failed write answers none of them (the ack_sync caller times out)."""
+        self._persist_armed = False
+        replies, self._replies = self._replies, []
+        try:
+            self.store.flush()
+        except (StoreError, OSError) as exc:
+            log.error("consumer store failed", extra={"stream": self.stream.name, "consumer": self.name,
+                                                      "error": str(exc)})
+            return
+        for reply in replies:
             self.bus.publish(reply, None, b"", b"")
 
     def _ack(self, sseq: int, dseq: int) -> bool:
