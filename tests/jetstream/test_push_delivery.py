@@ -142,7 +142,7 @@ async def test_replay_original_keeps_spacing(urls, unique) -> None:
         await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"]})
         for i in range(3):
             await nc.request(f"{s}.x", str(i).encode(), timeout=2)
-            await asyncio.sleep(0.25)  # the spacing replay_policy original must reproduce
+            await asyncio.sleep(0.5)  # the spacing replay_policy original must reproduce
         stamps: list[float] = []
 
         async def mark(msg: Any) -> None:
@@ -150,12 +150,12 @@ async def test_replay_original_keeps_spacing(urls, unique) -> None:
 
         stored = [(await api(nc, f"$JS.API.STREAM.MSG.GET.{s}", {"seq": i}))["message"]["time"] for i in (1, 2, 3)]
         want = [(parse_rfc3339(b) - parse_rfc3339(a)) / 1e9 for a, b in zip(stored, stored[1:])]
-        if not all(0.2 < w < 2 for w in want):
+        if not all(0.45 < w < 3 for w in want):
             return "wall clock jumped"  # replay follows stored timestamps; a clock step makes them useless
         await create(nc, s, "C", deliver_subject=f"{s}-d", replay_policy="original", ack_policy="none")
         await collect(nc, f"{s}-d", count=3, wait=10, on_entry=mark)
         got = [b - a for a, b in zip(stamps, stamps[1:])]
-        return [len(stamps), all(abs(g - w) < 0.2 for g, w in zip(got, want))]
+        return [len(stamps), all(abs(g - w) < 0.3 for g, w in zip(got, want))]  # a loaded machine lags
 
     result = await same(urls, unique, fn)
     if result == "wall clock jumped":
