@@ -7,11 +7,13 @@ measurement; the server process is otherwise idle, so the delta is the cost of t
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -78,3 +80,49 @@ def table(results: list[Result]) -> str:
         nc, jc = r.median_cpu(NATS_SERVER), r.median_cpu(JSBROKER)
         rows.append(f"| {r.workload} | {ns:,.0f} | {js:,.0f} | {_ratio(js, ns)} | {nc:.2f} | {jc:.2f} | {_ratio(jc, nc)} |")
     return "\n".join([head, *rows])
+
+
+# A workload: (name, run(server, n) -> Sample, n messages at full size).
+Workload = tuple[str, Callable[[ServerHandle, int], Sample], int]
+
+
+def timed(fn: Callable[[str, int], tuple[int, float]]) -> Callable[[ServerHandle, int], Sample]:
+    """Wrap a client-side run(url, n) -> (msgs, seconds) so the server's CPU time is measured around it."""
+
+    def run(handle: ServerHandle, n: int) -> Sample:
+        before = cpu_seconds(handle.pid)
+        msgs, seconds = fn(handle.url, n)
+        return Sample(msgs, seconds, cpu_seconds(handle.pid) - before)
+
+    return run
+
+
+def main(doc: str | None, workloads: list[Workload], start: Callable[[], dict[str, ServerHandle]],
+         quick_n: Callable[[int], int] = lambda n: max(n // 5, 500)) -> None:
+    """The command line every bench script shares: both servers in one run, alternating who goes first,
+    medians per server, then the Markdown table with ratios."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer messages, one repetition")
+    ap.add_argument("--reps", type=int, help="repetitions per server (default 3, quick 1)")
+    ap.add_argument("--only", help="run only workloads whose name contains this text")
+    args = ap.parse_args()
+    reps = args.reps or (1 if args.quick else 3)
+    servers = start()
+    results: list[Result] = []
+    try:
+        for name, fn, n in workloads:
+            if args.only and args.only not in name:
+                continue
+            n = quick_n(n) if args.quick else n
+            result = Result(name)
+            for rep in range(reps):
+                for kind in KINDS if rep % 2 == 0 else KINDS[::-1]:
+                    s = fn(servers[kind], n)
+                    result.samples[kind].append(s)
+                    print(f"{name:42s} {kind:12s} {s.rate:10,.0f} msgs/s  {s.cpu_per_msg_us:7.2f} µs CPU/msg", flush=True)
+            results.append(result)
+    finally:
+        for handle in servers.values():
+            handle.close()
+    print()
+    print(table(results))

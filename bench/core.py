@@ -13,7 +13,6 @@ medians and the ratios jsbroker/nats-server.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import multiprocessing as mp
 import socket
@@ -21,7 +20,7 @@ import threading
 import time
 from typing import Callable
 
-from common import KINDS, Result, Sample, cpu_seconds, start_servers, table
+from common import Workload, main, start_servers, timed
 
 SIZE = 128
 PAYLOAD = b"x" * SIZE
@@ -252,47 +251,15 @@ def fan_out(url: str, n: int) -> tuple[int, float]:
 
 # -- driver -------------------------------------------------------------------------------------------
 
-WORKLOADS: list[tuple[str, Callable[[str, int], tuple[int, float]], int]] = [
-    ("nats-py publish only", pub_only, 300_000),
-    ("nats-py 1 pub -> 1 sub", pub_sub, 200_000),
-    ("nats-py request/reply, 1 in flight", request_reply(1), 4_000),
-    ("nats-py request/reply, 50 in flight", request_reply(50), 40_000),
-    ("raw ingest (no subscribers)", ingest, 3_000_000),
-    ("raw pub -> sub fan-out", fan_out, 1_000_000),
+WORKLOADS: list[Workload] = [
+    ("nats-py publish only", timed(pub_only), 300_000),
+    ("nats-py 1 pub -> 1 sub", timed(pub_sub), 200_000),
+    ("nats-py request/reply, 1 in flight", timed(request_reply(1)), 4_000),
+    ("nats-py request/reply, 50 in flight", timed(request_reply(50)), 40_000),
+    ("raw ingest (no subscribers)", timed(ingest), 3_000_000),
+    ("raw pub -> sub fan-out", timed(fan_out), 1_000_000),
 ]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="1/5 of the messages, one repetition")
-    ap.add_argument("--reps", type=int, help="repetitions per server (default 3, quick 1)")
-    ap.add_argument("--only", help="run only workloads whose name contains this text")
-    args = ap.parse_args()
-    reps = args.reps or (1 if args.quick else 3)
-    servers = start_servers()
-    results: list[Result] = []
-    try:
-        for name, fn, n in WORKLOADS:
-            if args.only and args.only not in name:
-                continue
-            n = max(n // 5, 500) if args.quick else n
-            result = Result(name)
-            for rep in range(reps):
-                order = KINDS if rep % 2 == 0 else KINDS[::-1]  # alternate who goes first
-                for kind in order:
-                    handle = servers[kind]
-                    before = cpu_seconds(handle.pid)
-                    msgs, seconds = fn(handle.url, n)
-                    result.samples[kind].append(Sample(msgs, seconds, cpu_seconds(handle.pid) - before))
-                    s = result.samples[kind][-1]
-                    print(f"{name:40s} {kind:12s} {s.rate:12,.0f} msgs/s  {s.cpu_per_msg_us:7.2f} µs CPU/msg", flush=True)
-            results.append(result)
-    finally:
-        for handle in servers.values():
-            handle.close()
-    print()
-    print(table(results))
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, WORKLOADS, start_servers)

@@ -11,7 +11,6 @@ around the drain only. The table shows medians: msgs/s and server CPU µs per me
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import multiprocessing as mp
@@ -19,7 +18,7 @@ import socket
 import time
 from typing import Callable
 
-from common import KINDS, Result, Sample, cpu_seconds, table
+from common import KINDS, Sample, Workload, cpu_seconds, main
 from tests.servers import ServerHandle, launch
 
 SIZE = 128
@@ -142,41 +141,13 @@ def consume(mode: str, batch: int = 0) -> Callable[[ServerHandle, int], Sample]:
     return run
 
 
-WORKLOADS: list[tuple[str, Callable[[ServerHandle, int], Sample]]] = [
-    ("pull fetch(100) + ack each, file", consume("pull-ack", 100)),
-    ("pull fetch(500) + ack each, file", consume("pull-ack", 500)),
-    ("pull fetch(500), ack none, file", consume("pull-none", 500)),
-    ("push (ack none), file", consume("push")),
+WORKLOADS: list[Workload] = [
+    ("pull fetch(100) + ack each, file", consume("pull-ack", 100), 100_000),
+    ("pull fetch(500) + ack each, file", consume("pull-ack", 500), 100_000),
+    ("pull fetch(500), ack none, file", consume("pull-none", 500), 100_000),
+    ("push (ack none), file", consume("push"), 100_000),
 ]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="20k messages, one repetition")
-    ap.add_argument("--reps", type=int, help="repetitions per server (default 3, quick 1)")
-    ap.add_argument("--only", help="run only workloads whose name contains this text")
-    args = ap.parse_args()
-    reps = args.reps or (1 if args.quick else 3)
-    n = 20_000 if args.quick else 100_000
-    servers = {kind: launch(kind) for kind in KINDS}
-    results: list[Result] = []
-    try:
-        for name, fn in WORKLOADS:
-            if args.only and args.only not in name:
-                continue
-            result = Result(name)
-            for rep in range(reps):
-                for kind in KINDS if rep % 2 == 0 else KINDS[::-1]:  # alternate who goes first
-                    s = fn(servers[kind], n)
-                    result.samples[kind].append(s)
-                    print(f"{name:36s} {kind:12s} {s.rate:10,.0f} msgs/s  {s.cpu_per_msg_us:7.2f} µs CPU/msg", flush=True)
-            results.append(result)
-    finally:
-        for handle in servers.values():
-            handle.close()
-    print()
-    print(table(results))
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, WORKLOADS, lambda: {kind: launch(kind) for kind in KINDS}, quick_n=lambda n: 20_000)

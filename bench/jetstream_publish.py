@@ -12,7 +12,6 @@ For each run: msgs/s and the server's CPU µs per message; the table shows media
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import multiprocessing as mp
@@ -21,7 +20,7 @@ import threading
 import time
 from typing import Callable
 
-from common import KINDS, Result, Sample, cpu_seconds, table
+from common import KINDS, Workload, main, timed
 from tests.servers import launch
 
 SIZE = 128
@@ -149,47 +148,15 @@ def raw_acked(storage: str) -> Callable[[str, int], tuple[int, float]]:
     return run
 
 
-WORKLOADS: list[tuple[str, Callable[[str, int], tuple[int, float]], int]] = [
-    ("nats-py sync publish, file", nats_py("file", False), 3_000),
-    ("nats-py sync publish, memory", nats_py("memory", False), 3_000),
-    ("nats-py async publish, file", nats_py("file", True), 30_000),
-    ("nats-py async publish, memory", nats_py("memory", True), 30_000),
-    ("raw acked publish 10k in flight, file", raw_acked("file"), 300_000),
-    ("raw acked publish 10k in flight, memory", raw_acked("memory"), 300_000),
+WORKLOADS: list[Workload] = [
+    ("nats-py sync publish, file", timed(nats_py("file", False)), 3_000),
+    ("nats-py sync publish, memory", timed(nats_py("memory", False)), 3_000),
+    ("nats-py async publish, file", timed(nats_py("file", True)), 30_000),
+    ("nats-py async publish, memory", timed(nats_py("memory", True)), 30_000),
+    ("raw acked publish 10k in flight, file", timed(raw_acked("file")), 300_000),
+    ("raw acked publish 10k in flight, memory", timed(raw_acked("memory")), 300_000),
 ]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="1/5 of the messages, one repetition")
-    ap.add_argument("--reps", type=int, help="repetitions per server (default 3, quick 1)")
-    ap.add_argument("--only", help="run only workloads whose name contains this text")
-    args = ap.parse_args()
-    reps = args.reps or (1 if args.quick else 3)
-    servers = {kind: launch(kind) for kind in KINDS}
-    results: list[Result] = []
-    try:
-        for name, fn, n in WORKLOADS:
-            if args.only and args.only not in name:
-                continue
-            n = max(n // 5, 500) if args.quick else n
-            result = Result(name)
-            for rep in range(reps):
-                order = KINDS if rep % 2 == 0 else KINDS[::-1]  # alternate who goes first
-                for kind in order:
-                    handle = servers[kind]
-                    before = cpu_seconds(handle.pid)
-                    msgs, seconds = fn(handle.url, n)
-                    result.samples[kind].append(Sample(msgs, seconds, cpu_seconds(handle.pid) - before))
-                    s = result.samples[kind][-1]
-                    print(f"{name:42s} {kind:12s} {s.rate:10,.0f} msgs/s  {s.cpu_per_msg_us:7.2f} µs CPU/msg", flush=True)
-            results.append(result)
-    finally:
-        for handle in servers.values():
-            handle.close()
-    print()
-    print(table(results))
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, WORKLOADS, lambda: {kind: launch(kind) for kind in KINDS})
