@@ -4,6 +4,7 @@ ConsumerInfo counters."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -96,7 +97,7 @@ async def test_max_ack_pending_and_requests_pending(urls, unique) -> None:
 async def test_acks_naks_term_and_redelivery(urls, unique) -> None:
     async def fn(nc: Any, s: str) -> Any:
         await setup(nc, s, 4)
-        await consumer(nc, s, "C", ack_policy="explicit", ack_wait=400_000_000)
+        await consumer(nc, s, "C", ack_policy="explicit", ack_wait=800_000_000)
         first = await pull(nc, s, "C", {"batch": 4, "expires": 200_000_000}, wait=1, count=4)
         replies = [await _reply_of(nc, s, e) for e in first]
         await nc.request(replies[0], b"", timeout=1)  # ack_sync
@@ -104,8 +105,11 @@ async def test_acks_naks_term_and_redelivery(urls, unique) -> None:
         await nc.publish(replies[2], b"+TERM bad")
         await nc.flush()
         t = [first, await info(nc, s, "C")]
-        t.append(await pull(nc, s, "C", {"batch": 4, "expires": 300_000_000}, wait=1))
-        t.append(await pull(nc, s, "C", {"batch": 4, "expires": 900_000_000}, wait=2, count=2))
+        # The nak'ed seq 2 goes out with the next pull, so its ack-wait starts ~0.3 s after seq 4's: seq 4
+        # times out (t+0.8 s) after this pull ends (t+0.55 s) and well before seq 2 does (t+1.1 s).
+        await asyncio.sleep(0.3)
+        t.append(await pull(nc, s, "C", {"batch": 4, "expires": 250_000_000}, wait=1))
+        t.append(await pull(nc, s, "C", {"batch": 4, "expires": 1_500_000_000}, wait=3, count=2))
         t.append(await info(nc, s, "C"))
         return t
 
@@ -146,7 +150,6 @@ async def test_round_robin_between_requests(urls, unique) -> None:
     async def fn(nc: Any, s: str) -> Any:
         await setup(nc, s)
         await consumer(nc, s, "C", ack_policy="none")
-        import asyncio
 
         a = asyncio.create_task(pull(nc, s, "C", {"batch": 3, "expires": 600_000_000}, wait=2, count=3))
         b = asyncio.create_task(pull(nc, s, "C", {"batch": 3, "expires": 600_000_000}, wait=2, count=3))
@@ -161,7 +164,6 @@ async def test_round_robin_between_requests(urls, unique) -> None:
 
 async def test_delete_releases_waiting_pulls(urls, unique) -> None:
     async def fn(nc: Any, s: str) -> Any:
-        import asyncio
 
         await setup(nc, s)
         await consumer(nc, s, "C")
@@ -187,7 +189,6 @@ async def test_odd_request_bodies(urls, unique, body: bytes) -> None:
 
 async def test_max_waiting_and_push_heartbeat_free_pull(urls, unique) -> None:
     async def fn(nc: Any, s: str) -> Any:
-        import asyncio
 
         await setup(nc, s)
         await consumer(nc, s, "C", max_waiting=1)
