@@ -184,8 +184,12 @@ class StreamStore(Protocol):
 
 
 class ConsumerStore(Protocol):
-    """Persistent state of one durable consumer. `update_*` return only after the change reached the
-    OS, so an ack confirmed to an ack_sync caller survives kill -9 (with fsync per the sync policy)."""
+    """Persistent state of one durable consumer. Contract: every `update_*` reaches the OS (write() done;
+    fsync too with SyncPolicy.always) before the broker's next output. With a flush hook set
+    (`set_flush_hook`), updates are buffered and the store calls the hook when its buffer gains its first
+    one; the owner then calls `flush()` before anything else is sent, so one write() carries a whole
+    turn's updates. Without a hook each update is written at once. An ack confirmed to an ack_sync caller
+    must be held by the owner until the flush that carries it succeeded, so it survives kill -9."""
 
     def load(self) -> ConsumerState: ...
 
@@ -193,12 +197,24 @@ class ConsumerStore(Protocol):
         """Record a delivery as nats-server's consumer store does: delivered = max; a new stream seq becomes
         pending (consumer seq, ts); a redelivery refreshes the pending ts and, with delivery_count > 1,
         sets redelivered[stream_seq] = max(old, delivery_count). Ignored at or below the ack floor.
-        AckNone consumers follow it with `update_acks` for the same seqs."""
+        AckNone consumers use `update_floor` instead."""
 
     def update_acks(self, consumer_seq: int, stream_seq: int, ack_all: bool = False) -> None:
         """Ack one message (explicit) or, with ack_all, everything pending up to stream_seq; moves the ack
         floor as nats-server does. Acks at or below the floor or of non-pending seqs change nothing but
         the redelivered count."""
+
+    def update_floor(self, consumer_seq: int, stream_seq: int, ts: int) -> None:
+        """An AckNone delivery: delivered and ack floor both move to (consumer_seq, stream_seq) at once,
+        nothing becomes pending. Stores may keep only the latest floor until the next flush."""
+
+    def set_flush_hook(self, hook: Callable[[], None]) -> None:
+        """Buffer updates from now on; `hook()` is called whenever the buffer gains its first update and
+        must arrange a `flush()` before the broker's next output."""
+
+    def flush(self) -> None:
+        """Write the buffered updates with one write() (fsync with SyncPolicy.always); raises StoreError
+        when the write failed (then no ack it carried may be confirmed). No-op when nothing is buffered."""
 
     def reset(self, state: ConsumerState) -> None:
         """Replace the whole state (CONSUMER.RESET, compaction)."""
