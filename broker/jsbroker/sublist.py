@@ -4,7 +4,10 @@ Literal subscriptions live in a dict, wildcard ones in a token trie; results are
 subject (bytes from the wire or str from the internal bus, never both for one key) and the whole cache
 is dropped on any change, which is cheap because subscriptions change far less often than messages flow.
 A subject with an empty token reaches nobody (as in nats-server); that is checked on cache misses only.
-Subjects that are unique per message (`$JS.ACK.…`) bypass the cache so they cannot evict useful entries.
+Subjects that are unique per message (`$JS.ACK.<stream>.<consumer>.…`) bypass that cache so they cannot
+evict useful entries; their wildcard matches are cached instead per (first four tokens, token count), which
+is exact as long as no wildcard subscription that could match them has a literal token after the fourth
+(counted in `_deep_ack`; while any exists they take the full path).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 _CACHE_MAX = 4096
-_NO_CACHE_PREFIXES = ("$JS.ACK.",)
+_ACK_PREFIX = "$JS.ACK."
 
 
 class Subscription:
@@ -53,6 +56,8 @@ class Sublist:
         self._root = _Node()
         self._wild_count = 0
         self.cache: dict[bytes | str, Result] = {}
+        self._ack_cache: dict[tuple[str, int], Result] = {}  # (first 4 tokens, token count) -> wildcard matches
+        self._deep_ack = 0  # wildcard subscriptions that constrain an ack subject past its 4th token
         self.count = 0
 
     def insert(self, sub: Subscription) -> None:
@@ -65,8 +70,13 @@ class Sublist:
                 node = node.children.setdefault(tok, _Node())
             node.subs.append(sub)
             self._wild_count += 1
+            self._deep_ack += _constrains_ack_tail(subject)
         self.count += 1
+        self._changed()
+
+    def _changed(self) -> None:
         self.cache.clear()
+        self._ack_cache.clear()
 
     def remove(self, sub: Subscription) -> bool:
         subject = sub.subject
@@ -79,8 +89,10 @@ class Sublist:
                 del self._literal[subject]
         elif not self._remove_wild(sub):
             return False
+        else:
+            self._deep_ack -= _constrains_ack_tail(subject)
         self.count -= 1
-        self.cache.clear()
+        self._changed()
         return True
 
     def _remove_wild(self, sub: Subscription) -> bool:
@@ -108,22 +120,52 @@ class Sublist:
         if cached is not None:
             return cached
         text = subject.decode("utf-8", "replace") if isinstance(subject, bytes) else subject
+        if text.startswith(_ACK_PREFIX):
+            return self._match_ack(text)
+        result = self._match_full(text)
+        if len(self.cache) >= _CACHE_MAX:
+            self.cache.clear()
+        self.cache[subject] = result
+        return result
+
+    def _match_full(self, text: str) -> Result:
         if _has_empty_token(text):  # nats-server delivers "a..b", ".a", "a." to nobody
+            return EMPTY
+        found = list(self._literal.get(text, ()))
+        if self._wild_count:
+            _collect(self._root, text.split("."), 0, found)
+        return _group(found) if found else EMPTY
+
+    def _match_ack(self, text: str) -> Result:
+        """An ack subject: the wildcard part depends only on its first four tokens and its length unless
+        a subscription constrains a later token (`_deep_ack`) or the exact subject is subscribed."""
+        dot = text.find(".", len(_ACK_PREFIX))
+        cut = text.find(".", dot + 1) if dot > 0 else -1
+        if cut < 0 or self._deep_ack or text in self._literal or _has_empty_token(text):
+            return self._match_full(text)
+        key = (text[:cut], text.count("."))
+        result = self._ack_cache.get(key)
+        if result is None:
             found: list[Subscription] = []
-        else:
-            found = list(self._literal.get(text, ()))
             if self._wild_count:
                 _collect(self._root, text.split("."), 0, found)
-        result = _group(found) if found else EMPTY
-        if not text.startswith(_NO_CACHE_PREFIXES):
-            if len(self.cache) >= _CACHE_MAX:
-                self.cache.clear()
-            self.cache[subject] = result
+            result = _group(found) if found else EMPTY
+            if len(self._ack_cache) >= _CACHE_MAX:
+                self._ack_cache.clear()
+            self._ack_cache[key] = result
         return result
 
 
 def _has_empty_token(subject: str) -> bool:
     return not subject or subject[0] == "." or subject[-1] == "." or ".." in subject
+
+
+def _constrains_ack_tail(pattern: str) -> bool:
+    """Whether a wildcard pattern could match a `$JS.ACK.` subject and has a literal token after the
+    fourth (its matches then depend on more than the ack subject's head and length)."""
+    toks = pattern.split(".")
+    return (len(toks) > 4 and toks[0] in ("$JS", "*") and toks[1] in ("ACK", "*")
+            and any(t != "*" and t != ">" for t in toks[4:]))
 
 
 def _is_literal(subject: str) -> bool:
