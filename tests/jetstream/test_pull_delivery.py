@@ -104,10 +104,11 @@ async def test_acks_naks_term_and_redelivery(urls, unique) -> None:
         await nc.publish(replies[1], b"-NAK")
         await nc.publish(replies[2], b"+TERM bad")
         await nc.flush()
-        t = [first, await info(nc, s, "C")]
         # The nak'ed seq 2 goes out with the next pull, so its ack-wait starts ~0.3 s after seq 4's: seq 4
-        # times out (t+0.8 s) after this pull ends (t+0.55 s) and well before seq 2 does (t+1.1 s).
+        # times out (t+0.8 s) after this pull ends (t+0.55 s) and well before seq 2 does (t+1.1 s). The
+        # pause also lets nats-server apply the acks it queued before it answers the info.
         await asyncio.sleep(0.3)
+        t = [first, await info(nc, s, "C")]
         t.append(await pull(nc, s, "C", {"batch": 4, "expires": 250_000_000}, wait=1))
         t.append(await pull(nc, s, "C", {"batch": 4, "expires": 1_500_000_000}, wait=3, count=2))
         t.append(await info(nc, s, "C"))
