@@ -433,3 +433,40 @@ def test_store_deferred_waits_for_flush_and_reads_see_it(factory, tmp_path):
         assert b"later" in b"".join(p.read_bytes() for p in blocks)
     s = factory.reopen(s)
     assert [m.data for m in s.messages()] == [b"written", b"pending", b"later"]
+
+
+def one_by_one(s, start, filters, count):
+    """What `load_next_msgs` must equal: repeated load_next_msg over each filter, lowest seq first."""
+    out = []
+    while len(out) < count:
+        found = [m for f in (filters or [None]) if (m := s.load_next_msg(start, f)) is not None]
+        if not found:
+            break
+        m = min(found, key=lambda m: m.seq)
+        out.append(m)
+        start = m.seq + 1
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_load_next_msgs_equals_one_by_one(factory, seed):
+    """Batched reads across gaps, block boundaries, headers and records not yet flushed."""
+    rng = random.Random(seed)
+    s = factory.open()
+    hdr = b"NATS/1.0\r\nK: v\r\n\r\n"
+    for i in range(300):
+        s.store_msg(f"a.{rng.choice('xyz')}", hdr if i % 7 == 0 else b"", bytes(rng.randrange(300)))
+    for seq in rng.sample(range(1, 301), 40):
+        s.remove_msg(seq)
+    for i in range(5):
+        s.store_deferred("a.x", b"", b"deferred %d" % i)
+    for filters in (None, ["a.x"], ["a.*"], ["a.y", "a.z"], ["b.>"]):
+        for start, count in ((0, 500), (1, 8), (150, 64), (290, 20), (306, 5)):
+            want = one_by_one(s, start, filters, count)
+            got = s.load_next_msgs(start, filters, count)
+            assert [(m.seq, m.subject, m.hdr, m.data, m.ts) for m in got] == \
+                   [(m.seq, m.subject, m.hdr, m.data, m.ts) for m in want], (filters, start, count)
+    sizes = [factory.size(m.subject, m.hdr, m.data) for m in one_by_one(s, 0, None, 3)]
+    assert len(s.load_next_msgs(0, None, 100, max_bytes=sizes[0] + sizes[1])) == 2
+    s = factory.reopen(s)
+    assert [m.seq for m in s.load_next_msgs(0, ["a.x"], 1000)] == [m.seq for m in one_by_one(s, 0, ["a.x"], 1000)]

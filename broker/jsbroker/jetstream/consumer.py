@@ -51,6 +51,7 @@ FC_WINDOW_START = 2 * 1024 * 1024  # maxpb: flow control starts with this window
 FC_WINDOW_LIMIT = 32 * 1024 * 1024  # ...and doubles on each response up to this
 ACK_WAIT_SLACK = 1_000_000  # 1 ms, as nats-server's ackWaitDelay
 RUN_BUDGET = 4096  # messages per delivery pass before yielding the loop
+READ_AHEAD_FIRST, READ_AHEAD_MAX = 8, 256  # new messages read per store call in a pass: doubling up to max
 
 mono = time.monotonic_ns
 
@@ -174,6 +175,8 @@ class Consumer:
         self._rate_at = 0
         self._kicked = False
         self._stall = ""  # why the last pass stopped: "eof" or "maxp"
+        self._ahead: deque[StoredMsg] = deque()  # new messages read ahead in this delivery pass
+        self._ahead_n = READ_AHEAD_FIRST  # how many the next read-ahead asks for
         self._subs = _Subs()
         self._t_ack = _Timer(self.loop, self._check_pending)
         self._t_wait = _Timer(self.loop, self._on_wait_timer)
@@ -425,6 +428,8 @@ class Consumer:
             return
         push = self.cfg.is_push
         self._stall = ""
+        self._ahead.clear()  # a new pass reads afresh: the stream or the filters may have changed
+        self._ahead_n = READ_AHEAD_FIRST
         alive: set[str] = set()
         paused = self._paused()  # checked once: the pause timer kicks again when it ends
         for _ in range(RUN_BUDGET):
@@ -504,7 +509,7 @@ class Consumer:
             msg = store.load_msg(seq)
             if msg is not None:
                 return msg, 1
-        msg = self._load_next(self.sseq)
+        msg = self._next_new()
         if msg is None:
             self._stall = "eof"
             self.sseq = max(self.sseq, store.state().last_seq + 1)
@@ -513,12 +518,25 @@ class Consumer:
         self.sseq = msg.seq + 1
         return msg, 1
 
-    def _load_next(self, start: int) -> StoredMsg | None:
+    def _next_new(self) -> StoredMsg | None:
+        """The first new message from `sseq`, from a read-ahead that grows while the pass keeps taking
+        them (one store call and, for files, one read per batch). A read-ahead message removed since
+        (limits, purge) is skipped, as a fresh read would."""
         store = self.stream.store
-        if len(self.filters) <= 1:
-            return store.load_next_msg(start, self.filters[0] if self.filters else None)
-        found = [m for f in self.filters if (m := store.load_next_msg(start, f)) is not None]
-        return min(found, key=lambda m: m.seq) if found else None
+        ahead = self._ahead
+        while ahead:
+            msg = ahead.popleft()
+            if msg.seq >= self.sseq and store.subject_of(msg.seq) is not None:
+                return msg
+        n = self._ahead_n
+        if self.maxp > 0:
+            n = min(n, max(self.maxp - len(self.pending), 1))
+        self._ahead_n = min(self._ahead_n * 2, READ_AHEAD_MAX)
+        got = store.load_next_msgs(self.sseq, self.filters or None, n)
+        if not got:
+            return None
+        ahead.extend(got)
+        return ahead.popleft()
 
     def _unget(self, seq: int, dc: int, saved: tuple[int, int, int | None]) -> None:
         """Put back a message that could not be delivered now."""

@@ -125,6 +125,13 @@ class StreamStore(Protocol):
         """The first message with seq >= start_seq whose subject matches `subject_filter` (NATS wildcards;
         None or ">" = any). Must not scan every message for a sparse filter when an index can answer."""
 
+    def load_next_msgs(self, start_seq: int, subject_filters: list[str] | None, max_count: int,
+                       max_bytes: int = 0) -> list[StoredMsg]:
+        """Up to `max_count` messages in seq order from start_seq matching any of the filters (None or []
+        = any), as repeated `load_next_msg` would give them, stopping once their accounted sizes reach
+        `max_bytes` (> 0). Unreadable bodies are left out. Cheaper than one call per message: a file
+        store reads adjacent records with one pread."""
+
     def load_last_msg(self, subject_filter: str) -> StoredMsg | None:
         """The newest message matching the filter (wildcards allowed)."""
 

@@ -290,6 +290,44 @@ class FileStore(IndexedStore):
             log.error("stream store %s: unreadable message seq=%d in block %d: %s", self._dir, seq, no, e)
             return None
 
+    def _get_many(self, seqs: list[int]) -> list[tuple[bytes, bytes] | None]:
+        """Records adjacent in one block are read with one pread and decoded from it."""
+        base, locs, sizes = self._base, self._locs, self._sizes
+        out: list[tuple[bytes, bytes] | None] = []
+        run: list[tuple[int, int, int]] = []  # (seq, loc, size) of records adjacent in one block
+        run_end = -1
+        for seq in seqs:
+            loc, size = locs[seq - base], sizes[seq - base]
+            if run and (_block_of(loc) != _block_of(run[0][1]) or loc & _OFFSET_MASK != run_end):
+                out += self._read_run(run)
+                run = []
+            run.append((seq, loc, size))
+            run_end = (loc & _OFFSET_MASK) + _rec_len(loc, size)
+        if run:
+            out += self._read_run(run)
+        return out
+
+    def _read_run(self, run: list[tuple[int, int, int]]) -> list[tuple[bytes, bytes] | None]:
+        no, at = _block_of(run[0][1]), run[0][1] & _OFFSET_MASK
+        if len(run) == 1 or (self._pending and no == self._active.no):  # _get flushes deferred records
+            return [self._get(seq, loc, size) for seq, loc, size in run]
+        lens = [_rec_len(loc, size) for _, loc, size in run]
+        try:
+            buf = os.pread(self._rfd(no), sum(lens), at)
+        except OSError as e:
+            log.error("stream store %s: unreadable messages from seq=%d in block %d: %s", self._dir, run[0][0], no, e)
+            return [None] * len(run)
+        out: list[tuple[bytes, bytes] | None] = []
+        pos = 0
+        for (seq, _, _), n in zip(run, lens):
+            try:
+                out.append(record.decode_msg(buf[pos : pos + n], seq))
+            except (record.RecordError, struct.error) as e:
+                log.error("stream store %s: unreadable message seq=%d in block %d: %s", self._dir, seq, no, e)
+                out.append(None)
+            pos += n
+        return out
+
     def _drop(self, seq: int, loc: int, size: int) -> None:
         blk = self._blocks.get(_block_of(loc))
         if blk is None:

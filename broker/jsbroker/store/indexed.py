@@ -70,6 +70,11 @@ class IndexedStore:
     def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
         raise NotImplementedError
 
+    def _get_many(self, seqs: list[int]) -> list[tuple[bytes, bytes] | None]:
+        """`_get` of several live seqs in ascending order (a backend may read them together)."""
+        base, locs, sizes = self._base, self._locs, self._sizes
+        return [self._get(seq, locs[seq - base], sizes[seq - base]) for seq in seqs]
+
     def _drop(self, seq: int, loc: int, size: int) -> None:
         """The body of `seq` (accounted size `size`) is no longer live."""
 
@@ -367,17 +372,20 @@ class IndexedStore:
             return None
         return StoredMsg(seq, self._subjects.by_sid(self._sids[i]).subject, body[0], body[1], self._ts[i])
 
+    def _next_seq(self, start: int, subject_filter: str | None) -> int:
+        """The first live seq >= start on a subject matching the filter, or 0."""
+        start = max(start, self._first)
+        if is_all(subject_filter):
+            return self._next_live(start)
+        if is_literal(subject_filter):  # type: ignore[arg-type]
+            entry = self._subjects.get(subject_filter)  # type: ignore[arg-type]
+            return entry.next_at_or_after(start) if entry is not None else 0
+        return self._next_matching(start, subject_filter)  # type: ignore[arg-type]
+
     def load_next_msg(self, start_seq: int, subject_filter: str | None = None) -> StoredMsg | None:
         self._check_open()
         while self._msgs:
-            start = max(start_seq, self._first)
-            if is_all(subject_filter):
-                seq = self._next_live(start)
-            elif is_literal(subject_filter):  # type: ignore[arg-type]
-                entry = self._subjects.get(subject_filter)  # type: ignore[arg-type]
-                seq = entry.next_at_or_after(start) if entry is not None else 0
-            else:
-                seq = self._next_matching(start, subject_filter)  # type: ignore[arg-type]
+            seq = self._next_seq(start_seq, subject_filter)
             if not seq:
                 return None
             msg = self.load_msg(seq)
@@ -385,6 +393,27 @@ class IndexedStore:
                 return msg
             start_seq = seq + 1  # unreadable body (logged by the backend): skip it
         return None
+
+    def load_next_msgs(self, start_seq: int, subject_filters: list[str] | None, max_count: int,
+                       max_bytes: int = 0) -> list[StoredMsg]:
+        self._check_open()
+        flts: list[str | None] = list(subject_filters) if subject_filters else [None]
+        seqs: list[int] = []
+        total = 0
+        seq = start_seq
+        while self._msgs and len(seqs) < max_count:
+            found = [s for f in flts if (s := self._next_seq(seq, f))]
+            if not found:
+                break
+            seq = min(found)
+            seqs.append(seq)
+            total += self._sizes[seq - self._base]
+            if max_bytes and total >= max_bytes:
+                break
+            seq += 1
+        base, sids, subjects, ts = self._base, self._sids, self._subjects, self._ts
+        return [StoredMsg(seq, subjects.by_sid(sids[seq - base]).subject, body[0], body[1], ts[seq - base])
+                for seq, body in zip(seqs, self._get_many(seqs)) if body is not None]
 
     def load_last_msg(self, subject_filter: str) -> StoredMsg | None:
         self._check_open()
