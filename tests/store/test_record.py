@@ -57,3 +57,15 @@ def test_consumer_frames():
         record.decode_frame(frame[:-1])
     with pytest.raises(record.RecordError):
         record.decode_frame(frame[:5] + bytes([frame[5] ^ 1]) + frame[6:])
+
+
+def test_consumer_batch_frames():
+    updates = [(b"d", record.DELIVERED.pack(1, 5, 1, 99)), (b"a", record.ACK.pack(1, 5, False)),
+               (b"d", record.DELIVERED.pack(2, 6, 2, 100))]
+    frame = record.encode_frame(record.KIND_BATCH, b"".join(k + p for k, p in updates))
+    kind, payload, _ = record.decode_frame(frame)
+    assert kind == record.KIND_BATCH and list(record.batch_updates(payload)) == updates
+    with pytest.raises(record.RecordError, match="bad update"):
+        list(record.batch_updates(payload[:-1]))  # a cut-off update
+    with pytest.raises(record.RecordError, match="bad update"):
+        list(record.batch_updates(b"x" + payload))  # an unknown kind

@@ -7,10 +7,10 @@ pending by stream seq, redelivery counts, the ack floor) and two ways to keep it
   updates (record.py, consumer section), compacted now and then into `state.snap` (gen + full state,
   written to a temp file, fsynced and renamed). Opening loads the snapshot and replays only the log of
   the snapshot's generation, so a crash between writing a snapshot and starting its log loses nothing;
-  a torn log tail is dropped (truncated) and logged. Updates are buffered and written with one write()
-  by `flush()`; `set_flush_hook(hook)` makes the store call `hook()` when its buffer gains its first
-  update (the consumer then flushes before the broker's next output, so an ack is on disk before its
-  reply is sent; without a hook every update is written at once). With SyncPolicy.always a flush is
+  a torn log tail is dropped (truncated) and logged. Updates are buffered and written by `flush()` as
+  one batch frame (one checksum, one write()); `set_flush_hook(hook)` makes the store call `hook()` when
+  its buffer gains its first update (the consumer then flushes before the broker's next output, so an
+  ack is on disk before its reply is sent; without a hook every update is written at once). With SyncPolicy.always a flush is
   fsynced too. Ack-none deliveries (`update_floor`) are kept as the latest floor only and written as
   one delivered+ack pair per flush.
 """
@@ -195,7 +195,7 @@ class FileConsumerStore(MemoryConsumerStore):
         self._log_size = 0
         self._dirty = False
         self._fd = -1
-        self._buf: list[bytes] = []  # encoded frames not yet written
+        self._buf: list[bytes] = []  # updates not yet written (kind byte + payload), one batch frame per flush
         self._floor: tuple[int, int, int] | None = None  # the latest unwritten ack-none floor
         self._hook: Callable[[], None] | None = None
         self._recover()
@@ -226,10 +226,18 @@ class FileConsumerStore(MemoryConsumerStore):
                             self._dir, offset, len(data), e)
                 os.truncate(path, offset)
                 break
-            if kind == record.KIND_DELIVERED:
-                apply_delivered(self._state, *record.DELIVERED.unpack(payload))
-            elif kind == record.KIND_ACK:
-                apply_ack(self._state, *record.ACK.unpack(payload))
+            try:
+                updates = list(record.batch_updates(payload)) if kind == record.KIND_BATCH else [(kind, payload)]
+            except record.RecordError as e:  # checksummed, so written wrong: keep what came before
+                log.error("consumer store %s: unreadable batch at %d: %s; dropping the log from there",
+                          self._dir, offset, e)
+                os.truncate(path, offset)
+                break
+            for kind, payload in updates:
+                if kind == record.KIND_DELIVERED:
+                    apply_delivered(self._state, *record.DELIVERED.unpack(payload))
+                elif kind == record.KIND_ACK:
+                    apply_ack(self._state, *record.ACK.unpack(payload))
             offset += length
         self._log_size = offset
         for stale in self._dir.glob("state.log.*"):
@@ -242,7 +250,7 @@ class FileConsumerStore(MemoryConsumerStore):
 
     def _logged(self, kind: bytes, payload: bytes) -> None:
         first = not self._buf and self._floor is None
-        self._buf.append(record.encode_frame(kind, payload))
+        self._buf.append(kind + payload)
         if first:
             self._buffered()
 
@@ -264,11 +272,11 @@ class FileConsumerStore(MemoryConsumerStore):
         if self._floor is not None:
             dseq, sseq, ts = self._floor
             self._floor = None
-            self._buf.append(record.encode_frame(record.KIND_DELIVERED, record.DELIVERED.pack(dseq, sseq, 1, ts)))
-            self._buf.append(record.encode_frame(record.KIND_ACK, record.ACK.pack(dseq, sseq, False)))
+            self._buf.append(record.KIND_DELIVERED + record.DELIVERED.pack(dseq, sseq, 1, ts))
+            self._buf.append(record.KIND_ACK + record.ACK.pack(dseq, sseq, False))
         if not self._buf:
             return
-        data = b"".join(self._buf)
+        data = record.encode_frame(record.KIND_BATCH, b"".join(self._buf))
         self._buf.clear()
         try:
             _write_all(self._fd, data)

@@ -34,7 +34,7 @@ import mmap
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Union
+from typing import Iterator, Union
 
 Buffer = Union[bytes, bytearray, memoryview, "mmap.mmap"]
 
@@ -177,6 +177,21 @@ SNAP_HEAD = struct.Struct(">QQQQQII")
 SNAP_PENDING = struct.Struct(">QQq")
 SNAP_REDELIVERED = struct.Struct(">QQ")
 KIND_DELIVERED, KIND_ACK, KIND_SNAPSHOT = b"d", b"a", b"s"
+# A batch frame: the updates of one flush under one checksum, each as its kind byte + payload.
+KIND_BATCH = b"b"
+_UPDATE_SIZES = {KIND_DELIVERED: DELIVERED.size, KIND_ACK: ACK.size}
+
+
+def batch_updates(payload: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """(kind, payload) of each update in a batch frame's payload, or RecordError."""
+    at = 0
+    while at < len(payload):
+        kind = payload[at : at + 1]
+        size = _UPDATE_SIZES.get(kind)
+        if size is None or at + 1 + size > len(payload):
+            raise RecordError(f"bad update {kind!r} at {at} of a batch")
+        yield kind, payload[at + 1 : at + 1 + size]
+        at += 1 + size
 
 
 def encode_frame(kind: bytes, payload: bytes) -> bytes:
