@@ -224,22 +224,19 @@ class Broker:
         self.router.remove(sub)
 
     def publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> bool:
-        return self.router.route(
-            None,
-            subject.encode(),
-            reply.encode() if reply else None,
-            len(hdr) if hdr else -1,
-            hdr + payload + b"\r\n" if hdr else payload + b"\r\n",
-        )
+        return self._route_internal(subject, reply, hdr, payload, None)
 
     def deliver(self, target: str, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> bool:
+        return self._route_internal(subject, reply, hdr, payload, target.encode())
+
+    def _route_internal(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, target: bytes | None) -> bool:
         return self.router.route(
             None,
             subject.encode(),
             reply.encode() if reply else None,
             len(hdr) if hdr else -1,
             hdr + payload + b"\r\n" if hdr else payload + b"\r\n",
-            target.encode(),
+            target,
         )
 
     def before_output(self, callback: Callable[[], None]) -> None:

@@ -104,7 +104,7 @@ def parse_json(body: bytes) -> dict[str, Any]:
     if value is None:  # Go decodes `null` into an untouched request
         return {}
     if not isinstance(value, dict):
-        raise errors.INVALID_JSON(err=f"json: cannot unmarshal {_json_kind(value)} into a request object")
+        raise errors.INVALID_JSON(err=f"json: cannot unmarshal {errors.json_kind(value)} into a request object")
     return value
 
 
@@ -178,20 +178,8 @@ def get_time(raw: dict[str, Any], key: str) -> int | None:
         raise errors.INVALID_JSON(err=f"parsing time {json.dumps(text)} as RFC 3339") from None
 
 
-def _json_kind(value: object) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object" if isinstance(value, dict) else "null"
-
-
 def _type_error(key: str, value: object, wanted: str) -> errors.ApiError:
-    shown = f"number {value}" if _json_kind(value) == "number" else _json_kind(value)
+    shown = f"number {value}" if errors.json_kind(value) == "number" else errors.json_kind(value)
     return errors.INVALID_JSON(err=f"json: cannot unmarshal {shown} into Go struct field .{key} of type {wanted}")
 
 

@@ -218,21 +218,9 @@ def _coerce(name: str, typ: str, value: Any) -> Any:
         raise AssertionError(typ)
     if not ok:
         raise errors.INVALID_JSON(
-            err=f"json: cannot unmarshal {_json_kind(value)} into Go struct field ConsumerConfig.config.{name}"
+            err=f"json: cannot unmarshal {errors.json_kind(value)} into Go struct field ConsumerConfig.config.{name}"
         )
     return list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 # ---- defaults ------------------------------------------------------------------------------------

@@ -12,6 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def json_kind(value: object) -> str:
+    """The JSON type name Go's decoder puts in its "cannot unmarshal <kind> into ..." error texts."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else "null"
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorKind:
     code: int  # HTTP-like status
