@@ -8,12 +8,13 @@ measurement; the server process is otherwise idle, so the delta is the cost of t
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Coroutine
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -80,6 +81,16 @@ def table(results: list[Result]) -> str:
         nc, jc = r.median_cpu(NATS_SERVER), r.median_cpu(JSBROKER)
         rows.append(f"| {r.workload} | {ns:,.0f} | {js:,.0f} | {_ratio(js, ns)} | {nc:.2f} | {jc:.2f} | {_ratio(jc, nc)} |")
     return "\n".join([head, *rows])
+
+
+def run_async(coro: Coroutine[Any, Any, None]) -> None:
+    """Run a benchmark client's coroutine, on uvloop when installed (it helps latency-bound clients)."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)
+    else:
+        uvloop.run(coro)
 
 
 # A workload: (name, run(server, n) -> Sample, n messages at full size).

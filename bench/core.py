@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable
 
-from common import Workload, main, start_servers, timed
+from common import Workload, main, run_async, start_servers, timed
 
 SIZE = 128
 PAYLOAD = b"x" * SIZE
@@ -29,15 +29,6 @@ CONNECT = b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
 
 
 # -- nats-py workers (run in child processes) -------------------------------------------------------
-
-
-def _run(coro) -> None:
-    try:
-        import uvloop
-
-        uvloop.run(coro)
-    except ImportError:
-        asyncio.run(coro)
 
 
 def _publisher(url: str, subject: str, n: int, out: "mp.Queue[float]") -> None:
@@ -52,7 +43,7 @@ def _publisher(url: str, subject: str, n: int, out: "mp.Queue[float]") -> None:
         out.put(time.time())
         await nc.close()
 
-    _run(main())
+    run_async(main())
 
 
 def _subscriber(url: str, subject: str, n: int, ready: "mp.Event", out: "mp.Queue[float]") -> None:
@@ -76,7 +67,7 @@ def _subscriber(url: str, subject: str, n: int, ready: "mp.Event", out: "mp.Queu
         out.put(time.time())
         await nc.close()
 
-    _run(main())
+    run_async(main())
 
 
 def _responder(url: str, subject: str, ready: "mp.Event", stop: "mp.Event") -> None:
@@ -95,7 +86,7 @@ def _responder(url: str, subject: str, ready: "mp.Event", stop: "mp.Event") -> N
             await asyncio.sleep(0.05)  # polling a cross-process flag; not on the measured path
         await nc.close()
 
-    _run(main())
+    run_async(main())
 
 
 def _requester(url: str, subject: str, n: int, inflight: int, out: "mp.Queue[float]") -> None:
@@ -115,7 +106,7 @@ def _requester(url: str, subject: str, n: int, inflight: int, out: "mp.Queue[flo
         out.put(time.time())
         await nc.close()
 
-    _run(main())
+    run_async(main())
 
 
 # -- client-bound workloads (return messages, seconds) ----------------------------------------------

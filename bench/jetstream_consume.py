@@ -18,21 +18,12 @@ import socket
 import time
 from typing import Callable
 
-from common import KINDS, Sample, Workload, cpu_seconds, main
+from common import KINDS, Sample, Workload, cpu_seconds, main, run_async
 from tests.servers import ServerHandle, launch
 
 SIZE = 128
 PAYLOAD = b"x" * SIZE
 _names = itertools.count()
-
-
-def _run(coro) -> None:
-    try:
-        import uvloop
-
-        uvloop.run(coro)
-    except ImportError:
-        asyncio.run(coro)
 
 
 def _admin(url: str, make: str | None = None, delete: str | None = None) -> None:
@@ -119,7 +110,7 @@ def _consumer(url: str, name: str, n: int, mode: str, batch: int, out: "mp.Queue
         await sub.unsubscribe()
         await nc.close()
 
-    _run(main())
+    run_async(main())
 
 
 def consume(mode: str, batch: int = 0) -> Callable[[ServerHandle, int], Sample]:

@@ -20,22 +20,13 @@ import threading
 import time
 from typing import Callable
 
-from common import KINDS, Workload, main, timed
+from common import KINDS, Workload, main, run_async, timed
 from tests.servers import launch
 
 SIZE = 128
 PAYLOAD = b"x" * SIZE
 INFLIGHT = 10_000
 _names = itertools.count()
-
-
-def _run(coro) -> None:
-    try:
-        import uvloop
-
-        uvloop.run(coro)
-    except ImportError:
-        asyncio.run(coro)
 
 
 def _stream(url: str, storage: str, delete: str | None = None) -> str:
@@ -74,7 +65,7 @@ def _publisher(url: str, subject: str, n: int, use_async: bool, out: "mp.Queue[f
         out.put(time.perf_counter() - start)
         await nc.close()
 
-    _run(main())
+    run_async(main())
 
 
 def nats_py(storage: str, use_async: bool) -> Callable[[str, int], tuple[int, float]]:
