@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping
 
 import kopf
 
-PREFIX = "jsoperator.io"
+from . import annotations as annotation
+
+PREFIX = annotation.PREFIX.rstrip("/")  # kopf wants the bare domain for its own annotations
 FINALIZER = f"{PREFIX}/finalizer"
 
 
