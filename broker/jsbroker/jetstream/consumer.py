@@ -440,7 +440,9 @@ class Consumer:
                     break
             elif not self.waiting:
                 break
-            if self._hold_until and mono() < self._hold_until:
+            if self._hold_until and (left := self._hold_until - mono()) > 0:
+                # loop timers may fire a little early (uvloop counts in whole milliseconds): wait out the rest
+                self._t_hold.arm(left, earliest=False)
                 break
             saved = (self.sseq, self.npc, self.lss[0] if self.lss else None)
             got = self._next_msg()
