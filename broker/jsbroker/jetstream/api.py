@@ -34,6 +34,18 @@ log = logging.getLogger(__name__)
 
 API_PREFIX = "$JS.API."
 API_LEVEL = 5  # JSApiLevel of nats-server 2.15
+
+
+def api_level_supported(hdr: bytes) -> bool:
+    """Whether the request's `Nats-Required-Api-Level` (if any) is one we serve; a value that is not an
+    integer is not served. The API, DIRECT.GET and MSG.NEXT all answer requests through this one check."""
+    level = headers.get(hdr, headers.REQUIRED_API_LEVEL) if hdr else None
+    if not level:
+        return True
+    try:
+        return int(level) <= API_LEVEL
+    except ValueError:
+        return False
 TYPE_PREFIX = "io.nats.jetstream.api.v1."
 NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"
 
@@ -220,7 +232,8 @@ class ApiRouter:
             return  # nats-server drops API requests without a reply subject
         request = Request(self._js, subject, reply, hdr, payload, subject.split("."))
         try:
-            self._check_api_level(hdr)
+            if not api_level_supported(hdr):
+                raise errors.REQUIRED_API_LEVEL()
             body = endpoint.handler(request)
         except errors.ApiError as err:
             self._send_error(endpoint, reply, err)
@@ -244,18 +257,6 @@ class ApiRouter:
             if subjects.subject_matches(endpoint.pattern, subject):
                 return endpoint
         return None
-
-    @staticmethod
-    def _check_api_level(hdr: bytes) -> None:
-        level = headers.get(hdr, headers.REQUIRED_API_LEVEL)
-        if not level:
-            return
-        try:
-            acceptable = int(level) <= API_LEVEL
-        except ValueError:
-            acceptable = False
-        if not acceptable:
-            raise errors.REQUIRED_API_LEVEL()
 
     def _unhandled(self, subject: str, reply: str | None) -> None:
         """Answer 503 where nats-server has no responder; stay silent for unknown subjects."""

@@ -33,7 +33,7 @@ from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreEr
 from jsbroker.store.consumer_store import next_pending
 
 from . import ack, advisories, errors, headers, pull
-from .api import API_LEVEL
+from .api import API_LEVEL, api_level_supported
 from .consumer_config import ConsumerConfig
 from .times import format_duration, now_ns, rfc3339
 
@@ -647,9 +647,8 @@ class Consumer:
         q = self.waiting
         if q is None:
             return send(reply, pull.PUSH_BASED)
-        level = headers.get(hdr, headers.REQUIRED_API_LEVEL) if hdr else None
-        if level is not None and not (level.isdigit() and int(level) <= API_LEVEL):
-            return send(reply, pull.API_LEVEL)
+        if not api_level_supported(hdr):
+            return send(reply, headers.API_LEVEL_TOO_HIGH)
         try:
             req = pull.parse_request(payload)
         except pull.BadRequest as e:

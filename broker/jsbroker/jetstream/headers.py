@@ -22,6 +22,8 @@ EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 ROLLUP = "Nats-Rollup"
 TTL = "Nats-TTL"
 REQUIRED_API_LEVEL = "Nats-Required-Api-Level"
+# the status DIRECT.GET and MSG.NEXT answer when that level is above ours (the JSON API answers 10185)
+API_LEVEL_TOO_HIGH = b"NATS/1.0 412 Required Api Level\r\n\r\n"
 # DIRECT.GET answers
 STREAM = "Nats-Stream"
 SUBJECT = "Nats-Subject"

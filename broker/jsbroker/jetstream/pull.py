@@ -21,7 +21,6 @@ REQUESTS_PENDING = b"NATS/1.0 408 Requests Pending\r\n\r\n"
 PUSH_BASED = b"NATS/1.0 409 Consumer is push based\r\n\r\n"
 CONSUMER_DELETED = b"NATS/1.0 409 Consumer Deleted\r\n\r\n"
 MAX_WAITING = b"NATS/1.0 409 Exceeded MaxWaiting\r\n\r\n"
-API_LEVEL = b"NATS/1.0 412 Required Api Level\r\n\r\n"
 
 
 def status(code: int, description: str) -> bytes:

@@ -509,7 +509,6 @@ _STATUS_408_MALFORMED = b"NATS/1.0 408 Malformed Request\r\n\r\n"
 _STATUS_408_BAD = b"NATS/1.0 408 Bad Request\r\n\r\n"
 _STATUS_404 = b"NATS/1.0 404 Message Not Found\r\n\r\n"
 _STATUS_404_NO_RESULTS = b"NATS/1.0 404 No Results\r\n\r\n"
-_STATUS_412 = b"NATS/1.0 412 Required Api Level\r\n\r\n"
 _MAX_MULTI_RESULTS = 1024
 _DIRECT_MAX_BYTES = 64 * 1024 * 1024  # nats-server's default max_pending bounds one answer
 
@@ -517,9 +516,8 @@ _DIRECT_MAX_BYTES = 64 * 1024 * 1024  # nats-server's default max_pending bounds
 def direct_get(stream: Stream, hdr: bytes, payload: bytes, last_for: str | None) -> list[tuple[bytes, bytes]]:
     """The DIRECT.GET answer (ADR-31) as (header block, payload) messages. `last_for` is the subject of
     the `DIRECT.GET.<stream>.<subject>` form (None for the JSON form)."""
-    level = headers.get(hdr, headers.REQUIRED_API_LEVEL)
-    if level and not (level.lstrip("+-").isdigit() and int(level) <= api.API_LEVEL):
-        return [(_STATUS_412, b"")]
+    if not api.api_level_supported(hdr):
+        return [(headers.API_LEVEL_TOO_HIGH, b"")]
     if last_for is not None:
         return _direct_last_for(stream, payload, last_for)
     if not payload:
