@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,8 @@ class Origin:
 InternalHandler = Callable[[str, "str | None", bytes, bytes, "Origin | None"], None]
 # listener(has_interest): called when a literal subject gains its first or loses its last subscriber.
 InterestListener = Callable[[bool], None]
+# One JetStream delivery: (subject shown in the MSG line, reply subject, header block or b"", payload).
+Delivery = tuple[str, str, bytes, bytes]
 
 
 class InternalSubscription(Protocol):
@@ -60,10 +62,11 @@ class InternalBus(Protocol):
         """Route a message exactly as a client PUB/HPUB would be routed (queue groups, HMSG vs MSG for
         clients without headers). Returns True when at least one subscriber received it."""
 
-    def deliver(self, target: str, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> bool:
-        """Route to the subscribers of `target` while the MSG/HMSG line shows `subject` (a JetStream
-        delivery to a deliver subject or pull inbox carries the message's original subject).
-        Returns True when at least one subscriber received it."""
+    def deliver(self, target: str, msgs: Sequence[Delivery]) -> bool:
+        """Route messages, in order, to the subscribers of `target` while each MSG/HMSG line shows the
+        message's own subject and reply (JetStream deliveries to a deliver subject or pull inbox carry
+        the stored message's subject and an ack reply). One subject match for the whole batch.
+        Returns True when at least one subscriber received them."""
 
     def before_output(self, callback: Callable[[], None]) -> None:
         """Run `callback` once before the next output reaches any connection (see the module rules)."""

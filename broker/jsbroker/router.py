@@ -12,9 +12,9 @@ It also tracks interest watches for `InternalBus.watch_interest`.
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from .internal import InterestListener
+from .internal import Delivery, InterestListener
 from .subjects import subject_matches
 from .sublist import EMPTY, Sublist, Subscription
 
@@ -161,6 +161,43 @@ class Router:
         if not delivered and reply and pub is not None and pub.no_responders:
             self._no_responders(pub, subject, reply)
         return delivered > 0
+
+    def deliver(self, target: bytes, msgs: Sequence[Delivery]) -> bool:
+        """JetStream deliveries to `target`: one match for the batch, each MSG/HMSG line built once per
+        subscriber. Queue groups, internal subscribers, auto-unsubscribe limits and clients without
+        headers take `route`, one message at a time, for their exact rules."""
+        result = self._cache_get(target) or self.sublist.match(target)
+        plain, groups = result
+        if groups or any(s.client is None or s.max_msgs or not s.client.headers for s in plain):
+            delivered = False
+            for subject, reply, hdr, data in msgs:
+                hl = len(hdr) if hdr else -1
+                delivered |= self.route(None, subject.encode(), reply.encode(), hl, hdr + data + b"\r\n", target)
+            return delivered
+        n = len(msgs)
+        self.in_msgs += n
+        for sub in plain:
+            c = sub.client
+            sid = sub.sid.decode()
+            add = c.out.append
+            for subject, reply, hdr, data in msgs:
+                if hdr:
+                    add(f"HMSG {subject} {sid} {reply} {len(hdr)} {len(hdr) + len(data)}\r\n".encode())
+                    add(hdr)
+                else:
+                    add(f"MSG {subject} {sid} {reply} {len(data)}\r\n".encode())
+                add(data)
+                add(b"\r\n")
+            c.out_msgs += n
+            sub.delivered += n
+            if not c.dirty:
+                c.dirty = True
+                self.pending.append(c)
+        self.out_msgs += n * len(plain)
+        if plain and self.reading is None and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.broker.loop.call_soon(self.flush)
+        return bool(plain)
 
     @staticmethod
     def _pick(group: tuple[Subscription, ...], pub: Connection | None) -> Subscription | None:

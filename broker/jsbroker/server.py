@@ -13,11 +13,11 @@ import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .config import VERSION, BrokerConfig
 from .connection import Connection
-from .internal import InterestListener, InternalHandler
+from .internal import Delivery, InterestListener, InternalHandler
 from .logs import Logger, get_logger
 from .router import Router, Watch
 from .sublist import Subscription
@@ -224,20 +224,16 @@ class Broker:
         self.router.remove(sub)
 
     def publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> bool:
-        return self._route_internal(subject, reply, hdr, payload, None)
-
-    def deliver(self, target: str, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> bool:
-        return self._route_internal(subject, reply, hdr, payload, target.encode())
-
-    def _route_internal(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, target: bytes | None) -> bool:
         return self.router.route(
             None,
             subject.encode(),
             reply.encode() if reply else None,
             len(hdr) if hdr else -1,
             hdr + payload + b"\r\n" if hdr else payload + b"\r\n",
-            target,
         )
+
+    def deliver(self, target: str, msgs: Sequence[Delivery]) -> bool:
+        return self.router.deliver(target.encode(), msgs)
 
     def before_output(self, callback: Callable[[], None]) -> None:
         self.router.before_output(callback)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import asyncio
     from pathlib import Path
 
-    from jsbroker.internal import InterestWatch, InternalBus, InternalSubscription, Origin
+    from jsbroker.internal import Delivery, InterestWatch, InternalBus, InternalSubscription, Origin
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class Consumer:
         self.created_ns = created_ns or now_ns()
         self.bus: InternalBus = stream.bus
         self.loop = self.bus.loop
-        self._send = self.bus.deliver  # routes to the target, the MSG line shows the original subject
+        self._send = self.bus.deliver  # routes to the target; each MSG line shows the stored subject
         self.closed = False
         self._on_inactive = on_inactive
         self._ack_prefix = ack.reply_prefix(stream.name, name)
@@ -177,6 +177,11 @@ class Consumer:
         self._stall = ""  # why the last pass stopped: "eof" or "maxp"
         self._ahead: deque[StoredMsg] = deque()  # new messages read ahead in this delivery pass
         self._ahead_n = READ_AHEAD_FIRST  # how many the next read-ahead asks for
+        self._out: list[Delivery] = []  # deliveries of this pass to `_out_target`, sent as one batch
+        self._out_target = ""
+        self._pass_ns = self._pass_mono = 0  # the clock of the current delivery pass
+        self._pass_top = 0  # highest stream seq delivered in this pass
+        self._pass_wait = 0  # shortest ack wait of this pass's deliveries (ns)
         self._subs = _Subs()
         self._t_ack = _Timer(self.loop, self._check_pending)
         self._t_wait = _Timer(self.loop, self._on_wait_timer)
@@ -194,6 +199,8 @@ class Consumer:
         self.maxp = cfg.max_ack_pending
         self._ack_none = cfg.ack_policy == "none"
         self._ack_all = cfg.ack_policy in ("all", "flow_control")
+        self._holds = cfg.is_push and (cfg.replay_policy == "original" or bool(cfg.rate_limit_bps))
+        self._headers_only = cfg.headers_only
 
     @property
     def _interest_retention(self) -> bool:
@@ -426,37 +433,48 @@ class Consumer:
         self._kicked = False
         if self.closed:
             return
-        push = self.cfg.is_push
         self._stall = ""
         self._ahead.clear()  # a new pass reads afresh: the stream or the filters may have changed
         self._ahead_n = READ_AHEAD_FIRST
+        if not self._paused():  # checked once: the pause timer kicks again when it ends
+            self._pass_ns, self._pass_mono = now_ns(), mono()  # one clock read per pass
+            try:
+                finished = self._deliver_all()
+            finally:
+                self._end_pass()
+            if not finished:
+                self._kick()  # budget used up: continue on the next loop turn
+                return
+        if not self.cfg.is_push:
+            self._sweep(end_of_stream=self._stall != "maxp")
+
+    def _deliver_all(self) -> bool:
+        """Deliver every message this pass can; False when the budget ran out first."""
+        push = self.cfg.is_push
         alive: set[str] = set()
-        paused = self._paused()  # checked once: the pause timer kicks again when it ends
         for _ in range(RUN_BUDGET):
-            if paused:
-                break
             if push:
                 if not self.active or (self.maxpb and self.pbytes > self.maxpb):
-                    break
+                    return True
             elif not self.waiting:
-                break
+                return True
             if self._hold_until and (left := self._hold_until - mono()) > 0:
                 # loop timers may fire a little early (uvloop counts in whole milliseconds): wait out the rest
                 self._t_hold.arm(left, earliest=False)
-                break
+                return True
             saved = (self.sseq, self.npc, self.lss[0] if self.lss else None)
             got = self._next_msg()
             if got is None:
-                break
+                return True
             msg, dc = got
             if dc == 1:
                 self.npc -= 1
-            if push and self._must_hold(msg):
+            if self._holds and self._must_hold(msg):
                 self._unget(msg.seq, dc, saved)
-                break
+                return True
             reply = ack.reply_subject(self._ack_prefix, dc, msg.seq, self.dseq, msg.ts, max(self.npc, 0))
             hdr, data = msg.hdr, msg.data
-            if self.cfg.headers_only:
+            if self._headers_only:
                 hdr, data = headers.append(hdr, [("Nats-Msg-Size", str(len(data)))]), b""
             size = len(msg.subject) + len(reply) + len(hdr) + len(data)
             if push:
@@ -465,18 +483,14 @@ class Consumer:
                 w = self._next_waiting(size, alive)
                 if w is None:
                     self._unget(msg.seq, dc, saved)
-                    break
+                    return True
                 target, left_n, left_b = w.reply, w.n, w.b
                 if w.heartbeat and w.n > 0:
-                    w.next_heartbeat = mono() + w.heartbeat
-            self._deliver(target, reply, msg, hdr, data, dc, size)
+                    w.next_heartbeat = self._pass_mono + w.heartbeat
+            self._deliver(target, reply, msg.seq, msg.subject, hdr, data, dc, size)
             if left_n <= 0 and left_b > 0:
-                self.bus.publish(target, None, pull.batch_completed(left_n, left_b), b"")
-        else:
-            self._kick()  # budget used up: continue on the next loop turn
-            return
-        if not push:
-            self._sweep(end_of_stream=self._stall != "maxp")
+                self._publish(target, None, pull.batch_completed(left_n, left_b), b"")
+        return False
 
     def _next_msg(self) -> tuple[StoredMsg, int] | None:
         store = self.stream.store
@@ -583,10 +597,10 @@ class Consumer:
     def _next_waiting(self, size: int, alive: set[str]) -> pull.Waiting | None:
         q = self.waiting
         assert q is not None
-        now = mono()
+        now = self._pass_mono
         while (w := q.peek()) is not None:
             if w.expires_at and now >= w.expires_at:
-                self.bus.publish(w.reply, None, pull.request_timeout(w.n, w.b), b"")
+                self._publish(w.reply, None, pull.request_timeout(w.n, w.b), b"")
                 q.drop_head()
                 continue
             if w.b > 0:
@@ -595,7 +609,7 @@ class Consumer:
                     if w.b == 0:
                         w.n = 1
                 else:
-                    self.bus.publish(w.reply, None, pull.size_exceeds(w.n, w.b), b"")
+                    self._publish(w.reply, None, pull.size_exceeds(w.n, w.b), b"")
                     q.drop_head()
                     continue
             if w.reply in alive or self.bus.has_interest(w.reply):
@@ -605,33 +619,66 @@ class Consumer:
             q.drop_head()
         return None
 
-    def _deliver(self, target: str, reply: str, msg: StoredMsg, hdr: bytes, data: bytes, dc: int, size: int) -> None:
+    def _deliver(self, target: str, reply: str, seq: int, subject: str, hdr: bytes, data: bytes, dc: int,
+                 size: int) -> None:
+        """Account one delivery and queue it; `_end_pass` sends the queue and settles the per-pass state."""
         dseq = self.dseq
-        self.dseq += 1
-        seq, ts = msg.seq, now_ns()
-        self.last_delivered_ns = ts
-        self._last_out = mono()
-        self.rec.delivered(dseq, seq, self._ack_none)
+        self.dseq = dseq + 1
+        if seq > self._pass_top:
+            self._pass_top = seq
         if self._ack_none:
             self.adflr, self.asflr = dseq, seq
-            self.store.update_floor(dseq, seq, ts)
         else:
+            ts = self._pass_ns
             self.store.update_delivered(dseq, seq, dc, ts)
             p = self.pending.get(seq)
             if p is None:
                 self.pending[seq] = [dseq, ts]
             else:
                 p[1] = ts
-            self._t_ack.arm(self._ack_wait_for(seq))
-        self._send(target, msg.subject, reply, hdr, data)
+            if dc > 1 or not self._pass_wait:  # new deliveries in a pass share the first one's wait
+                wait = self._ack_wait_for(seq)
+                if not self._pass_wait or wait < self._pass_wait:
+                    self._pass_wait = wait
+        if target != self._out_target:
+            self._flush_out()
+            self._out_target = target
+        self._out.append((subject, reply, hdr, data))
         if self.maxpb:
             self.pbytes += size
             if not self.fcid and self.pbytes > self.maxpb // 2:
                 self._send_flow_control()
+        if self._ack_none:
+            self.stream.acked(seq)  # interest/workqueue streams drop it once nobody needs it
+
+    def _flush_out(self) -> None:
+        """Send the queued deliveries (before anything else this consumer publishes, to keep order)."""
+        if self._out:
+            out, self._out = self._out, []
+            self._send(self._out_target, out)
+
+    def _publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
+        self._flush_out()
+        self.bus.publish(subject, reply, hdr, payload)
+
+    def _end_pass(self) -> None:
+        """Send what the pass queued and record it once: delivered/ack-floor bookkeeping, activity
+        times and the ack-wait timer (the pass's clock stands for every delivery in it)."""
+        self._flush_out()
+        top, self._pass_top = self._pass_top, 0
+        if not top:
+            return
+        last_dseq = self.dseq - 1
+        self.rec.delivered(last_dseq, top, self._ack_none)
+        if self._ack_none:
+            self.store.update_floor(self.adflr, self.asflr, self._pass_ns)
+        self.last_delivered_ns = self._pass_ns
+        self._last_out = self._pass_mono
         if self.waiting is not None:
-            self.waiting.last_activity = self._last_out
-        if self._ack_none and self._interest_retention:
-            self.stream.acked(seq)
+            self.waiting.last_activity = self._pass_mono
+        if self._pass_wait:
+            self._t_ack.arm(self._pass_wait)
+            self._pass_wait = 0
 
     # ---- pull requests ---------------------------------------------------------------------------
 
@@ -720,9 +767,8 @@ class Consumer:
     def _on_ack(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
         if self.closed:
             return
-        target = ack.parse_subject(subject)
+        dc, sseq, dseq = ack.parse_subject(subject) or (0, 0, 0)
         body = ack.parse_body(payload)
-        sseq, dseq, dc = (target.stream_seq, target.consumer_seq, target.delivery_count) if target else (0, 0, 0)
         answer = sseq != 0
         kind = body.kind
         if kind is ack.AckKind.ACK:
@@ -801,9 +847,8 @@ class Consumer:
             if sseq in self.rdq:
                 self.rdq.remove(sseq)
         self.last_acked_ns = now_ns()
-        if self._interest_retention:
-            for seq in acked:
-                self.stream.acked(seq)
+        for seq in acked:
+            self.stream.acked(seq)  # a no-op unless interest/workqueue retention
         if freed:
             self._kick()
         return True
@@ -936,7 +981,7 @@ class Consumer:
     def _send_flow_control(self) -> None:
         self.fcid = f"{FC_PREFIX}{self.stream.name}.{self.name}.{os.urandom(3).hex()[:4]}"
         self.fcsz = self.pbytes
-        self.bus.publish(self.cfg.deliver_subject, self.fcid, b"NATS/1.0 100 FlowControl Request\r\n\r\n", b"")
+        self._publish(self.cfg.deliver_subject, self.fcid, b"NATS/1.0 100 FlowControl Request\r\n\r\n", b"")
 
     def _on_flow_control(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
         if self.closed or subject != self.fcid:
