@@ -21,6 +21,8 @@ from .sublist import EMPTY, Sublist, Subscription
 # " <size>\r\n" ends of MSG lines without a reply subject, prebuilt for common payload sizes.
 _TAIL_CACHE = 4096
 _TAILS = [b" %d\r\n" % size for size in range(_TAIL_CACHE)]
+# Outside a read, a connection with this many output parts queued is written at once (~128 deliveries).
+_EAGER_PARTS = 512
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -35,6 +37,7 @@ class Router:
         self.pending: list[Connection] = []  # connections with output to flush
         self.reading: Connection | None = None  # the connection whose read is being parsed
         self._flush_scheduled = False
+        self._flushing = False  # running the before-output callbacks
         self._before_output: list[Callable[[], None]] = []  # one-shot callbacks of the next flush
         self._watches: dict[str, list[Watch]] = {}
         self.in_msgs = self.out_msgs = 0
@@ -194,9 +197,12 @@ class Router:
                 c.dirty = True
                 self.pending.append(c)
         self.out_msgs += n * len(plain)
-        if plain and self.reading is None and not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.broker.loop.call_soon(self.flush)
+        if plain and self.reading is None:
+            if not self._flushing and any(len(s.client.out) >= _EAGER_PARTS for s in plain):
+                self.flush()  # a long delivery pass: let the client start on what is ready
+            elif not self._flush_scheduled:
+                self._flush_scheduled = True
+                self.broker.loop.call_soon(self.flush)
         return bool(plain)
 
     @staticmethod
@@ -253,8 +259,12 @@ class Router:
     def flush(self) -> None:
         """Write each touched connection's output once; apply backpressure and the slow-consumer limit."""
         self._flush_scheduled = False
-        while self._before_output:
-            self._run_before_output()
+        self._flushing = True
+        try:
+            while self._before_output:
+                self._run_before_output()
+        finally:
+            self._flushing = False
         pending = self.pending
         if not pending:
             return

@@ -52,6 +52,7 @@ FC_WINDOW_LIMIT = 32 * 1024 * 1024  # ...and doubles on each response up to this
 ACK_WAIT_SLACK = 1_000_000  # 1 ms, as nats-server's ackWaitDelay
 RUN_BUDGET = 4096  # messages per delivery pass before yielding the loop
 READ_AHEAD_FIRST, READ_AHEAD_MAX = 8, 256  # new messages read per store call in a pass: doubling up to max
+OUT_BATCH = 128  # deliveries handed to the core at once: big passes reach the client while they run
 
 mono = time.monotonic_ns
 
@@ -644,6 +645,8 @@ class Consumer:
             self._flush_out()
             self._out_target = target
         self._out.append((subject, reply, hdr, data))
+        if len(self._out) >= OUT_BATCH:
+            self._flush_out()
         if self.maxpb:
             self.pbytes += size
             if not self.fcid and self.pbytes > self.maxpb // 2:
@@ -768,6 +771,9 @@ class Consumer:
         if self.closed:
             return
         dc, sseq, dseq = ack.parse_subject(subject) or (0, 0, 0)
+        if not payload and not reply:  # the common case: a plain ack nobody waits for
+            self._ack(sseq, dseq)
+            return
         body = ack.parse_body(payload)
         answer = sseq != 0
         kind = body.kind
@@ -818,40 +824,47 @@ class Consumer:
         if self._ack_none:
             return self._interest_retention
         freed = self.maxp > 0 and len(self.pending) >= self.maxp
-        acked: list[int] = []
         if self._ack_all:
             if dseq <= self.adflr or sseq <= self.asflr:
                 return True
-            self.adflr, self.asflr = dseq, sseq
-            was_pending = sseq in self.pending
-            for seq in [s for s in self.pending if s <= sseq]:
-                del self.pending[seq]
-                acked.append(seq)
-            for seq in [s for s in self.rdc if s <= sseq]:
-                del self.rdc[seq]
-            if acked:
-                self.rdq = deque(s for s in self.rdq if s > sseq)
-            if was_pending:  # the store moves its floor only for a pending seq
-                self.rec.acked(dseq, sseq, True, self.pending)
-                self.store.update_acks(dseq, sseq, ack_all=True)
+            self._ack_up_to(sseq, dseq)
         else:
-            p = self.pending.pop(sseq, None)
-            if p is not None:
-                self._move_ack_floor(p[0], sseq)
-                self.rec.acked(p[0], sseq, False, self.pending)
-                self.store.update_acks(p[0], sseq)
-                acked.append(sseq)
-            elif sseq in self.rdc:
-                self.store.update_acks(dseq, sseq)  # clears the stored redelivery count
-            self.rdc.pop(sseq, None)
-            if sseq in self.rdq:
-                self.rdq.remove(sseq)
+            self._ack_single(sseq, dseq)
         self.last_acked_ns = now_ns()
-        for seq in acked:
-            self.stream.acked(seq)  # a no-op unless interest/workqueue retention
         if freed:
             self._kick()
         return True
+
+    def _ack_single(self, sseq: int, dseq: int) -> None:
+        p = self.pending.pop(sseq, None)
+        if p is not None:
+            self._move_ack_floor(p[0], sseq)
+            self.rec.acked(p[0], sseq, False, self.pending)
+            self.store.update_acks(p[0], sseq)
+            self.stream.acked(sseq)  # a no-op unless interest/workqueue retention
+        elif sseq in self.rdc:
+            self.store.update_acks(dseq, sseq)  # clears the stored redelivery count
+        if self.rdc:
+            self.rdc.pop(sseq, None)
+        if self.rdq and sseq in self.rdq:
+            self.rdq.remove(sseq)
+
+    def _ack_up_to(self, sseq: int, dseq: int) -> None:
+        """AckAll: everything up to `sseq` is acknowledged."""
+        self.adflr, self.asflr = dseq, sseq
+        was_pending = sseq in self.pending
+        acked = [s for s in self.pending if s <= sseq]
+        for seq in acked:
+            del self.pending[seq]
+        for seq in [s for s in self.rdc if s <= sseq]:
+            del self.rdc[seq]
+        if acked:
+            self.rdq = deque(s for s in self.rdq if s > sseq)
+        if was_pending:  # the store moves its floor only for a pending seq
+            self.rec.acked(dseq, sseq, True, self.pending)
+            self.store.update_acks(dseq, sseq, ack_all=True)
+        for seq in acked:
+            self.stream.acked(seq)  # a no-op unless interest/workqueue retention
 
     def _ack_one(self, seq: int, dseq: int) -> None:
         """Acknowledge internally (message gone from the stream)."""
