@@ -9,7 +9,9 @@ returns; with `SyncPolicy.always` the block is fdatasync'ed first. `store_deferr
 pending until `flush()` (or the next writing call, or a read of a pending record). A block is closed (and fsynced) at
 `block_size`; each new block starts with a floor record, so the newest block alone knows first/last seq.
 
-Recovery (open): every block is scanned and every record's CRC checked.
+Reads check a record's frame (whole, length, kind, seq as the index says) but not its CRC, which was
+checked at open or the record written by this process (README.md, "Recovery"). Recovery (open): every
+block is scanned and every record's CRC checked.
 - A bad record followed somewhere later in the same block by a valid one (found by re-synchronising on
   the next offset whose record validates): the bad bytes are skipped, the seqs missing between the
   last good message and the next one are reported in `state().lost`.
@@ -50,6 +52,7 @@ _BLOCK_MASK = (1 << 23) - 1
 _HDR_FLAG = 1 << 63
 _READ_FDS = 32  # open read descriptors kept per store
 _MAX_IOV = 512  # beyond this many records, join them for one write
+_READ_GAP = 4096  # batch reads read through gaps up to this (a memcpy is cheaper than another pread)
 _CANDIDATE = re.compile(rb"(?s)(?=....[MDF])")  # where a record could start (for re-synchronising)
 _MAX_LOST_REPORTED = 100_000
 
@@ -290,43 +293,81 @@ class FileStore(IndexedStore):
             log.error("stream store %s: unreadable message seq=%d in block %d: %s", self._dir, seq, no, e)
             return None
 
-    def _get_many(self, seqs: list[int]) -> list[tuple[bytes, bytes] | None]:
-        """Records adjacent in one block are read with one pread and decoded from it."""
-        base, locs, sizes = self._base, self._locs, self._sizes
-        out: list[tuple[bytes, bytes] | None] = []
-        run: list[tuple[int, int, int]] = []  # (seq, loc, size) of records adjacent in one block
-        run_end = -1
-        for seq in seqs:
-            loc, size = locs[seq - base], sizes[seq - base]
-            if run and (_block_of(loc) != _block_of(run[0][1]) or loc & _OFFSET_MASK != run_end):
-                out += self._read_run(run)
-                run = []
-            run.append((seq, loc, size))
-            run_end = (loc & _OFFSET_MASK) + _rec_len(loc, size)
-        if run:
-            out += self._read_run(run)
-        return out
-
-    def _read_run(self, run: list[tuple[int, int, int]]) -> list[tuple[bytes, bytes] | None]:
-        no, at = _block_of(run[0][1]), run[0][1] & _OFFSET_MASK
-        if len(run) == 1 or (self._pending and no == self._active.no):  # _get flushes deferred records
-            return [self._get(seq, loc, size) for seq, loc, size in run]
-        lens = [_rec_len(loc, size) for _, loc, size in run]
-        try:
-            buf = os.pread(self._rfd(no), sum(lens), at)
-        except OSError as e:
-            log.error("stream store %s: unreadable messages from seq=%d in block %d: %s", self._dir, run[0][0], no, e)
-            return [None] * len(run)
-        out: list[tuple[bytes, bytes] | None] = []
-        pos = 0
-        for (seq, _, _), n in zip(run, lens):
+    def _read_many(self, seqs: list[int], rows: list[int]) -> tuple[list[int], list[bytes], list[bytes]]:
+        """Records close together in one block are read with one pread and decoded straight from it."""
+        locs = self._locs
+        if self._pending and self._is_pending(locs[rows[-1]]):  # the newest seq is the last to be flushed
             try:
-                out.append(record.decode_msg(buf[pos : pos + n], seq))
-            except (record.RecordError, struct.error) as e:
-                log.error("stream store %s: unreadable message seq=%d in block %d: %s", self._dir, seq, no, e)
-                out.append(None)
-            pos += n
-        return out
+                self._flush()
+            except OSError as e:
+                self._fail(e)
+        hdrs: list[bytes] = []
+        datas: list[bytes] = []
+        bad: list[int] = []
+        k, n = 0, len(seqs)
+        while k < n:
+            m = self._run_end(rows, k)
+            self._read_run(seqs[k:m], rows[k:m], hdrs, datas, bad)
+            k = m
+        if bad:
+            dropped = set(bad)
+            seqs = [seq for seq in seqs if seq not in dropped]
+        return seqs, hdrs, datas
+
+    def _is_pending(self, loc: int) -> bool:
+        return _block_of(loc) == self._active.no and loc & _OFFSET_MASK >= self._active.size
+
+    def _run_end(self, rows: list[int], k: int) -> int:
+        """The end of the run starting at rows[k]: records in one block with at most _READ_GAP bytes
+        between neighbours on average (the bytes between them are read through, not skipped)."""
+        locs, sizes = self._locs, self._sizes
+        first, last = locs[rows[k]], locs[rows[-1]]
+        if _block_of(first) == _block_of(last) and \
+                (last & _OFFSET_MASK) - (first & _OFFSET_MASK) <= (len(rows) - k) * _READ_GAP:
+            return len(rows)
+        no, end = _block_of(first), first & _OFFSET_MASK
+        for m in range(k, len(rows)):
+            loc = locs[rows[m]]
+            if _block_of(loc) != no or (loc & _OFFSET_MASK) - end > _READ_GAP:
+                return m
+            end = (loc & _OFFSET_MASK) + _rec_len(loc, sizes[rows[m]])
+        return len(rows)
+
+    def _read_run(self, seqs: list[int], rows: list[int], hdrs: list[bytes], datas: list[bytes],
+                  bad: list[int]) -> None:
+        """Decode the records of one run from one pread. Reads check each record's frame (length, kind,
+        seq) against the index, not its CRC: see README.md, "Recovery"."""
+        locs, sizes = self._locs, self._sizes
+        first, last = locs[rows[0]], locs[rows[-1]]
+        no, start = _block_of(first), first & _OFFSET_MASK
+        span = (last & _OFFSET_MASK) + _rec_len(last, sizes[rows[-1]]) - start
+        try:
+            buf = os.pread(self._rfd(no), span, start)
+        except OSError as e:
+            log.error("stream store %s: unreadable messages from seq=%d in block %d: %s", self._dir, seqs[0], no, e)
+            bad += seqs
+            return
+        # One tight loop over the buffer, names bound locally: this is the per-message cost of a read.
+        unpack, hdr_at, crc_size, size = record.HEADER.unpack_from, record.HEADER.size, record.CRC.size, len(buf)
+        plain, with_hdr = record.LEN_MINUS_FILE_SIZE, record.LEN_MINUS_FILE_SIZE_HDR
+        add_hdr, add_data = hdrs.append, datas.append
+        for seq, row in zip(seqs, rows):
+            loc = locs[row]
+            pos = (loc & _OFFSET_MASK) - start
+            try:
+                length, kind, got, _, _, slen, hlen = unpack(buf, pos)
+            except struct.error:  # the file is shorter than the index says
+                length, kind, got, slen, hlen = 0, b"", 0, 0, 0
+            end = pos + length
+            if got != seq or kind != b"M" or length != sizes[row] + (with_hdr if loc >= _HDR_FLAG else plain) \
+                    or end > size:
+                log.error("stream store %s: unreadable message seq=%d in block %d: found %r seq %d of %d bytes",
+                          self._dir, seq, no, kind, got, length)
+                bad.append(seq)
+                continue
+            at = pos + hdr_at + slen
+            add_hdr(buf[at : at + hlen])
+            add_data(buf[at + hlen : end - crc_size])
 
     def _drop(self, seq: int, loc: int, size: int) -> None:
         blk = self._blocks.get(_block_of(loc))

@@ -15,8 +15,10 @@ import re
 import time
 from array import array
 from bisect import bisect_left
-from itertools import islice
-from typing import Iterator
+from functools import partial
+from itertools import accumulate, chain, compress, islice, repeat
+from operator import sub
+from typing import Iterable, Iterator
 
 _time_ns = time.time_ns
 
@@ -28,6 +30,9 @@ from .subject_index import SubjectEntry, SubjectIndex, is_all
 _NONZERO = re.compile(rb"[^\x00]")
 _WILDCARD_FANOUT = 16  # up to this many matching subjects, next-match uses per-subject bisects
 _SCAN_WINDOW = 512  # above it, scan this many seqs before falling back to per-subject bisects
+# A StoredMsg from a (seq, subject, hdr, data, ts) tuple without a Python-level call: batch reads build
+# their messages with map() over zipped columns.
+_new_msg = partial(tuple.__new__, StoredMsg)
 
 
 class IndexedStore:
@@ -70,10 +75,10 @@ class IndexedStore:
     def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
         raise NotImplementedError
 
-    def _get_many(self, seqs: list[int]) -> list[tuple[bytes, bytes] | None]:
-        """`_get` of several live seqs in ascending order (a backend may read them together)."""
-        base, locs, sizes = self._base, self._locs, self._sizes
-        return [self._get(seq, locs[seq - base], sizes[seq - base]) for seq in seqs]
+    def _read_many(self, seqs: list[int], rows: list[int]) -> tuple[list[int], Iterable[bytes], Iterable[bytes]]:
+        """The bodies of several live seqs in ascending order (`rows`: their rows in the arrays):
+        (the seqs read, their headers, their payloads). Unreadable bodies (logged) are left out."""
+        raise NotImplementedError
 
     def _drop(self, seq: int, loc: int, size: int) -> None:
         """The body of `seq` (accounted size `size`) is no longer live."""
@@ -396,34 +401,92 @@ class IndexedStore:
 
     def load_next_msgs(self, start_seq: int, subject_filters: list[str] | None, max_count: int,
                        max_bytes: int = 0) -> list[StoredMsg]:
-        self._check_open()
-        base, sids, subjects, ts, sizes = self._base, self._sids, self._subjects, self._ts, self._sizes
-        flts: list[str | None] = list(subject_filters) if subject_filters else [None]
-        every = any(is_all(f) for f in flts)
-        hits: dict[int, bool] = {0: False}  # subject id -> matches a filter
+        if self._closed or self._failed is not None:
+            self._check_open()
+        start = max(start_seq, self._first)
+        if not self._msgs or start > self._last or max_count <= 0:
+            return []
+        if not subject_filters or any(is_all(f) for f in subject_filters):
+            seqs = self._live_seqs(start, max_count)
+        else:
+            entries = self._subjects.matching_union(subject_filters)
+            if len(entries) == len(self._subjects):
+                seqs = self._live_seqs(start, max_count)
+            elif len(entries) <= _WILDCARD_FANOUT:
+                seqs = self._merged_seqs(entries, start, max_count)
+            else:
+                seqs = self._scanned_seqs(start, subject_filters, entries, max_count)
+        if max_bytes and seqs:
+            seqs = self._within_bytes(seqs, max_bytes)
+        return self._load_many(seqs) if seqs else []
+
+    # Batch reads pick their seqs first (at C speed where the index allows), then read the bodies together.
+    def _live_seqs(self, start: int, max_count: int) -> list[int]:
+        """Up to max_count live seqs >= start (first <= start <= last)."""
+        sids, base = self._sids, self._base
         seqs: list[int] = []
-        total = 0
-        seq = start_seq
-        while self._msgs and len(seqs) < max_count:
-            i = seq - base
-            sid = sids[i] if 0 <= i < len(sids) else 0
-            hit = hits.get(sid)
-            if hit is None:
-                subject = subjects.by_sid(sid).subject
-                hit = hits[sid] = every or any(subject_matches(f, subject) for f in flts)  # type: ignore[arg-type]
-            if not hit:  # jump to the next match through the index instead of scanning
-                found = [s for f in flts if (s := self._next_seq(seq, f))]
-                if not found:
-                    break
-                seq = min(found)
-                i = seq - base
-            seqs.append(seq)
-            total += sizes[i]
-            if max_bytes and total >= max_bytes:
+        i = start - base
+        while True:
+            rows = sids[i : i + max_count - len(seqs)]  # holds at most as many live seqs as still wanted
+            seqs += compress(range(base + i, base + i + len(rows)), rows)
+            if len(seqs) == max_count:
+                return seqs
+            i = self._next_live(base + i + len(rows)) - base
+            if i < 0:
+                return seqs
+
+    @staticmethod
+    def _merged_seqs(entries: list[SubjectEntry], start: int, max_count: int) -> list[int]:
+        """Up to max_count seqs >= start of a few subjects, merged from their seq lists."""
+        runs = []
+        for e in entries:
+            j = bisect_left(e.seqs, start, e.head)
+            runs.append(e.seqs[j : j + max_count])
+        if len(runs) == 1:
+            return runs[0].tolist()
+        # Nothing past the smallest last seq of a full run can be among the first max_count.
+        cut = min((r[-1] for r in runs if len(r) == max_count), default=0)
+        if cut:
+            runs = [r[: bisect_left(r, cut + 1)] for r in runs]
+        return sorted(chain.from_iterable(runs))[:max_count]
+
+    def _scanned_seqs(self, start: int, filters: list[str], entries: list[SubjectEntry], max_count: int) -> list[int]:
+        """Up to max_count seqs >= start on subjects matching the filters when many subjects match: walks
+        the rows, matching each subject id once per call, and jumps through the subjects' seq lists over
+        rows that hold no match."""
+        sids, base, names = self._sids, self._base, self._subjects.names
+        hits: dict[int, bool] = {0: False}
+        seqs: list[int] = []
+        i = start - base
+        while i < len(sids):
+            rows = sids[i : i + min(2 * (max_count - len(seqs)) + 16, _SCAN_WINDOW)]
+            for sid in set(rows).difference(hits):
+                subject = names[sid]
+                hits[sid] = any(subject_matches(f, subject) for f in filters)  # type: ignore[arg-type]
+            found = list(compress(range(base + i, base + i + len(rows)), map(hits.__getitem__, rows)))
+            seqs += found[: max_count - len(seqs)]
+            if len(seqs) == max_count:
                 break
-            seq += 1
-        return [StoredMsg(seq, subjects.by_sid(sids[seq - base]).subject, body[0], body[1], ts[seq - base])
-                for seq, body in zip(seqs, self._get_many(seqs)) if body is not None]
+            i += len(rows)
+            if not found:
+                nxt = min((s for e in entries if (s := e.next_at_or_after(base + i))), default=0)
+                if not nxt:
+                    break
+                i = nxt - base
+        return seqs
+
+    def _within_bytes(self, seqs: list[int], max_bytes: int) -> list[int]:
+        """The leading seqs up to the one whose accounted size makes the total reach max_bytes."""
+        sizes = map(self._sizes.__getitem__, map(sub, seqs, repeat(self._base)))
+        return seqs[: bisect_left(list(accumulate(sizes)), max_bytes) + 1]
+
+    def _load_many(self, seqs: list[int]) -> list[StoredMsg]:
+        rows = list(map(sub, seqs, repeat(self._base)))
+        got, hdrs, datas = self._read_many(seqs, rows)
+        if len(got) != len(seqs):
+            rows = list(map(sub, got, repeat(self._base)))
+        subjects = map(self._subjects.names.__getitem__, map(self._sids.__getitem__, rows))
+        return list(map(_new_msg, zip(got, subjects, hdrs, datas, map(self._ts.__getitem__, rows))))
 
     def load_last_msg(self, subject_filter: str) -> StoredMsg | None:
         self._check_open()

@@ -91,9 +91,15 @@ def file_size(subj_len: int, hdr_len: int, data_len: int) -> int:
     return 30 + subj_len + data_len
 
 
+# Our record length of a message minus its file_size, without and with a header.
+LEN_MINUS_FILE_SIZE = OVERHEAD - 30
+LEN_MINUS_FILE_SIZE_HDR = OVERHEAD - 34
+
+
 def record_len_from_file_size(size: int, has_hdr: bool) -> int:
     """Our record length of a message whose file_size is `size` (the store keeps only the latter)."""
-    return size - (34 if has_hdr else 30) + OVERHEAD
+    return size + (LEN_MINUS_FILE_SIZE_HDR if has_hdr else LEN_MINUS_FILE_SIZE)
+
 
 def encode_msg(seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> bytes:
     slen, hlen = len(subject), len(hdr)
@@ -158,15 +164,14 @@ def decode(buf: Buffer, offset: int = 0) -> Record:
 
 
 def decode_msg(buf: bytes, seq: int) -> tuple[bytes, bytes]:
-    """(hdr, data) of the message record `buf` (exactly one record) for `seq`, or RecordError."""
+    """(hdr, data) of the message record `buf` (exactly one record) for `seq`, or RecordError. Checks
+    the frame (length, kind, seq), not the CRC: a store reads only records whose CRC it checked when it
+    opened, or that it wrote itself."""
     length, kind, got, _, _, slen, hlen = HEADER.unpack_from(buf)
-    if length != len(buf) or kind != MSG or got != seq:
+    if length != len(buf) or kind != MSG or got != seq or OVERHEAD + slen + hlen > length:
         raise RecordError(f"expected message {seq}, found {kind!r} seq {got} of {length} bytes")
-    crc_at = length - CRC.size
-    if zlib.crc32(memoryview(buf)[:crc_at]) != CRC.unpack_from(buf, crc_at)[0]:
-        raise RecordError(f"checksum mismatch in message {seq}")
     at = HEADER.size + slen
-    return buf[at : at + hlen], buf[at + hlen : crc_at]
+    return buf[at : at + hlen], buf[at + hlen : length - CRC.size]
 
 
 # ---- consumer state records -------------------------------------------------------------------------

@@ -72,6 +72,9 @@ class SubjectIndex:
         self._by_subject: dict[str, SubjectEntry] = {}
         self.get = self._by_subject.get  # the entry of a subject, or None (a bound dict method: hot path)
         self._by_sid: list[SubjectEntry | None] = [None]  # sid 0 means "no message"
+        # The subject of each sid (None when free): `names[sid]` is `by_sid(sid).subject`, as a plain list
+        # so batch reads map sids to subjects at C speed.
+        self.names: list[str | None] = [None]
         self._free_sids: list[int] = []
         self._filters: OrderedDict[str, list[SubjectEntry]] = OrderedDict()
 
@@ -93,9 +96,11 @@ class SubjectIndex:
         else:
             sid = len(self._by_sid)
             self._by_sid.append(None)
+            self.names.append(None)
         entry = SubjectEntry(subject, sid)
         self._by_subject[subject] = entry
         self._by_sid[sid] = entry
+        self.names[sid] = subject
         for pattern, entries in self._filters.items():
             if subject_matches(pattern, subject):
                 entries.append(entry)
@@ -122,6 +127,7 @@ class SubjectIndex:
     def _drop(self, entry: SubjectEntry) -> None:
         del self._by_subject[entry.subject]
         self._by_sid[entry.sid] = None
+        self.names[entry.sid] = None
         self._free_sids.append(entry.sid)
         entry.sid = 0  # dead: cached filter lists skip it
 
