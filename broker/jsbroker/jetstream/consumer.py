@@ -537,13 +537,15 @@ class Consumer:
 
     def _next_new(self) -> StoredMsg | None:
         """The first new message from `sseq`, from a read-ahead that grows while the pass keeps taking
-        them (one store call and, for files, one read per batch). A read-ahead message removed since
-        (limits, purge) is skipped, as a fresh read would."""
+        them (one store call and, for files, one read per batch). The read-ahead lives for one
+        synchronous pass: limits, purges and deletes run between passes, so its messages are still
+        there (only an internal subscriber reached by this pass's own output could change the stream
+        meanwhile; such a message is delivered as it was read)."""
         store = self.stream.store
         ahead = self._ahead
         while ahead:
             msg = ahead.popleft()
-            if msg.seq >= self.sseq and store.subject_of(msg.seq) is not None:
+            if msg.seq >= self.sseq:
                 return msg
         n = self._ahead_n
         if self.maxp > 0:
