@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -25,7 +26,11 @@ def get(server, path: str) -> tuple[int, dict]:
 
 @pytest.mark.parametrize("query", ["", "?js-enabled-only=true", "?js-server-only=true"])
 def test_healthz(server, query):
-    assert get(server, "/healthz" + query) == (200, {"status": "ok"})
+    # nats-server answers 503 for a moment after it accepts clients, until JetStream is ready
+    deadline = time.monotonic() + 10
+    while (got := get(server, "/healthz" + query))[0] == 503 and time.monotonic() < deadline:
+        time.sleep(0.05)  # poll: there is no event to wait on
+    assert got == (200, {"status": "ok"})
 
 
 def test_unknown_path_is_404(server):
