@@ -89,8 +89,9 @@ class Broker:
         self.start_time = self.loop.time()
         await self._start_jetstream()
         cfg = self.config
+        # Bound first, accepting last: once clients get in, monitoring (health probes) answers too.
         self._server = await self.loop.create_server(
-            self._new_connection, cfg.host, cfg.port, reuse_address=True, backlog=1024
+            self._new_connection, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._info_base = self._info_fields()
@@ -99,6 +100,7 @@ class Broker:
 
             self._monitor = Monitor(self)
             self.http_port = await self._monitor.start(cfg.http_host or cfg.host, cfg.http_port)
+        await self._server.start_serving()
         self.log.info("server ready", port=self.port, http_port=self.http_port, jetstream=self.jetstream is not None)
 
     async def _start_jetstream(self) -> None:
