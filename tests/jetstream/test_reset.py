@@ -5,7 +5,11 @@ nats-py 2.16's `jsm.reset_consumer`)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from typing import Any
+
+import nats
 
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StreamConfig
@@ -204,3 +208,44 @@ async def test_switch_to_interest_drops_acked(jsbroker_server, unique) -> None:
         assert await first_seq_becomes(js, s, 2) == 2
     finally:
         await nc.close()
+
+
+def stream_identity(created: str) -> str:
+    """nats-server's identity of a stream: base-62 digits of SHA-256(created, RFC 3339 ns), 8 of them."""
+    digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    return "".join(digits[b % 62] for b in hashlib.sha256(created.encode()).digest()[:8])
+
+
+async def test_reset_returns_stream_identity_when_asked(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        info = await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"]})
+        await api(nc, f"$JS.API.CONSUMER.CREATE.{s}.C", {"stream_name": s, "config": {"durable_name": "C"}})
+        out = []
+        for hdrs in ({"Nats-Stream-Identity": "anything"}, {"Nats-Stream-Identity": ""}, None):
+            msg = await nc.request(f"$JS.API.CONSUMER.RESET.{s}.C", b"", headers=hdrs, timeout=2)
+            identity = (msg.headers or {}).get("Nats-Stream-Identity")
+            out.append((identity == stream_identity(info["created"]) if identity else None,
+                        json.loads(msg.data)["reset_seq"]))
+        return out
+
+    out = await scenario_pair(urls, fn, unique("RI"))
+    assert out["jsbroker"] == out["nats-server"] == [(True, 1), (True, 1), (None, 1)]
+
+
+async def test_reset_api_level_checked_only_for_an_existing_consumer(urls, unique) -> None:
+    async def fn(nc: Any, s: str) -> Any:
+        await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"]})
+        await api(nc, f"$JS.API.CONSUMER.CREATE.{s}.C", {"stream_name": s, "config": {"durable_name": "C"}})
+        too_high = {"Nats-Required-Api-Level": "999"}
+        msg = await nc.request(f"$JS.API.CONSUMER.RESET.{s}.C", b"", headers=too_high, timeout=2)
+        try:
+            await nc.request(f"$JS.API.CONSUMER.RESET.{s}.NOPE", b"", headers=too_high, timeout=0.5)
+            missing = "answered"
+        except nats.errors.TimeoutError:
+            missing = "silent"
+        return json.loads(msg.data), missing
+
+    out = await scenario_pair(urls, fn, unique("RL"))
+    assert out["jsbroker"] == out["nats-server"]
+    body, missing = out["jsbroker"]
+    assert (body["error"]["code"], body["reset_seq"], missing) == (412, 0, "silent")

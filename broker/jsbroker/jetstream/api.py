@@ -62,6 +62,7 @@ class Request:
     hdr: bytes
     payload: bytes
     tokens: list[str] = field(default_factory=list)
+    response_hdr: bytes = b""  # headers a handler wants on its (successful) response
 
     def token(self, index: int) -> str:
         """Token `index` of the subject (`$JS.API.STREAM.INFO.<name>`: the name is token 4)."""
@@ -104,6 +105,7 @@ class Endpoint:
     response_type: str  # suffix after `io.nats.jetstream.api.v1.`
     handler: Handler
     error_fields: dict[str, Any] = field(default_factory=dict)  # non-omitempty fields Go also sends with errors
+    own_api_level: bool = False  # the handler checks Nats-Required-Api-Level itself (after deciding to answer)
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
@@ -232,7 +234,7 @@ class ApiRouter:
             return  # nats-server drops API requests without a reply subject
         request = Request(self._js, subject, reply, hdr, payload, subject.split("."))
         try:
-            if not api_level_supported(hdr):
+            if not endpoint.own_api_level and not api_level_supported(hdr):
                 raise errors.REQUIRED_API_LEVEL()
             body = endpoint.handler(request)
         except errors.ApiError as err:
@@ -244,7 +246,8 @@ class ApiRouter:
             return
         self.total += 1
         if body is not None:
-            self._bus.publish(reply, None, b"", dumps({"type": TYPE_PREFIX + endpoint.response_type, **body}))
+            self._bus.publish(reply, None, request.response_hdr,
+                              dumps({"type": TYPE_PREFIX + endpoint.response_type, **body}))
 
     def _send_error(self, endpoint: Endpoint, reply: str, err: errors.ApiError) -> None:
         self.total += 1

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from jsbroker import store as storage
 
-from . import advisories, consumer_config, errors
-from .api import Endpoint, Request, get_int, get_str, get_time
+from . import advisories, consumer_config, errors, headers
+from .api import Endpoint, Request, api_level_supported, get_int, get_str, get_time
 from .consumer import Consumer, load_meta
 from .consumer_config import ConsumerConfig, StreamFacts
 from .times import ZERO_TIME, now_ns
@@ -286,16 +286,22 @@ def consumer_unpin(req: Request) -> dict[str, Any]:
 
 
 def consumer_reset(req: Request) -> dict[str, Any] | None:
-    """RESET answers only when the consumer exists (nats-server's consumer subscribes it itself)."""
+    """RESET answers only when the consumer exists (nats-server's consumer subscribes it itself, and
+    checks the API level only then). A request with a `Nats-Stream-Identity` header gets the stream's
+    identity back in that header."""
     stream = req.js.streams.get(req.token(4))
     consumer = stream.consumers.get(req.token(5)) if stream is not None else None
     if not isinstance(consumer, Consumer):
         return None
     try:
+        if not api_level_supported(req.hdr):
+            raise errors.REQUIRED_API_LEVEL()
         seq = get_int(req.json(), "seq", kind="uint64")
         target = consumer.reset(seq)
     except errors.ApiError as err:  # the reset response always carries reset_seq, even with an error
         return {"error": err.to_dict(), "reset_seq": 0}
+    if headers.get(req.hdr, headers.STREAM_IDENTITY) is not None:
+        req.response_hdr = headers.build([(headers.STREAM_IDENTITY, stream.identity())])
     return {**consumer.info(), "reset_seq": target}
 
 
@@ -310,5 +316,5 @@ CONSUMER_HANDLERS: list[Endpoint] = [
     Endpoint("$JS.API.CONSUMER.DELETE.*.*", "consumer_delete_response", consumer_delete),
     Endpoint("$JS.API.CONSUMER.PAUSE.*.*", "consumer_pause_response", consumer_pause),
     Endpoint("$JS.API.CONSUMER.UNPIN.*.*", "consumer_unpin_response", consumer_unpin),
-    Endpoint("$JS.API.CONSUMER.RESET.*.*", "consumer_reset_response", consumer_reset),
+    Endpoint("$JS.API.CONSUMER.RESET.*.*", "consumer_reset_response", consumer_reset, own_api_level=True),
 ]

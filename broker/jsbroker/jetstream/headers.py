@@ -32,6 +32,7 @@ TIME_STAMP = "Nats-Time-Stamp"
 NUM_PENDING = "Nats-Num-Pending"
 LAST_SEQUENCE = "Nats-Last-Sequence"
 UP_TO_SEQUENCE = "Nats-UpTo-Sequence"
+STREAM_IDENTITY = "Nats-Stream-Identity"
 
 
 def get(hdr: bytes, key: str) -> str | None:

@@ -17,6 +17,7 @@ sequence still moves) -> Nats-TTL value (10165) -> discard new limits (10077) ->
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections import OrderedDict
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from jsbroker.internal import InternalBus, InternalSubscription, Origin
 
 log = logging.getLogger(__name__)
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 MAX_HEADER_SIZE = 65535
 _NS = 1_000_000_000
@@ -222,6 +224,12 @@ class Stream:
             del self.consumers[consumer.name]
         if self._retained:
             self._drop_unneeded()
+
+    def identity(self) -> str:
+        """nats-server's stream identity: 8 base-62 characters of the SHA-256 of the creation time
+        (RFC 3339, ns), so a recreated stream of the same name has another one."""
+        digest = hashlib.sha256(times.rfc3339(self.created_ns).encode()).digest()
+        return "".join(_BASE62[b % 62] for b in digest[:8])
 
     def consumer_dir(self, name: str) -> Path | None:
         if self.directory is None or self.config.storage == "memory":
