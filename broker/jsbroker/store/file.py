@@ -88,6 +88,33 @@ def _rec_len(loc: int, size: int) -> int:
     return record.record_len_from_file_size(size, loc >= _HDR_FLAG)
 
 
+def _decode_adjacent(buf: bytes, seqs: list[int], hdrs: list[bytes], datas: list[bytes]) -> int:
+    """Decode the records lying back to back from the start of `buf` while they are the messages `seqs`
+    in order (the usual run: no removed message in between); returns how many were. The walk agrees with
+    the index when every seq matched and the last record ends where `buf` (sized by the index) ends.
+    The per-message cost of a read is this loop, hence the local names."""
+    unpack, hdr_at, crc_size, size = record.MSG_FRAME.unpack_from, record.HEADER.size, record.CRC.size, len(buf)
+    add_hdr, add_data = hdrs.append, datas.append
+    pos = done = 0
+    for seq in seqs:
+        if pos + hdr_at > size:
+            return done
+        length, kind, got, slen, hlen = unpack(buf, pos)
+        end = pos + length
+        if got != seq or kind != b"M" or end > size or length < hdr_at + slen + hlen + crc_size:
+            return done
+        at = pos + hdr_at + slen
+        add_hdr(buf[at : at + hlen])
+        add_data(buf[at + hlen : end - crc_size])
+        pos = end
+        done += 1
+    if pos != size:  # the last record is not as long as the index says: let the index decide about it
+        hdrs.pop()
+        datas.pop()
+        done -= 1
+    return done
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -335,8 +362,8 @@ class FileStore(IndexedStore):
 
     def _read_run(self, seqs: list[int], rows: list[int], hdrs: list[bytes], datas: list[bytes],
                   bad: list[int]) -> None:
-        """Decode the records of one run from one pread. Reads check each record's frame (length, kind,
-        seq) against the index, not its CRC: see README.md, "Recovery"."""
+        """Decode the records of one run from one pread. Reads check each record's frame (whole, length,
+        kind, seq), not its CRC: see README.md, "Recovery"."""
         locs, sizes = self._locs, self._sizes
         first, last = locs[rows[0]], locs[rows[-1]]
         no, start = _block_of(first), first & _OFFSET_MASK
@@ -347,27 +374,29 @@ class FileStore(IndexedStore):
             log.error("stream store %s: unreadable messages from seq=%d in block %d: %s", self._dir, seqs[0], no, e)
             bad += seqs
             return
-        # One tight loop over the buffer, names bound locally: this is the per-message cost of a read.
-        unpack, hdr_at, crc_size, size = record.HEADER.unpack_from, record.HEADER.size, record.CRC.size, len(buf)
-        plain, with_hdr = record.LEN_MINUS_FILE_SIZE, record.LEN_MINUS_FILE_SIZE_HDR
-        add_hdr, add_data = hdrs.append, datas.append
+        k = _decode_adjacent(buf, seqs, hdrs, datas)
+        if k < len(seqs):
+            self._decode_indexed(buf, start, no, seqs[k:], rows[k:], hdrs, datas, bad)
+
+    def _decode_indexed(self, buf: bytes, start: int, no: int, seqs: list[int], rows: list[int],
+                        hdrs: list[bytes], datas: list[bytes], bad: list[int]) -> None:
+        """Decode each record at the offset the index gives (`buf` holds the block from `start`)."""
+        locs, sizes, size = self._locs, self._sizes, len(buf)
         for seq, row in zip(seqs, rows):
             loc = locs[row]
             pos = (loc & _OFFSET_MASK) - start
             try:
-                length, kind, got, _, _, slen, hlen = unpack(buf, pos)
+                length, kind, got, slen, hlen = record.MSG_FRAME.unpack_from(buf, pos)
             except struct.error:  # the file is shorter than the index says
                 length, kind, got, slen, hlen = 0, b"", 0, 0, 0
-            end = pos + length
-            if got != seq or kind != b"M" or length != sizes[row] + (with_hdr if loc >= _HDR_FLAG else plain) \
-                    or end > size:
+            if got != seq or kind != record.MSG or length != _rec_len(loc, sizes[row]) or pos + length > size:
                 log.error("stream store %s: unreadable message seq=%d in block %d: found %r seq %d of %d bytes",
                           self._dir, seq, no, kind, got, length)
                 bad.append(seq)
                 continue
-            at = pos + hdr_at + slen
-            add_hdr(buf[at : at + hlen])
-            add_data(buf[at + hlen : end - crc_size])
+            at = pos + record.HEADER.size + slen
+            hdrs.append(buf[at : at + hlen])
+            datas.append(buf[at + hlen : pos + length - record.CRC.size])
 
     def _drop(self, seq: int, loc: int, size: int) -> None:
         blk = self._blocks.get(_block_of(loc))

@@ -25,7 +25,7 @@ _time_ns = time.time_ns
 from ..subjects import is_literal, subject_matches
 from .base import RemoveCallback, StoreClosed, StoredMsg, StoreError, StoreLimits, StoreState
 from .record import memory_size
-from .subject_index import SubjectEntry, SubjectIndex, is_all
+from .subject_index import SubjectEntry, SubjectIndex, any_all, is_all
 
 _NONZERO = re.compile(rb"[^\x00]")
 _WILDCARD_FANOUT = 16  # up to this many matching subjects, next-match uses per-subject bisects
@@ -406,19 +406,25 @@ class IndexedStore:
         start = max(start_seq, self._first)
         if not self._msgs or start > self._last or max_count <= 0:
             return []
-        if not subject_filters or any(is_all(f) for f in subject_filters):
-            seqs = self._live_seqs(start, max_count)
+        subjects = self._subjects
+        if not subject_filters or any_all(subject_filters):
+            entries = None
+        elif len(subject_filters) == 1 and (entry := subjects.get(subject_filters[0])) is not None:
+            entries = [entry]  # the usual filter: one subject, that has messages
         else:
-            entries = self._subjects.matching_union(subject_filters)
-            if len(entries) == len(self._subjects):
-                seqs = self._live_seqs(start, max_count)
-            elif len(entries) <= _WILDCARD_FANOUT:
-                seqs = self._merged_seqs(entries, start, max_count)
-            else:
-                seqs = self._scanned_seqs(start, subject_filters, entries, max_count)
+            entries = subjects.matching_union(subject_filters)
+        if entries is None or len(entries) == len(subjects):
+            seqs = self._live_seqs(start, max_count)
+            subject = subjects.sole()
+        elif len(entries) <= _WILDCARD_FANOUT:
+            seqs = self._merged_seqs(entries, start, max_count)
+            subject = entries[0].subject if len(entries) == 1 else None
+        else:
+            seqs = self._scanned_seqs(start, subject_filters, entries, max_count)  # type: ignore[arg-type]  # set here
+            subject = None
         if max_bytes and seqs:
             seqs = self._within_bytes(seqs, max_bytes)
-        return self._load_many(seqs) if seqs else []
+        return self._load_many(seqs, subject) if seqs else []
 
     # Batch reads pick their seqs first (at C speed where the index allows), then read the bodies together.
     def _live_seqs(self, start: int, max_count: int) -> list[int]:
@@ -480,12 +486,14 @@ class IndexedStore:
         sizes = map(self._sizes.__getitem__, map(sub, seqs, repeat(self._base)))
         return seqs[: bisect_left(list(accumulate(sizes)), max_bytes) + 1]
 
-    def _load_many(self, seqs: list[int]) -> list[StoredMsg]:
+    def _load_many(self, seqs: list[int], subject: str | None) -> list[StoredMsg]:
+        """The messages `seqs` (live, ascending); `subject`: the one subject they all have, when known."""
         rows = list(map(sub, seqs, repeat(self._base)))
         got, hdrs, datas = self._read_many(seqs, rows)
         if len(got) != len(seqs):
             rows = list(map(sub, got, repeat(self._base)))
-        subjects = map(self._subjects.names.__getitem__, map(self._sids.__getitem__, rows))
+        subjects = repeat(subject) if subject is not None else \
+            map(self._subjects.names.__getitem__, map(self._sids.__getitem__, rows))
         return list(map(_new_msg, zip(got, subjects, hdrs, datas, map(self._ts.__getitem__, rows))))
 
     def load_last_msg(self, subject_filter: str) -> StoredMsg | None:

@@ -48,6 +48,8 @@ HEADER = struct.Struct(
     "H"  # subj_len
     "I"  # hdr_len
 )
+# The header fields a read checks or needs: length, kind, seq, subj_len, hdr_len (ts and aux skipped).
+MSG_FRAME = struct.Struct(">IcQ16xHI")
 KIND_OFFSET = struct.calcsize(">I")
 KIND_SEQ = struct.Struct(">cQ")  # to read the seq of a record whose header is cut short
 SEQ_END = KIND_OFFSET + KIND_SEQ.size

@@ -20,6 +20,11 @@ def is_all(subject_filter: str | None) -> bool:
     return not subject_filter or subject_filter == ">"
 
 
+def any_all(subject_filters: list[str]) -> bool:
+    """Whether one of the filters matches everything (`is_all` of any, at C speed)."""
+    return not all(subject_filters) or ">" in subject_filters
+
+
 class SubjectEntry:
     """One subject's live seqs; `seqs[head:]` are valid (removals at the front only move `head`)."""
 
@@ -77,6 +82,8 @@ class SubjectIndex:
         self.names: list[str | None] = [None]
         self._free_sids: list[int] = []
         self._filters: OrderedDict[str, list[SubjectEntry]] = OrderedDict()
+        self._drops = 0  # subjects dropped so far: a cached filter list made before a drop may hold it
+        self._clean_at: dict[str, int] = {}  # per cached filter: `_drops` when its list was last cleaned
 
     def __len__(self) -> int:
         return len(self._by_subject)
@@ -119,6 +126,10 @@ class SubjectIndex:
             self._drop(entry)
         return entry
 
+    def sole(self) -> str | None:
+        """The subject when there is exactly one."""
+        return next(iter(self._by_subject)) if len(self._by_subject) == 1 else None
+
     def drop_empty(self) -> None:
         """Forget subjects left without messages (after bulk loads that filled lists directly)."""
         for entry in [e for e in self._by_subject.values() if e.count == 0]:
@@ -129,31 +140,34 @@ class SubjectIndex:
         self._by_sid[entry.sid] = None
         self.names[entry.sid] = None
         self._free_sids.append(entry.sid)
-        entry.sid = 0  # dead: cached filter lists skip it
+        entry.sid = 0  # dead: cached filter lists drop it when next used
+        self._drops += 1
 
     def matching(self, subject_filter: str | None) -> list[SubjectEntry]:
         """Live entries whose subject matches the filter (None or ">" = all)."""
         if is_all(subject_filter):
             return list(self._by_subject.values())
         assert subject_filter is not None
+        entries = self._filters.get(subject_filter)  # only wildcards are cached
+        if entries is not None:
+            self._filters.move_to_end(subject_filter)
+            if self._clean_at[subject_filter] != self._drops:
+                entries[:] = [e for e in entries if e.sid != 0]
+                self._clean_at[subject_filter] = self._drops
+            return entries
         if is_literal(subject_filter):
             entry = self._by_subject.get(subject_filter)
             return [entry] if entry is not None else []
-        entries = self._filters.get(subject_filter)
-        if entries is None:
-            entries = [e for s, e in self._by_subject.items() if subject_matches(subject_filter, s)]
-            self._filters[subject_filter] = entries
-            if len(self._filters) > _FILTER_CACHE:
-                self._filters.popitem(last=False)
-        else:
-            self._filters.move_to_end(subject_filter)
-            if any(e.sid == 0 for e in entries):
-                entries[:] = [e for e in entries if e.sid != 0]
+        entries = [e for s, e in self._by_subject.items() if subject_matches(subject_filter, s)]
+        self._filters[subject_filter] = entries
+        self._clean_at[subject_filter] = self._drops
+        if len(self._filters) > _FILTER_CACHE:
+            del self._clean_at[self._filters.popitem(last=False)[0]]
         return entries
 
     def matching_union(self, filters: list[str] | None) -> list[SubjectEntry]:
         """Entries matching any of the filters, each once."""
-        if filters is None or any(is_all(f) for f in filters):
+        if filters is None or any_all(filters):
             return self.matching(None)
         if len(filters) == 1:
             return self.matching(filters[0])
