@@ -164,3 +164,48 @@ def test_with_a_flush_hook_updates_are_written_at_flush(tmp_path):
     assert snapshot(reread.load()) == (2, 2, 2, 2, {}, {})
     reread.close()
     s.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_updates_replay_to_the_same_state(tmp_path, seed):
+    """Deliveries, redeliveries, acks (in and out of order, ack-all, unknown seqs) and flushes at random
+    points: the memory and file stores agree, the file store replays its log to the
+    same state, and the hook is called once each time the buffer stops being empty."""
+    import random
+
+    rng = random.Random(seed)
+    mem = open_consumer_store("memory", None, SyncPolicy())
+    f = open_consumer_store("file", tmp_path / "c", SyncPolicy())
+    calls: list[int] = []
+    f.set_flush_hook(lambda: calls.append(1))
+    buffered, hooks = False, 0
+    cseq = sseq = 0
+    delivered: list[tuple[int, int]] = []
+    for _ in range(600):
+        r = rng.random()
+        if r < 0.35:
+            cseq, sseq = cseq + 1, sseq + rng.randrange(1, 3)
+            delivered.append((cseq, sseq))
+            op = ("update_delivered", cseq, sseq, 1, rng.randrange(10**9))
+        elif r < 0.45 and delivered:
+            c, s = rng.choice(delivered)
+            cseq += 1
+            op = ("update_delivered", rng.choice((c, cseq)), s, rng.randrange(2, 5), rng.randrange(10**9))
+        elif r < 0.85 and delivered:
+            c, s = delivered[0] if rng.random() < 0.5 else rng.choice(delivered)
+            op = ("update_acks", c, s, rng.random() < 0.1)
+        else:
+            f.flush()
+            buffered = False
+            continue
+        for store in (mem, f):
+            getattr(store, op[0])(*op[1:])
+        hooks += not buffered
+        buffered = True
+        assert len(calls) == hooks and snapshot(mem.load()) == snapshot(f.load()), op
+    f.flush()
+    want = snapshot(f.load())
+    f.close()
+    again = open_consumer_store("file", tmp_path / "c", SyncPolicy())
+    assert snapshot(again.load()) == want
+    again.close()

@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from . import record
 from .base import ConsumerState, StoreClosed, StoreError, SyncPolicy
@@ -30,6 +30,8 @@ from .base import ConsumerState, StoreClosed, StoreError, SyncPolicy
 log = logging.getLogger(__name__)
 
 _COMPACT_MIN = 1 << 20  # compact the log once it is this large and 4x the last snapshot
+_pack_delivered = record.DELIVERED_UPDATE.pack
+_pack_ack = record.ACK_UPDATE.pack
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -41,19 +43,20 @@ def _write_all(fd: int, data: bytes) -> None:
 def apply_delivered(st: ConsumerState, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
     if consumer_seq <= st.ack_floor_consumer_seq:
         return  # an old delivery replayed: already acked
-    if stream_seq <= st.delivered_stream_seq:
+    if stream_seq > st.delivered_stream_seq:
+        st.pending[stream_seq] = (consumer_seq, ts)
+        st.delivered_stream_seq = stream_seq
+    else:
         pending = st.pending.get(stream_seq)
         if pending is not None:  # redelivery keeps the original consumer seq
             st.pending[stream_seq] = (pending[0], ts)
-    else:
-        st.pending[stream_seq] = (consumer_seq, ts)
-    st.delivered_consumer_seq = max(st.delivered_consumer_seq, consumer_seq)
-    st.delivered_stream_seq = max(st.delivered_stream_seq, stream_seq)
+    if consumer_seq > st.delivered_consumer_seq:
+        st.delivered_consumer_seq = consumer_seq
     if delivery_count > 1 and st.redelivered.get(stream_seq, 0) < delivery_count:
         st.redelivered[stream_seq] = delivery_count
 
 
-def next_pending(pending: dict[int, object], after: int, below: int) -> int:
+def next_pending(pending: Mapping[int, object], after: int, below: int) -> int:
     """The smallest pending stream seq in (after, below), or 0. Walks the seqs (the next one is usually
     pending, as acks mostly come in order), or the pending set when that is the shorter walk."""
     if below - after - 1 <= len(pending):
@@ -67,28 +70,34 @@ def next_pending(pending: dict[int, object], after: int, below: int) -> int:
 def apply_ack(st: ConsumerState, consumer_seq: int, stream_seq: int, ack_all: bool) -> None:
     if consumer_seq <= st.ack_floor_consumer_seq:
         return
-    if stream_seq not in st.pending:
-        st.redelivered.pop(stream_seq, None)
-        return
+    pending = st.pending
     if ack_all:
-        st.ack_floor_consumer_seq, st.ack_floor_stream_seq = consumer_seq, stream_seq
-        for seq in [s for s in st.pending if s <= stream_seq]:
-            del st.pending[seq]
-            st.redelivered.pop(seq, None)
+        if stream_seq in pending:
+            st.ack_floor_consumer_seq, st.ack_floor_stream_seq = consumer_seq, stream_seq
+            for seq in [s for s in pending if s <= stream_seq]:
+                del pending[seq]
+                st.redelivered.pop(seq, None)
+        else:
+            st.redelivered.pop(stream_seq, None)
         return
-    original = st.pending.pop(stream_seq)[0]
-    if 0 < original < consumer_seq:
-        consumer_seq = original
-    if not st.pending:
+    acked = pending.pop(stream_seq, None)
+    if st.redelivered:
+        st.redelivered.pop(stream_seq, None)
+    if acked is None:
+        return
+    if 0 < acked[0] < consumer_seq:
+        consumer_seq = acked[0]
+    if not pending:
         st.ack_floor_consumer_seq = st.delivered_consumer_seq
         st.ack_floor_stream_seq = st.delivered_stream_seq
     elif consumer_seq == st.ack_floor_consumer_seq + 1:
         st.ack_floor_consumer_seq, st.ack_floor_stream_seq = consumer_seq, stream_seq
         if st.delivered_consumer_seq > consumer_seq:
-            nxt = next_pending(st.pending, stream_seq, st.delivered_stream_seq + 1)
+            nxt = stream_seq + 1  # in-order acks: the next seq is pending
+            if nxt not in pending:
+                nxt = next_pending(pending, stream_seq, st.delivered_stream_seq + 1)
             if nxt:
-                st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.pending[nxt][0] - 1, nxt - 1
-    st.redelivered.pop(stream_seq, None)
+                st.ack_floor_consumer_seq, st.ack_floor_stream_seq = pending[nxt][0] - 1, nxt - 1
 
 
 class MemoryConsumerStore:
@@ -104,15 +113,16 @@ class MemoryConsumerStore:
         self._check_open()
         return copy.deepcopy(self._state)
 
+    # update_delivered / update_acks run once per delivered / acked message: kept to one call each.
     def update_delivered(self, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
-        self._check_open()
+        if self._closed:
+            self._check_open()
         apply_delivered(self._state, consumer_seq, stream_seq, delivery_count, ts)
-        self._logged(record.KIND_DELIVERED, record.DELIVERED.pack(consumer_seq, stream_seq, delivery_count, ts))
 
     def update_acks(self, consumer_seq: int, stream_seq: int, ack_all: bool = False) -> None:
-        self._check_open()
+        if self._closed:
+            self._check_open()
         apply_ack(self._state, consumer_seq, stream_seq, ack_all)
-        self._logged(record.KIND_ACK, record.ACK.pack(consumer_seq, stream_seq, ack_all))
 
     def update_floor(self, consumer_seq: int, stream_seq: int, ts: int) -> None:
         """An ack-none delivery: delivered and acked at once (nothing becomes pending)."""
@@ -133,9 +143,6 @@ class MemoryConsumerStore:
 
     def flush(self) -> None:
         """Write the buffered updates (memory: nothing to do)."""
-
-    def _logged(self, kind: bytes, payload: bytes) -> None:
-        """Persist one update (memory: nothing to do)."""
 
     def _floor_moved(self, consumer_seq: int, stream_seq: int, ts: int) -> None:
         """Persist an ack-none floor (memory: nothing to do)."""
@@ -248,10 +255,22 @@ class FileConsumerStore(MemoryConsumerStore):
     def set_flush_hook(self, hook: Callable[[], None]) -> None:
         self._hook = hook
 
-    def _logged(self, kind: bytes, payload: bytes) -> None:
-        first = not self._buf and self._floor is None
-        self._buf.append(kind + payload)
-        if first:
+    def update_delivered(self, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
+        if self._closed:
+            self._check_open()
+        apply_delivered(self._state, consumer_seq, stream_seq, delivery_count, ts)
+        buf = self._buf
+        buf.append(_pack_delivered(record.KIND_DELIVERED, consumer_seq, stream_seq, delivery_count, ts))
+        if len(buf) == 1 and self._floor is None:
+            self._buffered()
+
+    def update_acks(self, consumer_seq: int, stream_seq: int, ack_all: bool = False) -> None:
+        if self._closed:
+            self._check_open()
+        apply_ack(self._state, consumer_seq, stream_seq, ack_all)
+        buf = self._buf
+        buf.append(_pack_ack(record.KIND_ACK, consumer_seq, stream_seq, ack_all))
+        if len(buf) == 1 and self._floor is None:
             self._buffered()
 
     def _floor_moved(self, consumer_seq: int, stream_seq: int, ts: int) -> None:
@@ -272,8 +291,8 @@ class FileConsumerStore(MemoryConsumerStore):
         if self._floor is not None:
             dseq, sseq, ts = self._floor
             self._floor = None
-            self._buf.append(record.KIND_DELIVERED + record.DELIVERED.pack(dseq, sseq, 1, ts))
-            self._buf.append(record.KIND_ACK + record.ACK.pack(dseq, sseq, False))
+            self._buf.append(_pack_delivered(record.KIND_DELIVERED, dseq, sseq, 1, ts))
+            self._buf.append(_pack_ack(record.KIND_ACK, dseq, sseq, False))
         if not self._buf:
             return
         data = record.encode_frame(record.KIND_BATCH, b"".join(self._buf))

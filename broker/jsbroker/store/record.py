@@ -186,6 +186,8 @@ SNAP_REDELIVERED = struct.Struct(">QQ")
 KIND_DELIVERED, KIND_ACK, KIND_SNAPSHOT = b"d", b"a", b"s"
 # A batch frame: the updates of one flush under one checksum, each as its kind byte + payload.
 KIND_BATCH = b"b"
+DELIVERED_UPDATE = struct.Struct(">c" + DELIVERED.format[1:])  # an update in a batch: kind + payload
+ACK_UPDATE = struct.Struct(">c" + ACK.format[1:])
 _UPDATE_SIZES = {KIND_DELIVERED: DELIVERED.size, KIND_ACK: ACK.size}
 
 
