@@ -291,7 +291,7 @@ def consumer_reset(req: Request) -> dict[str, Any] | None:
     identity back in that header."""
     stream = req.js.streams.get(req.token(4))
     consumer = stream.consumers.get(req.token(5)) if stream is not None else None
-    if not isinstance(consumer, Consumer):
+    if stream is None or not isinstance(consumer, Consumer):
         return None
     try:
         if not api_level_supported(req.hdr):
