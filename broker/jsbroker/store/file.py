@@ -50,9 +50,11 @@ _LOC_SHIFT = 40
 _OFFSET_MASK = (1 << _LOC_SHIFT) - 1
 _BLOCK_MASK = (1 << 23) - 1
 _HDR_FLAG = 1 << 63
+_BLOCK_BITS = _BLOCK_MASK << _LOC_SHIFT
 _READ_FDS = 32  # open read descriptors kept per store
 _MAX_IOV = 512  # beyond this many records, join them for one write
 _READ_GAP = 4096  # batch reads read through gaps up to this (a memcpy is cheaper than another pread)
+_unpack_frame, _HEADER_SIZE, _CRC_SIZE = record.MSG_FRAME.unpack_from, record.HEADER.size, record.CRC.size
 _CANDIDATE = re.compile(rb"(?s)(?=....[MDF])")  # where a record could start (for re-synchronising)
 _MAX_LOST_REPORTED = 100_000
 
@@ -85,7 +87,7 @@ def _block_of(loc: int) -> int:
 
 def _rec_len(loc: int, size: int) -> int:
     """Our record length of the message at `loc` with accounted size `size`."""
-    return record.record_len_from_file_size(size, loc >= _HDR_FLAG)
+    return size + (record.LEN_MINUS_FILE_SIZE_HDR if loc >= _HDR_FLAG else record.LEN_MINUS_FILE_SIZE)
 
 
 def _decode_adjacent(buf: bytes, seqs: list[int], hdrs: list[bytes], datas: list[bytes]) -> int:
@@ -93,7 +95,7 @@ def _decode_adjacent(buf: bytes, seqs: list[int], hdrs: list[bytes], datas: list
     in order (the usual run: no removed message in between); returns how many were. The walk agrees with
     the index when every seq matched and the last record ends where `buf` (sized by the index) ends.
     The per-message cost of a read is this loop, hence the local names."""
-    unpack, hdr_at, crc_size, size = record.MSG_FRAME.unpack_from, record.HEADER.size, record.CRC.size, len(buf)
+    unpack, hdr_at, crc_size, size = _unpack_frame, _HEADER_SIZE, _CRC_SIZE, len(buf)
     add_hdr, add_data = hdrs.append, datas.append
     pos = done = 0
     for seq in seqs:
@@ -331,11 +333,14 @@ class FileStore(IndexedStore):
         hdrs: list[bytes] = []
         datas: list[bytes] = []
         bad: list[int] = []
-        k, n = 0, len(seqs)
-        while k < n:
-            m = self._run_end(rows, k)
-            self._read_run(seqs[k:m], rows[k:m], hdrs, datas, bad)
-            k = m
+        if self._one_run(rows, 0):  # the usual batch
+            self._read_run(seqs, rows, hdrs, datas, bad)
+        else:
+            k = 0
+            while k < len(seqs):
+                m = self._run_end(rows, k)
+                self._read_run(seqs[k:m], rows[k:m], hdrs, datas, bad)
+                k = m
         if bad:
             dropped = set(bad)
             seqs = [seq for seq in seqs if seq not in dropped]
@@ -344,15 +349,19 @@ class FileStore(IndexedStore):
     def _is_pending(self, loc: int) -> bool:
         return _block_of(loc) == self._active.no and loc & _OFFSET_MASK >= self._active.size
 
+    def _one_run(self, rows: list[int], k: int) -> bool:
+        """Whether rows[k:] are one run: in one block, at most _READ_GAP bytes apart on average (the bytes
+        between records are read through, not skipped)."""
+        first, last = self._locs[rows[k]], self._locs[rows[-1]]
+        return (first ^ last) & _BLOCK_BITS == 0 and \
+            (last & _OFFSET_MASK) - (first & _OFFSET_MASK) <= (len(rows) - k) * _READ_GAP
+
     def _run_end(self, rows: list[int], k: int) -> int:
-        """The end of the run starting at rows[k]: records in one block with at most _READ_GAP bytes
-        between neighbours on average (the bytes between them are read through, not skipped)."""
+        """The end of the run starting at rows[k]: records in one block, no gap above _READ_GAP."""
         locs, sizes = self._locs, self._sizes
-        first, last = locs[rows[k]], locs[rows[-1]]
-        if _block_of(first) == _block_of(last) and \
-                (last & _OFFSET_MASK) - (first & _OFFSET_MASK) <= (len(rows) - k) * _READ_GAP:
+        if self._one_run(rows, k):
             return len(rows)
-        no, end = _block_of(first), first & _OFFSET_MASK
+        no, end = _block_of(locs[rows[k]]), locs[rows[k]] & _OFFSET_MASK
         for m in range(k, len(rows)):
             loc = locs[rows[m]]
             if _block_of(loc) != no or (loc & _OFFSET_MASK) - end > _READ_GAP:
@@ -364,12 +373,12 @@ class FileStore(IndexedStore):
                   bad: list[int]) -> None:
         """Decode the records of one run from one pread. Reads check each record's frame (whole, length,
         kind, seq), not its CRC: see README.md, "Recovery"."""
-        locs, sizes = self._locs, self._sizes
-        first, last = locs[rows[0]], locs[rows[-1]]
+        first, last = self._locs[rows[0]], self._locs[rows[-1]]
         no, start = _block_of(first), first & _OFFSET_MASK
-        span = (last & _OFFSET_MASK) + _rec_len(last, sizes[rows[-1]]) - start
+        span = (last & _OFFSET_MASK) + _rec_len(last, self._sizes[rows[-1]]) - start
+        fd = self._rfds.get(no)
         try:
-            buf = os.pread(self._rfd(no), span, start)
+            buf = os.pread(self._rfd(no) if fd is None else fd, span, start)
         except OSError as e:
             log.error("stream store %s: unreadable messages from seq=%d in block %d: %s", self._dir, seqs[0], no, e)
             bad += seqs
