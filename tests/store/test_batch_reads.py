@@ -126,24 +126,27 @@ def test_reads_check_the_frame_and_the_next_open_checks_the_crc(tmp_path):
     s = FileStore(directory, StoreLimits(), SyncPolicy(), block_size=64 * 1024)
     for i in range(1, 51):
         s.store_msg("a", b"", b"payload %d" % i)
-    (path, at20), (_, at30), (_, at50) = (_record_at(directory, seq) for seq in (20, 30, 50))
-    length50 = int.from_bytes(path.read_bytes()[at50 : at50 + 4], "big")
+    (path, at20), (_, at30), (_, at40), (_, at50) = (_record_at(directory, seq) for seq in (20, 30, 40, 50))
+    length = int.from_bytes(path.read_bytes()[at50 : at50 + 4], "big")  # all records are this long
     with open(path, "r+b") as f:
         f.seek(at20 + record.KIND_OFFSET + 1)  # seq 20's seq field now says 99
         f.write((99).to_bytes(8, "big"))
         f.seek(at30 + record.HEADER.size + len("a") + 3)  # one payload byte of seq 30
         f.write(b"X")
-        f.seek(at50)  # the last record claims to be a byte shorter
-        f.write((length50 - 1).to_bytes(4, "big"))
+        f.seek(at40)  # a record in the middle of a run claims to be shorter, the last one too
+        f.write((length - 5).to_bytes(4, "big"))
+        f.seek(at50)
+        f.write((length - 1).to_bytes(4, "big"))
     got = [m.seq for m in s.load_next_msgs(0, None, 100)]
-    assert got == [i for i in range(1, 50) if i != 20]
+    assert got == [i for i in range(1, 50) if i not in (20, 40)]
+    assert all(m.data == b"payload %d" % m.seq for m in s.load_next_msgs(21, None, 100) if m.seq != 30)
     assert [m.seq for m in s.load_next_msgs(45, None, 100)] == [45, 46, 47, 48, 49]
     assert s.load_msg(20) is None and s.load_next_msg(20).seq == 21 and s.load_msg(50) is None
     s.close()
     s = FileStore(directory, StoreLimits(), SyncPolicy(), block_size=64 * 1024)
     st = s.state()
-    assert st.lost == [20, 30, 50] and st.msgs == 47
-    assert [m.seq for m in s.load_next_msgs(0, None, 100)] == [i for i in range(1, 50) if i not in (20, 30)]
+    assert st.lost == [20, 30, 40, 50] and st.msgs == 46
+    assert [m.seq for m in s.load_next_msgs(0, None, 100)] == [i for i in range(1, 50) if i not in (20, 30, 40)]
     assert all(m.data == b"payload %d" % m.seq for m in s.messages())
     s.close()
 

@@ -92,25 +92,29 @@ def _rec_len(loc: int, size: int) -> int:
 
 def _decode_adjacent(buf: bytes, seqs: list[int], hdrs: list[bytes], datas: list[bytes]) -> int:
     """Decode the records lying back to back from the start of `buf` while they are the messages `seqs`
-    in order (the usual run: no removed message in between); returns how many were. The walk agrees with
-    the index when every seq matched and the last record ends where `buf` (sized by the index) ends.
-    The per-message cost of a read is this loop, hence the local names."""
+    in order (the usual run: no removed message in between); returns how many were. Each record found so
+    starts where the one before it ends, so the walk agrees with the index when it ends exactly where
+    `buf` (sized by the index) ends; when it stops short, the last record walked (whose length may have
+    led it astray) is left to the index with the rest. The per-message cost of a read is this loop."""
     unpack, hdr_at, crc_size, size = _unpack_frame, _HEADER_SIZE, _CRC_SIZE, len(buf)
     add_hdr, add_data = hdrs.append, datas.append
     pos = done = 0
     for seq in seqs:
         if pos + hdr_at > size:
-            return done
+            break
         length, kind, got, slen, hlen = unpack(buf, pos)
         end = pos + length
         if got != seq or kind != b"M" or end > size or length < hdr_at + slen + hlen + crc_size:
-            return done
+            break
         at = pos + hdr_at + slen
         add_hdr(buf[at : at + hlen])
         add_data(buf[at + hlen : end - crc_size])
         pos = end
         done += 1
-    if pos != size:  # the last record is not as long as the index says: let the index decide about it
+    else:
+        if pos == size:
+            return done
+    if done:
         hdrs.pop()
         datas.pop()
         done -= 1
