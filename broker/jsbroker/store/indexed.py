@@ -368,14 +368,15 @@ class IndexedStore:
         self._commit()
 
     def load_msg(self, seq: int) -> StoredMsg | None:
-        self._check_open()
+        if self._closed or self._failed is not None:
+            self._check_open()
         i = seq - self._base
         if i < 0 or i >= len(self._sids) or not self._sids[i]:
             return None
         body = self._get(seq, self._locs[i], self._sizes[i])
         if body is None:
             return None
-        return StoredMsg(seq, self._subjects.by_sid(self._sids[i]).subject, body[0], body[1], self._ts[i])
+        return _new_msg((seq, self._subjects.names[self._sids[i]], body[0], body[1], self._ts[i]))
 
     def _next_seq(self, start: int, subject_filter: str | None) -> int:
         """The first live seq >= start on a subject matching the filter, or 0."""
