@@ -59,6 +59,8 @@ def apply_delivered(st: ConsumerState, consumer_seq: int, stream_seq: int, deliv
 def next_pending(pending: Mapping[int, object], after: int, below: int) -> int:
     """The smallest pending stream seq in (after, below), or 0. Walks the seqs (the next one is usually
     pending, as acks mostly come in order), or the pending set when that is the shorter walk."""
+    if after + 1 < below and after + 1 in pending:
+        return after + 1
     if below - after - 1 <= len(pending):
         for seq in range(after + 1, below):
             if seq in pending:
@@ -93,9 +95,7 @@ def apply_ack(st: ConsumerState, consumer_seq: int, stream_seq: int, ack_all: bo
     elif consumer_seq == st.ack_floor_consumer_seq + 1:
         st.ack_floor_consumer_seq, st.ack_floor_stream_seq = consumer_seq, stream_seq
         if st.delivered_consumer_seq > consumer_seq:
-            nxt = stream_seq + 1  # in-order acks: the next seq is pending
-            if nxt not in pending:
-                nxt = next_pending(pending, stream_seq, st.delivered_stream_seq + 1)
+            nxt = next_pending(pending, stream_seq, st.delivered_stream_seq + 1)
             if nxt:
                 st.ack_floor_consumer_seq, st.ack_floor_stream_seq = pending[nxt][0] - 1, nxt - 1
 
