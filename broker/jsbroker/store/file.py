@@ -395,21 +395,24 @@ class FileStore(IndexedStore):
                         hdrs: list[bytes], datas: list[bytes], bad: list[int]) -> None:
         """Decode each record at the offset the index gives (`buf` holds the block from `start`)."""
         locs, sizes, size = self._locs, self._sizes, len(buf)
+        plain, with_hdr = record.LEN_MINUS_FILE_SIZE, record.LEN_MINUS_FILE_SIZE_HDR
         for seq, row in zip(seqs, rows):
             loc = locs[row]
             pos = (loc & _OFFSET_MASK) - start
             try:
-                length, kind, got, slen, hlen = record.MSG_FRAME.unpack_from(buf, pos)
+                length, kind, got, slen, hlen = _unpack_frame(buf, pos)
             except struct.error:  # the file is shorter than the index says
                 length, kind, got, slen, hlen = 0, b"", 0, 0, 0
-            if got != seq or kind != record.MSG or length != _rec_len(loc, sizes[row]) or pos + length > size:
+            end = pos + length
+            if got != seq or kind != b"M" or end > size or \
+                    length != sizes[row] + (with_hdr if loc >= _HDR_FLAG else plain):
                 log.error("stream store %s: unreadable message seq=%d in block %d: found %r seq %d of %d bytes",
                           self._dir, seq, no, kind, got, length)
                 bad.append(seq)
                 continue
-            at = pos + record.HEADER.size + slen
+            at = pos + _HEADER_SIZE + slen
             hdrs.append(buf[at : at + hlen])
-            datas.append(buf[at + hlen : pos + length - record.CRC.size])
+            datas.append(buf[at + hlen : end - _CRC_SIZE])
 
     def _drop(self, seq: int, loc: int, size: int) -> None:
         blk = self._blocks.get(_block_of(loc))
