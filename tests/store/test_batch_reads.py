@@ -94,6 +94,20 @@ def test_batch_reads_of_many_subjects_each_with_one_message(factory):
     assert [tuple(m) for m in s.load_next_msgs(0, ["kv.b.*"], 5000)] == want and want[-1][1] == "kv.b.new"
 
 
+def test_batch_reads_of_large_messages_span_several_reads(tmp_path):
+    """Runs longer than a read's cap are split (each message whole, in order, across blocks too)."""
+    from jsbroker.store import file
+
+    s = FileStore(tmp_path / "stream", StoreLimits(), SyncPolicy(), block_size=4 << 20)
+    bodies = [bytes([i]) * (file._READ_MAX // 3 + i) for i in range(20)]
+    for body in bodies:
+        s.store_msg("big", b"", body)
+    s.store_msg("big", b"", bytes(file._READ_MAX * 2))  # one record longer than the cap
+    got = s.load_next_msgs(0, None, 100)
+    assert [m.data for m in got] == bodies + [bytes(file._READ_MAX * 2)]
+    s.close()
+
+
 def test_batch_reads_stop_at_max_bytes_including_the_message_that_reaches_it(factory):
     s = factory.open()
     for i in range(10):

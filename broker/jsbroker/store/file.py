@@ -54,6 +54,7 @@ _BLOCK_BITS = _BLOCK_MASK << _LOC_SHIFT
 _READ_FDS = 32  # open read descriptors kept per store
 _MAX_IOV = 512  # beyond this many records, join them for one write
 _READ_GAP = 4096  # batch reads read through gaps up to this (a memcpy is cheaper than another pread)
+_READ_MAX = 1 << 20  # and start another pread past this many bytes (one record may be longer)
 _unpack_frame, _HEADER_SIZE, _CRC_SIZE = record.MSG_FRAME.unpack_from, record.HEADER.size, record.CRC.size
 _CANDIDATE = re.compile(rb"(?s)(?=....[MDF])")  # where a record could start (for re-synchronising)
 _MAX_LOST_REPORTED = 100_000
@@ -355,22 +356,25 @@ class FileStore(IndexedStore):
 
     def _one_run(self, rows: list[int], k: int) -> bool:
         """Whether rows[k:] are one run: in one block, at most _READ_GAP bytes apart on average (the bytes
-        between records are read through, not skipped)."""
+        between records are read through, not skipped), the last starting within _READ_MAX."""
         first, last = self._locs[rows[k]], self._locs[rows[-1]]
         return (first ^ last) & _BLOCK_BITS == 0 and \
-            (last & _OFFSET_MASK) - (first & _OFFSET_MASK) <= (len(rows) - k) * _READ_GAP
+            (last & _OFFSET_MASK) - (first & _OFFSET_MASK) <= min((len(rows) - k) * _READ_GAP, _READ_MAX)
 
     def _run_end(self, rows: list[int], k: int) -> int:
-        """The end of the run starting at rows[k]: records in one block, no gap above _READ_GAP."""
+        """The end of the run starting at rows[k]: records in one block, no gap above _READ_GAP, each
+        starting within _READ_MAX of the first."""
         locs, sizes = self._locs, self._sizes
         if self._one_run(rows, k):
             return len(rows)
-        no, end = _block_of(locs[rows[k]]), locs[rows[k]] & _OFFSET_MASK
+        no, begin = _block_of(locs[rows[k]]), locs[rows[k]] & _OFFSET_MASK
+        end = begin
         for m in range(k, len(rows)):
             loc = locs[rows[m]]
-            if _block_of(loc) != no or (loc & _OFFSET_MASK) - end > _READ_GAP:
+            offset = loc & _OFFSET_MASK
+            if m > k and (_block_of(loc) != no or offset - end > _READ_GAP or offset - begin > _READ_MAX):
                 return m
-            end = (loc & _OFFSET_MASK) + _rec_len(loc, sizes[rows[m]])
+            end = offset + _rec_len(loc, sizes[rows[m]])
         return len(rows)
 
     def _read_run(self, seqs: list[int], rows: list[int], hdrs: list[bytes], datas: list[bytes],
