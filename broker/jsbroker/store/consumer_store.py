@@ -10,9 +10,10 @@ pending by stream seq, redelivery counts, the ack floor) and two ways to keep it
   a torn log tail is dropped (truncated) and logged. Updates are buffered and written by `flush()` as
   one batch frame (one checksum, one write()); `set_flush_hook(hook)` makes the store call `hook()` when
   its buffer gains its first update (the consumer then flushes before the broker's next output, so an
-  ack is on disk before its reply is sent; without a hook every update is written at once). With SyncPolicy.always a flush is
-  fsynced too. Ack-none deliveries (`update_floor`) are kept as the latest floor only and written as
-  one delivered+ack pair per flush.
+  ack is on disk before its reply is sent; without a hook every update is written at once). With
+  SyncPolicy.always a flush is fsynced too. Ack-none deliveries (`update_floor`) are kept as the latest
+  floor only and written as one delivered+ack pair per flush. `update_delivered` / `update_acks` run
+  once per message: a memory store only applies the rules, a file store also appends one packed update.
 """
 
 from __future__ import annotations
