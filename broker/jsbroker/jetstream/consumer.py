@@ -6,8 +6,8 @@ State (names as in consumer.go):
 - `adflr`/`asflr` the ack floors used for ack checks and RESET; `pending` {sseq: [dseq, ts]} awaiting
   ack (dseq of the first delivery), `rdc` {sseq: redeliveries}, `rdq` the redelivery queue.
 - `npc` the cached num_pending (new messages matching the filters at/after `sseq`).
-- What INFO reports and the ConsumerStore persists follows the consumer store's rules instead
-  (`_Record`): delivered = last delivered, ack floor moved by acks only.
+- INFO reports the delivered/ack-floor pair the ConsumerStore keeps (`store.floors()`), whose rules
+  differ: delivered = last delivered, ack floor moved by acks only.
 
 Delivery runs in one pass per loop turn (`_kick` -> `_run`): a MSG.NEXT, a stored message, an ack that
 frees max_ack_pending, or a timer schedules it; it then sends every message it can. Timers are one
@@ -55,36 +55,6 @@ READ_AHEAD_FIRST, READ_AHEAD_MAX = 8, 256  # new messages read per store call in
 OUT_BATCH = 128  # deliveries handed to the core at once: big passes reach the client while they run
 
 mono = time.monotonic_ns
-
-
-@dataclass(slots=True)
-class _Record:
-    """Delivered / ack-floor bookkeeping as nats-server's consumer store keeps (and reports) it."""
-
-    delivered_dseq: int = 0
-    delivered_sseq: int = 0
-    floor_dseq: int = 0
-    floor_sseq: int = 0
-
-    def delivered(self, dseq: int, sseq: int, ack_none: bool) -> None:
-        self.delivered_dseq = max(self.delivered_dseq, dseq)
-        self.delivered_sseq = max(self.delivered_sseq, sseq)
-        if ack_none:
-            self.floor_dseq, self.floor_sseq = self.delivered_dseq, self.delivered_sseq
-
-    def acked(self, dseq: int, sseq: int, ack_all: bool, pending: dict[int, list[int]]) -> None:
-        """Called after the ack removed `sseq` (and, for ack all, everything below) from `pending`."""
-        if dseq <= self.floor_dseq:
-            return
-        if ack_all:
-            self.floor_dseq, self.floor_sseq = dseq, sseq
-        elif not pending:
-            self.floor_dseq, self.floor_sseq = self.delivered_dseq, self.delivered_sseq
-        elif dseq == self.floor_dseq + 1:
-            self.floor_dseq, self.floor_sseq = dseq, sseq
-            nxt = next_pending(pending, sseq, self.delivered_sseq + 1)
-            if nxt:
-                self.floor_dseq, self.floor_sseq = pending[nxt][0] - 1, nxt - 1
 
 
 @dataclass(slots=True)
@@ -159,7 +129,6 @@ class Consumer:
         self.rdq: deque[int] = deque()
         self.lss: deque[int] | None = None  # last-per-subject seqs still to deliver first
         self.lss_resume = 0
-        self.rec = _Record()
         self.last_delivered_ns = 0
         self.last_acked_ns = 0
         # pull / push
@@ -181,7 +150,7 @@ class Consumer:
         self._out: list[Delivery] = []  # deliveries of this pass to `_out_target`, sent as one batch
         self._out_target = ""
         self._pass_ns = self._pass_mono = 0  # the clock of the current delivery pass
-        self._pass_top = 0  # highest stream seq delivered in this pass
+        self._pass_sent = 0  # deliveries in this pass
         self._pass_wait = 0  # shortest ack wait of this pass's deliveries (ns)
         self._subs = _Subs()
         self._t_ack = _Timer(self.loop, self._check_pending)
@@ -326,7 +295,6 @@ class Consumer:
             seq = st.first_seq
         self.sseq, self.dseq = seq, 1
         self.adflr, self.asflr = 0, seq - 1
-        self.rec = _Record(0, seq - 1, 0, seq - 1)
 
     def _start_last_per_subject(self, first_seq: int, last_seq: int) -> int:
         store = self.stream.store
@@ -348,10 +316,6 @@ class Consumer:
         self.dseq = state.delivered_consumer_seq + 1
         self.sseq = state.delivered_stream_seq + 1
         self.adflr, self.asflr = state.ack_floor_consumer_seq, state.ack_floor_stream_seq
-        self.rec = _Record(
-            state.delivered_consumer_seq, state.delivered_stream_seq,
-            state.ack_floor_consumer_seq, state.ack_floor_stream_seq,
-        )
         self.pending = {s: [d, ts] for s, (d, ts) in state.pending.items() if s > self.asflr}
         self.rdc = {s: max(n - 1, 0) for s, n in state.redelivered.items() if n > 1}
         first = self.stream.store.state().first_seq
@@ -411,7 +375,6 @@ class Consumer:
             self.rdc.clear()
             self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
         self.rdq = deque(s for s in self.rdq if s >= self.sseq)
-        self.rec = _Record(self.dseq - 1, self.sseq - 1, self.adflr, self.asflr)
         self.store.reset(ConsumerState(
             self.dseq - 1, self.sseq - 1, self.adflr, self.asflr,
             {s: (d, ts) for s, (d, ts) in self.pending.items()}, {s: n + 1 for s, n in self.rdc.items()},
@@ -627,8 +590,7 @@ class Consumer:
         """Account one delivery and queue it; `_end_pass` sends the queue and settles the per-pass state."""
         dseq = self.dseq
         self.dseq = dseq + 1
-        if seq > self._pass_top:
-            self._pass_top = seq
+        self._pass_sent += 1
         if self._ack_none:
             self.adflr, self.asflr = dseq, seq
         else:
@@ -670,11 +632,9 @@ class Consumer:
         """Send what the pass queued and record it once: delivered/ack-floor bookkeeping, activity
         times and the ack-wait timer (the pass's clock stands for every delivery in it)."""
         self._flush_out()
-        top, self._pass_top = self._pass_top, 0
-        if not top:
+        sent, self._pass_sent = self._pass_sent, 0
+        if not sent:
             return
-        last_dseq = self.dseq - 1
-        self.rec.delivered(last_dseq, top, self._ack_none)
         if self._ack_none:
             self.store.update_floor(self.adflr, self.asflr, self._pass_ns)
         self.last_delivered_ns = self._pass_ns
@@ -841,7 +801,6 @@ class Consumer:
         p = self.pending.pop(sseq, None)
         if p is not None:
             self._move_ack_floor(p[0], sseq)
-            self.rec.acked(p[0], sseq, False, self.pending)
             self.store.update_acks(p[0], sseq)
             self.stream.acked(sseq)  # a no-op unless interest/workqueue retention
         elif sseq in self.rdc:
@@ -863,7 +822,6 @@ class Consumer:
         if acked:
             self.rdq = deque(s for s in self.rdq if s > sseq)
         if was_pending:  # the store moves its floor only for a pending seq
-            self.rec.acked(dseq, sseq, True, self.pending)
             self.store.update_acks(dseq, sseq, ack_all=True)
         for seq in acked:
             self.stream.acked(seq)  # a no-op unless interest/workqueue retention
@@ -872,7 +830,6 @@ class Consumer:
         """Acknowledge internally (message gone from the stream)."""
         if self.pending.pop(seq, None) is not None:
             self._move_ack_floor(dseq, seq)
-            self.rec.acked(dseq, seq, self._ack_all, self.pending)
             self.store.update_acks(dseq, seq)
 
     def _move_ack_floor(self, dseq: int, sseq: int) -> None:
@@ -1068,7 +1025,6 @@ class Consumer:
         self.sseq, self.dseq = seq, 1
         self.adflr, self.asflr = 0, seq - 1
         self.last_delivered_ns = self.last_acked_ns = 0
-        self.rec = _Record(0, seq - 1, 0, seq - 1)
         self.store.reset(ConsumerState(delivered_stream_seq=seq - 1, ack_floor_stream_seq=seq - 1))
         self._t_ack.cancel()
         if self._interest_retention:
@@ -1091,15 +1047,15 @@ class Consumer:
         self._recount_pending()
         if self.waiting is not None:
             self._sweep(end_of_stream=False)
-        rec = self.rec
-        has_state = rec.delivered_dseq or rec.delivered_sseq
+        delivered_dseq, delivered_sseq, floor_dseq, floor_sseq = self.store.floors()
+        has_state = delivered_dseq or delivered_sseq
         delivered: dict[str, Any] = {
-            "consumer_seq": rec.delivered_dseq if has_state else self.dseq - 1,
-            "stream_seq": rec.delivered_sseq if has_state else self.sseq - 1,
+            "consumer_seq": delivered_dseq if has_state else self.dseq - 1,
+            "stream_seq": delivered_sseq if has_state else self.sseq - 1,
         }
         if self.last_delivered_ns:
             delivered["last_active"] = rfc3339(self.last_delivered_ns)
-        ack_floor: dict[str, Any] = {"consumer_seq": rec.floor_dseq, "stream_seq": rec.floor_sseq}
+        ack_floor: dict[str, Any] = {"consumer_seq": floor_dseq, "stream_seq": floor_sseq}
         if self.last_acked_ns:
             ack_floor["last_active"] = rfc3339(self.last_acked_ns)
         out: dict[str, Any] = {

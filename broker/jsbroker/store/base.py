@@ -199,6 +199,10 @@ class ConsumerStore(Protocol):
 
     def load(self) -> ConsumerState: ...
 
+    def floors(self) -> tuple[int, int, int, int]:
+        """(delivered consumer seq, delivered stream seq, ack floor consumer seq, ack floor stream seq) as
+        the store holds them now (what INFO reports); cheap, no copy."""
+
     def update_delivered(self, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
         """Record a delivery as nats-server's consumer store does: delivered = max; a new stream seq becomes
         pending (consumer seq, ts); a redelivery refreshes the pending ts and, with delivery_count > 1,

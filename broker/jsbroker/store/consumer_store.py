@@ -114,6 +114,11 @@ class MemoryConsumerStore:
         self._check_open()
         return copy.deepcopy(self._state)
 
+    def floors(self) -> tuple[int, int, int, int]:
+        st = self._state
+        return (st.delivered_consumer_seq, st.delivered_stream_seq, st.ack_floor_consumer_seq,
+                st.ack_floor_stream_seq)
+
     # update_delivered / update_acks run once per delivered / acked message: kept to one call each.
     def update_delivered(self, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
         if self._closed:
