@@ -399,7 +399,9 @@ class Consumer:
             return
         self._stall = ""
         self._ahead.clear()  # a new pass reads afresh: the stream or the filters may have changed
-        self._ahead_n = READ_AHEAD_FIRST
+        # pull requests say how many they want: read that many at once (push starts small and doubles)
+        owed = self.waiting.owed() if self.waiting is not None else 0
+        self._ahead_n = min(max(owed, READ_AHEAD_FIRST), READ_AHEAD_MAX)
         if not self._paused():  # checked once: the pause timer kicks again when it ends
             self._pass_ns, self._pass_mono = now_ns(), mono()  # one clock read per pass
             try:
