@@ -32,6 +32,9 @@ class Origin:
 
 # handler(subject, reply, hdr, payload, origin): hdr is the raw header block or b"".
 InternalHandler = Callable[[str, "str | None", bytes, bytes, "Origin | None"], None]
+# A message held for a batched handler: (subject, reply, hdr, payload, origin), as InternalHandler gets them.
+InternalMsg = tuple[str, "str | None", bytes, bytes, "Origin | None"]
+BatchHandler = Callable[[list[InternalMsg]], None]
 # listener(has_interest): called when a literal subject gains its first or loses its last subscriber.
 InterestListener = Callable[[bool], None]
 # One JetStream delivery: (subject shown in the MSG line, reply subject, header block or b"", payload).
@@ -55,6 +58,11 @@ class InternalBus(Protocol):
         self, subject: str, handler: InternalHandler, queue: str | None = None
     ) -> InternalSubscription:
         """Subscribe a Python callback to a subject (wildcards allowed)."""
+
+    def subscribe_batched(self, subject: str, handler: BatchHandler) -> InternalSubscription:
+        """Like `subscribe_internal`, for high-rate subjects (acks): the core holds the messages routed to
+        this subscription and hands them over in order, as one list, before it routes any message to
+        anyone else and at the end of the read; state a later message could observe is never stale."""
 
     def unsubscribe_internal(self, sub: InternalSubscription) -> None: ...
 

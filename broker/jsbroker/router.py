@@ -38,6 +38,7 @@ class Router:
         self.reading: Connection | None = None  # the connection whose read is being parsed
         self._flush_scheduled = False
         self._flushing = False  # running the before-output callbacks
+        self._held: list[Subscription] = []  # batched internal subscriptions holding messages
         self._before_output: list[Callable[[], None]] = []  # one-shot callbacks of the next flush
         self._watches: dict[str, list[Watch]] = {}
         self.in_msgs = self.out_msgs = 0
@@ -121,6 +122,8 @@ class Router:
                 self._no_responders(pub, subject, reply)
             return False
         plain, groups = result
+        if self._held and (groups or len(plain) != 1 or plain[0].batch is None):
+            self._release_held()  # anything else routed sees what the held messages changed
         if groups:  # one member per queue group, chosen at random, plus every plain subscriber
             plain = plain + tuple(sub for sub in (self._pick(g, pub) for g in groups) if sub is not None)
         tail = b""  # the MSG/HMSG line ends, built for the first client (internal handlers need none)
@@ -226,6 +229,16 @@ class Router:
             hdr, payload = data[:hdr_len], data[hdr_len:-2]
         else:
             hdr, payload = b"", data[:-2]
+        if sub.batch is not None:
+            if not sub.batch:
+                self._held.append(sub)
+            sub.batch.append((
+                subject.decode() if subject.__class__ is bytes else subject,
+                reply.decode() if reply.__class__ is bytes else reply,  # type: ignore[union-attr]
+                hdr, payload, pub.origin if pub is not None else None,
+            ))
+            sub.delivered += 1
+            return 1
         try:
             sub.handler(  # type: ignore[misc]
                 subject.decode() if subject.__class__ is bytes else subject,
@@ -240,6 +253,19 @@ class Router:
         if sub.max_msgs and sub.delivered >= sub.max_msgs:
             self._expire(sub)
         return 1
+
+    def _release_held(self) -> None:
+        """Hand the messages held for batched internal handlers over, in order."""
+        while self._held:
+            held, self._held = self._held, []
+            for sub in held:
+                msgs, sub.batch = sub.batch, []
+                if sub.closed:
+                    continue
+                try:
+                    sub.handler(msgs)  # type: ignore[misc]
+                except Exception:
+                    self.broker.log.exception("internal handler failed", subject=sub.subject)
 
     def _expire(self, sub: Subscription) -> None:
         """The subscription reached its UNSUB max."""
@@ -259,6 +285,7 @@ class Router:
     def flush(self) -> None:
         """Write each touched connection's output once; apply backpressure and the slow-consumer limit."""
         self._flush_scheduled = False
+        self._release_held()
         self._flushing = True
         try:
             while self._before_output:

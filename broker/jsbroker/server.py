@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from .config import VERSION, BrokerConfig
 from .connection import Connection
-from .internal import Delivery, InterestListener, InternalHandler
+from .internal import BatchHandler, Delivery, InterestListener, InternalHandler
 from .logs import Logger, get_logger
 from .router import Router, Watch
 from .sublist import Subscription
@@ -219,6 +219,12 @@ class Broker:
 
     def subscribe_internal(self, subject: str, handler: InternalHandler, queue: str | None = None) -> Subscription:
         sub = Subscription(None, subject, queue, b"0", handler)
+        self.router.insert(sub)
+        return sub
+
+    def subscribe_batched(self, subject: str, handler: BatchHandler) -> Subscription:
+        sub = Subscription(None, subject, None, b"0", handler)
+        sub.batch = []
         self.router.insert(sub)
         return sub
 

@@ -21,7 +21,7 @@ _ACK_PREFIX = "$JS.ACK."
 class Subscription:
     """One SUB (client is the owning connection) or internal subscription (handler is set)."""
 
-    __slots__ = ("client", "handler", "subject", "queue", "sid", "head", "max_msgs", "delivered", "closed")
+    __slots__ = ("client", "handler", "subject", "queue", "sid", "head", "max_msgs", "delivered", "closed", "batch")
 
     def __init__(
         self, client: Any, subject: str, queue: str | None, sid: bytes, handler: Callable[..., None] | None = None
@@ -35,6 +35,7 @@ class Subscription:
         self.max_msgs = 0  # auto-unsubscribe after this many deliveries (0 = never)
         self.delivered = 0
         self.closed = False
+        self.batch: list[Any] | None = None  # a batched internal handler's held messages (router.py)
 
 
 # A match result: (plain subscriptions, queue groups as tuples of members).

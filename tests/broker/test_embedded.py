@@ -59,6 +59,18 @@ async def test_internal_subscription_counts_as_responder_and_unsubscribes(broker
         await nc.request("svc.silent", b"x", timeout=2)
 
 
+async def test_batched_subscription_gets_runs_in_order_before_anything_else(broker, nc):
+    """A batched handler gets consecutive messages as one list, in order, and before any other
+    subscriber (client or internal) is routed a message from the same read."""
+    events: list[object] = []
+    broker.subscribe_batched("acks.*", lambda msgs: events.append([m[0] for m in msgs]))
+    broker.subscribe_internal("probe", lambda subject, *a: events.append(subject))
+    for name in ("acks.1", "acks.2", "probe", "acks.3"):
+        await nc.publish(name, b"")  # buffered by nats-py: one write, one read on the broker
+    await nc.flush()
+    assert events == [["acks.1", "acks.2"], "probe", ["acks.3"]]
+
+
 async def test_bus_publish_reaches_clients_with_headers(broker, nc):
     sub = await nc.subscribe("bus.out")
     await nc.flush()

@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+import nats
 import pytest
 
 from tests.differential import normalise
@@ -223,3 +224,37 @@ async def test_huge_batch_and_expires(urls, unique) -> None:
 
     t = await same(urls, unique, fn)
     assert t[0] == 3 and t[1]["num_pending"] == 0
+
+
+async def _raw_exchange(url: str, frames: bytes, replies: int) -> list[dict[str, Any]]:
+    """Send `frames` in one write on a raw connection subscribed to `_INBOX.raw`; return the JSON bodies
+    of the first `replies` messages it receives there."""
+    host, port = url.removeprefix("nats://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    await reader.readline()  # INFO
+    writer.write(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _INBOX.raw 1\r\n' + frames)
+    bodies: list[dict[str, Any]] = []
+    while len(bodies) < replies:
+        line = await asyncio.wait_for(reader.readline(), 5)
+        if line.startswith(b"MSG "):
+            size = int(line.split()[-1])
+            bodies.append(json.loads((await reader.readexactly(size + 2))[:-2]))
+    writer.close()
+    return bodies
+
+
+async def test_acks_and_requests_in_one_read(jsbroker_server, unique) -> None:
+    """Acks and API requests arriving in the same read are applied in order: jsbroker hands a consumer
+    its acks in batches, yet an INFO after three acks sees exactly those three. Our promise, not a
+    comparison: nats-server queues acks to the consumer's goroutine, so its INFO may not see them yet."""
+    nc = await nats.connect(jsbroker_server.url)
+    s = unique("A")
+    await stream(nc, s)
+    await consumer(nc, s, "C", ack_policy="explicit")
+    await publish(nc, s, 6)
+    msgs = await (await nc.jetstream().pull_subscribe_bind("C", s)).fetch(6, timeout=2)
+    acks = [b"PUB %s 0\r\n\r\n" % m.reply.encode() for m in msgs]
+    info = b"PUB $JS.API.CONSUMER.INFO.%s.C _INBOX.raw 0\r\n\r\n" % s.encode()
+    first, second = await _raw_exchange(jsbroker_server.url, b"".join(acks[:3]) + info + b"".join(acks[3:]) + info, 2)
+    await nc.close()
+    assert [(i["num_ack_pending"], i["ack_floor"]["stream_seq"]) for i in (first, second)] == [(3, 3), (0, 6)]

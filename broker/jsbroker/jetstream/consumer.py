@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import asyncio
     from pathlib import Path
 
-    from jsbroker.internal import Delivery, InterestWatch, InternalBus, InternalSubscription, Origin
+    from jsbroker.internal import Delivery, InterestWatch, InternalBus, InternalMsg, InternalSubscription, Origin
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class Consumer:
             self.store.reset(ConsumerState(delivered_stream_seq=self.sseq - 1, ack_floor_stream_seq=self.sseq - 1))
         self._recount_pending()
         bus, stream = self.bus, self.stream.name
-        self._subs.items.append(bus.subscribe_internal(ack.subscription_subject(stream, self.name), self._on_ack))
+        self._subs.items.append(bus.subscribe_batched(ack.subscription_subject(stream, self.name), self._on_acks))
         self._subs.items.append(bus.subscribe_internal(f"{MSG_NEXT_PREFIX}{stream}.{self.name}", self._on_next))
         if self.cfg.is_push:
             if self.cfg.flow_control:
@@ -731,13 +731,22 @@ class Consumer:
 
     # ---- acks --------------------------------------------------------------------------------------
 
+    def _on_acks(self, msgs: list[InternalMsg]) -> None:
+        """The acks of one read, in order (`subscribe_batched`); a plain ack (no body, no reply: nobody
+        waits for an answer) takes the short way."""
+        if self.closed:
+            return
+        parse, ack_one = ack.parse_subject, self._ack
+        for subject, reply, hdr, payload, origin in msgs:
+            if payload or reply:
+                self._on_ack(subject, reply, hdr, payload, origin)
+            elif (target := parse(subject)) is not None:
+                ack_one(target[1], target[2])
+
     def _on_ack(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
         if self.closed:
             return
         dc, sseq, dseq = ack.parse_subject(subject) or (0, 0, 0)
-        if not payload and not reply:  # the common case: a plain ack nobody waits for
-            self._ack(sseq, dseq)
-            return
         body = ack.parse_body(payload)
         answer = sseq != 0
         kind = body.kind
