@@ -232,6 +232,9 @@ class Router:
         if sub.batch is not None:
             if not sub.batch:
                 self._held.append(sub)
+                if self.reading is None and not self._flush_scheduled:  # held by a publish from a timer
+                    self._flush_scheduled = True
+                    self.broker.loop.call_soon(self.flush)
             sub.batch.append((
                 subject.decode() if subject.__class__ is bytes else subject,
                 reply.decode() if reply.__class__ is bytes else reply,  # type: ignore[union-attr]

@@ -71,6 +71,13 @@ async def test_batched_subscription_gets_runs_in_order_before_anything_else(brok
     assert events == [["acks.1", "acks.2"], "probe", ["acks.3"]]
 
 
+async def test_batched_subscription_gets_internal_publishes_outside_reads(broker):
+    got = asyncio.Event()
+    broker.subscribe_batched("acks.*", lambda msgs: got.set())
+    broker.loop.call_soon(broker.publish, "acks.t", None, b"", b"")  # from a callback, not a read
+    await asyncio.wait_for(got.wait(), 2)
+
+
 async def test_bus_publish_reaches_clients_with_headers(broker, nc):
     sub = await nc.subscribe("bus.out")
     await nc.flush()
