@@ -177,7 +177,7 @@ def _auth(section: Any, base: AuthSettings, source: str) -> AuthSettings:
     unknown = set(section) - known
     if unknown:
         raise ConfigError(f"{source}: unknown [authorization] setting(s) {sorted(unknown)}; known: {sorted(known)}")
-    kw = {k: str(section[k]) for k in ("token", "user", "password") if k in section}
+    kw: dict[str, Any] = {k: str(section[k]) for k in ("token", "user", "password") if k in section}
     if "timeout" in section:
         kw["timeout"] = parse_duration(section["timeout"], f"{source}: authorization.timeout")
     return replace(base, **kw)

@@ -13,7 +13,7 @@ PING/PONG on the line is ignored, `+OK`/`INFO` from a client are ignored, `-ERR`
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 CRLF = b"\r\n"
 UNKNOWN_OP = "Unknown Protocol Operation"
@@ -76,8 +76,8 @@ class Parser:
     def __init__(self, handler: Handler, max_control_line: int = 4096, max_payload: int = 1 << 20) -> None:
         self.handler = handler
         # Where a plain PUB goes; the connection may point it straight at the router once CONNECT
-        # turned verbose and pedantic off (nothing per-message is left to check then).
-        self.on_pub = handler.on_msg
+        # turned verbose and pedantic off (nothing per-message is left to check then); its result is unused.
+        self.on_pub: Callable[[bytes, bytes | None, int, bytes], object] = handler.on_msg
         self.max_control_line = max_control_line
         self.max_payload = max_payload
         # While True, any operation other than CONNECT is an Authorization Violation.
@@ -90,16 +90,18 @@ class Parser:
         self._lines: dict[bytes, tuple[bytes, bytes | None, int]] = {}
 
     def feed(self, data: bytes) -> None:
-        if self._op is not None:
-            data = self._continue_payload(data)
-            if data is None:
+        op = self._op
+        if op is not None:
+            rest = self._continue_payload(op, data)
+            if rest is None:
                 return
+            data = rest
         elif self._tail:
             data = self._tail + data
             self._tail = b""
         self._parse(data)
 
-    def _continue_payload(self, data: bytes) -> bytes | None:
+    def _continue_payload(self, op: tuple[bytes, bytes | None, int], data: bytes) -> bytes | None:
         self._chunks.append(data)
         self._have += len(data)
         if self._have < self._want:
@@ -109,7 +111,7 @@ class Parser:
         want = self._want
         if buf[want - 2 : want] != CRLF:
             raise ProtocolError(UNKNOWN_OP)
-        subject, reply, hdr_len = self._op
+        subject, reply, hdr_len = op
         self._op = None
         self.handler.on_msg(subject, reply, hdr_len, buf[:want])
         return buf[want:]
@@ -169,6 +171,7 @@ class Parser:
             size = int(args[-1])
         except (ValueError, IndexError):
             raise ProtocolError(None) from None
+        op: tuple[bytes, bytes | None, int]
         if len(args) == 2:
             op = (args[0], None, size)
         elif len(args) == 3:
