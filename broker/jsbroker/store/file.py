@@ -26,6 +26,7 @@ block that is mostly removed is rewritten with its live records only; the active
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -37,7 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import record
+from . import index_snapshot, record
 from .base import StoreError, StoreLimits, SyncPolicy
 from .indexed import IndexedStore
 
@@ -58,6 +59,7 @@ _READ_MAX = 1 << 20  # and start another pread past this many bytes (one record 
 _unpack_frame, _HEADER_SIZE, _CRC_SIZE = record.MSG_FRAME.unpack_from, record.HEADER.size, record.CRC.size
 _CANDIDATE = re.compile(rb"(?s)(?=....[MDF])")  # where a record could start (for re-synchronising)
 _MAX_LOST_REPORTED = 100_000
+SNAPSHOT = "index.snap"  # in msgs/: the index as of the last clean close (index_snapshot.py)
 
 
 @dataclass(slots=True)
@@ -130,6 +132,16 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _size_and_tail(path: Path) -> tuple[int, int]:
+    """A block file's size and its last 4 bytes (the last record's CRC) as an int, 0 when shorter."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        return size, int.from_bytes(os.pread(fd, 4, size - 4), "big") if size >= 4 else 0
+    finally:
+        os.close(fd)
+
+
 def _datasync(fd: int) -> None:
     (getattr(os, "fdatasync", None) or os.fsync)(fd)
 
@@ -156,6 +168,7 @@ class FileStore(IndexedStore):
         self._dir_dirty = False  # a block file was created or removed since the last fsync
         self._doomed: list[_Block] = []  # emptied blocks to unlink at the next commit
         self._sparse_blocks: set[int] = set()  # mostly-removed blocks to rewrite at the next commit
+        self._damaged = False  # a read found a record other than the index says: no snapshot at close
         self._msgs_dir.mkdir(parents=True, exist_ok=True)
         self._recover()
 
@@ -325,6 +338,7 @@ class FileStore(IndexedStore):
             return record.decode_msg(buf, seq)
         except (OSError, record.RecordError, struct.error) as e:
             log.error("stream store %s: unreadable message seq=%d in block %d: %s", self._dir, seq, no, e)
+            self._damaged = True
             return None
 
     def _read_many(self, seqs: list[int], rows: list[int]) -> tuple[list[int], list[bytes], list[bytes]]:
@@ -389,6 +403,7 @@ class FileStore(IndexedStore):
             buf = os.pread(self._rfd(no) if fd is None else fd, span, start)
         except OSError as e:
             log.error("stream store %s: unreadable messages from seq=%d in block %d: %s", self._dir, seqs[0], no, e)
+            self._damaged = True
             bad += seqs
             return
         k = _decode_adjacent(buf, seqs, hdrs, datas)
@@ -412,6 +427,7 @@ class FileStore(IndexedStore):
                     length != sizes[row] + (with_hdr if loc >= _HDR_FLAG else plain):
                 log.error("stream store %s: unreadable message seq=%d in block %d: found %r seq %d of %d bytes",
                           self._dir, seq, no, kind, got, length)
+                self._damaged = True
                 bad.append(seq)
                 continue
             at = pos + _HEADER_SIZE + slen
@@ -491,6 +507,23 @@ class FileStore(IndexedStore):
     # ---- recovery -----------------------------------------------------------------------------------
     def _recover(self) -> None:
         numbers = sorted(int(p.stem) for p in self._msgs_dir.glob("*.blk") if p.stem.isdigit())
+        snapshot = self._take_snapshot(bool(numbers))
+        if snapshot is None or not self._restore_snapshot(snapshot, numbers):
+            self._scan_all(numbers)
+        for tmp in self._msgs_dir.glob("*.tmp"):  # a rewrite or snapshot interrupted before its rename
+            tmp.unlink()
+        if not self._blocks:
+            first = _Block(1, self._block_path(1))
+            self._blocks[1] = first
+            self._dir_dirty = True
+        self._open_active(next(reversed(self._blocks.values())))
+        self._doomed = [b for b in self._blocks.values() if b.live == 0]
+        self._sparse_blocks = {b.no for b in self._blocks.values() if b.live and self._sparse(b)}
+        self._enforce_limits(None)
+        self._commit()
+
+    def _scan_all(self, numbers: list[int]) -> None:
+        """Rebuild the index from every record of every block (CRCs checked)."""
         floor, gap = 0, False
         lost: list[int] = []
         subjects: dict[bytes, str] = {}
@@ -500,21 +533,97 @@ class FileStore(IndexedStore):
             floor, gap = self._scan(blk, floor, gap, lost, subjects, is_tail=k == len(numbers) - 1)
         for loc, size in self._finish_restore(floor):
             self._blocks[_block_of(loc)].remove(_rec_len(loc, size))
-        for tmp in self._msgs_dir.glob("*.tmp"):  # a rewrite interrupted before its rename
-            tmp.unlink()
-        if not self._blocks:
-            first = _Block(1, self._block_path(1))
-            self._blocks[1] = first
-            self._dir_dirty = True
-        self._open_active(next(reversed(self._blocks.values())))
         if lost:
             self._lost = lost[:_MAX_LOST_REPORTED]
             log.warning("stream store %s: recovery lost %d message(s): seqs %s", self._dir, len(lost),
                         _ranges(lost))
-        self._doomed = [b for b in self._blocks.values() if b.live == 0]
-        self._sparse_blocks = {b.no for b in self._blocks.values() if b.live and self._sparse(b)}
-        self._enforce_limits(None)
-        self._commit()
+
+    # ---- index snapshot (written by a clean close, consumed by the next open) -----------------------
+    def _take_snapshot(self, has_blocks: bool) -> bytes | None:
+        """The index snapshot's bytes, the file removed for good first: from here on the blocks change,
+        so a crash before the next clean close must leave no snapshot behind (the next open scans)."""
+        path = self._msgs_dir / SNAPSHOT
+        try:
+            data: bytes | None = path.read_bytes()
+        except FileNotFoundError:
+            if has_blocks:
+                log.info("stream store %s: no index snapshot (last close not clean); scanning the blocks", self._dir)
+            return None
+        except OSError as e:
+            log.warning("stream store %s: unreadable index snapshot (%s); scanning the blocks", self._dir, e)
+            data = None
+        try:
+            path.unlink(missing_ok=True)
+            _fsync_dir(self._msgs_dir)
+        except OSError as e:
+            raise StoreError(f"stream store {self._dir}: cannot remove the index snapshot {path} ({e}); "
+                             "fix the directory's permissions or remove the file, then restart") from e
+        return data
+
+    def _restore_snapshot(self, data: bytes, numbers: list[int]) -> bool:
+        """Load the snapshot when it is valid and matches the block files exactly; False (logged) when not,
+        with nothing loaded."""
+        try:
+            index, blocks = index_snapshot.decode(data)
+            stale = self._stale(blocks, numbers)
+            if stale:
+                log.warning("stream store %s: stale index snapshot (%s); scanning the blocks", self._dir, stale)
+                return False
+            self._load_index(index)
+        except Exception as e:  # noqa: BLE001 - never trust a snapshot partially: any doubt means a scan
+            log.warning("stream store %s: ignoring the index snapshot (%s: %s); scanning the blocks", self._dir,
+                        type(e).__name__, e)
+            return False
+        for b in blocks:
+            self._blocks[b.no] = _Block(b.no, self._block_path(b.no), b.size, b.live, b.live_bytes, b.first_seq,
+                                        b.last_seq, b.tombs)
+        log.debug("stream store %s: index loaded from its snapshot (%d messages)", self._dir, self._msgs)
+        return True
+
+    def _stale(self, blocks: list[index_snapshot.BlockImage], numbers: list[int]) -> str:
+        """Why the block files are not the ones the snapshot describes ("" when they are)."""
+        if [b.no for b in blocks] != numbers:
+            return f"{len(numbers)} block files, the snapshot lists {len(blocks)} others"
+        for b in blocks:
+            size, tail = _size_and_tail(self._block_path(b.no))
+            if (size, tail) != (b.size, b.tail):
+                return f"block {b.no} is {size} bytes ending {tail:08x}, the snapshot says {b.size} ending {b.tail:08x}"
+        return ""
+
+    def _save_snapshot(self) -> None:
+        """Write the index snapshot (temp file, fsync, rename, fsync of the directory), after the final
+        commit and sync. Skipped when recovery lost messages or a read found a damaged record: the next
+        open's scan then reports them (again) in `lost`."""
+        if self._lost or self._damaged:
+            log.info("stream store %s: no index snapshot: its blocks are damaged; the next open scans them", self._dir)
+            return
+        path = self._msgs_dir / SNAPSHOT
+        tmp = path.with_name(SNAPSHOT + ".tmp")
+        try:
+            data = index_snapshot.encode(self._index_image(), [self._block_image(b) for b in self._blocks.values()])
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            _fsync_dir(self._msgs_dir)
+        except Exception as e:  # noqa: BLE001 - a missing snapshot only costs the next open a scan
+            log.warning("stream store %s: no index snapshot written (%s: %s); the next open scans the blocks",
+                        self._dir, type(e).__name__, e)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+
+    @staticmethod
+    def _block_image(blk: _Block) -> index_snapshot.BlockImage:
+        size, tail = _size_and_tail(blk.path)
+        if size != blk.size:
+            raise ValueError(f"block {blk.no} is {size} bytes on disk, the index says {blk.size}")
+        return index_snapshot.BlockImage(blk.no, size, blk.live, blk.live_bytes, blk.first_seq, blk.last_seq,
+                                         tail, blk.tombs)
 
     def _scan(
         self, blk: _Block, floor: int, gap: bool, lost: list[int], subjects: dict[bytes, str], is_tail: bool
@@ -614,6 +723,7 @@ class FileStore(IndexedStore):
         if self._failed is None:
             self._commit()
             self.sync()
+            self._save_snapshot()
         self._closed = True
         os.close(self._wfd)
         for fd in self._rfds.values():

@@ -24,6 +24,7 @@ _time_ns = time.time_ns
 
 from ..subjects import is_literal, subject_matches
 from .base import RemoveCallback, StoreClosed, StoredMsg, StoreError, StoreLimits, StoreState
+from .index_snapshot import IndexImage
 from .record import memory_size
 from .subject_index import SubjectEntry, SubjectIndex, any_all, is_all
 
@@ -225,6 +226,47 @@ class IndexedStore:
             self._grow_to(self._last + 1)  # skips after the last message are gaps too
         self._trim()
         return dropped
+
+    # ---- index snapshot (file store): the whole index as arrays, and back --------------------------
+    def _index_image(self) -> IndexImage:
+        """The index with subject ids renumbered 1..n when some are free (the order of the names list)."""
+        names = self._subjects.names
+        if None in names[1:]:
+            renumber = [0] * len(names)
+            live_sids = [sid for sid, name in enumerate(names) if name is not None]
+            for k, sid in enumerate(live_sids, 1):
+                renumber[sid] = k
+            sids = array("I", map(renumber.__getitem__, self._sids))
+        else:
+            live_sids = list(range(1, len(names)))
+            sids = self._sids
+        entries = list(map(self._subjects.by_sid, live_sids))
+        ttl = [(at, seq) for at, seq in self._ttl if self._live(seq)]
+        return IndexImage(
+            self._base, self._first, self._last, self._last_ts, self._msgs, self._bytes, sids, self._ts,
+            self._sizes, self._locs, [e.subject for e in entries], [e.seqs[e.head :] for e in entries],
+            array("q", [at for at, _ in ttl]), array("Q", [seq for _, seq in ttl]), array("Q", sorted(self._never)))
+
+    def _load_index(self, image: IndexImage) -> None:
+        """Take over the index of a snapshot (into a store just created); ValueError, with nothing changed,
+        when it does not hold together."""
+        subjects = SubjectIndex()
+        for k, (name, seqs) in enumerate(zip(image.subjects, image.subject_seqs), 1):
+            entry = subjects.intern(name)
+            if entry.sid != k or not seqs:
+                raise ValueError(f"subject {name!r} is listed twice or without messages")
+            entry.seqs = seqs
+        rows = len(image.sids)
+        if image.msgs and not (0 <= image.first - image.base < rows and image.sids[image.first - image.base]
+                               and image.base + rows == image.last + 1):
+            raise ValueError(f"first/last seq {image.first}/{image.last} do not fit rows from {image.base}")
+        self._subjects = subjects
+        self._base, self._first, self._last, self._last_ts = image.base, image.first, image.last, image.last_ts
+        self._msgs, self._bytes = image.msgs, image.bytes
+        self._sids, self._ts, self._sizes, self._locs = image.sids, image.ts, image.sizes, image.locs
+        self._ttl = list(zip(image.ttl_at, image.ttl_seqs))
+        heapq.heapify(self._ttl)
+        self._never = set(image.never)
 
     def _remove(self, seq: int, notify: bool, erase: bool = False) -> bool:
         i = seq - self._base

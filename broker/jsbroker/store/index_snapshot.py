@@ -1,0 +1,184 @@
+"""The index snapshot of a file stream store (`msgs/index.snap`): its format, pure bytes in, bytes out.
+
+A cleanly closed FileStore writes its whole in-memory index here so the next open can load it instead of
+scanning every block (file.py decides when a snapshot may be trusted; this module only encodes and
+validates). All integers little-endian; arrays are the raw machine arrays, byte-swapped on big-endian
+machines.
+
+    magic(8) b"JSIXSNAP"  version(4)  total_len(8)  the whole file, the CRC included
+    head   base first last last_ts msgs bytes (8 each)
+           n_rows n_subjects n_ttl n_never n_blocks (8 each)
+    blocks n_blocks x (no size live live_bytes first_seq last_seq n_tombs (8 each) tail(4)), then the
+           tombstone seqs of each block in that order (8 each). `tail`: the block file's last 4 bytes
+           (the last record's CRC), 0 for a file shorter than that.
+    rows   sids (4 x n_rows), ts (8 x n_rows), sizes (4 x n_rows), locs (8 x n_rows); row i is seq base+i,
+           sid 0 = no message, sid k = the k-th subject below
+    subjects  n_subjects x (name_len(4) name(UTF-8) n_seqs(8)), then each subject's live seqs (8 each)
+    ttl    n_ttl expiry times (8 each), then their seqs (8 each): the live messages with a TTL
+    never  n_never seqs (8 each): live messages whose TTL is "never"
+    crc32(4)  zlib.crc32 of every byte before it
+
+Decoding checks the magic, version, length and CRC first, then that every count adds up; anything else is
+`SnapshotError`, and the caller falls back to a full scan.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import zlib
+from array import array
+from dataclasses import dataclass, field
+
+MAGIC = b"JSIXSNAP"
+VERSION = 1
+_PREAMBLE = struct.Struct("<8sIQ")
+_HEAD = struct.Struct("<11Q")
+_BLOCK = struct.Struct("<7QI")
+_NAME_LEN = struct.Struct("<I")
+_COUNT = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+_SWAP = sys.byteorder == "big"
+
+
+class SnapshotError(ValueError):
+    """Bytes that are not a whole, valid index snapshot of a known version."""
+
+
+@dataclass(slots=True)
+class BlockImage:
+    """One block file as the store accounts it."""
+
+    no: int
+    size: int
+    live: int
+    live_bytes: int
+    first_seq: int
+    last_seq: int
+    tail: int  # the file's last 4 bytes as a big-endian int (the last record's CRC)
+    tombs: array = field(default_factory=lambda: array("Q"))
+
+
+@dataclass(slots=True)
+class IndexImage:
+    """The index of an IndexedStore with compact subject ids (`subjects[k - 1]` is sid k)."""
+
+    base: int
+    first: int
+    last: int
+    last_ts: int
+    msgs: int
+    bytes: int
+    sids: array  # "I"
+    ts: array  # "q"
+    sizes: array  # "I"
+    locs: array  # "Q"
+    subjects: list[str]
+    subject_seqs: list[array]  # "Q", live seqs per subject, ascending
+    ttl_at: array  # "q"
+    ttl_seqs: array  # "Q"
+    never: array  # "Q"
+
+
+def _raw(values: array) -> bytes:
+    if _SWAP:
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
+class _Reader:
+    def __init__(self, buf: memoryview) -> None:
+        self._buf = buf
+        self._at = 0
+
+    def unpack(self, fmt: struct.Struct) -> tuple:
+        if self._at + fmt.size > len(self._buf):
+            raise SnapshotError("index snapshot ends early")
+        fields = fmt.unpack_from(self._buf, self._at)
+        self._at += fmt.size
+        return fields
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or self._at + n > len(self._buf):
+            raise SnapshotError("index snapshot ends early")
+        self._at += n
+        return self._buf[self._at - n : self._at]
+
+    def array(self, typecode: str, n: int) -> array:
+        values = array(typecode)
+        values.frombytes(self.take(n * values.itemsize))
+        if _SWAP:
+            values.byteswap()
+        return values
+
+    def done(self) -> bool:
+        return self._at == len(self._buf)
+
+
+def encode(index: IndexImage, blocks: list[BlockImage]) -> bytes:
+    names = [s.encode() for s in index.subjects]
+    parts = [
+        b"",  # the preamble, once the length is known
+        _HEAD.pack(index.base, index.first, index.last, index.last_ts, index.msgs, index.bytes, len(index.sids),
+                   len(names), len(index.ttl_at), len(index.never), len(blocks)),
+        *(_BLOCK.pack(b.no, b.size, b.live, b.live_bytes, b.first_seq, b.last_seq, len(b.tombs), b.tail)
+          for b in blocks),
+        *(_raw(b.tombs) for b in blocks),
+        _raw(index.sids), _raw(index.ts), _raw(index.sizes), _raw(index.locs),
+        *(_NAME_LEN.pack(len(n)) + n + _COUNT.pack(len(s)) for n, s in zip(names, index.subject_seqs)),
+        *(_raw(s) for s in index.subject_seqs),
+        _raw(index.ttl_at), _raw(index.ttl_seqs), _raw(index.never),
+    ]
+    total = sum(map(len, parts)) + _PREAMBLE.size + _CRC.size
+    parts[0] = _PREAMBLE.pack(MAGIC, VERSION, total)
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    parts.append(_CRC.pack(crc))
+    return b"".join(parts)
+
+
+def decode(data: bytes) -> tuple[IndexImage, list[BlockImage]]:
+    """The index and blocks of a snapshot, or SnapshotError when it is not whole, valid and consistent."""
+    if len(data) < _PREAMBLE.size + _CRC.size:
+        raise SnapshotError(f"index snapshot too short ({len(data)} bytes)")
+    magic, version, total = _PREAMBLE.unpack_from(data)
+    if magic != MAGIC:
+        raise SnapshotError("not an index snapshot (bad magic)")
+    if version != VERSION:
+        raise SnapshotError(f"unknown index snapshot version {version} (this broker reads {VERSION})")
+    if total != len(data):
+        raise SnapshotError(f"index snapshot is {len(data)} bytes, its header says {total}")
+    crc_at = len(data) - _CRC.size
+    view = memoryview(data)
+    if zlib.crc32(view[:crc_at]) != _CRC.unpack_from(data, crc_at)[0]:
+        raise SnapshotError("index snapshot checksum mismatch")
+    r = _Reader(view[_PREAMBLE.size : crc_at])
+    base, first, last, last_ts, msgs, nbytes, n_rows, n_subjects, n_ttl, n_never, n_blocks = r.unpack(_HEAD)
+    heads = [r.unpack(_BLOCK) for _ in range(n_blocks)]
+    blocks = [BlockImage(no, size, live, live_bytes, first_seq, last_seq, tail, r.array("Q", n_tombs))
+              for no, size, live, live_bytes, first_seq, last_seq, n_tombs, tail in heads]
+    sids, ts, sizes, locs = (r.array(code, n_rows) for code in "IqIQ")
+    named = [(r.take(r.unpack(_NAME_LEN)[0]), r.unpack(_COUNT)[0]) for _ in range(n_subjects)]
+    try:
+        subjects = [str(name, "utf-8") for name, _ in named]
+    except UnicodeDecodeError as e:
+        raise SnapshotError(f"index snapshot holds a bad subject: {e}") from None
+    subject_seqs = [r.array("Q", n) for _, n in named]
+    index = IndexImage(base, first, last, last_ts, msgs, nbytes, sids, ts, sizes, locs, subjects, subject_seqs,
+                       r.array("q", n_ttl), r.array("Q", n_ttl), r.array("Q", n_never))
+    if not r.done():
+        raise SnapshotError("index snapshot has bytes after its last section")
+    _check_counts(index)
+    return index, blocks
+
+
+def _check_counts(index: IndexImage) -> None:
+    """The counts that must add up in any index (a guard against an encoder bug, not against damage,
+    which the CRC catches)."""
+    live = len(index.sids) - index.sids.count(0)
+    listed = sum(map(len, index.subject_seqs))
+    if not live == listed == index.msgs or max(index.sids, default=0) > len(index.subjects):
+        raise SnapshotError(f"index snapshot counts disagree: {index.msgs} messages, {live} live rows, "
+                            f"{listed} in subject lists")
