@@ -116,7 +116,7 @@ def parse_size(value: Any, what: str) -> int:
     m = _SIZE.match(str(value))
     if not m:
         raise ConfigError(f"{what}: {value!r} is not a size; write bytes or e.g. \"64MB\"")
-    return int(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " ")
+    return int(m.group(1)) << 10 * " KMGT".index(m.group(2).upper() or " ")  # n * 1024**k; int ** int is typed Any
 
 
 _TOP_KEYS = {
