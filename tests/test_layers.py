@@ -164,7 +164,7 @@ def broken_rules(imp: Import) -> list[str]:
     rules = []
     top = _part(imp.target)
     if top in FOLDERS and not (top == "operator" and _is_stdlib_operator(imp)):
-        rules.append(f"`{top}/` is a folder, not a package: import `js{top}`-style packages one level down")
+        rules.append(f"`{top}/` is a folder, not a package (README.md layout rule): import `js{top}` instead")
     if top in PARTS and _part(imp.module) in PARTS and top != _part(imp.module):
         rules.append(f"the parts are independent: {_part(imp.module)} never imports {top}")
     src, dst = layer_of(imp.module), layer_of(imp.target)
