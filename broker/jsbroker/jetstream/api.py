@@ -1,9 +1,8 @@
 """The `$JS.API.*` request router: subject -> handler table, request decoding, response encoding.
 
 Owns: matching an API subject against the handler table (the core's subject rules), the checks every
-request gets before its handler (`Nats-Required-Api-Level`), typed reading of request JSON (unknown fields
-are ignored so clients of every version work; a wrong type is 10025 like nats-server), and the only place
-responses and `ApiError`s are serialised (`{"type": "io.nats.jetstream.api.v1.<x>", ...}`, errors as
+request gets before its handler (`Nats-Required-Api-Level`, read by `requests.py` like every request
+field), and the only place responses and `ApiError`s are serialised (`{"type": "io.nats.jetstream.api.v1.<x>", ...}`, errors as
 exactly `{"code", "err_code", "description"}`).
 
 Handlers (`stream_api.STREAM_HANDLERS`, `consumer_api.CONSUMER_HANDLERS`) are short: read the request,
@@ -24,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from jsbroker import subjects
-from jsbroker.jetstream import errors, headers, times
+from jsbroker.jetstream import errors
+from jsbroker.jetstream.requests import api_level_supported, parse_json
 
 if TYPE_CHECKING:
     from jsbroker.internal import InternalBus, InternalSubscription, Origin
@@ -33,23 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 API_PREFIX = "$JS.API."
-API_LEVEL = 5  # JSApiLevel of nats-server 2.15
-
-
-def api_level_supported(hdr: bytes) -> bool:
-    """Whether the request's `Nats-Required-Api-Level` (if any) is one we serve; a value that is not an
-    integer is not served. The API, DIRECT.GET and MSG.NEXT all answer requests through this one check."""
-    level = headers.get(hdr, headers.REQUIRED_API_LEVEL) if hdr else None
-    if not level:
-        return True
-    try:
-        return int(level) <= API_LEVEL
-    except ValueError:
-        return False
 TYPE_PREFIX = "io.nats.jetstream.api.v1."
 NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"
-
-_INT_RANGES = {"int": (-(2**63), 2**63 - 1), "int32": (-(2**31), 2**31 - 1), "uint64": (0, 2**64 - 1)}
 
 
 @dataclass(slots=True)
@@ -106,95 +91,6 @@ class Endpoint:
     handler: Handler
     error_fields: dict[str, Any] = field(default_factory=dict)  # non-omitempty fields Go also sends with errors
     own_api_level: bool = False  # the handler checks Nats-Required-Api-Level itself (after deciding to answer)
-
-
-def parse_json(body: bytes) -> dict[str, Any]:
-    if not body.strip():
-        return {}
-    try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise errors.INVALID_JSON(err=str(exc)) from None
-    if value is None:  # Go decodes `null` into an untouched request
-        return {}
-    if not isinstance(value, dict):
-        raise errors.INVALID_JSON(err=f"json: cannot unmarshal {errors.json_kind(value)} into a request object")
-    return value
-
-
-# Typed reads of request fields. null reads as the default (Go leaves the zero value); a value of the
-# wrong JSON type is rejected with 10025, as Go's decoder does.
-
-
-def get_int(raw: dict[str, Any], key: str, default: int = 0, kind: str = "int") -> int:
-    value = raw.get(key)
-    if value is None:
-        return default
-    low, high = _INT_RANGES[kind]
-    if type(value) is not int or not low <= value <= high:
-        raise _type_error(key, value, kind)
-    return value
-
-
-def get_str(raw: dict[str, Any], key: str, default: str = "") -> str:
-    value = raw.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise _type_error(key, value, "string")
-    return value
-
-
-def get_bool(raw: dict[str, Any], key: str, default: bool = False) -> bool:
-    value = raw.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise _type_error(key, value, "bool")
-    return value
-
-
-def get_str_list(raw: dict[str, Any], key: str) -> list[str]:
-    value = raw.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(v is None or isinstance(v, str) for v in value):
-        raise _type_error(key, value, "[]string")
-    return [v or "" for v in value]
-
-
-def get_str_map(raw: dict[str, Any], key: str) -> dict[str, str]:
-    value = raw.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(v is None or isinstance(v, str) for v in value.values()):
-        raise _type_error(key, value, "map[string]string")
-    return {k: v or "" for k, v in value.items()}
-
-
-def get_object(raw: dict[str, Any], key: str) -> dict[str, Any] | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise _type_error(key, value, "object")
-    return value
-
-
-def get_time(raw: dict[str, Any], key: str) -> int | None:
-    """An RFC 3339 time field in ns (None when absent)."""
-    text = get_str(raw, key)
-    if not text:
-        return None
-    try:
-        return times.parse_rfc3339(text)
-    except ValueError:
-        raise errors.INVALID_JSON(err=f"parsing time {json.dumps(text)} as RFC 3339") from None
-
-
-def _type_error(key: str, value: object, wanted: str) -> errors.ApiError:
-    shown = f"number {value}" if errors.json_kind(value) == "number" else errors.json_kind(value)
-    return errors.INVALID_JSON(err=f"json: cannot unmarshal {shown} into Go struct field .{key} of type {wanted}")
 
 
 def dumps(body: dict[str, Any]) -> bytes:

@@ -29,11 +29,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.config import VERSION
-from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreError
-from jsbroker.store.consumer_store import next_pending
+from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreError, next_pending
 
 from . import ack, advisories, errors, headers, pull
-from .api import API_LEVEL, api_level_supported
+from .requests import API_LEVEL, api_level_supported
 from .consumer_config import ConsumerConfig
 from .times import format_duration, now_ns, rfc3339
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from jsbroker import store as storage
 
 from . import advisories, consumer_config, errors, headers
-from .api import Endpoint, Request, api_level_supported, get_int, get_str, get_time
+from .api import Endpoint, Request
+from .requests import api_level_supported, get_int, get_str, get_time
 from .consumer import Consumer, load_meta
 from .consumer_config import ConsumerConfig, StreamFacts
 from .times import ZERO_TIME, now_ns

@@ -19,7 +19,8 @@ from jsbroker import subjects
 from jsbroker.config import JetStreamSettings
 from jsbroker.internal import InternalBus
 from jsbroker.jetstream import errors, stream_config, times
-from jsbroker.jetstream.api import API_LEVEL, ApiRouter
+from jsbroker.jetstream.api import ApiRouter
+from jsbroker.jetstream.requests import API_LEVEL
 from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS, restore_consumers
 from jsbroker.jetstream.stream import Stream
 from jsbroker.jetstream.stream_api import STREAM_HANDLERS

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from jsbroker import store as storage
-from jsbroker.jetstream import api, errors, headers, times
+from jsbroker.jetstream import api, errors, headers, requests, times
 from jsbroker.jetstream.stream_config import StreamConfig
 from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
 
@@ -524,14 +524,14 @@ _DIRECT_MAX_BYTES = 64 * 1024 * 1024  # nats-server's default max_pending bounds
 def direct_get(stream: Stream, hdr: bytes, payload: bytes, last_for: str | None) -> list[tuple[bytes, bytes]]:
     """The DIRECT.GET answer (ADR-31) as (header block, payload) messages. `last_for` is the subject of
     the `DIRECT.GET.<stream>.<subject>` form (None for the JSON form)."""
-    if not api.api_level_supported(hdr):
+    if not requests.api_level_supported(hdr):
         return [(headers.API_LEVEL_TOO_HIGH, b"")]
     if last_for is not None:
         return _direct_last_for(stream, payload, last_for)
     if not payload:
         return [(_STATUS_408_EMPTY, b"")]
     try:
-        req = _DirectRequest.parse(api.parse_json(payload))
+        req = _DirectRequest.parse(requests.parse_json(payload))
     except errors.ApiError:
         return [(_STATUS_408_MALFORMED, b"")]
     if not (req.seq or req.last_by_subj or req.next_by_subj or req.multi_last or req.start_time is not None):
@@ -558,12 +558,12 @@ class _DirectRequest:
 
     @classmethod
     def parse(cls, raw: dict[str, Any]) -> _DirectRequest:
-            return cls(seq=api.get_int(raw, "seq", kind="uint64"), last_by_subj=api.get_str(raw, "last_by_subj"),
-                   next_by_subj=api.get_str(raw, "next_by_subj"), start_time=api.get_time(raw, "start_time"),
-                   batch=api.get_int(raw, "batch"), max_bytes=api.get_int(raw, "max_bytes"),
-                   multi_last=api.get_str_list(raw, "multi_last") or None,
-                   up_to_seq=api.get_int(raw, "up_to_seq", kind="uint64"), up_to_time=api.get_time(raw, "up_to_time"),
-                   no_hdr=api.get_bool(raw, "no_hdr"))
+            return cls(seq=requests.get_int(raw, "seq", kind="uint64"), last_by_subj=requests.get_str(raw, "last_by_subj"),
+                   next_by_subj=requests.get_str(raw, "next_by_subj"), start_time=requests.get_time(raw, "start_time"),
+                   batch=requests.get_int(raw, "batch"), max_bytes=requests.get_int(raw, "max_bytes"),
+                   multi_last=requests.get_str_list(raw, "multi_last") or None,
+                   up_to_seq=requests.get_int(raw, "up_to_seq", kind="uint64"), up_to_time=requests.get_time(raw, "up_to_time"),
+                   no_hdr=requests.get_bool(raw, "no_hdr"))
 
     def conflicts(self) -> bool:
         last, nxt, multi = bool(self.last_by_subj), bool(self.next_by_subj), bool(self.multi_last)
@@ -576,7 +576,7 @@ def _direct_last_for(stream: Stream, payload: bytes, subject: str) -> list[tuple
     req = _DirectRequest()
     if payload:
         try:
-            req = _DirectRequest.parse(api.parse_json(payload))
+            req = _DirectRequest.parse(requests.parse_json(payload))
         except errors.ApiError:
             return [(_STATUS_408_MALFORMED, b"")]
     if not subject or (req.last_by_subj or req.next_by_subj or req.multi_last or req.seq or req.batch

@@ -11,7 +11,8 @@ import base64
 from typing import Any
 
 from jsbroker.jetstream import errors, stream_config, times
-from jsbroker.jetstream.api import Endpoint, Request, get_bool, get_int, get_str, get_time
+from jsbroker.jetstream.api import Endpoint, Request
+from jsbroker.jetstream.requests import get_bool, get_int, get_str, get_time
 from jsbroker.jetstream.stream import Stream
 
 NAMES_LIMIT = 1024

@@ -18,7 +18,7 @@ from typing import Any
 from jsbroker import subjects
 from jsbroker.config import VERSION
 from jsbroker.jetstream import errors
-from jsbroker.jetstream.api import (
+from jsbroker.jetstream.requests import (
     API_LEVEL,
     get_bool,
     get_int,

@@ -16,7 +16,7 @@ bytes exactly as published (b"" when the message had none).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, NamedTuple, Protocol
+from typing import Callable, Iterator, Mapping, NamedTuple, Protocol
 
 
 class StoreError(Exception):
@@ -85,6 +85,21 @@ class ConsumerState:
     ack_floor_stream_seq: int = 0
     pending: dict[int, tuple[int, int]] = field(default_factory=dict)  # stream seq -> (consumer seq, ts)
     redelivered: dict[int, int] = field(default_factory=dict)  # stream seq -> delivery count (> 1 only)
+
+
+def next_pending(pending: Mapping[int, object], after: int, below: int) -> int:
+    """The smallest pending stream seq in (after, below), or 0: how an ack floor moves past what is no
+    longer pending (the consumer and its store both keep pending maps and apply this rule). Walks the
+    seqs (the next one is usually pending, as acks come mostly in order), or the pending set when that
+    is the shorter walk."""
+    if after + 1 < below and after + 1 in pending:
+        return after + 1
+    if below - after - 1 <= len(pending):
+        for seq in range(after + 1, below):
+            if seq in pending:
+                return seq
+        return 0
+    return min((s for s in pending if after < s < below), default=0)
 
 
 # Called by a store after it removed a message on its own (limits, age, TTL): (seq, subject).

@@ -23,10 +23,10 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 
 from . import record
-from .base import ConsumerState, StoreClosed, StoreError, SyncPolicy
+from .base import ConsumerState, StoreClosed, StoreError, SyncPolicy, next_pending
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +55,6 @@ def apply_delivered(st: ConsumerState, consumer_seq: int, stream_seq: int, deliv
         st.delivered_consumer_seq = consumer_seq
     if delivery_count > 1 and st.redelivered.get(stream_seq, 0) < delivery_count:
         st.redelivered[stream_seq] = delivery_count
-
-
-def next_pending(pending: Mapping[int, object], after: int, below: int) -> int:
-    """The smallest pending stream seq in (after, below), or 0. Walks the seqs (the next one is usually
-    pending, as acks mostly come in order), or the pending set when that is the shorter walk."""
-    if after + 1 < below and after + 1 in pending:
-        return after + 1
-    if below - after - 1 <= len(pending):
-        for seq in range(after + 1, below):
-            if seq in pending:
-                return seq
-        return 0
-    return min((s for s in pending if after < s < below), default=0)
 
 
 def apply_ack(st: ConsumerState, consumer_seq: int, stream_seq: int, ack_all: bool) -> None:
