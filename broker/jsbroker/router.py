@@ -134,7 +134,7 @@ class Router:
             if c is None:
                 delivered += self._internal(sub, pub, subject, reply, hdr_len, data)
                 continue
-            if c is pub and not c.echo:
+            if not c.echo and c is pub:
                 continue
             if not tail:
                 size = len(data) - 2
@@ -215,7 +215,7 @@ class Router:
         for i in range(n):
             sub = group[(start + i) % n]
             c = sub.client
-            if c is not None and (c.closed or (c is pub and not c.echo)):
+            if c is not None and (c.closed or (not c.echo and c is pub)):
                 continue
             return sub
         return None

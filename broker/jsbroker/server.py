@@ -13,11 +13,11 @@ import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from .config import VERSION, BrokerConfig
 from .connection import Connection
-from .internal import BatchHandler, Delivery, InterestListener, InternalHandler
+from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
 from .logs import Logger, get_logger
 from .router import Router, Watch
 from .sublist import Subscription
@@ -228,8 +228,8 @@ class Broker:
         self.router.insert(sub)
         return sub
 
-    def unsubscribe_internal(self, sub: Subscription) -> None:  # type: ignore[override]
-        self.router.remove(sub)
+    def unsubscribe_internal(self, sub: InternalSubscription) -> None:
+        self.router.remove(cast(Subscription, sub))
 
     def publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> bool:
         return self.router.route(
