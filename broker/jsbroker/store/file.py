@@ -1,17 +1,25 @@
 """FileStore: a crash-safe StreamStore on append-only block files (storage: file).
 
 Owns the stream's `msgs/` directory: block files `NNNNNNNN.blk` (records as in record.py), appends,
-reads by pread, recovery on open, and removal of emptied blocks. Bookkeeping (index, limits, purge rules)
-is `IndexedStore`'s; bodies stay on disk, RAM holds only the index (see README.md for numbers).
+reads by pread, recovery on open (from the index snapshot a clean close leaves, or by scanning every
+block), and removal of emptied blocks. Bookkeeping (index, limits, purge rules) is `IndexedStore`'s;
+bodies stay on disk, RAM holds only the index (see README.md for numbers).
 
 Write path: every public call collects its records and hands them to the OS in one os.writev before it
 returns; with `SyncPolicy.always` the block is fdatasync'ed first. `store_deferred` leaves its records
 pending until `flush()` (or the next writing call, or a read of a pending record). A block is closed (and fsynced) at
 `block_size`; each new block starts with a floor record, so the newest block alone knows first/last seq.
 
-Reads check a record's frame (whole, length, kind, seq as the index says) but not its CRC, which was
-checked at open or the record written by this process (README.md, "Recovery"). Recovery (open): every
-block is scanned and every record's CRC checked.
+Reads check a record's frame (whole, length, kind, seq as the index says) but not its CRC, which a scan
+checked (at this open or, through the index snapshot, an earlier one) or this store wrote the record
+(README.md, "Recovery").
+
+Index snapshot: a clean close writes `msgs/index.snap` (index_snapshot.py). An open loads it instead of
+scanning when it is whole and lists exactly the block files present, each with its size and last 4 bytes,
+and removes it (durably) before anything is written, so after any later crash the next open scans.
+Anything doubtful about it means a full scan, never a partial load.
+
+Recovery by scan (no usable snapshot): every block is scanned and every record's CRC checked.
 - A bad record followed somewhere later in the same block by a valid one (found by re-synchronising on
   the next offset whose record validates): the bad bytes are skipped, the seqs missing between the
   last good message and the next one are reported in `state().lost`.
@@ -582,8 +590,10 @@ class FileStore(IndexedStore):
 
     def _stale(self, blocks: list[index_snapshot.BlockImage], numbers: list[int]) -> str:
         """Why the block files are not the ones the snapshot describes ("" when they are)."""
-        if [b.no for b in blocks] != numbers:
-            return f"{len(numbers)} block files, the snapshot lists {len(blocks)} others"
+        listed = [b.no for b in blocks]
+        if listed != numbers:
+            return f"block files {_ranges(numbers) if numbers else 'none'}, the snapshot lists " \
+                   f"{_ranges(listed) if listed else 'none'}"
         for b in blocks:
             size, tail = _size_and_tail(self._block_path(b.no))
             if (size, tail) != (b.size, b.tail):

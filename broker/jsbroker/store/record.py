@@ -17,6 +17,10 @@ The CRC covers the length field too, so a torn length can never send a reader so
 without also failing the check. A "D" record removes one seq; an "F" record says "nothing below `aux`
 exists any more, the last seq is `seq`" (purges, compaction, skips, and the head of every new block).
 
+The index snapshot a cleanly closed stream leaves in `msgs/index.snap` (its whole in-memory index, so
+the next open need not scan the blocks) is one file of whole arrays, not records: its format table is in
+index_snapshot.py.
+
 Consumer state records (`consumers/<name>/state.log.<gen>`; the snapshot `state.snap` is one record):
 
     0  4  length (whole record)   4  1  kind   5  ...  payload   end-4  4  crc32 of every byte before it
