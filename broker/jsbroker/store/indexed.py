@@ -229,20 +229,19 @@ class IndexedStore:
 
     # ---- index snapshot (file store): the whole index as arrays, and back --------------------------
     def _index_image(self) -> IndexImage:
-        """The index with subject ids renumbered 1..n when some are free (in the order of `names`)."""
-        names = self._subjects.names
-        subjects = [name for name in names[1:] if name is not None]
+        """The index, its subject ids renumbered 1..n in subject order unless they already are."""
+        entries = self._subjects.matching(None)
         sids = self._sids
-        if len(subjects) < len(names) - 1:
-            renumber = [0] * len(names)
-            for k, sid in enumerate((sid for sid, name in enumerate(names) if name is not None), 1):
-                renumber[sid] = k
+        if any(e.sid != k for k, e in enumerate(entries, 1)):
+            renumber = [0] * len(self._subjects.names)
+            for k, e in enumerate(entries, 1):
+                renumber[e.sid] = k
             sids = array("I", map(renumber.__getitem__, sids))
-        entries = list(map(self._subjects.get, subjects))
         ttl = [(at, seq) for at, seq in self._ttl if self._live(seq)]
         return IndexImage(
             self._base, self._first, self._last, self._last_ts, self._msgs, self._bytes, sids, self._ts,
-            self._sizes, self._locs, subjects, [e.seqs[e.head :] if e.head else e.seqs for e in entries],
+            self._sizes, self._locs, [e.subject for e in entries],
+            [e.seqs[e.head :] if e.head else e.seqs for e in entries],
             array("q", [at for at, _ in ttl]), array("Q", [seq for _, seq in ttl]), array("Q", sorted(self._never)))
 
     def _load_index(self, image: IndexImage) -> None:
