@@ -307,3 +307,21 @@ async def test_a_broker_killed_after_opening_from_a_snapshot_rescans_and_loses_n
             await nc.close()
     finally:
         broker.close()
+
+
+def test_a_close_cut_short_before_the_rename_leaves_only_a_temp_file_that_the_open_removes(tmp_path, caplog):
+    """What a kill in the middle of writing the snapshot leaves: a partial temp file and no snapshot."""
+    directory = tmp_path / "s"
+    s = open_store(directory)
+    for i in range(100):
+        s.store_msg(f"s.{i % 4}", b"", b"%d" % i)
+    s.close()
+    snap = snapshot_path(directory)
+    partial = snap.with_name(SNAPSHOT + ".tmp")
+    partial.write_bytes(snap.read_bytes()[:200])
+    snap.unlink()
+    with caplog.at_level(logging.INFO, logger="jsbroker.store.file"):
+        s = open_store(directory)
+    assert "no index snapshot" in caplog.text and not partial.exists()
+    assert [m.data for m in s.messages()] == [b"%d" % i for i in range(100)]
+    s.close()
