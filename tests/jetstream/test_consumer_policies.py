@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from jsbroker.subjects import subject_matches
 from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair, without_pending
 
 
@@ -34,6 +35,13 @@ POLICIES = {
 }
 
 
+async def pending_reaches(nc: Any, s: str, name: str, want: int) -> None:
+    for _ in range(100):
+        if (await api(nc, f"$JS.API.CONSUMER.INFO.{s}.{name}"))["num_pending"] >= want:
+            return
+        await asyncio.sleep(0.02)  # poll ConsumerInfo: there is no event for "the consumer saw it"
+
+
 def fill(cfg: dict[str, Any], s: str) -> dict[str, Any]:
     out = {}
     for k, v in cfg.items():
@@ -55,8 +63,14 @@ async def test_start_positions(urls, unique, policy) -> None:
         created = await api(nc, f"$JS.API.CONSUMER.CREATE.{s}.C", {"stream_name": s, "config": cfg})
         t = [info_view(created)]
         t.append(await pull(nc, s, "C", {"batch": 3, "no_wait": True}, wait=1))
-        t.append(info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C")))
+        before = await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C")
+        t.append(info_view(before))
         await nc.request(f"{s}.b", b"late", timeout=2)
+        # nats-server counts a new message on its consumer's goroutine, after the pub ack: a no_wait pull
+        # sent at once can miss it (404). Wait until the consumer has seen it when its filter takes it.
+        filters = cfg.get("filter_subjects") or [cfg.get("filter_subject") or ">"]
+        if any(subject_matches(f, f"{s}.b") for f in filters):
+            await pending_reaches(nc, s, "C", before["num_pending"] + 1)
         t.append(without_pending(await pull(nc, s, "C", {"batch": 20, "no_wait": True}, wait=1)))
         t.append(info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C")))
         return t
