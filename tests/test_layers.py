@@ -76,6 +76,7 @@ PURE = frozenset(
         "jsbroker.jetstream.requests",
         "jsbroker.store.base",
         "jsbroker.store.record",
+        "jsbroker.store.index_snapshot",
         # operator: CR -> pydantic model -> JetStream config -> plan -> status, no Kubernetes or NATS.
         "jsoperator.units",
         "jsoperator.models",
