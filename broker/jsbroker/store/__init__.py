@@ -11,12 +11,12 @@ and owns the on-disk directory layout (README.md next to it documents it):
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
 from .base import ConsumerStore, StoreError, StoreLimits, StreamStore, SyncPolicy
 from .consumer_store import FileConsumerStore, MemoryConsumerStore
+from .durable import replace_file
 from .file import FileStore
 from .memory import MemoryStore
 
@@ -95,21 +95,7 @@ def save_meta(directory: Path, data: bytes) -> None:
     """Write `directory/meta.json` atomically: temp file, fsync, rename, fsync of the directory."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / (META + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, directory / META)
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    replace_file(directory / META, data)
 
 
 def load_meta(directory: Path) -> bytes | None:

@@ -27,18 +27,13 @@ from typing import Callable
 
 from . import record
 from .base import ConsumerState, StoreClosed, StoreError, SyncPolicy, next_pending
+from .durable import fsync_dir, replace_file, write_all
 
 log = logging.getLogger(__name__)
 
 _COMPACT_MIN = 1 << 20  # compact the log once it is this large and 4x the last snapshot
 _pack_delivered = record.DELIVERED_UPDATE.pack
 _pack_ack = record.ACK_UPDATE.pack
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def apply_delivered(st: ConsumerState, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
@@ -291,7 +286,7 @@ class FileConsumerStore(MemoryConsumerStore):
         data = record.encode_frame(record.KIND_BATCH, b"".join(self._buf))
         self._buf.clear()
         try:
-            _write_all(self._fd, data)
+            write_all(self._fd, data)
             self._log_size += len(data)
             self._dirty = True
             if self._sync.always:
@@ -307,22 +302,11 @@ class FileConsumerStore(MemoryConsumerStore):
         """Write the whole state as generation gen+1, then start (and switch to) an empty log for it."""
         gen = self._gen + 1
         data = encode_snapshot(gen, self._state)
-        tmp = self._dir / "state.snap.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self._dir / "state.snap")
+        replace_file(self._dir / "state.snap", data, sync_dir=False)
         self._buf.clear()  # the snapshot holds every buffered update
         self._floor = None
         new_fd = os.open(self._log_path(gen), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
-        dfd = os.open(self._dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(self._dir)
         os.close(self._fd)
         self._log_path(self._gen).unlink(missing_ok=True)
         self._fd, self._gen, self._snap_size, self._log_size, self._dirty = new_fd, gen, len(data), 0, False

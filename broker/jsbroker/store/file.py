@@ -48,6 +48,7 @@ from pathlib import Path
 
 from . import index_snapshot, record
 from .base import StoreError, StoreLimits, SyncPolicy
+from .durable import fsync_dir, replace_file
 from .indexed import IndexedStore
 
 log = logging.getLogger(__name__)
@@ -132,14 +133,6 @@ def _decode_adjacent(buf: bytes, seqs: list[int], hdrs: list[bytes], datas: list
     return done
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _size_and_tail(path: Path) -> tuple[int, int]:
     """A block file's size and its last 4 bytes (the last record's CRC) as an int, 0 when shorter."""
     fd = os.open(path, os.O_RDONLY)
@@ -204,7 +197,7 @@ class FileStore(IndexedStore):
         self._open_active(blk)
         self._dir_dirty = True
         if self._sync.always:
-            _fsync_dir(self._msgs_dir)
+            fsync_dir(self._msgs_dir)
             self._dir_dirty = False
         self._floor_dirty = False
         self._queue(self._floor_record())
@@ -301,17 +294,8 @@ class FileStore(IndexedStore):
                 out.append(rec)
                 moved.append((i, offset))
                 offset += len(rec)
-        tmp = blk.path.with_suffix(".blk.tmp")
-        wfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            data = memoryview(b"".join(out))
-            while data:
-                data = data[os.write(wfd, data) :]
-            os.fsync(wfd)
-        finally:
-            os.close(wfd)
         os.close(self._rfds.pop(blk.no))
-        os.replace(tmp, blk.path)
+        replace_file(blk.path, b"".join(out), sync_dir=False)  # the directory is fsynced with the next change
         self._dir_dirty = True
         for i, new_offset in moved:
             self._locs[i] = self._locs[i] & _HDR_FLAG | blk.no << _LOC_SHIFT | new_offset
@@ -562,7 +546,7 @@ class FileStore(IndexedStore):
             data = None
         try:
             path.unlink(missing_ok=True)
-            _fsync_dir(self._msgs_dir)
+            fsync_dir(self._msgs_dir)
         except OSError as e:
             raise StoreError(f"stream store {self._dir}: cannot remove the index snapshot {path} ({e}); "
                              "fix the directory's permissions or remove the file, then restart") from e
@@ -608,19 +592,10 @@ class FileStore(IndexedStore):
             log.info("stream store %s: no index snapshot: its blocks are damaged; the next open scans them", self._dir)
             return
         path = self._msgs_dir / SNAPSHOT
-        tmp = path.with_name(SNAPSHOT + ".tmp")
+        tmp = path.with_name(SNAPSHOT + ".tmp")  # the name replace_file writes first
         try:
             data = index_snapshot.encode(self._index_image(), [self._block_image(b) for b in self._blocks.values()])
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            _fsync_dir(self._msgs_dir)
+            replace_file(path, data)
         except Exception as e:  # noqa: BLE001 - a missing snapshot only costs the next open a scan
             log.warning("stream store %s: no index snapshot written (%s: %s); the next open scans the blocks",
                         self._dir, type(e).__name__, e)
@@ -722,7 +697,7 @@ class FileStore(IndexedStore):
                 _datasync(self._wfd)
                 self._dirty = False
             if self._dir_dirty:
-                _fsync_dir(self._msgs_dir)
+                fsync_dir(self._msgs_dir)
                 self._dir_dirty = False
         except OSError as e:
             self._fail(e)

@@ -1,0 +1,39 @@
+"""Durable file writes shared by the file stores: whole writes, directory fsyncs, and atomic replacement
+(temp file, fsync, rename), so after a crash a reader finds the old file or the new one, never a mix."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written (a write may take fewer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def fsync_dir(path: Path) -> None:
+    """Make renames, creations and removals in `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_file(path: Path, data: bytes, sync_dir: bool = True) -> None:
+    """Replace `path` by `data` atomically: `<name>.tmp` written and fsynced, then renamed over it. With
+    `sync_dir` the directory is fsynced too; callers that change more files there pass False and call
+    `fsync_dir` once themselves."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync_dir:
+        fsync_dir(path.parent)
