@@ -229,27 +229,24 @@ class Router:
             hdr, payload = data[:hdr_len], data[hdr_len:-2]
         else:
             hdr, payload = b"", data[:-2]
+        msg = (
+            subject.decode() if subject.__class__ is bytes else subject,
+            reply.decode() if reply.__class__ is bytes else reply,  # type: ignore[union-attr]
+            hdr,
+            payload,
+            pub.origin if pub is not None else None,
+        )
         if sub.batch is not None:
             if not sub.batch:
                 self._held.append(sub)
                 if self.reading is None and not self._flush_scheduled:  # held by a publish from a timer
                     self._flush_scheduled = True
                     self.broker.loop.call_soon(self.flush)
-            sub.batch.append((
-                subject.decode() if subject.__class__ is bytes else subject,
-                reply.decode() if reply.__class__ is bytes else reply,  # type: ignore[union-attr]
-                hdr, payload, pub.origin if pub is not None else None,
-            ))
+            sub.batch.append(msg)
             sub.delivered += 1
             return 1
         try:
-            sub.handler(  # type: ignore[misc]
-                subject.decode() if subject.__class__ is bytes else subject,
-                reply.decode() if reply.__class__ is bytes else reply,  # type: ignore[union-attr]
-                hdr,
-                payload,
-                pub.origin if pub is not None else None,
-            )
+            sub.handler(*msg)  # type: ignore[misc]
         except Exception:
             self.broker.log.exception("internal handler failed", subject=sub.subject)
         sub.delivered += 1

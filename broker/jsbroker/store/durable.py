@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -24,16 +25,22 @@ def fsync_dir(path: Path) -> None:
 
 
 def replace_file(path: Path, data: bytes, sync_dir: bool = True) -> None:
-    """Replace `path` by `data` atomically: `<name>.tmp` written and fsynced, then renamed over it. With
+    """Replace `path` by `data` atomically: `<name>.tmp` written and fsynced, then renamed over it (and
+    removed again if that fails). With
     `sync_dir` the directory is fsynced too; callers that change more files there pass False and call
     `fsync_dir` once themselves."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a failed replace leaves the old file and no temp file
+            tmp.unlink(missing_ok=True)
+        raise
     if sync_dir:
         fsync_dir(path.parent)

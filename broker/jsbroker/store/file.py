@@ -34,7 +34,6 @@ block that is mostly removed is rewritten with its live records only; the active
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import mmap
 import os
@@ -591,16 +590,12 @@ class FileStore(IndexedStore):
         if self._lost or self._damaged:
             log.info("stream store %s: no index snapshot: its blocks are damaged; the next open scans them", self._dir)
             return
-        path = self._msgs_dir / SNAPSHOT
-        tmp = path.with_name(SNAPSHOT + ".tmp")  # the name replace_file writes first
         try:
             data = index_snapshot.encode(self._index_image(), [self._block_image(b) for b in self._blocks.values()])
-            replace_file(path, data)
+            replace_file(self._msgs_dir / SNAPSHOT, data)
         except Exception as e:  # noqa: BLE001 - a missing snapshot only costs the next open a scan
             log.warning("stream store %s: no index snapshot written (%s: %s); the next open scans the blocks",
                         self._dir, type(e).__name__, e)
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
 
     @staticmethod
     def _block_image(blk: _Block) -> index_snapshot.BlockImage:
