@@ -209,3 +209,48 @@ def test_random_updates_replay_to_the_same_state(tmp_path, seed):
     again = open_consumer_store("file", tmp_path / "c", SyncPolicy())
     assert snapshot(again.load()) == want
     again.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_update_acks_many_is_update_acks_in_order(open_store, tmp_path, seed):
+    """Acks applied as runs (in and out of order, repeated, unknown seqs, redeliveries about) leave the
+    same state as one by one, and the file store replays that state after a restart."""
+    import random
+
+    rng = random.Random(seed)
+    one = open_consumer_store(open_store.kind, tmp_path / "one", SyncPolicy())
+    many = open_store()
+    delivered: list[tuple[int, int]] = []
+    for step in range(300):
+        if rng.random() < 0.5 or not delivered:
+            c, s = len(delivered) + 1, len(delivered) * 2 + 1
+            delivered.append((c, s))
+            dc = 1 if rng.random() < 0.8 else rng.randrange(2, 4)
+            for store in (one, many):
+                store.update_delivered(c, s, dc, step)
+            continue
+        run = [rng.choice(delivered) if rng.random() < 0.9 else (rng.randrange(1, 900), rng.randrange(1, 900))
+               for _ in range(rng.randrange(1, 12))]
+        for c, s in run:
+            one.update_acks(c, s)
+        many.update_acks_many(run)
+        assert snapshot(many.load()) == snapshot(one.load()), run
+    many.flush()
+    want = snapshot(many.load())
+    assert snapshot(reopen(open_store, many).load()) == want
+
+
+def test_update_acks_many_calls_the_flush_hook_once(tmp_path):
+    s = open_consumer_store("file", tmp_path / "c", SyncPolicy())
+    calls: list[int] = []
+    s.set_flush_hook(lambda: calls.append(1))
+    s.update_delivered(1, 1, 1, 0)
+    s.update_delivered(2, 2, 1, 0)
+    s.update_acks_many([(1, 1), (2, 2)])
+    assert calls == [1]  # the buffer stopped being empty once
+    s.flush()
+    s.update_acks_many([])
+    assert calls == [1]
+    s.update_acks_many([(9, 9)])
+    assert calls == [1, 1]
+    s.close()

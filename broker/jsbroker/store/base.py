@@ -229,6 +229,10 @@ class ConsumerStore(Protocol):
         floor as nats-server does. Acks at or below the floor or of non-pending seqs change nothing but
         the redelivered count."""
 
+    def update_acks_many(self, acks: list[tuple[int, int]]) -> None:
+        """Explicit acks of (consumer seq, stream seq), in order: `update_acks` for each, in one call
+        (a consumer applies the plain acks of one read together)."""
+
     def update_floor(self, consumer_seq: int, stream_seq: int, ts: int) -> None:
         """An AckNone delivery: delivered and ack floor both move to (consumer_seq, stream_seq) at once,
         nothing becomes pending. Stores may keep only the latest floor until the next flush."""

@@ -112,6 +112,13 @@ class MemoryConsumerStore:
             self._check_open()
         apply_ack(self._state, consumer_seq, stream_seq, ack_all)
 
+    def update_acks_many(self, acks: list[tuple[int, int]]) -> None:
+        if self._closed:
+            self._check_open()
+        st = self._state
+        for consumer_seq, stream_seq in acks:
+            apply_ack(st, consumer_seq, stream_seq, False)
+
     def update_floor(self, consumer_seq: int, stream_seq: int, ts: int) -> None:
         """An ack-none delivery: delivered and acked at once (nothing becomes pending)."""
         self._check_open()
@@ -259,6 +266,17 @@ class FileConsumerStore(MemoryConsumerStore):
         buf = self._buf
         buf.append(_pack_ack(record.KIND_ACK, consumer_seq, stream_seq, ack_all))
         if len(buf) == 1 and self._floor is None:
+            self._buffered()
+
+    def update_acks_many(self, acks: list[tuple[int, int]]) -> None:
+        if self._closed:
+            self._check_open()
+        st, buf, kind = self._state, self._buf, record.KIND_ACK
+        first = not buf and self._floor is None
+        for consumer_seq, stream_seq in acks:
+            apply_ack(st, consumer_seq, stream_seq, False)
+            buf.append(_pack_ack(kind, consumer_seq, stream_seq, False))
+        if first and buf:
             self._buffered()
 
     def _floor_moved(self, consumer_seq: int, stream_seq: int, ts: int) -> None:
