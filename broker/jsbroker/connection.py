@@ -242,6 +242,7 @@ class Connection(asyncio.Protocol):
         self.origin = Origin(self.cid, self.headers)
         fast = not self.verbose and not self.pedantic
         self.parser.on_pub = partial(self.router.route, self) if fast else self.on_msg
+        self.parser.on_empty_pubs = partial(self.router.route_empty, self) if fast else self.parser.each_empty_pub
         if not self.connected:
             self.connected = True
             self.parser.gate = False

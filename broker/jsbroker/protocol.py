@@ -13,6 +13,7 @@ PING/PONG on the line is ignored, `+OK`/`INFO` from a client are ignored, `-ERR`
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Protocol
 
 CRLF = b"\r\n"
@@ -69,8 +70,8 @@ class Parser:
     """Feed it bytes; it calls the handler once per complete operation, in order."""
 
     __slots__ = (
-        "handler", "on_pub", "max_control_line", "max_payload", "gate", "_tail", "_chunks", "_have", "_want", "_op",
-        "_lines",
+        "handler", "on_pub", "on_empty_pubs", "max_control_line", "max_payload", "gate", "_tail", "_chunks",
+        "_have", "_want", "_op", "_lines", "_empty_run", "_empty_pub",
     )
 
     def __init__(self, handler: Handler, max_control_line: int = 4096, max_payload: int = 1 << 20) -> None:
@@ -78,7 +79,14 @@ class Parser:
         # Where a plain PUB goes; the connection may point it straight at the router once CONNECT
         # turned verbose and pedantic off (nothing per-message is left to check then); its result is unused.
         self.on_pub: Callable[[bytes, bytes | None, int, bytes], object] = handler.on_msg
+        # Where a run of plain PUBs without reply or payload goes, as one list of subjects (acks arrive
+        # that way); by default each one goes to `on_pub`.
+        self.on_empty_pubs: Callable[[list[bytes]], object] = self.each_empty_pub
         self.max_control_line = max_control_line
+        # Such a run, "PUB <subject> 0" lines (nats-py puts two blanks for its empty reply) within the
+        # control-line limit: one regex match finds its end, one findall yields its subjects.
+        self._empty_run = re.compile(rb"(?:PUB [!-~]{1,%d}  ?0\r\n\r\n)+" % max(max_control_line - 8, 1))
+        self._empty_pub = re.compile(rb"PUB ([!-~]+)  ?0\r\n\r\n")
         self.max_payload = max_payload
         # While True, any operation other than CONNECT is an Authorization Violation.
         self.gate = False
@@ -150,6 +158,12 @@ class Parser:
                 line = buf[pos + 4 : nl]
                 subject, reply, size = seen(line) or self._pub_args(line, nl - pos)
                 start = nl + 1
+                if not size and reply is None and (run := self._empty_run.match(buf, pos)) is not None:
+                    end = run.end()
+                    self.on_empty_pubs(self._empty_pub.findall(buf, pos, end))
+                    pos = end
+                    last = None
+                    continue
                 last = buf[pos:start]
                 last_len = start - pos
             stop = start + size + 2
@@ -160,6 +174,10 @@ class Parser:
                 raise ProtocolError(UNKNOWN_OP)
             on_pub(subject, reply, -1, buf[start:stop])
             pos = stop
+
+    def each_empty_pub(self, subjects: list[bytes]) -> None:
+        for subject in subjects:
+            self.on_pub(subject, None, -1, CRLF)
 
     def _pub_args(self, line: bytes, length: int) -> tuple[bytes, bytes | None, int]:
         """Parse and remember a PUB argument line: publishers repeat the same few lines, so a dict hit

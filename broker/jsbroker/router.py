@@ -168,6 +168,29 @@ class Router:
             self._no_responders(pub, subject, reply)
         return delivered > 0
 
+    def route_empty(self, pub: Connection, subjects: list[bytes]) -> None:
+        """PUBs without reply or payload, in order (the parser's runs; a consumer's acks, mostly). One
+        that goes to a single batched internal subscription (a consumer's ack subscription) is queued
+        for it right here; anything else takes `route`."""
+        cache_get, match = self._cache_get, self.sublist.match
+        origin = pub.origin
+        queued = 0
+        for subject in subjects:
+            result = cache_get(subject) or match(subject)
+            if result is not EMPTY and not result[1] and len(result[0]) == 1:
+                sub = result[0][0]
+                batch = sub.batch
+                if batch is not None and not sub.closed:
+                    if not batch:
+                        self._held.append(sub)
+                    batch.append((subject.decode(), None, b"", b"", origin))
+                    sub.delivered += 1
+                    queued += 1
+                    continue
+            self.route(pub, subject, None, -1, b"\r\n")
+        self.in_msgs += queued
+        pub.in_msgs += queued
+
     def deliver(self, target: bytes, msgs: Sequence[Delivery]) -> bool:
         """JetStream deliveries to `target`: one match for the batch, each MSG/HMSG line built once per
         subscriber. Queue groups, internal subscribers, auto-unsubscribe limits and clients without

@@ -122,3 +122,65 @@ def test_gate_rejects_everything_but_connect():
     parser.gate = True
     with pytest.raises(ProtocolError, match="Authorization Violation"):
         parser.feed(b"PUB a 1\r\nx\r\n")
+
+
+# Plain acks: runs of PUBs without reply or payload, as nats-py (two blanks) and other clients send them,
+# mixed with forms the run regex must leave to the ordinary path.
+ACKS = (
+    b"PUB $JS.ACK.S.C.1.1.1.0.0  0\r\n\r\nPUB $JS.ACK.S.C.1.2.2.0.0  0\r\n\r\nPUB $JS.ACK.S.C.1.3.3.0.0 0\r\n\r\n"
+    b"PUB a 1\r\nx\r\nPUB b 0\r\n\r\nPUB c\t0\r\n\r\npub d 0\r\n\r\nPUB e   0\r\n\r\nPUB f r 0\r\n\r\n"
+    b"PUB g 0\n\r\nPUB h 0\r\n\r\nPUB i 0\r\n\r\nPING\r\nPUB j 0\r\n\r\n"
+)
+ACK_SUBJECTS = [b"$JS.ACK.S.C.1.%d.%d.0.0" % (i, i) for i in (1, 2, 3)]
+
+
+class RunRecorder(Recorder):
+    """Records runs as the router gets them, flattened into the ops the default path would give."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[list[bytes]] = []
+
+    def on_runs(self, subjects: list[bytes]) -> None:
+        self.runs.append(list(subjects))
+        self.ops.extend(("msg", s, None, -1, b"\r\n") for s in subjects)
+
+
+def feed_runs(data: bytes, cuts: list[int], max_control_line: int = 4096) -> RunRecorder:
+    rec = RunRecorder()
+    parser = Parser(rec, max_control_line=max_control_line)
+    parser.on_empty_pubs = rec.on_runs
+    last = 0
+    for cut in sorted(cuts) + [len(data)]:
+        parser.feed(data[last:cut])
+        last = cut
+    return rec
+
+
+def test_runs_of_empty_pubs_come_as_one_list():
+    rec = feed_runs(ACKS, [])
+    assert rec.ops == feed_in_pieces(ACKS, [])  # the same operations as one by one
+    assert rec.runs[0] == ACK_SUBJECTS
+    assert [b"h", b"i"] in rec.runs  # a later run
+    flat = [s for run in rec.runs for s in run]
+    # non-canonical spellings take the ordinary path (tab, lower case, three blanks, a reply, a bare LF)
+    assert not {b"c", b"d", b"e", b"f", b"g"} & set(flat)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_runs_of_empty_pubs_survive_any_split(seed):
+    rng = random.Random(seed)
+    cuts = rng.sample(range(1, len(ACKS)), rng.randint(1, 30))
+    assert feed_runs(ACKS, cuts).ops == feed_in_pieces(ACKS, [])
+
+
+def test_a_run_stops_before_an_over_long_line():
+    long = b"s" * 100
+    data = b"PUB a 0\r\n\r\nPUB b 0\r\n\r\nPUB " + long + b" 0\r\n\r\n"
+    rec = RunRecorder()
+    parser = Parser(rec, max_control_line=64)
+    parser.on_empty_pubs = rec.on_runs
+    with pytest.raises(ProtocolError) as info:
+        parser.feed(data)
+    assert info.value.err == MAX_CONTROL_LINE
+    assert rec.runs == [[b"a", b"b"]]
