@@ -180,3 +180,40 @@ async def test_subject_with_an_empty_token_reaches_nobody(server, nc, unique):
     assert (await star.next_msg(timeout=2)).subject == prefix + ".ok.x"
     with pytest.raises(NoRespondersError):
         await nc.request("$JS.API.STREAM.CREATE.", b"{}", timeout=2)
+
+
+async def test_empty_messages_in_one_write(server, unique):
+    """PUBs without payload or reply arrive in runs (as plain acks do) and take the batched path; each
+    still reaches plain, wildcard, queue-group and auto-unsubscribing subscribers, in order, and echo
+    is honoured."""
+    prefix = unique("core.empty")
+    pub = await nats.connect(server.url, no_echo=True)
+    subs = await nats.connect(server.url)
+    try:
+        own = await pub.subscribe(prefix + ".>")
+        every = await subs.subscribe(prefix + ".>")
+        first_two = await subs.subscribe(prefix + ".*")
+        await first_two.unsubscribe(2)
+        members = [await subs.subscribe(prefix + ".>", queue="q") for _ in range(2)]
+        await subs.flush()
+        await pub.flush()
+        sent = [(f"{prefix}.{i}", b"x" if i == 3 else b"") for i in range(1, 7)]
+        for subject, data in sent:
+            await pub.publish(subject, data)
+        await pub.flush()
+        assert [(m.subject, m.data) for m in await collect(every, 6)] == sent
+        assert [m.subject for m in await collect(first_two, 2)] == [s for s, _ in sent[:2]]
+        grouped: list = []
+        deadline = asyncio.get_running_loop().time() + 5
+        while len(grouped) < 6 and asyncio.get_running_loop().time() < deadline:
+            for member in members:
+                try:
+                    grouped.append((await member.next_msg(timeout=0.05)).subject)
+                except NatsTimeout:
+                    pass
+        assert sorted(grouped) == sorted(s for s, _ in sent)
+        with pytest.raises(NatsTimeout):
+            await own.next_msg(timeout=0.2)
+    finally:
+        await pub.close()
+        await subs.close()
