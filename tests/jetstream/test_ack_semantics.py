@@ -13,7 +13,7 @@ import nats
 import pytest
 
 from tests.differential import normalise
-from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair
+from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair, without_pending
 
 
 @pytest.fixture
@@ -258,3 +258,32 @@ async def test_acks_and_requests_in_one_read(jsbroker_server, unique) -> None:
     first, second = await _raw_exchange(jsbroker_server.url, b"".join(acks[:3]) + info + b"".join(acks[3:]) + info, 2)
     await nc.close()
     assert [(i["num_ack_pending"], i["ack_floor"]["stream_seq"]) for i in (first, second)] == [(3, 3), (0, 6)]
+
+
+@pytest.mark.parametrize("storage", ["memory", "file"])
+@pytest.mark.parametrize("retention", ["limits", "interest", "workqueue"])
+async def test_acks_sent_in_one_write(urls, unique, storage, retention) -> None:
+    """A fetch's acks go out in one write (as nats-py sends them): plain acks, a NAK among them, an ack
+    of an unknown sequence, a repeated ack. Same consumer state, redeliveries and stream contents as
+    nats-server; the acks free max_ack_pending, so the next pull gets the NAK'd message and new ones."""
+
+    async def fn(nc: Any, s: str) -> Any:
+        await stream(nc, s, storage=storage, retention=retention)
+        await consumer(nc, s, "C", ack_policy="explicit", max_ack_pending=4)
+        await publish(nc, s, 10)
+        first = await pull(nc, s, "C", {"batch": 4, "expires": 1_000_000_000}, wait=2, count=4)
+        acks = [f"$JS.ACK.{s}.C.{dc}.{sseq}.{dseq}.0.{p}" for _, _, (dc, sseq, dseq, p), _ in first]
+        for i, subject in enumerate(acks):
+            await nc.publish(subject, b"-NAK" if i == 2 else b"")
+        await nc.publish(acks[0], b"")
+        await nc.publish(f"$JS.ACK.{s}.C.1.999.999.0.0", b"")
+        await nc.flush()
+        deadline = time.monotonic() + 5
+        while (info := await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C"))["num_ack_pending"] != 1:
+            assert time.monotonic() < deadline, info  # nats-server applies acks on its own goroutine
+            await asyncio.sleep(0.02)
+        second = await pull(nc, s, "C", {"batch": 4, "expires": 1_000_000_000}, wait=2, count=4)
+        return [without_pending(first), info_view(info), without_pending(second), await state(nc, s)]
+
+    t = await same(urls, unique, fn)
+    assert [e[2][:2] for e in t[2]] == [("2", "3"), ("1", "5"), ("1", "6"), ("1", "7")]
