@@ -21,8 +21,9 @@ from .sublist import EMPTY, Sublist, Subscription
 # " <size>\r\n" ends of MSG lines without a reply subject, prebuilt for common payload sizes.
 _TAIL_CACHE = 4096
 _TAILS = [b" %d\r\n" % size for size in range(_TAIL_CACHE)]
-# Outside a read, a connection with this many output parts queued is written at once (~128 deliveries).
-_EAGER_PARTS = 512
+# Outside a read, a delivery batch that leaves this many output parts queued on a connection (about 8
+# messages) is written at once, so the client parses the start of a pass while the rest is built.
+_EAGER_PARTS = 24
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -224,9 +225,10 @@ class Router:
                 self.pending.append(c)
         self.out_msgs += n * len(plain)
         if plain and self.reading is None:
-            if not self._flushing and any(len(s.client.out) >= _EAGER_PARTS for s in plain):
-                self.flush()  # a long delivery pass: let the client start on what is ready
-            elif not self._flush_scheduled:
+            for s in plain:
+                if len(s.client.out) >= _EAGER_PARTS:
+                    self._write(s.client)  # a long delivery pass: let the client start on what is ready
+            if not self._flush_scheduled:
                 self._flush_scheduled = True
                 self.broker.loop.call_soon(self.flush)
         return bool(plain)
@@ -319,23 +321,27 @@ class Router:
         if not pending:
             return
         self.pending = []
-        max_pending = self.broker.config.max_pending
-        reading = self.reading
         for c in pending:
             c.dirty = False
-            if c.closed:
-                c.out.clear()
-                continue
-            data = b"".join(c.out)
+            self._write(c)
+
+    def _write(self, c: Connection) -> None:
+        """Write a connection's queued output; apply backpressure and the slow-consumer limit."""
+        if c.closed:
             c.out.clear()
-            c.out_bytes += len(data)
-            transport = c.transport
-            transport.write(data)  # type: ignore[union-attr]
-            if c.congested:
-                if transport.get_write_buffer_size() > max_pending:  # type: ignore[union-attr]
-                    self.slow_consumer(c)
-                elif reading is not None and reading is not c:
-                    self._block(reading, c)
+            return
+        if not c.out:
+            return
+        data = b"".join(c.out)
+        c.out.clear()
+        c.out_bytes += len(data)
+        transport = c.transport
+        transport.write(data)  # type: ignore[union-attr]
+        if c.congested:
+            if transport.get_write_buffer_size() > self.broker.config.max_pending:  # type: ignore[union-attr]
+                self.slow_consumer(c)
+            elif (reading := self.reading) is not None and reading is not c:
+                self._block(reading, c)
 
     def slow_consumer(self, c: Connection) -> None:
         """Drop a connection whose output is over max_pending or stalled past the write deadline."""

@@ -170,3 +170,38 @@ async def test_before_output_runs_once_before_the_reads_output(broker, nc):
     await nc.flush()
     broker.loop.call_soon(lambda: handler("defer.x", "_INBOX.timer", b"", b"t", None))  # outside a read
     assert (await sub.next_msg(timeout=2)).data == b"late:t"
+
+
+class _RecordingTransport:
+    """Forwards to the real transport and records what each write carried."""
+
+    def __init__(self, real) -> None:
+        self._real = real
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+        self._real.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+async def test_a_delivery_pass_is_written_while_it_runs(broker, nc):
+    """A pull for 100 stored messages is delivered in one pass, written in growing batches (8, 16, ...)
+    as it goes, so the client can start on the first messages before the pass ends."""
+    js = nc.jetstream()
+    await js.add_stream(name="EAGER", subjects=["eager.>"])
+    for i in range(100):
+        await nc.publish("eager.x", b"%d" % i)
+    await js.add_consumer("EAGER", durable_name="C")
+    (conn,) = broker.clients.values()
+    recorder = _RecordingTransport(conn.transport)
+    conn.transport = recorder
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish("$JS.API.CONSUMER.MSG.NEXT.EAGER.C", b'{"batch":100}', reply=inbox)
+    got = [await sub.next_msg(timeout=2) for _ in range(100)]
+    assert [int(m.data) for m in got] == list(range(100))
+    sizes = [n for n in (w.count(b"MSG eager.x ") for w in recorder.writes) if n]
+    assert sizes[0] == 8 and sum(sizes) == 100 and len(sizes) >= 3, sizes

@@ -51,7 +51,9 @@ FC_WINDOW_LIMIT = 32 * 1024 * 1024  # ...and doubles on each response up to this
 ACK_WAIT_SLACK = 1_000_000  # 1 ms, as nats-server's ackWaitDelay
 RUN_BUDGET = 4096  # messages per delivery pass before yielding the loop
 READ_AHEAD_FIRST, READ_AHEAD_MAX = 8, 256  # new messages read per store call in a pass: doubling up to max
-OUT_BATCH = 128  # deliveries handed to the core at once: big passes reach the client while they run
+# Deliveries handed to the core at once: 8, then doubling up to 128 within a pass. The core writes each
+# batch at once, so the client starts on the first messages while the pass goes on.
+OUT_FIRST, OUT_MAX = 8, 128
 
 mono = time.monotonic_ns
 
@@ -150,6 +152,7 @@ class Consumer:
         self._out_target = ""
         self._pass_ns = self._pass_mono = 0  # the clock of the current delivery pass
         self._pass_sent = 0  # deliveries in this pass
+        self._out_n = OUT_FIRST  # the size of the pass's next batch to the core
         self._pass_wait = 0  # shortest ack wait of this pass's deliveries (ns)
         self._subs = _Subs()
         self._t_ack = _Timer(self.loop, self._check_pending)
@@ -610,7 +613,8 @@ class Consumer:
             self._flush_out()
             self._out_target = target
         self._out.append((subject, reply, hdr, data))
-        if len(self._out) >= OUT_BATCH:
+        if len(self._out) >= self._out_n:
+            self._out_n = min(self._out_n * 2, OUT_MAX)
             self._flush_out()
         if self.maxpb:
             self.pbytes += size
@@ -633,6 +637,7 @@ class Consumer:
         """Send what the pass queued and record it once: delivered/ack-floor bookkeeping, activity
         times and the ack-wait timer (the pass's clock stands for every delivery in it)."""
         self._flush_out()
+        self._out_n = OUT_FIRST
         sent, self._pass_sent = self._pass_sent, 0
         if not sent:
             return
