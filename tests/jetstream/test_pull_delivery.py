@@ -202,3 +202,30 @@ async def test_max_waiting_and_push_heartbeat_free_pull(urls, unique) -> None:
 
     t = await same(urls, unique, fn)
     assert t[1] == [("status", "409", "Exceeded MaxWaiting", ())] and t[2] == []
+
+
+@pytest.mark.parametrize("ack_policy", ["explicit", "none"])
+@pytest.mark.parametrize("retention", ["limits", "interest"])
+async def test_long_fetches(urls, unique, ack_policy, retention) -> None:
+    """Batches long enough for jsbroker's run delivery (messages in a row to the only waiting request):
+    a filter that skips every other message, max_ack_pending cutting a batch short, a heartbeat request,
+    interest retention removing what an ack-none consumer got. Same transcript, counters and stream."""
+
+    async def fn(nc: Any, s: str) -> Any:
+        await setup(nc, s, retention=retention)
+        limit = {"max_ack_pending": 25} if ack_policy == "explicit" else {}
+        await consumer(nc, s, "C", ack_policy=ack_policy, filter_subject=f"{s}.a", **limit)
+        for i in range(120):  # after the consumer: an interest stream keeps only what someone wants
+            await nc.request(f"{s}.{'ab'[i % 2]}", f"m{i}".encode(), timeout=2)
+        t = [without_pending(await pull(nc, s, "C", {"batch": 40, "expires": 400_000_000}, wait=2))]
+        t.append(await info(nc, s, "C"))
+        t.append(without_pending(await pull(nc, s, "C", {"batch": 10, "expires": 600_000_000,
+                                                         "idle_heartbeat": 200_000_000}, wait=2, count=10)))
+        t.append(await info(nc, s, "C"))
+        t.append((await api(nc, f"$JS.API.STREAM.INFO.{s}"))["state"]["messages"])
+        return t
+
+    t = await same(urls, unique, fn)
+    first = [e for e in t[0] if e[0] == "msg"]
+    assert len(first) == (25 if ack_policy == "explicit" else 40)
+    assert [e[3] for e in first[:3]] == [b"m0", b"m2", b"m4"]

@@ -154,6 +154,8 @@ class Consumer:
         self._pass_sent = 0  # deliveries in this pass
         self._out_n = OUT_FIRST  # the size of the pass's next batch to the core
         self._pass_wait = 0  # shortest ack wait of this pass's deliveries (ns)
+        self._pass_served: pull.Waiting | None = None  # a request already checked for expiry and interest
+        self._pass_retained = False  # the stream hears about acks (interest/workqueue), read per pass
         self._subs = _Subs()
         self._t_ack = _Timer(self.loop, self._check_pending)
         self._t_wait = _Timer(self.loop, self._on_wait_timer)
@@ -406,6 +408,7 @@ class Consumer:
         self._ahead_n = min(max(owed, READ_AHEAD_FIRST), READ_AHEAD_MAX)
         if not self._paused():  # checked once: the pause timer kicks again when it ends
             self._pass_ns, self._pass_mono = now_ns(), mono()  # one clock read per pass
+            self._pass_served, self._pass_retained = None, self._interest_retention
             try:
                 finished = self._deliver_all()
             finally:
@@ -420,12 +423,18 @@ class Consumer:
         """Deliver every message this pass can; False when the budget ran out first."""
         push = self.cfg.is_push
         alive: set[str] = set()
-        for _ in range(RUN_BUDGET):
+        budget = RUN_BUDGET
+        while budget > 0:
+            budget -= 1
             if push:
                 if not self.active or (self.maxpb and self.pbytes > self.maxpb):
                     return True
-            elif not self.waiting:
+            elif not (q := self.waiting):
                 return True
+            elif (q.peek() is self._pass_served and len(q) == 1 and self._ahead and not self.rdq
+                  and self.lss is None and not self._headers_only and (sent := self._deliver_run(q, budget))):
+                budget -= sent
+                continue
             if self._hold_until and (left := self._hold_until - mono()) > 0:
                 # loop timers may fire a little early (uvloop counts in whole milliseconds): wait out the rest
                 self._t_hold.arm(left, earliest=False)
@@ -444,11 +453,13 @@ class Consumer:
             hdr, data = msg.hdr, msg.data
             if self._headers_only:
                 hdr, data = headers.append(hdr, [("Nats-Msg-Size", str(len(data)))]), b""
-            size = len(msg.subject) + len(reply) + len(hdr) + len(data)
+            size = 0  # what a byte limit (push flow control, a pull's max_bytes) counts
             if push:
                 target, left_n, left_b = self.cfg.deliver_subject, 1, 0
+                if self.maxpb:
+                    size = len(msg.subject) + len(reply) + len(hdr) + len(data)
             else:
-                w = self._next_waiting(size, alive)
+                w = self._next_waiting(msg.subject, reply, hdr, data, alive)
                 if w is None:
                     self._unget(msg.seq, dc, saved)
                     return True
@@ -459,6 +470,35 @@ class Consumer:
             if left_n <= 0 and left_b > 0:
                 self._publish(target, None, pull.batch_completed(left_n, left_b), b"")
         return False
+
+    def _deliver_run(self, q: pull.WaitQueue, budget: int) -> int:
+        """New messages from the read-ahead in a row to the only waiting request, already checked in
+        this pass (a fetch): the per-message choice of message and request is skipped. Returns how
+        many were delivered (0 leaves the work to the general path)."""
+        w = q.peek()
+        assert w is not None
+        n = min(w.n, budget + 1)
+        if w.b:
+            return 0
+        if self.maxp > 0:
+            n = min(n, self.maxp - len(self.pending))
+        ahead = self._ahead
+        msgs: list[StoredMsg] = []
+        while ahead and len(msgs) < n:
+            msg = ahead.popleft()
+            if msg.seq >= self.sseq:
+                msgs.append(msg)
+        deliver, reply_subject, prefix, target = self._deliver, ack.reply_subject, self._ack_prefix, w.reply
+        for msg in msgs:
+            seq = msg.seq
+            self.sseq = seq + 1
+            self.npc -= 1
+            deliver(target, reply_subject(prefix, 1, seq, self.dseq, msg.ts, max(self.npc, 0)), seq, msg.subject,
+                    msg.hdr, msg.data, 1, 0)
+        q.take_many(w, len(msgs))
+        if msgs and w.heartbeat and w.n > 0:
+            w.next_heartbeat = self._pass_mono + w.heartbeat
+        return len(msgs)
 
     def _next_msg(self) -> tuple[StoredMsg, int] | None:
         store = self.stream.store
@@ -564,9 +604,15 @@ class Consumer:
         self._replay_ts = msg.ts
         return False
 
-    def _next_waiting(self, size: int, alive: set[str]) -> pull.Waiting | None:
+    def _next_waiting(self, subject: str, reply: str, hdr: bytes, data: bytes, alive: set[str]) -> pull.Waiting | None:
+        """The request the next delivery goes to (round-robin), dropping expired or abandoned ones; a
+        request served just before in this pass needs no expiry or interest check again."""
         q = self.waiting
         assert q is not None
+        w = q.peek()
+        if w is not None and w is self._pass_served and not w.b:
+            q.take(w)
+            return w
         now = self._pass_mono
         while (w := q.peek()) is not None:
             if w.expires_at and now >= w.expires_at:
@@ -574,6 +620,7 @@ class Consumer:
                 q.drop_head()
                 continue
             if w.b > 0:
+                size = len(subject) + len(reply) + len(hdr) + len(data)
                 if size <= w.b:
                     w.b -= size
                     if w.b == 0:
@@ -585,6 +632,7 @@ class Consumer:
             if w.reply in alive or self.bus.has_interest(w.reply):
                 alive.add(w.reply)
                 q.take(w)
+                self._pass_served = w
                 return w
             q.drop_head()
         return None
@@ -620,7 +668,7 @@ class Consumer:
             self.pbytes += size
             if not self.fcid and self.pbytes > self.maxpb // 2:
                 self._send_flow_control()
-        if self._ack_none:
+        if self._ack_none and self._pass_retained:
             self.stream.acked(seq)  # interest/workqueue streams drop it once nobody needs it
 
     def _flush_out(self) -> None:

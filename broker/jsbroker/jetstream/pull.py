@@ -163,6 +163,13 @@ class WaitQueue:
         if w.n > 0:
             self._q.append(w)
 
+    def take_many(self, w: Waiting, n: int) -> None:
+        """Count `n` deliveries to `w`, the only request (as `take` n times: it stays the head)."""
+        w.n -= n
+        w.delivered += n
+        if w.n <= 0:
+            self._q.popleft()
+
     def drop_head(self) -> None:
         self._q.popleft()
 
