@@ -287,3 +287,41 @@ async def test_acks_sent_in_one_write(urls, unique, storage, retention) -> None:
 
     t = await same(urls, unique, fn)
     assert [e[2][:2] for e in t[2]] == [("2", "3"), ("1", "5"), ("1", "6"), ("1", "7")]
+
+
+async def test_acks_waiting_for_a_pass_are_seen_by_every_request(jsbroker_server, unique) -> None:
+    """Plain acks followed by a fetch may be applied after that fetch's delivery pass (nats-server is
+    looser still: its acks race everything), but every request behind them sees them: INFO right
+    after the fetch and RESET to the ack floor (the fetch, served after the read, then starts there)."""
+    nc = await nats.connect(jsbroker_server.url)
+    s = unique("A")
+    await stream(nc, s)
+    await consumer(nc, s, "C", ack_policy="explicit")
+    await publish(nc, s, 8)
+    msgs = await (await nc.jetstream().pull_subscribe_bind("C", s)).fetch(4, timeout=2)
+    host, port = jsbroker_server.url.removeprefix("nats://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    await reader.readline()  # INFO
+    acks = b"".join(b"PUB %s  0\r\n\r\n" % m.reply.encode() for m in msgs[:3])  # nats-py's spelling
+    writer.write(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _INBOX.api 1\r\nSUB _INBOX.pull 2\r\n'
+                 + acks
+                 + b"PUB $JS.API.CONSUMER.MSG.NEXT.%s.C _INBOX.pull 11\r\n{\"batch\":2}\r\n" % s.encode()
+                 + b"PUB $JS.API.CONSUMER.INFO.%s.C _INBOX.api 0\r\n\r\n" % s.encode()
+                 + b"PUB $JS.API.CONSUMER.RESET.%s.C _INBOX.api 0\r\n\r\n" % s.encode())
+    api_replies: list[dict[str, Any]] = []
+    delivered: list[bytes] = []
+    while len(api_replies) < 2 or len(delivered) < 2:
+        line = await asyncio.wait_for(reader.readline(), 5)
+        if line.startswith(b"MSG "):
+            subject, size = line.split()[1], int(line.split()[-1])
+            body = (await reader.readexactly(size + 2))[:-2]
+            if subject == b"_INBOX.api":
+                api_replies.append(json.loads(body))
+            else:
+                delivered.append(body)
+    writer.close()
+    await nc.close()
+    info, reset = api_replies
+    assert (info["num_ack_pending"], info["ack_floor"]["stream_seq"]) == (1, 3)  # the fetch's pass comes later
+    assert [m.data for m in msgs] == [b"0", b"1", b"2", b"3"] and delivered == [b"3", b"4"]  # seqs 4, 5
+    assert reset["reset_seq"] == 4 and reset["num_ack_pending"] == 0

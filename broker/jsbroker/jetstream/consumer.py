@@ -109,6 +109,7 @@ class Consumer:
         self.cfg = cfg
         self.store = store
         self._replies: list[str] = []  # ack_sync replies held until the acks they confirm are written
+        self._later_acks: list[str] = []  # plain acks applied after the next delivery pass (`_on_acks`)
         self._persist_armed = False
         store.set_flush_hook(self._arm_persist)
         self.created_ns = created_ns or now_ns()
@@ -218,6 +219,7 @@ class Consumer:
         pulls get `409 Consumer Deleted`: the stream calls this when it is deleted."""
         if self.closed:
             return
+        self._settle_acks()
         for w in self.waiting.clear() if self.waiting is not None else []:
             self.bus.publish(w.reply, None, pull.CONSUMER_DELETED, b"")
         self.closed = True
@@ -249,6 +251,7 @@ class Consumer:
 
     def update_config(self, cfg: ConsumerConfig) -> None:
         """Apply an allowed update (checked by the caller with `consumer_config.update_refusal`)."""
+        self._settle_acks()
         old = self.cfg
         cfg.pause_until = old.pause_until
         self.cfg = cfg
@@ -340,6 +343,7 @@ class Consumer:
 
     def needs(self, seq: int) -> bool:
         """Whether this consumer still needs `seq` (interest retention)."""
+        self._settle_acks()
         if seq <= self.asflr:
             return False
         if self._ack_none or self._ack_all:
@@ -357,6 +361,7 @@ class Consumer:
     def on_stream_purged(self) -> None:
         """nats-server's `consumer.purge` for a purge that may be narrower than this consumer: move
         past what is gone, drop pending messages that no longer exist, persist the whole state."""
+        self._settle_acks()
         store = self.stream.store
         start = store.state().first_seq
         gone = [seq for seq in self.pending if seq < start or store.load_msg(seq) is None]
@@ -401,6 +406,12 @@ class Consumer:
         self._kicked = False
         if self.closed:
             return
+        try:
+            self._pass()
+        finally:
+            self._settle_acks()  # acks that waited for this pass (see `_on_acks`)
+
+    def _pass(self) -> None:
         self._stall = ""
         self._ahead.clear()  # a new pass reads afresh: the stream or the filters may have changed
         # pull requests say how many they want: read that many at once (push starts small and doubles)
@@ -785,20 +796,39 @@ class Consumer:
 
     def _on_acks(self, msgs: list[InternalMsg]) -> None:
         """The acks of one read, in order (`subscribe_batched`). Runs of plain acks (no body, no reply:
-        nobody waits for an answer) are applied together; anything else takes `_on_ack`."""
+        nobody waits for an answer) are applied together; anything else takes `_on_ack`.
+
+        A run of plain acks that cannot change what the next pass delivers (explicit acks, limits
+        retention, nothing queued for redelivery) waits for that pass: a client sends a fetch's acks
+        and its next request in one write, and the pass then goes out while the acks are applied, as
+        nats-server applies acks on the consumer's own goroutine. Anything that reads or changes the
+        ack state applies them first (`_settle_acks`), so requests still see every ack sent before."""
         if self.closed:
             return
         plain: list[str] = []
         for subject, reply, hdr, payload, origin in msgs:
             if payload or reply:
+                self._settle_acks()
                 if plain:
                     self._ack_plain(plain)
                     plain = []
                 self._on_ack(subject, reply, hdr, payload, origin)
             else:
                 plain.append(subject)
-        if plain:
+        if not plain:
+            return
+        if self._ack_none or self._ack_all or self.rdq or self._interest_retention:
+            self._settle_acks()
             self._ack_plain(plain)
+        else:
+            self._later_acks += plain
+            self._kick()
+
+    def _settle_acks(self) -> None:
+        """Apply the plain acks waiting for a delivery pass."""
+        if self._later_acks:
+            subjects, self._later_acks = self._later_acks, []
+            self._ack_plain(subjects)
 
     def _ack_plain(self, subjects: list[str]) -> None:
         """Plain acks in order. The common case, an explicit-ack consumer acking pending messages with
@@ -979,6 +1009,7 @@ class Consumer:
         return self.cfg.ack_wait + ACK_WAIT_SLACK
 
     def _check_pending(self) -> None:
+        self._settle_acks()  # an ack waiting for a pass is no reason to redeliver
         if self.closed or not self.pending or self.cfg.ack_wait <= 0:
             return
         now = now_ns()
@@ -1074,6 +1105,7 @@ class Consumer:
     def _on_inactive_timer(self) -> None:
         if self.closed:
             return
+        self._settle_acks()
         threshold = self.cfg.inactive_threshold
         if self.cfg.is_push:
             if self.active:
@@ -1106,6 +1138,7 @@ class Consumer:
 
     def reset(self, seq: int) -> int:
         """CONSUMER.RESET: move delivery to `seq` (0 = ack floor + 1). Returns the target seq."""
+        self._settle_acks()
         cfg = self.cfg
         if seq == 0:
             seq = self.asflr + 1
@@ -1146,6 +1179,7 @@ class Consumer:
     def info(self, dynamic_metadata: bool = True) -> dict[str, Any]:
         """ConsumerInfo as nats-server reports it (without "type"); LIST leaves out the server's
         dynamic metadata (`_nats.level`, `_nats.ver`) as nats-server does."""
+        self._settle_acks()
         self._recount_pending()
         if self.waiting is not None:
             self._sweep(end_of_stream=False)
