@@ -289,6 +289,37 @@ async def test_acks_sent_in_one_write(urls, unique, storage, retention) -> None:
     assert [e[2][:2] for e in t[2]] == [("2", "3"), ("1", "5"), ("1", "6"), ("1", "7")]
 
 
+async def _raw_fetch_session(url: str, frames: bytes, answers: int, deliveries: int) -> tuple[list[Any], list[bytes]]:
+    """Send `frames` in one write on a raw connection subscribed to `_INBOX.api` (JSON answers) and
+    `_INBOX.pull` (deliveries); return both once that many of each arrived."""
+    host, port = url.removeprefix("nats://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    await reader.readline()  # INFO
+    writer.write(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _INBOX.api 1\r\nSUB _INBOX.pull 2\r\n' + frames)
+    api_replies: list[Any] = []
+    delivered: list[bytes] = []
+    while len(api_replies) < answers or len(delivered) < deliveries:
+        line = await asyncio.wait_for(reader.readline(), 5)
+        if line.startswith(b"MSG "):
+            subject, size = line.split()[1], int(line.split()[-1])
+            body = (await reader.readexactly(size + 2))[:-2]
+            if subject == b"_INBOX.api":
+                api_replies.append(json.loads(body))
+            else:
+                delivered.append(body)
+    writer.close()
+    return api_replies, delivered
+
+
+def _fetch_frame(s: str, batch: int) -> bytes:
+    body = b'{"batch":%d}' % batch
+    return b"PUB $JS.API.CONSUMER.MSG.NEXT.%s.C _INBOX.pull %d\r\n%s\r\n" % (s.encode(), len(body), body)
+
+
+def _api_frame(verb: str, s: str) -> bytes:
+    return b"PUB $JS.API.CONSUMER.%s.%s.C _INBOX.api 0\r\n\r\n" % (verb.encode(), s.encode())
+
+
 async def test_acks_waiting_for_a_pass_are_seen_by_every_request(jsbroker_server, unique) -> None:
     """Plain acks followed by a fetch may be applied after that fetch's delivery pass (nats-server is
     looser still: its acks race everything), but every request behind them sees them: INFO right
@@ -299,29 +330,28 @@ async def test_acks_waiting_for_a_pass_are_seen_by_every_request(jsbroker_server
     await consumer(nc, s, "C", ack_policy="explicit")
     await publish(nc, s, 8)
     msgs = await (await nc.jetstream().pull_subscribe_bind("C", s)).fetch(4, timeout=2)
-    host, port = jsbroker_server.url.removeprefix("nats://").rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    await reader.readline()  # INFO
-    acks = b"".join(b"PUB %s  0\r\n\r\n" % m.reply.encode() for m in msgs[:3])  # nats-py's spelling
-    writer.write(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _INBOX.api 1\r\nSUB _INBOX.pull 2\r\n'
-                 + acks
-                 + b"PUB $JS.API.CONSUMER.MSG.NEXT.%s.C _INBOX.pull 11\r\n{\"batch\":2}\r\n" % s.encode()
-                 + b"PUB $JS.API.CONSUMER.INFO.%s.C _INBOX.api 0\r\n\r\n" % s.encode()
-                 + b"PUB $JS.API.CONSUMER.RESET.%s.C _INBOX.api 0\r\n\r\n" % s.encode())
-    api_replies: list[dict[str, Any]] = []
-    delivered: list[bytes] = []
-    while len(api_replies) < 2 or len(delivered) < 2:
-        line = await asyncio.wait_for(reader.readline(), 5)
-        if line.startswith(b"MSG "):
-            subject, size = line.split()[1], int(line.split()[-1])
-            body = (await reader.readexactly(size + 2))[:-2]
-            if subject == b"_INBOX.api":
-                api_replies.append(json.loads(body))
-            else:
-                delivered.append(body)
-    writer.close()
     await nc.close()
-    info, reset = api_replies
+    acks = b"".join(b"PUB %s  0\r\n\r\n" % m.reply.encode() for m in msgs[:3])  # nats-py's spelling
+    frames = acks + _fetch_frame(s, 2) + _api_frame("INFO", s) + _api_frame("RESET", s)
+    (info, reset), delivered = await _raw_fetch_session(jsbroker_server.url, frames, 2, 2)
     assert (info["num_ack_pending"], info["ack_floor"]["stream_seq"]) == (1, 3)  # the fetch's pass comes later
     assert [m.data for m in msgs] == [b"0", b"1", b"2", b"3"] and delivered == [b"3", b"4"]  # seqs 4, 5
     assert reset["reset_seq"] == 4 and reset["num_ack_pending"] == 0
+
+
+async def test_an_ack_ahead_of_delivery_stays_ignored(jsbroker_server, unique) -> None:
+    """An ack for a message not yet delivered when it arrived changes nothing, even if it waits for a
+    pass that then delivers that message."""
+    nc = await nats.connect(jsbroker_server.url)
+    s = unique("A")
+    await stream(nc, s)
+    await consumer(nc, s, "C", ack_policy="explicit")
+    await publish(nc, s, 8)
+    msgs = await (await nc.jetstream().pull_subscribe_bind("C", s)).fetch(3, timeout=2)
+    acks = b"".join(b"PUB %s  0\r\n\r\n" % m.reply.encode() for m in msgs)
+    early = b"PUB $JS.ACK.%s.C.1.5.5.0.0  0\r\n\r\n" % s.encode()  # seq 5: not delivered yet
+    _, delivered = await _raw_fetch_session(jsbroker_server.url, acks + early + _fetch_frame(s, 2), 0, 2)
+    info = await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C")
+    await nc.close()
+    assert delivered == [b"3", b"4"]  # seqs 4, 5
+    assert (info["num_ack_pending"], info["ack_floor"]["stream_seq"]) == (2, 3)

@@ -109,7 +109,8 @@ class Consumer:
         self.cfg = cfg
         self.store = store
         self._replies: list[str] = []  # ack_sync replies held until the acks they confirm are written
-        self._later_acks: list[str] = []  # plain acks applied after the next delivery pass (`_on_acks`)
+        # plain acks applied after the next delivery pass (`_on_acks`), with `sseq` as it was then
+        self._later_acks: list[tuple[list[str], int]] = []
         self._persist_armed = False
         store.set_flush_hook(self._arm_persist)
         self.created_ns = created_ns or now_ns()
@@ -810,7 +811,7 @@ class Consumer:
             if payload or reply:
                 self._settle_acks()
                 if plain:
-                    self._ack_plain(plain)
+                    self._ack_plain(plain, self.sseq)
                     plain = []
                 self._on_ack(subject, reply, hdr, payload, origin)
             else:
@@ -819,27 +820,29 @@ class Consumer:
             return
         if self._ack_none or self._ack_all or self.rdq or self._interest_retention:
             self._settle_acks()
-            self._ack_plain(plain)
+            self._ack_plain(plain, self.sseq)
         else:
-            self._later_acks += plain
+            self._later_acks.append((plain, self.sseq))
             self._kick()
 
     def _settle_acks(self) -> None:
         """Apply the plain acks waiting for a delivery pass."""
         if self._later_acks:
-            subjects, self._later_acks = self._later_acks, []
-            self._ack_plain(subjects)
+            runs, self._later_acks = self._later_acks, []
+            for subjects, below in runs:
+                self._ack_plain(subjects, below)
 
-    def _ack_plain(self, subjects: list[str]) -> None:
-        """Plain acks in order. The common case, an explicit-ack consumer acking pending messages with
-        no redeliveries about, takes one loop, one store call and one clock read; the rest `_ack`."""
+    def _ack_plain(self, subjects: list[str], below: int) -> None:
+        """Plain acks in order, of messages delivered when they arrived (stream seq < `below`). The
+        common case, an explicit-ack consumer acking pending messages with no redeliveries about, takes
+        one loop, one store call and one clock read; the rest `_ack`."""
         parse = ack.parse_subject
         if self._ack_none or self._ack_all or self.rdc or self.rdq:
             for subject in subjects:
-                if (target := parse(subject)) is not None:
+                if (target := parse(subject)) is not None and target[1] < below:
                     self._ack(target[1], target[2])
             return
-        pending, next_sseq = self.pending, self.sseq
+        pending, next_sseq = self.pending, below
         freed = self.maxp > 0 and len(pending) >= self.maxp
         acked: list[tuple[int, int]] = []
         valid = False
