@@ -203,3 +203,26 @@ async def test_ephemeral_push_goes_after_interest_lost(urls, unique) -> None:
         return [len(got), present]
 
     assert await same(urls, unique, fn) == [1, [None, 10014]]
+
+
+async def test_push_backlog_with_max_ack_pending(urls, unique) -> None:
+    """A backlog long enough for jsbroker's run delivery: max_ack_pending cuts it, acks let the rest
+    through in order, and the counters match."""
+
+    async def fn(nc: Any, s: str) -> Any:
+        await setup(nc, s, 60)
+        await create(nc, s, "C", deliver_subject=f"{s}-d", ack_policy="explicit", max_ack_pending=25)
+        first = await collect(nc, f"{s}-d", count=25, wait=2)
+        await asyncio.sleep(0.2)  # nothing more may come while 25 are pending
+        held = info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C"))
+        sub = await nc.subscribe(f"{s}-d")  # takes over delivery; then ack the first 25 in one write
+        for e in first:
+            await nc.publish(f"$JS.ACK.{s}.C.{e[2][0]}.{e[2][1]}.{e[2][2]}.0.{e[2][3]}", b"")
+        rest = [entry(await sub.next_msg(timeout=2)) for _ in range(25)]
+        await sub.unsubscribe()
+        return [[e[:2] + (e[2][:3],) + e[3:] for e in first], held,
+                [e[:2] + (e[2][:3],) + e[3:] for e in rest]]
+
+    t = await same(urls, unique, fn)
+    assert len(t[0]) == 25 and t[1]["num_ack_pending"] == 25
+    assert [e[3] for e in t[2]][:2] == [b"25", b"26"]

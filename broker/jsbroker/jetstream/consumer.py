@@ -441,10 +441,9 @@ class Consumer:
             if push:
                 if not self.active or (self.maxpb and self.pbytes > self.maxpb):
                     return True
-            elif not (q := self.waiting):
+            elif not self.waiting:
                 return True
-            elif (q.peek() is self._pass_served and len(q) == 1 and self._ahead and not self.rdq
-                  and self.lss is None and not self._headers_only and (sent := self._deliver_run(q, budget))):
+            if sent := self._deliver_run(budget):
                 budget -= sent
                 continue
             if self._hold_until and (left := self._hold_until - mono()) > 0:
@@ -483,15 +482,23 @@ class Consumer:
                 self._publish(target, None, pull.batch_completed(left_n, left_b), b"")
         return False
 
-    def _deliver_run(self, q: pull.WaitQueue, budget: int) -> int:
-        """New messages from the read-ahead in a row to the only waiting request, already checked in
-        this pass (a fetch): the per-message choice of message and request is skipped. Returns how
-        many were delivered (0 leaves the work to the general path)."""
-        w = q.peek()
-        assert w is not None
-        n = min(w.n, budget + 1)
-        if w.b:
+    def _deliver_run(self, budget: int) -> int:
+        """New messages from the read-ahead in a row, to the push subject (no flow control, replay or
+        rate limit) or to the only waiting pull request once checked in this pass (a fetch): the
+        per-message choice of message and destination is skipped. Returns how many were delivered
+        (0 leaves the work to the general path)."""
+        if not self._ahead or self.rdq or self.lss is not None or self._headers_only:
             return 0
+        q = self.waiting
+        if q is None:
+            if self.maxpb or self._holds:
+                return 0
+            w, target, n = None, self.cfg.deliver_subject, budget + 1
+        else:
+            w = q.peek()
+            if w is None or w is not self._pass_served or w.b or len(q) != 1:
+                return 0
+            target, n = w.reply, min(w.n, budget + 1)
         if self.maxp > 0:
             n = min(n, self.maxp - len(self.pending))
         ahead = self._ahead
@@ -500,16 +507,17 @@ class Consumer:
             msg = ahead.popleft()
             if msg.seq >= self.sseq:
                 msgs.append(msg)
-        deliver, reply_subject, prefix, target = self._deliver, ack.reply_subject, self._ack_prefix, w.reply
+        deliver, reply_subject, prefix = self._deliver, ack.reply_subject, self._ack_prefix
         for msg in msgs:
             seq = msg.seq
             self.sseq = seq + 1
             self.npc -= 1
             deliver(target, reply_subject(prefix, 1, seq, self.dseq, msg.ts, max(self.npc, 0)), seq, msg.subject,
                     msg.hdr, msg.data, 1, 0)
-        q.take_many(w, len(msgs))
-        if msgs and w.heartbeat and w.n > 0:
-            w.next_heartbeat = self._pass_mono + w.heartbeat
+        if w is not None and q is not None:
+            q.take_many(w, len(msgs))
+            if msgs and w.heartbeat and w.n > 0:
+                w.next_heartbeat = self._pass_mono + w.heartbeat
         return len(msgs)
 
     def _next_msg(self) -> tuple[StoredMsg, int] | None:
