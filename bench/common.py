@@ -38,6 +38,7 @@ class Sample:
     msgs: int  # messages the workload counts (delivered, or ingested when nothing is delivered)
     seconds: float
     cpu: float  # server CPU seconds spent during the run
+    client_cpu: float = 0.0  # the measured client's own CPU seconds, where a workload reports it
 
     @property
     def rate(self) -> float:
@@ -130,7 +131,9 @@ def main(doc: str | None, workloads: list[Workload], start: Callable[[], dict[st
                 for kind in KINDS if rep % 2 == 0 else KINDS[::-1]:
                     s = fn(servers[kind], n)
                     result.samples[kind].append(s)
-                    print(f"{name:42s} {kind:12s} {s.rate:10,.0f} msgs/s  {s.cpu_per_msg_us:7.2f} µs CPU/msg", flush=True)
+                    client = f"  (client {s.client_cpu / s.msgs * 1e6:.1f} µs CPU/msg)" if s.client_cpu else ""
+                    print(f"{name:42s} {kind:12s} {s.rate:10,.0f} msgs/s  {s.cpu_per_msg_us:7.2f} µs CPU/msg{client}",
+                          flush=True)
             results.append(result)
     finally:
         for handle in servers.values():

@@ -3,7 +3,9 @@
 Each run pre-publishes N messages into a fresh file stream (raw socket, not timed), then a nats-py child
 process drains them and is timed: pull `fetch(100)` and `fetch(500)` with an ack per message, `fetch(500)`
 on an ack-none consumer, and a push consumer (ack none) counted in a callback. The server's CPU is read
-around the drain only. The table shows medians: msgs/s and server CPU µs per message, jsbroker/nats-server.
+around the drain only. The table shows medians: msgs/s and server CPU µs per message, jsbroker/nats-server;
+each run's line also shows the client's own CPU per message: a rate is the client's time plus the server
+time it waits for, so the client CPU tells how much of a difference is the server's.
 
     python3 bench/jetstream_consume.py            # full run (100k messages, 3 repetitions)
     python3 bench/jetstream_consume.py --quick    # 20k messages, one repetition
@@ -71,7 +73,7 @@ def _wait_stored(url: str, name: str, n: int) -> None:
     asyncio.run(main())
 
 
-def _consumer(url: str, name: str, n: int, mode: str, batch: int, out: "mp.Queue[float]") -> None:
+def _consumer(url: str, name: str, n: int, mode: str, batch: int, out: "mp.Queue[tuple[float, float]]") -> None:
     async def main() -> None:
         import nats
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -89,16 +91,16 @@ def _consumer(url: str, name: str, n: int, mode: str, batch: int, out: "mp.Queue
                 if got >= n:
                     done.set()
 
-            out.put(0.0)  # ready
-            start = time.perf_counter()
+            out.put((0.0, 0.0))  # ready
+            start, cpu = time.perf_counter(), time.process_time()
             sub = await js.subscribe(name + ".x", stream=name, cb=cb, manual_ack=True,
                                      config=ConsumerConfig(ack_policy=ack, deliver_policy=DeliverPolicy.ALL))
             await asyncio.wait_for(done.wait(), 600)
         else:
             sub = await js.pull_subscribe(name + ".x", durable="BENCH", stream=name,
                                           config=ConsumerConfig(ack_policy=ack, max_ack_pending=-1))
-            out.put(0.0)  # ready
-            start = time.perf_counter()
+            out.put((0.0, 0.0))  # ready
+            start, cpu = time.perf_counter(), time.process_time()
             while got < n:
                 msgs = await sub.fetch(batch, timeout=5)
                 if ack is AckPolicy.EXPLICIT:
@@ -106,7 +108,7 @@ def _consumer(url: str, name: str, n: int, mode: str, batch: int, out: "mp.Queue
                         await m.ack()
                 got += len(msgs)
             await nc.flush()
-        out.put(time.perf_counter() - start)
+        out.put((time.perf_counter() - start, time.process_time() - cpu))
         await sub.unsubscribe()
         await nc.close()
 
@@ -118,16 +120,16 @@ def consume(mode: str, batch: int = 0) -> Callable[[ServerHandle, int], Sample]:
         name = f"CBENCH{next(_names)}"
         _admin(handle.url, make=name)
         _fill(handle.url, name, n)
-        out: mp.Queue[float] = mp.Queue()
+        out: mp.Queue[tuple[float, float]] = mp.Queue()
         proc = mp.Process(target=_consumer, args=(handle.url, name, n, mode, batch, out))
         proc.start()
         out.get(timeout=60)
         before = cpu_seconds(handle.pid)
-        seconds = out.get(timeout=900)
+        seconds, client_cpu = out.get(timeout=900)
         cpu = cpu_seconds(handle.pid) - before
         proc.join()
         _admin(handle.url, delete=name)
-        return Sample(n, seconds, cpu)
+        return Sample(n, seconds, cpu, client_cpu)
 
     return run
 
