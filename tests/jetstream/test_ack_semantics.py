@@ -226,40 +226,6 @@ async def test_huge_batch_and_expires(urls, unique) -> None:
     assert t[0] == 3 and t[1]["num_pending"] == 0
 
 
-async def _raw_exchange(url: str, frames: bytes, replies: int) -> list[dict[str, Any]]:
-    """Send `frames` in one write on a raw connection subscribed to `_INBOX.raw`; return the JSON bodies
-    of the first `replies` messages it receives there."""
-    host, port = url.removeprefix("nats://").rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    await reader.readline()  # INFO
-    writer.write(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _INBOX.raw 1\r\n' + frames)
-    bodies: list[dict[str, Any]] = []
-    while len(bodies) < replies:
-        line = await asyncio.wait_for(reader.readline(), 5)
-        if line.startswith(b"MSG "):
-            size = int(line.split()[-1])
-            bodies.append(json.loads((await reader.readexactly(size + 2))[:-2]))
-    writer.close()
-    return bodies
-
-
-async def test_acks_and_requests_in_one_read(jsbroker_server, unique) -> None:
-    """Acks and API requests arriving in the same read are applied in order: jsbroker hands a consumer
-    its acks in batches, yet an INFO after three acks sees exactly those three. Our promise, not a
-    comparison: nats-server queues acks to the consumer's goroutine, so its INFO may not see them yet."""
-    nc = await nats.connect(jsbroker_server.url)
-    s = unique("A")
-    await stream(nc, s)
-    await consumer(nc, s, "C", ack_policy="explicit")
-    await publish(nc, s, 6)
-    msgs = await (await nc.jetstream().pull_subscribe_bind("C", s)).fetch(6, timeout=2)
-    acks = [b"PUB %s 0\r\n\r\n" % m.reply.encode() for m in msgs]
-    info = b"PUB $JS.API.CONSUMER.INFO.%s.C _INBOX.raw 0\r\n\r\n" % s.encode()
-    first, second = await _raw_exchange(jsbroker_server.url, b"".join(acks[:3]) + info + b"".join(acks[3:]) + info, 2)
-    await nc.close()
-    assert [(i["num_ack_pending"], i["ack_floor"]["stream_seq"]) for i in (first, second)] == [(3, 3), (0, 6)]
-
-
 @pytest.mark.parametrize("storage", ["memory", "file"])
 @pytest.mark.parametrize("retention", ["limits", "interest", "workqueue"])
 async def test_acks_sent_in_one_write(urls, unique, storage, retention) -> None:
@@ -289,7 +255,7 @@ async def test_acks_sent_in_one_write(urls, unique, storage, retention) -> None:
     assert [e[2][:2] for e in t[2]] == [("2", "3"), ("1", "5"), ("1", "6"), ("1", "7")]
 
 
-async def _raw_fetch_session(url: str, frames: bytes, answers: int, deliveries: int) -> tuple[list[Any], list[bytes]]:
+async def _raw_session(url: str, frames: bytes, answers: int, deliveries: int) -> tuple[list[Any], list[bytes]]:
     """Send `frames` in one write on a raw connection subscribed to `_INBOX.api` (JSON answers) and
     `_INBOX.pull` (deliveries); return both once that many of each arrived."""
     host, port = url.removeprefix("nats://").rsplit(":", 1)
@@ -320,20 +286,40 @@ def _api_frame(verb: str, s: str) -> bytes:
     return b"PUB $JS.API.CONSUMER.%s.%s.C _INBOX.api 0\r\n\r\n" % (verb.encode(), s.encode())
 
 
+async def _fetched(url: str, s: str, published: int, fetched: int) -> list[Any]:
+    """Stream `s` with `published` messages and an explicit consumer C that fetched the first `fetched`."""
+    nc = await nats.connect(url)
+    try:
+        await stream(nc, s)
+        await consumer(nc, s, "C", ack_policy="explicit")
+        await publish(nc, s, published)
+        return await (await nc.jetstream().pull_subscribe_bind("C", s)).fetch(fetched, timeout=2)
+    finally:
+        await nc.close()
+
+
+async def test_acks_and_requests_in_one_read(jsbroker_server, unique) -> None:
+    """Acks and API requests arriving in the same read are applied in order: jsbroker hands a consumer
+    its acks in batches, yet an INFO after three acks sees exactly those three. Our promise, not a
+    comparison: nats-server queues acks to the consumer's goroutine, so its INFO may not see them yet."""
+    s = unique("A")
+    msgs = await _fetched(jsbroker_server.url, s, 6, 6)
+    acks = [b"PUB %s 0\r\n\r\n" % m.reply.encode() for m in msgs]
+    info = _api_frame("INFO", s)
+    frames = b"".join(acks[:3]) + info + b"".join(acks[3:]) + info
+    (first, second), _ = await _raw_session(jsbroker_server.url, frames, 2, 0)
+    assert [(i["num_ack_pending"], i["ack_floor"]["stream_seq"]) for i in (first, second)] == [(3, 3), (0, 6)]
+
+
 async def test_acks_waiting_for_a_pass_are_seen_by_every_request(jsbroker_server, unique) -> None:
     """Plain acks followed by a fetch may be applied after that fetch's delivery pass (nats-server is
     looser still: its acks race everything), but every request behind them sees them: INFO right
     after the fetch and RESET to the ack floor (the fetch, served after the read, then starts there)."""
-    nc = await nats.connect(jsbroker_server.url)
     s = unique("A")
-    await stream(nc, s)
-    await consumer(nc, s, "C", ack_policy="explicit")
-    await publish(nc, s, 8)
-    msgs = await (await nc.jetstream().pull_subscribe_bind("C", s)).fetch(4, timeout=2)
-    await nc.close()
+    msgs = await _fetched(jsbroker_server.url, s, 8, 4)
     acks = b"".join(b"PUB %s  0\r\n\r\n" % m.reply.encode() for m in msgs[:3])  # nats-py's spelling
     frames = acks + _fetch_frame(s, 2) + _api_frame("INFO", s) + _api_frame("RESET", s)
-    (info, reset), delivered = await _raw_fetch_session(jsbroker_server.url, frames, 2, 2)
+    (info, reset), delivered = await _raw_session(jsbroker_server.url, frames, 2, 2)
     assert (info["num_ack_pending"], info["ack_floor"]["stream_seq"]) == (1, 3)  # the fetch's pass comes later
     assert [m.data for m in msgs] == [b"0", b"1", b"2", b"3"] and delivered == [b"3", b"4"]  # seqs 4, 5
     assert reset["reset_seq"] == 4 and reset["num_ack_pending"] == 0
@@ -342,16 +328,11 @@ async def test_acks_waiting_for_a_pass_are_seen_by_every_request(jsbroker_server
 async def test_an_ack_ahead_of_delivery_stays_ignored(jsbroker_server, unique) -> None:
     """An ack for a message not yet delivered when it arrived changes nothing, even if it waits for a
     pass that then delivers that message."""
-    nc = await nats.connect(jsbroker_server.url)
     s = unique("A")
-    await stream(nc, s)
-    await consumer(nc, s, "C", ack_policy="explicit")
-    await publish(nc, s, 8)
-    msgs = await (await nc.jetstream().pull_subscribe_bind("C", s)).fetch(3, timeout=2)
+    msgs = await _fetched(jsbroker_server.url, s, 8, 3)
     acks = b"".join(b"PUB %s  0\r\n\r\n" % m.reply.encode() for m in msgs)
     early = b"PUB $JS.ACK.%s.C.1.5.5.0.0  0\r\n\r\n" % s.encode()  # seq 5: not delivered yet
-    _, delivered = await _raw_fetch_session(jsbroker_server.url, acks + early + _fetch_frame(s, 2), 0, 2)
-    info = await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C")
-    await nc.close()
+    _, delivered = await _raw_session(jsbroker_server.url, acks + early + _fetch_frame(s, 2), 0, 2)
+    (info,), _ = await _raw_session(jsbroker_server.url, _api_frame("INFO", s), 1, 0)
     assert delivered == [b"3", b"4"]  # seqs 4, 5
     assert (info["num_ack_pending"], info["ack_floor"]["stream_seq"]) == (2, 3)
