@@ -365,11 +365,11 @@ def _random_spec(rng: Any, variants: dict[str, list[Any]]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("seed", range(12))
-async def test_random_stream_changes_converge_in_one_update(nc: Any, seed: int) -> None:
+async def test_random_stream_changes_converge_in_one_update(nc: Any, unique: Any, seed: int) -> None:
     import random
 
     rng = random.Random(seed)
-    name = f"RND{seed}"
+    name = unique(f"RND{seed}")  # never a name (or a store directory) another run left behind
     before, after = (stream(_random_spec(rng, STREAM_VARIANTS), name) for _ in range(2))
     created = await ok(nc, f"STREAM.CREATE.{name}", plan.plan_stream(before, None).config)
     try:
@@ -385,11 +385,11 @@ async def test_random_stream_changes_converge_in_one_update(nc: Any, seed: int) 
 
 
 @pytest.mark.parametrize("seed", range(12))
-async def test_random_consumer_changes_converge_in_one_update(nc: Any, seed: int) -> None:
+async def test_random_consumer_changes_converge_in_one_update(nc: Any, unique: Any, seed: int) -> None:
     import random
 
     rng = random.Random(1000 + seed)
-    stream_name = f"CRND{seed}"
+    stream_name = unique(f"CRND{seed}")
     await ok(nc, f"STREAM.CREATE.{stream_name}", {"name": stream_name, "subjects": ["rnd.>"]})
     try:
         before, after = (
