@@ -435,6 +435,9 @@ class Consumer:
         """Deliver every message this pass can; False when the budget ran out first."""
         push = self.cfg.is_push
         alive: set[str] = set()
+        # whether this pass may deliver runs (`_deliver_run`): not with headers only, nor to a push
+        # subject under flow control, replay or a rate limit
+        runs = not self._headers_only and not (push and (self.maxpb or self._holds))
         budget = RUN_BUDGET
         while budget > 0:
             budget -= 1
@@ -443,7 +446,7 @@ class Consumer:
                     return True
             elif not self.waiting:
                 return True
-            if sent := self._deliver_run(budget):
+            if runs and (sent := self._deliver_run(budget)):
                 budget -= sent
                 continue
             if self._hold_until and (left := self._hold_until - mono()) > 0:
@@ -483,16 +486,14 @@ class Consumer:
         return False
 
     def _deliver_run(self, budget: int) -> int:
-        """New messages from the read-ahead in a row, to the push subject (no flow control, replay or
-        rate limit) or to the only waiting pull request once checked in this pass (a fetch): the
-        per-message choice of message and destination is skipped. Returns how many were delivered
-        (0 leaves the work to the general path)."""
-        if not self._ahead or self.rdq or self.lss is not None or self._headers_only:
+        """New messages from the read-ahead in a row, to the push subject or to the only waiting pull
+        request once checked in this pass (a fetch): the per-message choice of message and destination
+        is skipped. `_deliver_all` calls it only in passes that allow runs. Returns how many were
+        delivered (0 leaves the work to the general path)."""
+        if not self._ahead or self.rdq or self.lss is not None:
             return 0
         q = self.waiting
         if q is None:
-            if self.maxpb or self._holds:
-                return 0
             w, target, n = None, self.cfg.deliver_subject, budget + 1
         else:
             w = q.peek()
