@@ -26,6 +26,8 @@ AUTH_VIOLATION = "Authorization Violation"
 _VERBS = (b"PUB", b"HPUB", b"SUB", b"UNSUB", b"PING", b"PONG", b"CONNECT", b"INFO", b"+OK", b"-ERR")
 _LINE_CACHE = 256  # remembered PUB argument lines per connection
 _ARG_VERBS = frozenset((b"PUB", b"HPUB", b"SUB", b"UNSUB", b"CONNECT", b"INFO"))
+# One PUB of a run without reply or payload (see `Parser.on_empty_pubs`): its subject.
+_EMPTY_PUB = re.compile(rb"PUB ([!-~]+)  ?0\r\n\r\n")
 
 
 class ProtocolError(Exception):
@@ -71,7 +73,7 @@ class Parser:
 
     __slots__ = (
         "handler", "on_pub", "on_empty_pubs", "max_control_line", "max_payload", "gate", "_tail", "_chunks",
-        "_have", "_want", "_op", "_lines", "_empty_run", "_empty_pub",
+        "_have", "_want", "_op", "_lines", "_empty_run",
     )
 
     def __init__(self, handler: Handler, max_control_line: int = 4096, max_payload: int = 1 << 20) -> None:
@@ -84,9 +86,8 @@ class Parser:
         self.on_empty_pubs: Callable[[list[bytes]], object] = self.each_empty_pub
         self.max_control_line = max_control_line
         # Such a run, "PUB <subject> 0" lines (nats-py puts two blanks for its empty reply) within the
-        # control-line limit: one regex match finds its end, one findall yields its subjects.
+        # control-line limit: one regex match finds its end, one findall (`_EMPTY_PUB`) its subjects.
         self._empty_run = re.compile(rb"(?:PUB [!-~]{1,%d}  ?0\r\n\r\n)+" % max(max_control_line - 8, 1))
-        self._empty_pub = re.compile(rb"PUB ([!-~]+)  ?0\r\n\r\n")
         self.max_payload = max_payload
         # While True, any operation other than CONNECT is an Authorization Violation.
         self.gate = False
@@ -160,7 +161,7 @@ class Parser:
                 start = nl + 1
                 if not size and reply is None and (run := self._empty_run.match(buf, pos)) is not None:
                     end = run.end()
-                    self.on_empty_pubs(self._empty_pub.findall(buf, pos, end))
+                    self.on_empty_pubs(_EMPTY_PUB.findall(buf, pos, end))
                     pos = end
                     last = None
                     continue
