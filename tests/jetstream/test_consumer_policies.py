@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from jsbroker.subjects import subject_matches
-from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair, without_pending
+from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair, until_waiting, without_pending
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ async def test_stream_delete_releases_pulls(urls, unique) -> None:
         await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"]})
         await api(nc, f"$JS.API.CONSUMER.CREATE.{s}.C", {"stream_name": s, "config": {"durable_name": "C"}})
         waiting = asyncio.create_task(pull(nc, s, "C", {"batch": 1, "expires": 1_500_000_000}, wait=2))
-        await asyncio.sleep(0.2)  # the request must be queued before the stream goes
+        await until_waiting(nc, s, "C", 1)
         await api(nc, f"$JS.API.STREAM.DELETE.{s}")
         return await waiting
 

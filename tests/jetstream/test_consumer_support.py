@@ -74,6 +74,16 @@ async def api(nc: Any, subject: str, body: Any = b"") -> Any:
     return json.loads(msg.data)
 
 
+async def until_waiting(nc: Any, stream: str, consumer: str, n: int, timeout: float = 3.0) -> None:
+    """Poll ConsumerInfo until `n` pull requests are queued: a request published on another
+    subscription's inbox has no event of its own that says the server has queued it."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (await api(nc, f"$JS.API.CONSUMER.INFO.{stream}.{consumer}")).get("num_waiting", 0) < n:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{n} pull request(s) were not queued on {stream}/{consumer} within {timeout}s")
+        await asyncio.sleep(0.01)  # poll interval
+
+
 def info_view(info: dict[str, Any]) -> dict[str, Any]:
     """The counters of a ConsumerInfo that must match exactly."""
     return {k: normalise(info.get(k)) for k in ("delivered", "ack_floor", "num_ack_pending", "num_redelivered",

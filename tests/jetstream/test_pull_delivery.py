@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair, without_pending
+from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair, until_waiting, without_pending
 
 
 @pytest.fixture
@@ -154,7 +154,7 @@ async def test_round_robin_between_requests(urls, unique) -> None:
 
         a = asyncio.create_task(pull(nc, s, "C", {"batch": 3, "expires": 600_000_000}, wait=2, count=3))
         b = asyncio.create_task(pull(nc, s, "C", {"batch": 3, "expires": 600_000_000}, wait=2, count=3))
-        await asyncio.sleep(0.1)  # both requests must be queued before anything is published
+        await until_waiting(nc, s, "C", 2)
         for i in range(4):
             await nc.request(f"{s}.a", f"x{i}".encode(), timeout=2)
         return [without_pending(await r) for r in (a, b)]
@@ -169,7 +169,7 @@ async def test_delete_releases_waiting_pulls(urls, unique) -> None:
         await setup(nc, s)
         await consumer(nc, s, "C")
         waiting = asyncio.create_task(pull(nc, s, "C", {"batch": 1, "expires": 3_000_000_000}, wait=3))
-        await asyncio.sleep(0.2)  # the request must be waiting before the delete
+        await until_waiting(nc, s, "C", 1)
         await api(nc, f"$JS.API.CONSUMER.DELETE.{s}.C")
         return await waiting
 
@@ -194,7 +194,7 @@ async def test_max_waiting_and_push_heartbeat_free_pull(urls, unique) -> None:
         await setup(nc, s)
         await consumer(nc, s, "C", max_waiting=1)
         first = asyncio.create_task(pull(nc, s, "C", {"batch": 1, "expires": 500_000_000}, wait=1))
-        await asyncio.sleep(0.1)  # the first request must occupy the only waiting slot
+        await until_waiting(nc, s, "C", 1)
         second = await pull(nc, s, "C", {"batch": 1, "expires": 500_000_000}, wait=1)
         silent = await pull(nc, s, "C", {"batch": 1, "expires": 500_000_000, "idle_heartbeat": 100_000_000},
                             wait=0.3)

@@ -16,7 +16,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolic
 from nats.js.errors import ConsumerInvalidResetError
 
 from tests.differential import normalise
-from tests.jetstream.test_consumer_support import api, pull, scenario_pair
+from tests.jetstream.test_consumer_support import api, pull, scenario_pair, until_waiting
 
 
 @pytest.fixture
@@ -176,7 +176,7 @@ async def test_reset_keeps_waiting_pulls_and_works_for_push(urls, unique) -> Non
                   {"stream_name": s, "config": {"durable_name": "C", "ack_policy": "explicit"}})
         t = [await pull(nc, s, "C", {"batch": 3, "expires": 300_000_000}, wait=1, count=3)]
         waiting = asyncio.create_task(pull(nc, s, "C", {"batch": 2, "expires": 1_000_000_000}, wait=2, count=2))
-        await asyncio.sleep(0.1)  # the request must be queued before the reset
+        await until_waiting(nc, s, "C", 1)
         r = await api(nc, f"$JS.API.CONSUMER.RESET.{s}.C", {"seq": 2})
         # nats-server may serve the waiting pull before it builds the reply, so only the
         # reset point is compared here; the consumer's state is compared once the pull is done.
