@@ -127,11 +127,12 @@ def crds(envtest: Any) -> list[str]:
 class Operator:
     """A `jsoperator run` subprocess with its log file."""
 
-    def __init__(self, kubeconfig: Path, log: Path, drift_interval: float = DRIFT_INTERVAL,
+    def __init__(self, envtest: Any, log: Path, drift_interval: float = DRIFT_INTERVAL,
                  namespace: str | None = f"{NAMESPACE_PREFIX}*") -> None:
         self.log = log
         self.metrics_port, self.health_port = free_port(), free_port()
-        self._env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONUNBUFFERED="1")
+        self._envtest = envtest
+        self._env = dict(os.environ, KUBECONFIG=str(envtest.kubeconfig), PYTHONUNBUFFERED="1")
         self._cmd = [
             sys.executable, "-m", "jsoperator", "run",
             "--servers", "nats://127.0.0.1:1",  # unused: every CR names its own broker
@@ -151,9 +152,32 @@ class Operator:
                                     stdin=subprocess.DEVNULL)
 
     def start(self) -> None:
-        """Start again after stop() (same ports, same log) and wait for /healthz."""
+        """Start again after stop() (same ports, same log) and wait until it serves new namespaces."""
         self.proc = self._spawn()
-        poll(self.healthy, timeout=60, what="jsoperator /healthz after restart")
+        self.wait_serving()
+
+    def wait_serving(self) -> None:
+        """Wait for /healthz, then until a namespace created from now on is served.
+
+        kopf (1.45) lists namespaces, then starts a watch that lists them again and skips that second
+        listing: a namespace created between the two lists is never served until a restart. A test
+        that creates its namespace right after /healthz can fall into that window, so probe namespaces
+        (each with an unmanaged Stream) are created until kopf puts its finalizer on one."""
+        poll(self.healthy, timeout=60, what="jsoperator /healthz")
+        with self._envtest.api_client() as client:
+            def probe_served() -> bool:
+                kube = Kube(client, f"{NAMESPACE_PREFIX}probe-{uuid.uuid4().hex[:8]}", self)
+                kube.create_namespace()
+                spec = {"subjects": ["probe.>"], "connection": {"servers": ["nats://127.0.0.1:1"]}}
+                kube.create("Stream", "probe", spec, annotations={"jsoperator.io/managed": "false"})
+                try:
+                    kube.wait("Stream", "probe", lambda obj: obj["metadata"].get("finalizers"), timeout=5)
+                except AssertionError:
+                    return False  # that namespace fell into the window; the next one will not
+                kube.release_all()
+                return True
+
+            poll(probe_served, timeout=60, what="jsoperator serving a new namespace")
 
     def http(self, port: int, path: str) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
@@ -186,9 +210,9 @@ class Operator:
 
 @pytest.fixture(scope="session")
 def operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    op = Operator(envtest.kubeconfig, tmp_path_factory.mktemp("jsoperator") / "operator.log")
+    op = Operator(envtest, tmp_path_factory.mktemp("jsoperator") / "operator.log")
     try:
-        poll(op.healthy, timeout=60, what="jsoperator /healthz")
+        op.wait_serving()
         yield op
     finally:
         op.stop()
@@ -202,6 +226,10 @@ class Kube:
         self.core = kubernetes.client.CoreV1Api(client)
         self.namespace = namespace
         self.operator = operator
+
+    def create_namespace(self) -> None:
+        self.core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(
+            name=self.namespace)))
 
     def create(self, kind: str, name: str, spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict:
         body = {
@@ -290,9 +318,8 @@ def kube(envtest: Any, operator: Operator) -> Iterator[Kube]:
     """Our resources in a fresh namespace matching the operator's `--namespace` pattern."""
     namespace = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:10]}"
     with envtest.api_client() as client:
-        kubernetes.client.CoreV1Api(client).create_namespace(
-            kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=namespace)))
         k = Kube(client, namespace, operator)
+        k.create_namespace()
         yield k
         k.release_all()
 
