@@ -177,8 +177,12 @@ async def test_nats_py_push_durable_and_ordered(urls, unique) -> None:
 
         sub = await js.subscribe(f"{s}.x", durable="PD", cb=cb, stream=s)
         await asyncio.wait_for(done.wait(), 5)
-        await asyncio.sleep(0.2)  # auto-acks are published after each callback; let them arrive
         ci = await js.consumer_info(s, "PD")
+        for _ in range(100):  # auto-acks are published after each callback: poll until they are applied
+            if ci.num_ack_pending == 0:
+                break
+            await asyncio.sleep(0.02)
+            ci = await js.consumer_info(s, "PD")
         await sub.unsubscribe()
         osub = await js.subscribe(f"{s}.x", ordered_consumer=True, stream=s,
                                   config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL))
