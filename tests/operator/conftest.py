@@ -259,6 +259,15 @@ class Kube:
         items = self.core.list_namespaced_event(self.namespace, field_selector=f"involvedObject.name={name}").items
         return sorted(items, key=lambda e: (e.last_timestamp or e.event_time or e.metadata.creation_timestamp))
 
+    def wait_events(self, name: str, reason: str, count: int = 1, timeout: float = 10) -> list[Any]:
+        """Poll until `name` has at least `count` Events with `reason`; returns them. kopf posts Events
+        from a queue of its own, after the status patch that a test usually waits for."""
+        def found() -> list[Any]:
+            events = [e for e in self.events(name) if e.reason == reason]
+            return events if len(events) >= count else []
+
+        return poll(found, timeout=timeout, what=f"{count} Event(s) {reason} for {name}")
+
     def wait(self, kind: str, name: str, check: Callable[[dict], Any], *, timeout: float = 30, what: str = "") -> dict:
         """Poll the object until `check(obj)` is truthy; on timeout show the object and the operator log."""
         last: list[dict | None] = [None]

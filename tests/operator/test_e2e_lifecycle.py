@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from tests.operator.conftest import (condition, has_condition, on_broker, poll, publish, server_consumer,
-                                     server_stream)
+from tests.operator.conftest import (condition, has_condition, on_broker, publish, server_consumer, server_stream)
 
 pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(180)]
 
@@ -107,7 +106,7 @@ def test_prevent_delete_keeps_the_server_objects(kube, broker):
     kube.wait_gone("Stream", "keep")
     assert server_stream(broker.url, "keep") is not None
     assert server_consumer(broker.url, "keep", "keeper") is not None
-    assert "LeftOnServer" in [e.reason for e in kube.events("keep")]
+    kube.wait_events("keep", "LeftOnServer")
 
 
 def test_broker_outage_and_recovery(kube, broker):
@@ -123,7 +122,7 @@ def test_broker_outage_and_recovery(kube, broker):
     kube.wait_condition("Stream", "durable", "Ready", timeout=40)
     kube.wait_condition("Consumer", "durable-c", "Ready", timeout=40)
     assert server_consumer(broker.url, "durable", "durable-c") is not None
-    poll(lambda: any(e.reason == "Created" for e in kube.events("durable")), timeout=5, what="events kept")
+    kube.wait_events("durable", "Created")  # the Events of before the outage are kept
 
 
 def test_pause_until_pauses_and_resumes_the_consumer(kube, broker):
@@ -153,6 +152,7 @@ def test_outage_warns_once_not_per_retry(kube, broker):
         return json.loads(progress).get("retries", 0) if progress else 0
 
     kube.wait("Stream", "quiet", lambda o: retries(o) >= 2, timeout=30, what="update handler retried twice")
+    kube.wait_events("quiet", "ReconcileFailed")
     warnings = [e for e in kube.events("quiet") if e.reason == "ReconcileFailed"]
     assert len(warnings) == 1 and "cannot reach JetStream" in warnings[0].message
 

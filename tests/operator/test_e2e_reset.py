@@ -62,8 +62,8 @@ def test_reset_to_sequence_runs_once_per_value(kube, broker):
     kube.annotate("Consumer", "rs", {SEQ: "0"})
     assert wait_reset(kube, "rs", "reset-to-sequence=0")["resetSeq"] == 5
     assert fetch(broker.url, "RS", "rs") == [(5, 1)]
-    reasons = [e.reason for e in kube.events("rs")]
-    assert reasons.count("ResetSucceeded") == 3
+    kube.wait_events("rs", "ResetSucceeded", count=3)
+    assert [e.reason for e in kube.events("rs")].count("ResetSucceeded") == 3
 
 
 def test_reset_to_time(kube, broker):
@@ -94,8 +94,7 @@ def test_policy_error_fails_once_with_a_warning(kube, broker):
     assert obj["status"]["lastReset"] == last
 
     touch(kube, "rp", "1")  # another reconciliation: no retry of the failed reset
-    warnings = poll(lambda: [e for e in kube.events("rp") if e.reason == "ResetFailed"], timeout=10,
-                    what="ResetFailed event")
+    warnings = kube.wait_events("rp", "ResetFailed")
     assert len(warnings) == 1 and warnings[0].type == "Warning" and "10204" in warnings[0].message
     assert kube.get("Consumer", "rp")["status"]["lastReset"] == last
 

@@ -28,8 +28,8 @@ def test_create_update_delete(kube, broker):
               and has_condition(o, "Ready"), what="generation 2 Ready")
     info = server_stream(broker.url, "orders")
     assert info.config.max_msgs == 200 and sorted(info.config.subjects) == ["orders.>", "returns.>"]
-    reasons = [e.reason for e in kube.events("orders")]
-    assert "Created" in reasons and "Updated" in reasons
+    kube.wait_events("orders", "Created")
+    kube.wait_events("orders", "Updated")
 
     kube.delete("Stream", "orders")
     kube.wait_gone("Stream", "orders")
@@ -45,7 +45,7 @@ def test_spec_name_and_adoption_of_an_existing_stream(kube, broker):
     obj = kube.wait_condition("Stream", "legacy", "Ready")
     assert obj["status"]["streamName"] == "LEGACY"
     assert server_stream(broker.url, "LEGACY").config.max_msgs == 50  # adopted = updated, not an error
-    assert "Adopted" in [e.reason for e in kube.events("legacy")]
+    kube.wait_events("legacy", "Adopted")
 
 
 def test_immutable_change_is_refused_by_the_apiserver(kube, broker):
@@ -75,7 +75,7 @@ def test_drift_is_repaired(kube, broker):
 
     on_broker(broker.url, remove)
     poll(lambda: server_stream(broker.url, "drifty") is not None, timeout=20, what="deleted stream recreated")
-    assert "DriftRepaired" in [e.reason for e in kube.events("drifty")]
+    kube.wait_events("drifty", "DriftRepaired")
 
 
 def test_invalid_server_config_reports_the_server_error(kube, broker):
