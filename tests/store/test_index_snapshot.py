@@ -196,15 +196,20 @@ def _tamper(data: bytes, how: str) -> bytes:
     if how == "version":  # a whole, checksummed snapshot of a version this broker does not know
         body = data[:8] + struct.pack("<I", index_snapshot.VERSION + 1) + data[12:-4]
         return body + struct.pack("<I", zlib.crc32(body))
-    # "counts": a whole, checksummed snapshot whose counts disagree (an encoder bug)
+    # Whole, checksummed snapshots that do not hold together (encoder bugs): "counts" disagree, or
+    # "duplicate" lists one subject twice.
     index, blocks = index_snapshot.decode(data)
-    index.msgs += 1
+    if how == "counts":
+        index.msgs += 1
+    else:
+        index.subjects[1] = index.subjects[0]
     return index_snapshot.encode(index, blocks)
 
 
 @pytest.mark.parametrize("how, reason", [("flip", "checksum mismatch"), ("truncate", "header says"),
                                          ("empty", "too short"), ("garbage", "bad magic"),
-                                         ("version", "unknown index snapshot version"), ("counts", "disagree")])
+                                         ("version", "unknown index snapshot version"), ("counts", "disagree"),
+                                         ("duplicate", "listed twice")])
 def test_a_damaged_or_unknown_snapshot_is_ignored(tmp_path, how, reason, caplog):
     directory = tmp_path / "s"
     s = open_store(directory, StoreLimits(max_msgs_per_subject=20))

@@ -247,12 +247,7 @@ class IndexedStore:
     def _load_index(self, image: IndexImage) -> None:
         """Take over the index of a snapshot (into a store just created); ValueError, with nothing changed,
         when it does not hold together."""
-        subjects = SubjectIndex()
-        for k, (name, seqs) in enumerate(zip(image.subjects, image.subject_seqs), 1):
-            entry = subjects.intern(name)
-            if entry.sid != k or not seqs:
-                raise ValueError(f"subject {name!r} is listed twice or without messages")
-            entry.seqs = seqs
+        subjects = SubjectIndex.loaded(image.subjects, image.subject_seqs)
         rows = len(image.sids)
         if image.msgs and not (0 <= image.first - image.base < rows and image.sids[image.first - image.base]
                                and image.base + rows == image.last + 1):

@@ -30,10 +30,10 @@ class SubjectEntry:
 
     __slots__ = ("subject", "sid", "seqs", "head")
 
-    def __init__(self, subject: str, sid: int) -> None:
+    def __init__(self, subject: str, sid: int, seqs: array[int] | None = None) -> None:
         self.subject = subject
         self.sid = sid
-        self.seqs = array("Q")
+        self.seqs = array("Q") if seqs is None else seqs
         self.head = 0
 
     @property
@@ -84,6 +84,20 @@ class SubjectIndex:
         self._filters: OrderedDict[str, list[SubjectEntry]] = OrderedDict()
         self._drops = 0  # subjects dropped so far: a cached filter list made before a drop may hold it
         self._clean_at: dict[str, int] = {}  # per cached filter: `_drops` when its list was last cleaned
+
+    @classmethod
+    def loaded(cls, names: list[str], seq_lists: list[array[int]]) -> SubjectIndex:
+        """An index of exactly these subjects, `names[k]` with sid k + 1 and live seqs `seq_lists[k]`,
+        built in bulk (a snapshot's subjects, often one per message); ValueError when a name repeats or
+        has no seqs."""
+        index = cls()
+        entries = list(map(SubjectEntry, names, range(1, len(names) + 1), seq_lists))
+        index._by_subject.update(zip(names, entries))
+        if len(index._by_subject) != len(names) or not all(seq_lists):
+            raise ValueError("a subject is listed twice or without messages")
+        index._by_sid.extend(entries)
+        index.names.extend(names)
+        return index
 
     def __len__(self) -> int:
         return len(self._by_subject)
