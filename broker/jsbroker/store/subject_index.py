@@ -94,7 +94,8 @@ class SubjectIndex:
         entries = list(map(SubjectEntry, names, range(1, len(names) + 1), seq_lists))
         index._by_subject.update(zip(names, entries))
         if len(index._by_subject) != len(names) or not all(seq_lists):
-            raise ValueError("a subject is listed twice or without messages")
+            bad = next(name for k, name in enumerate(names) if not seq_lists[k] or index._by_subject[name].sid != k + 1)
+            raise ValueError(f"subject {bad!r} is listed twice or without messages")
         index._by_sid.extend(entries)
         index.names.extend(names)
         return index
