@@ -13,7 +13,7 @@ import nats
 import pytest
 
 from tests.differential import normalise
-from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair, without_pending
+from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair, until_info, without_pending
 
 
 @pytest.fixture
@@ -244,10 +244,7 @@ async def test_acks_sent_in_one_write(urls, unique, storage, retention) -> None:
         await nc.publish(acks[0], b"")
         await nc.publish(f"$JS.ACK.{s}.C.1.999.999.0.0", b"")
         await nc.flush()
-        deadline = time.monotonic() + 5
-        while (info := await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C"))["num_ack_pending"] != 1:
-            assert time.monotonic() < deadline, info  # nats-server applies acks on its own goroutine
-            await asyncio.sleep(0.02)
+        info = await until_info(nc, s, "C", lambda i: i["num_ack_pending"] == 1, "acks applied", timeout=5)
         second = await pull(nc, s, "C", {"batch": 4, "expires": 1_000_000_000}, wait=2, count=4)
         return [without_pending(first), info_view(info), without_pending(second), await state(nc, s)]
 

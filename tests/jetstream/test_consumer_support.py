@@ -74,14 +74,22 @@ async def api(nc: Any, subject: str, body: Any = b"") -> Any:
     return json.loads(msg.data)
 
 
-async def until_waiting(nc: Any, stream: str, consumer: str, n: int, timeout: float = 3.0) -> None:
-    """Poll ConsumerInfo until `n` pull requests are queued: a request published on another
-    subscription's inbox has no event of its own that says the server has queued it."""
+async def until_info(nc: Any, stream: str, consumer: str, check: Callable[[dict[str, Any]], bool],
+                     what: str, timeout: float = 3.0) -> dict[str, Any]:
+    """Poll ConsumerInfo until `check(info)` holds and return that info; AssertionError naming `what` at
+    the timeout. For state with no event of its own: a pull request queued, acks applied (nats-server
+    applies them on the consumer's goroutine, after the client sent them)."""
     deadline = asyncio.get_running_loop().time() + timeout
-    while (await api(nc, f"$JS.API.CONSUMER.INFO.{stream}.{consumer}")).get("num_waiting", 0) < n:
+    while not check(info := await api(nc, f"$JS.API.CONSUMER.INFO.{stream}.{consumer}")):
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{n} pull request(s) were not queued on {stream}/{consumer} within {timeout}s")
+            raise AssertionError(f"{stream}/{consumer}: no {what} within {timeout}s; last info {info}")
         await asyncio.sleep(0.01)  # poll interval
+    return info
+
+
+async def until_waiting(nc: Any, stream: str, consumer: str, n: int) -> None:
+    """Until `n` pull requests are queued (a request sent from another task says nothing when it is)."""
+    await until_info(nc, stream, consumer, lambda info: info.get("num_waiting", 0) >= n, f"{n} queued pull(s)")
 
 
 def info_view(info: dict[str, Any]) -> dict[str, Any]:

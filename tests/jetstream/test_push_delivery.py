@@ -12,7 +12,8 @@ import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from jsbroker.jetstream.times import parse_rfc3339
-from tests.jetstream.test_consumer_support import api, entry, info_view, scenario_pair, without_pending
+from tests.jetstream.test_consumer_support import (api, entry, info_view, scenario_pair, until_info,
+                                                  without_pending)
 
 
 @pytest.fixture
@@ -177,18 +178,14 @@ async def test_nats_py_push_durable_and_ordered(urls, unique) -> None:
 
         sub = await js.subscribe(f"{s}.x", durable="PD", cb=cb, stream=s)
         await asyncio.wait_for(done.wait(), 5)
-        ci = await js.consumer_info(s, "PD")
-        for _ in range(100):  # auto-acks are published after each callback: poll until they are applied
-            if ci.num_ack_pending == 0:
-                break
-            await asyncio.sleep(0.02)
-            ci = await js.consumer_info(s, "PD")
+        # auto-acks are published after each callback
+        ci = await until_info(nc, s, "PD", lambda i: i["num_ack_pending"] == 0, "auto-acks applied", timeout=2)
         await sub.unsubscribe()
         osub = await js.subscribe(f"{s}.x", ordered_consumer=True, stream=s,
                                   config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL))
         ordered = [int((await osub.next_msg(timeout=2)).data) for _ in range(30)]
         await osub.unsubscribe()
-        return [seen, (ci.ack_floor.stream_seq, ci.num_ack_pending, ci.num_pending), ordered]
+        return [seen, (ci["ack_floor"]["stream_seq"], ci["num_ack_pending"], ci["num_pending"]), ordered]
 
     t = await same(urls, unique, fn)
     assert t == [list(range(30)), (30, 0, 0), list(range(30))]
