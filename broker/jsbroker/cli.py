@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import logs
+from . import __version__, logs
 from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings, load_file, parse_size
 
 
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-l", "--log", "--log_file", dest="log_file", type=Path, help="log to this file instead of stderr")
     p.add_argument("-D", "--debug", action="store_true", help="debug logging")
     p.add_argument("-V", "--trace", action="store_true", help="trace logging (most verbose)")
-    p.add_argument("-v", "--version", action="version", version=f"jsbroker (nats-server {VERSION} compatible)")
+    p.add_argument("-v", "--version", action="version", version=f"jsbroker {__version__} (nats-server {VERSION} compatible)")
     return p
 
 

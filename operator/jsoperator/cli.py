@@ -8,11 +8,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from . import __version__
 from . import settings as settings_mod
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jsoperator", description="Kopf operator for JetStream Stream/Consumer CRs.")
+    p.add_argument("--version", action="version", version=f"jsoperator {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the operator (flags override JSOPERATOR_* environment variables)")
     run.add_argument("--servers", type=settings_mod.split_csv, metavar="URL[,URL]",
