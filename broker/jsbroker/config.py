@@ -60,7 +60,7 @@ class BrokerConfig:
     ping_max: int = 2
     auth: AuthSettings = field(default_factory=AuthSettings)
     jetstream: JetStreamSettings | None = field(default_factory=lambda: JetStreamSettings(store_dir=None))
-    log_level: str = "warning"
+    log_level: str = "info"  # start-up banner and lifecycle; per-client events are debug
     log_file: Path | None = None
 
     @classmethod

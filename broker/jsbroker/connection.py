@@ -263,7 +263,7 @@ class Connection(asyncio.Protocol):
             return
         cfg = self.broker.config
         if self.pings_out + 1 > cfg.ping_max:
-            self.broker.log.info("stale connection", cid=self.cid)
+            self.broker.log.debug("stale connection", cid=self.cid)
             self.close("Stale Connection")
             return
         self.pings_out += 1

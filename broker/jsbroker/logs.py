@@ -1,4 +1,5 @@
-"""Structured, level-filtered logging: one `key=value` line per event, quiet (warnings only) by default.
+"""Structured, level-filtered logging: one `key=value` line per event. The default level, info, shows the
+start-up banner and lifecycle events only (like nats-server's notices); per-client events are debug.
 
 Modules get a `Logger` with bound context (`get_logger("jsbroker", server=...)`) and log an event name
 plus fields: `log.info("client connected", cid=5)`. `configure()` is called once by the CLI; embedded
@@ -73,7 +74,7 @@ def level_from_name(name: str) -> int:
         raise ValueError(f"unknown log level {name!r}; use one of {', '.join(_LEVELS)}") from None
 
 
-def configure(level: str = "warning", file: Path | None = None) -> None:
+def configure(level: str = "info", file: Path | None = None) -> None:
     """Send `jsbroker` logs to stderr (or `file`) as `time level event key=value...` lines."""
     handler: logging.Handler = logging.FileHandler(file) if file else logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))

@@ -8,6 +8,7 @@ implements. Delivery itself belongs to `router.py`.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import shutil
 import tempfile
@@ -15,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence, cast
 
+from . import __version__
 from .config import VERSION, BrokerConfig
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
@@ -24,6 +26,11 @@ from .sublist import Subscription
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 API_LEVEL = 5
+
+
+def _limit(value: int) -> int | str:
+    """A JetStream byte limit for the log: -1 means none."""
+    return value if value >= 0 else "unlimited"
 
 
 def new_server_id() -> str:
@@ -87,6 +94,8 @@ class Broker:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.start_time = self.loop.time()
+        self.log.info("starting jsbroker", version=__version__, compatible=f"nats-server {VERSION}",
+                      name=self.config.server_name, id=self.server_id, pid=os.getpid())
         await self._start_jetstream()
         cfg = self.config
         # Bound first, accepting last: once clients get in, monitoring (health probes) answers too.
@@ -101,7 +110,21 @@ class Broker:
             self._monitor = Monitor(self)
             self.http_port = await self._monitor.start(cfg.http_host or cfg.host, cfg.http_port)
         await self._server.start_serving()
+        self._log_listening()
         self.log.info("server ready", port=self.port, http_port=self.http_port, jetstream=self.jetstream is not None)
+
+    def _log_listening(self) -> None:
+        """The start-up banner's addresses (nats-server prints the same at its default level)."""
+        self.log.info("listening for client connections", addr=f"{self.config.host}:{self.port}")
+        if self.http_port is not None:
+            self.log.info("listening for monitoring", addr=f"{self.config.http_host or self.config.host}:{self.http_port}")
+        js = self.js_settings
+        if self.jetstream is not None and js is not None:
+            usage = self.jetstream.info()
+            self.log.info("jetstream enabled", store_dir=js.store_dir, domain=js.domain,
+                          sync="always" if js.sync_always else f"every {js.sync_interval:g}s",
+                          max_memory=_limit(js.max_memory), max_storage=_limit(js.max_storage),
+                          streams=usage["streams"], consumers=usage["consumers"], messages=usage["messages"])
 
     async def _start_jetstream(self) -> None:
         js = self.config.jetstream

@@ -106,13 +106,20 @@ def test_debug_log_file_is_structured(server_factory, tmp_path):
     assert '"client connected"' in text and 'error="Unknown Protocol Operation"' in text
 
 
-def test_quiet_by_default(server_factory):
-    handle = server_factory(JSBROKER, jetstream=False)
+def test_default_log_is_a_banner_and_no_per_client_lines(server_factory):
+    handle = server_factory(JSBROKER, jetstream=True, http=True)
     with Raw(handle.port) as r:
         r.send(CONNECT + b"PING\r\n")
         assert r.read_until(b"PONG\r\n") == b"PONG\r\n"
+        r.send(b"FOO\r\n")  # a protocol error is a per-client event too
+        r.read_to_close(timeout=10)
     assert handle.stop() == 0
-    assert handle.log_tail() == ""
+    events = [line.split(" INFO ", 1)[1] for line in handle.log_tail().splitlines()]
+    assert [e.split('" ', 1)[0] + '"' for e in events] == [
+        '"starting jsbroker"', '"listening for client connections"', '"listening for monitoring"',
+        '"jetstream enabled"', '"server ready"', '"server stopped"']
+    assert f"addr=127.0.0.1:{handle.port}" in events[1] and f"addr=127.0.0.1:{handle.http_port}" in events[2]
+    assert f"store_dir={handle.store_dir}" in events[3] and "streams=0" in events[3]
 
 
 def test_sigterm_flushes_pending_output_and_exits_0(server_factory, server_kind):
