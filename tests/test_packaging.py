@@ -7,6 +7,7 @@ missing from the wheel, a console script pointing nowhere.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.xdist_group("packaging")  # one wheel build per run
 
 
 def run(*args: str | Path, cwd: Path) -> str:
@@ -25,10 +27,15 @@ def run(*args: str | Path, cwd: Path) -> str:
     return done.stdout
 
 
+# Built from a copy: an in-tree build writes build/ and *.egg-info, which parallel builds would share.
+_NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "data")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", out, ROOT, cwd=out)
+    sources = shutil.copytree(ROOT, out / "src", ignore=_NOT_SOURCES)
+    run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", out, sources, cwd=out)
     [built] = out.glob("jetstream_kopf-*.whl")
     return built
 
