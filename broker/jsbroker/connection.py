@@ -100,7 +100,7 @@ class Connection(asyncio.Protocol):
             self.close(None)
         finally:
             router.reading = None
-            router.flush()
+            router.flush(self)  # what this read congests pauses this connection: the publishers' backpressure
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.broker.log.debug("client closed", cid=self.cid, error=str(exc) if exc else None)

@@ -307,8 +307,11 @@ class Router:
                 pub.send(b"HMSG %s%s %d %d\r\n%s\r\n" % (reply, sub.head, len(hdr), len(hdr), hdr))
                 return
 
-    def flush(self) -> None:
-        """Write each touched connection's output once; apply backpressure and the slow-consumer limit."""
+    def flush(self, publisher: Connection | None = None) -> None:
+        """Write each touched connection's output once; apply backpressure and the slow-consumer limit.
+
+        `publisher` is the connection whose read produced this output (the flush at the end of a read):
+        a subscriber that this output congests pauses it until the subscriber drains."""
         self._flush_scheduled = False
         self._release_held()
         self._flushing = True
@@ -323,9 +326,9 @@ class Router:
         self.pending = []
         for c in pending:
             c.dirty = False
-            self._write(c)
+            self._write(c, publisher)
 
-    def _write(self, c: Connection) -> None:
+    def _write(self, c: Connection, publisher: Connection | None = None) -> None:
         """Write a connection's queued output; apply backpressure and the slow-consumer limit."""
         if c.closed:
             c.out.clear()
@@ -340,8 +343,8 @@ class Router:
         if c.congested:
             if transport.get_write_buffer_size() > self.broker.config.max_pending:  # type: ignore[union-attr]
                 self.slow_consumer(c)
-            elif (reading := self.reading) is not None and reading is not c:
-                self._block(reading, c)
+            elif (blocking := self.reading or publisher) is not None and blocking is not c:
+                self._block(blocking, c)
 
     def slow_consumer(self, c: Connection) -> None:
         """Drop a connection whose output is over max_pending or stalled past the write deadline."""

@@ -1,0 +1,212 @@
+"""Bursts of large messages: a subscriber that keeps reading is never cut off, a stalled one is cut off
+alone, and the server's memory stays bounded. The same nats-py bodies against jsbroker and nats-server.
+
+Each test starts its own servers: peak memory (VmHWM) and the slow-consumer count must be this burst's.
+Bursts go well past nats-server's default `max_pending` (64 MB) in total, so a server that buffered a
+reading subscriber's backlog instead of pausing the publisher would show it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import urllib.request
+from dataclasses import dataclass, field
+
+import nats
+import pytest
+
+from tests.broker.configs import config_file
+from tests.servers import ServerHandle
+
+pytestmark = pytest.mark.xdist_group("bursts")
+
+MB = 1024 * 1024
+# Tighter than the defaults, so a stalled client is detected in seconds and its buffer is small.
+LIMITS = {"max_pending": 16 * MB, "write_deadline": "2s"}
+PEAK_GROWTH = 48 * MB  # a reading subscriber's backlog must not pile up in the server
+
+
+def vm_kb(pid: int, field_name: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"{field_name} missing from /proc/{pid}/status")
+
+
+def varz(handle: ServerHandle) -> dict:
+    with urllib.request.urlopen(f"{handle.http_url}/varz", timeout=10) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture
+def start(server_factory, server_kind):
+    """Core bursts run with LIMITS; JetStream ones with the defaults (a consumer's backlog is sent
+    without waiting for the reader, so it is bounded by max_pending on both servers)."""
+    def start_server(jetstream: bool = False) -> ServerHandle:
+        args = [] if jetstream else ["-c", config_file(server_kind, LIMITS)]
+        return server_factory(server_kind, jetstream=jetstream, http=True, extra_args=args)
+    return start_server
+
+
+@dataclass
+class Counting:
+    """A nats-py subscriber that counts what its callback sees and notices its own disconnect."""
+
+    expected: int
+    got: int = 0
+    errors: list[str] = field(default_factory=list)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    nc: nats.NATS | None = None
+
+    async def connect(self, url: str, subject: str, queue: str = "") -> "Counting":
+        async def on_error(e: Exception) -> None:
+            self.errors.append(type(e).__name__)
+
+        self.nc = await nats.connect(url, error_cb=on_error, allow_reconnect=False)
+        await self.nc.subscribe(subject, queue=queue, cb=self._count, pending_bytes_limit=1024 * MB)
+        await self.nc.flush()
+        return self
+
+    async def _count(self, msg: object) -> None:
+        self.got += 1
+        if self.got >= self.expected:
+            self.done.set()
+
+    async def close(self) -> bool:
+        """Close; True when the connection was still up."""
+        assert self.nc is not None
+        up = self.nc.is_connected
+        await self.nc.close()
+        return up
+
+
+async def publish_burst(url: str, subject: str, n: int, size: int) -> None:
+    pub = await nats.connect(url, allow_reconnect=False)
+    payload = b"x" * size
+    for i in range(n):
+        await pub.publish(subject, payload)
+        if i % 5000 == 4999:
+            await pub.flush(timeout=60)
+    await pub.flush(timeout=60)
+    await pub.close()
+
+
+def stalled_subscriber(handle: ServerHandle, subject: str) -> socket.socket:
+    """A client that subscribes and then never reads again."""
+    s = socket.create_connection(("127.0.0.1", handle.port))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    s.recv(4096)  # INFO
+    s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB %s 1\r\nPING\r\n' % subject.encode())
+    buf = b""
+    while b"PONG\r\n" not in buf:
+        buf += s.recv(4096)
+    return s
+
+
+def closed_by_server(s: socket.socket, timeout: float = 30.0) -> bool:
+    """Drain what the server sent; True once it closed the connection."""
+    s.settimeout(timeout)
+    try:
+        while s.recv(1024 * 1024):
+            pass
+        return True
+    except (socket.timeout, ConnectionResetError):
+        return False
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("size,n", [(128, 100_000), (1024, 100_000), (16 * 1024, 5_000), (64 * 1024, 1_200),
+                                    (1024 * 1024, 80)], ids=["128B", "1KB", "16KB", "64KB", "max-payload"])
+async def test_a_reading_subscriber_gets_every_message_of_a_burst(start, size, n):
+    handle = start()
+    sub = await Counting(n).connect(handle.url, "burst")
+    before = vm_kb(handle.proc.pid, "VmRSS")
+    await publish_burst(handle.url, "burst", n, size)
+    await asyncio.wait_for(sub.done.wait(), 60)
+    assert (sub.got, sub.errors) == (n, [])
+    assert await sub.close()
+    assert varz(handle)["slow_consumers"] == 0
+    assert vm_kb(handle.proc.pid, "VmHWM") - before < PEAK_GROWTH
+
+
+async def test_a_stalled_subscriber_is_cut_off_alone(start):
+    handle = start()
+    n, size = 100_000, 1024
+    healthy = await Counting(n).connect(handle.url, "burst.stall")
+    stalled = stalled_subscriber(handle, "burst.stall")
+    before = vm_kb(handle.proc.pid, "VmRSS")
+    await publish_burst(handle.url, "burst.stall", n, size)
+    await asyncio.wait_for(healthy.done.wait(), 60)
+    assert (healthy.got, healthy.errors) == (n, [])
+    assert await healthy.close()
+    assert await asyncio.to_thread(closed_by_server, stalled)
+    assert varz(handle)["slow_consumers"] >= 1  # nats-server may count one client's stall more than once
+    assert vm_kb(handle.proc.pid, "VmHWM") - before < LIMITS["max_pending"] + PEAK_GROWTH
+
+
+async def test_a_queue_group_shares_a_burst_and_stays_connected(start):
+    handle = start()
+    n = 100_000
+    members = [await Counting(n).connect(handle.url, "burst.q", queue="workers") for _ in range(2)]
+    await publish_burst(handle.url, "burst.q", n, 1024)
+    async with asyncio.timeout(60):
+        while sum(m.got for m in members) < n:
+            await asyncio.sleep(0.05)  # polling the callbacks' counters, not synchronisation
+    assert sum(m.got for m in members) == n and all(m.got > 0 for m in members)
+    assert [await m.close() for m in members] == [True, True]
+    assert varz(handle)["slow_consumers"] == 0
+
+
+async def stored_stream(url: str, name: str, n: int, size: int) -> nats.NATS:
+    nc = await nats.connect(url, allow_reconnect=False)
+    js = nc.jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"])
+    payload = b"y" * size
+    acks = [js.publish(f"{name}.m", payload) for _ in range(n)]
+    for i in range(0, n, 200):
+        await asyncio.gather(*acks[i:i + 200])
+    return nc
+
+
+@pytest.mark.parametrize("flow_control", [True, False], ids=["flow-control", "no-flow-control"])
+async def test_a_push_consumer_delivers_a_large_backlog(start, flow_control):
+    handle = start(jetstream=True)
+    n, size = 1_500, 32 * 1024  # 48 MB of stored messages
+    nc = await stored_stream(handle.url, "BURSTPUSH", n, size)
+    js = nc.jetstream()
+    got = 0
+    done = asyncio.Event()
+
+    async def count(msg: object) -> None:
+        nonlocal got
+        got += 1
+        if got == n:
+            done.set()
+
+    extra = {"flow_control": True, "idle_heartbeat": 1.0} if flow_control else {}
+    await js.subscribe("BURSTPUSH.>", cb=count, manual_ack=True, pending_bytes_limit=1024 * MB,
+                       config=nats.js.api.ConsumerConfig(ack_policy="none", **extra))
+    await asyncio.wait_for(done.wait(), 60)
+    assert got == n and nc.is_connected
+    await nc.close()
+    assert varz(handle)["slow_consumers"] == 0
+
+
+async def test_a_pull_consumer_fetches_large_batches_of_large_messages(start):
+    handle = start(jetstream=True)
+    n, size = 600, 128 * 1024  # 75 MB, fetched 200 at a time (25 MB a batch)
+    nc = await stored_stream(handle.url, "BURSTPULL", n, size)
+    psub = await nc.jetstream().pull_subscribe("BURSTPULL.>", durable="big")
+    seqs: list[int] = []
+    while len(seqs) < n:
+        for msg in await psub.fetch(200, timeout=30):
+            seqs.append(msg.metadata.sequence.stream)
+            await msg.ack()
+    assert seqs == list(range(1, n + 1))
+    assert nc.is_connected
+    await nc.close()
+    assert varz(handle)["slow_consumers"] == 0
