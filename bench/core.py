@@ -1,4 +1,5 @@
-"""Core NATS benchmark: jsbroker vs nats-server, alternating, 128-byte messages on loopback.
+"""Core NATS benchmark: jsbroker vs nats-server, alternating, on loopback; 128-byte messages, and 1 KB and
+16 KB payloads for the pub -> sub workloads (a size-dependent regression shows as a ratio there).
 
 Client-bound workloads use nats-py in separate processes (nats-py is the bottleneck there):
 publish-only, 1 pub -> 1 sub, request/reply with 1 and 50 requests in flight. Server-bound workloads
@@ -24,6 +25,7 @@ from common import Workload, main, run_async, start_servers, timed
 
 SIZE = 128
 PAYLOAD = b"x" * SIZE
+KB = 1024
 BLOCK = 64 * 1024
 CONNECT = b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
 
@@ -31,14 +33,17 @@ CONNECT = b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
 # -- nats-py workers (run in child processes) -------------------------------------------------------
 
 
-def _publisher(url: str, subject: str, n: int, out: "mp.Queue[float]") -> None:
+def _publisher(url: str, subject: str, n: int, out: "mp.Queue[float]", size: int = SIZE) -> None:
     async def main() -> None:
         import nats
 
         nc = await nats.connect(url)
+        payload = b"x" * size
         out.put(time.time())
-        for _ in range(n):
-            await nc.publish(subject, PAYLOAD)
+        for i in range(n):
+            await nc.publish(subject, payload)
+            if i % 5000 == 4999:
+                await nc.flush(timeout=60)  # as a user's burst does; bounds the client's own buffer
         await nc.flush(timeout=60)
         out.put(time.time())
         await nc.close()
@@ -129,18 +134,21 @@ def pub_only(url: str, n: int) -> tuple[int, float]:
     return n, end - start
 
 
-def pub_sub(url: str, n: int) -> tuple[int, float]:
-    q_pub, q_sub, ready = _ctx.Queue(), _ctx.Queue(), _ctx.Event()
-    sub = _ctx.Process(target=_subscriber, args=(url, "bench.ps", n, ready, q_sub))
-    sub.start()
-    _wait_ready(ready, sub)
-    pub = _ctx.Process(target=_publisher, args=(url, "bench.ps", n, q_pub))
-    pub.start()
-    start = q_pub.get(timeout=600)
-    end = q_sub.get(timeout=600)
-    pub.join()
-    sub.join()
-    return n, end - start
+def pub_sub(size: int) -> Callable[[str, int], tuple[int, float]]:
+    def run(url: str, n: int) -> tuple[int, float]:
+        q_pub, q_sub, ready = _ctx.Queue(), _ctx.Queue(), _ctx.Event()
+        sub = _ctx.Process(target=_subscriber, args=(url, "bench.ps", n, ready, q_sub))
+        sub.start()
+        _wait_ready(ready, sub)
+        pub = _ctx.Process(target=_publisher, args=(url, "bench.ps", n, q_pub, size))
+        pub.start()
+        start = q_pub.get(timeout=600)
+        end = q_sub.get(timeout=600)
+        pub.join()
+        sub.join()
+        return n, end - start
+
+    return run
 
 
 def request_reply(inflight: int) -> Callable[[str, int], tuple[int, float]]:
@@ -183,16 +191,16 @@ def _await_pong(s: socket.socket) -> None:
         buf = (buf + chunk)[-16:]
 
 
-def _blocks(subject: bytes, n: int) -> list[bytes]:
-    frame = b"PUB %s %d\r\n%s\r\n" % (subject, SIZE, PAYLOAD)
+def _blocks(subject: bytes, n: int, size: int = SIZE) -> list[bytes]:
+    frame = b"PUB %s %d\r\n%s\r\n" % (subject, size, b"x" * size)
     per_block = max(1, BLOCK // len(frame))
     block = frame * per_block
     full, rest = divmod(n, per_block)
     return [block] * full + ([frame * rest] if rest else [])
 
 
-def _raw_publish(port: int, subject: bytes, n: int) -> None:
-    blocks = _blocks(subject, n)
+def _raw_publish(port: int, subject: bytes, n: int, size: int = SIZE) -> None:
+    blocks = _blocks(subject, n, size)
     s = _raw_connect(port)
     try:
         for b in blocks:
@@ -210,45 +218,52 @@ def ingest(url: str, n: int) -> tuple[int, float]:
     return n, time.perf_counter() - start
 
 
-def fan_out(url: str, n: int) -> tuple[int, float]:
-    port = int(url.rsplit(":", 1)[1])
-    sub = _raw_connect(port)
-    sub.sendall(b"SUB bench.fan 1\r\nPING\r\n")
-    _await_pong(sub)
-    expected = n * len(b"MSG bench.fan 1 %d\r\n%s\r\n" % (SIZE, PAYLOAD))
-    done = threading.Event()
-    got = 0
+def fan_out(size: int) -> Callable[[str, int], tuple[int, float]]:
+    def run(url: str, n: int) -> tuple[int, float]:
+        port = int(url.rsplit(":", 1)[1])
+        sub = _raw_connect(port)
+        sub.sendall(b"SUB bench.fan 1\r\nPING\r\n")
+        _await_pong(sub)
+        expected = n * (len(b"MSG bench.fan 1 %d\r\n\r\n" % size) + size)
+        done = threading.Event()
+        got = 0
 
-    def count() -> None:
-        nonlocal got
-        while got < expected:
-            chunk = sub.recv(1 << 20)
-            if not chunk:
-                break
-            got += len(chunk)
-        done.set()
+        def count() -> None:
+            nonlocal got
+            while got < expected:
+                chunk = sub.recv(1 << 20)
+                if not chunk:
+                    break
+                got += len(chunk)
+            done.set()
 
-    reader = threading.Thread(target=count, daemon=True)
-    start = time.perf_counter()
-    reader.start()
-    _raw_publish(port, b"bench.fan", n)
-    done.wait(600)
-    elapsed = time.perf_counter() - start
-    sub.close()
-    if got < expected:
-        raise RuntimeError(f"fan-out lost data: {got} of {expected} bytes")
-    return n, elapsed
+        reader = threading.Thread(target=count, daemon=True)
+        start = time.perf_counter()
+        reader.start()
+        _raw_publish(port, b"bench.fan", n, size)
+        done.wait(600)
+        elapsed = time.perf_counter() - start
+        sub.close()
+        if got < expected:
+            raise RuntimeError(f"fan-out lost data: {got} of {expected} bytes")
+        return n, elapsed
+
+    return run
 
 
 # -- driver -------------------------------------------------------------------------------------------
 
 WORKLOADS: list[Workload] = [
     ("nats-py publish only", timed(pub_only), 300_000),
-    ("nats-py 1 pub -> 1 sub", timed(pub_sub), 200_000),
+    ("nats-py 1 pub -> 1 sub", timed(pub_sub(SIZE)), 200_000),
+    ("nats-py 1 pub -> 1 sub, 1 KB", timed(pub_sub(KB)), 200_000),
+    ("nats-py 1 pub -> 1 sub, 16 KB", timed(pub_sub(16 * KB)), 50_000),
     ("nats-py request/reply, 1 in flight", timed(request_reply(1)), 4_000),
     ("nats-py request/reply, 50 in flight", timed(request_reply(50)), 40_000),
     ("raw ingest (no subscribers)", timed(ingest), 3_000_000),
-    ("raw pub -> sub fan-out", timed(fan_out), 1_000_000),
+    ("raw pub -> sub fan-out", timed(fan_out(SIZE)), 1_000_000),
+    ("raw pub -> sub fan-out, 1 KB", timed(fan_out(KB)), 500_000),
+    ("raw pub -> sub fan-out, 16 KB", timed(fan_out(16 * KB)), 50_000),
 ]
 
 
