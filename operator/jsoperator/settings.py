@@ -1,5 +1,5 @@
 """Operator settings: one frozen dataclass filled from CLI flags and `JSOPERATOR_*` environment variables,
-and the kopf `OperatorSettings` derived from it (our own annotation prefix, finalizer, quiet events).
+and the kopf `OperatorSettings` derived from it (kopf's state under its own prefix, finalizer, quiet events).
 
 Precedence: CLI flag, then environment variable, then the default below.
 """
@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 import kopf
 
 from . import annotations as annotation
+from . import state_storage
 
-PREFIX = annotation.PREFIX.rstrip("/")  # kopf wants the bare domain for its own annotations
-FINALIZER = f"{PREFIX}/finalizer"
+FINALIZER = annotation.PREFIX + "finalizer"
 
 
 class SettingsError(ValueError):
@@ -113,11 +113,12 @@ def load(flags: Mapping[str, object], environ: Mapping[str, str] = os.environ) -
 
 
 def kopf_settings(settings: Settings) -> kopf.OperatorSettings:
-    """kopf's own settings: state under `jsoperator.io` annotations, Events only when we post them."""
+    """kopf's own settings: state under `state.jsoperator.io` annotations (so changes of the users'
+    `jsoperator.io/` annotations are changes to kopf), Events only when we post them."""
     ks = kopf.OperatorSettings()
     ks.persistence.finalizer = FINALIZER
-    ks.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    ks.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=PREFIX)
+    ks.persistence.progress_storage = state_storage.progress_storage()
+    ks.persistence.diffbase_storage = state_storage.DiffBaseStorage()
     ks.posting.loggers = False
     ks.posting.level = logging.INFO
     ks.watching.server_timeout = 300

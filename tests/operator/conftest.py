@@ -32,9 +32,15 @@ from tests.kube.fixtures import envtest, kube_namespace  # noqa: F401  (fixtures
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "jsoperator.io", "v1alpha1"
 PLURALS = {"Stream": "streams", "Consumer": "consumers"}
-DRIFT_INTERVAL = 1.5  # seconds; short so drift and outage tests stay quick
+# The main operator's drift timer is far longer than any test: everything it serves must happen at once,
+# never because the timer came round. Drift repair and outage detection are the timer's job: those tests
+# use the drift operator (`drift_kube`), which watches its own namespaces with a short interval.
+EVENT_DRIVEN_DRIFT_INTERVAL = 3600.0
+DRIFT_INTERVAL = 1.5
 BROKERS = ["nats-server", "jsbroker"]
 NAMESPACE_PREFIX = "jsop-"
+DRIFT_NAMESPACE_PREFIX = "jsopdrift-"
+PROMPT = 5.0  # seconds within which an event-driven change (spec or annotation) must show
 
 
 def free_port() -> int:
@@ -127,9 +133,10 @@ def crds(envtest: Any) -> list[str]:
 class Operator:
     """A `jsoperator run` subprocess with its log file."""
 
-    def __init__(self, envtest: Any, log: Path, drift_interval: float = DRIFT_INTERVAL,
-                 namespace: str | None = f"{NAMESPACE_PREFIX}*") -> None:
+    def __init__(self, envtest: Any, log: Path, drift_interval: float = EVENT_DRIVEN_DRIFT_INTERVAL,
+                 namespace_prefix: str = NAMESPACE_PREFIX) -> None:
         self.log = log
+        self.namespace_prefix = namespace_prefix
         self.metrics_port, self.health_port = free_port(), free_port()
         self._envtest = envtest
         self._env = dict(os.environ, KUBECONFIG=str(envtest.kubeconfig), PYTHONUNBUFFERED="1")
@@ -138,7 +145,7 @@ class Operator:
             "--servers", "nats://127.0.0.1:1",  # unused: every CR names its own broker
             "--drift-interval", str(drift_interval),
             # Only our tests' namespaces: resources other tests leave in the shared apiserver stay untouched.
-            *(["--namespace", namespace] if namespace else []),
+            "--namespace", f"{namespace_prefix}*",
             "--request-timeout", "2",
             "--metrics-port", str(self.metrics_port),
             "--health-port", str(self.health_port),
@@ -166,7 +173,7 @@ class Operator:
         poll(self.healthy, timeout=60, what="jsoperator /healthz")
         with self._envtest.api_client() as client:
             def probe_served() -> bool:
-                kube = Kube(client, f"{NAMESPACE_PREFIX}probe-{uuid.uuid4().hex[:8]}", self)
+                kube = Kube(client, f"{self.namespace_prefix}probe-{uuid.uuid4().hex[:8]}", self)
                 kube.create_namespace()
                 spec = {"subjects": ["probe.>"], "connection": {"servers": ["nats://127.0.0.1:1"]}}
                 kube.create("Stream", "probe", spec, annotations={"jsoperator.io/managed": "false"})
@@ -208,14 +215,23 @@ class Operator:
                 self.proc.wait()
 
 
-@pytest.fixture(scope="session")
-def operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    op = Operator(envtest, tmp_path_factory.mktemp("jsoperator") / "operator.log")
+def _serving(op: Operator) -> Iterator[Operator]:
     try:
         op.wait_serving()
         yield op
     finally:
         op.stop()
+
+
+@pytest.fixture(scope="session")
+def operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    yield from _serving(Operator(envtest, tmp_path_factory.mktemp("jsoperator") / "operator.log"))
+
+
+@pytest.fixture(scope="session")
+def drift_operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    log = tmp_path_factory.mktemp("jsoperator-drift") / "operator.log"
+    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, DRIFT_NAMESPACE_PREFIX))
 
 
 class Kube:
@@ -322,15 +338,26 @@ def has_condition(obj: dict, type_: str, status: str = "True", reason: str | Non
     return (reason is None or cond.get("reason") == reason) and (type_ != "Ready" or status != "True" or observed == gen)
 
 
-@pytest.fixture
-def kube(envtest: Any, operator: Operator) -> Iterator[Kube]:
+def _namespace(envtest: Any, operator: Operator) -> Iterator[Kube]:
     """Our resources in a fresh namespace matching the operator's `--namespace` pattern."""
-    namespace = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:10]}"
+    namespace = f"{operator.namespace_prefix}{uuid.uuid4().hex[:10]}"
     with envtest.api_client() as client:
         k = Kube(client, namespace, operator)
         k.create_namespace()
         yield k
         k.release_all()
+
+
+@pytest.fixture
+def kube(envtest: Any, operator: Operator) -> Iterator[Kube]:
+    """Served by the event-driven operator (drift timer of an hour)."""
+    yield from _namespace(envtest, operator)
+
+
+@pytest.fixture
+def drift_kube(envtest: Any, drift_operator: Operator) -> Iterator[Kube]:
+    """Served by the drift operator (drift timer of DRIFT_INTERVAL): drift repair, outages."""
+    yield from _namespace(envtest, drift_operator)
 
 
 # The broker side, seen with a plain nats-py client (independent of the operator's own connection code).
@@ -402,5 +429,5 @@ def handled(obj: dict, annotation: str) -> bool:
     """True once the operator has handled a version of `obj` carrying `annotation` (kopf's diff base)."""
     import json
 
-    last = obj["metadata"].get("annotations", {}).get("jsoperator.io/last-handled-configuration")
+    last = obj["metadata"].get("annotations", {}).get("state.jsoperator.io/last-handled-configuration")
     return bool(last) and annotation in (json.loads(last).get("metadata", {}).get("annotations") or {})

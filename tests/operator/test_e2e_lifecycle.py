@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from tests.operator.conftest import (condition, has_condition, on_broker, publish, server_consumer, server_stream)
+from tests.operator.conftest import (PROMPT, condition, has_condition, on_broker, publish, server_consumer,
+                                    server_stream)
 
 pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(180)]
 
@@ -65,7 +66,7 @@ def test_stream_deletion_waits_for_consumer_resources(kube, broker):
 def test_pause_changes_nothing_until_lifted(kube, broker):
     make_stream(kube, broker, "paused", maxMsgs=10)
     kube.annotate("Stream", "paused", {PAUSE: "true"})
-    kube.wait_condition("Stream", "paused", "ReconciliationPaused")
+    kube.wait_condition("Stream", "paused", "ReconciliationPaused", timeout=PROMPT)
     kube.patch("Stream", "paused", {"spec": {"maxMsgs": 20}})
     obj = kube.wait("Stream", "paused", lambda o: o["metadata"]["generation"] == 2
                     and has_condition(o, "ReconciliationPaused"))
@@ -73,7 +74,7 @@ def test_pause_changes_nothing_until_lifted(kube, broker):
     assert server_stream(broker.url, "paused").config.max_msgs == 10
 
     kube.annotate("Stream", "paused", {PAUSE: None})
-    kube.wait_condition("Stream", "paused", "Ready")
+    kube.wait_condition("Stream", "paused", "Ready", timeout=PROMPT)
     assert server_stream(broker.url, "paused").config.max_msgs == 20
     assert condition(kube.get("Stream", "paused"), "ReconciliationPaused") is None
 
@@ -81,7 +82,7 @@ def test_pause_changes_nothing_until_lifted(kube, broker):
 def test_unmanaged_is_never_touched_and_survives_deletion(kube, broker):
     make_stream(kube, broker, "hands-off", maxMsgs=10)
     kube.annotate("Stream", "hands-off", {MANAGED: "false"})
-    kube.wait_condition("Stream", "hands-off", "Unmanaged")
+    kube.wait_condition("Stream", "hands-off", "Unmanaged", timeout=PROMPT)
 
     async def tamper(js):
         await js.update_stream(name="hands-off", subjects=["hands-off.>"], storage="memory", max_msgs=77)
@@ -94,6 +95,21 @@ def test_unmanaged_is_never_touched_and_survives_deletion(kube, broker):
     kube.delete("Stream", "hands-off")
     kube.wait_gone("Stream", "hands-off")
     assert server_stream(broker.url, "hands-off").config.max_msgs == 77
+
+
+def test_managed_false_and_back_takes_effect_at_once(kube, broker):
+    make_stream(kube, broker, "handback", maxMsgs=10)
+    kube.annotate("Stream", "handback", {MANAGED: "false"})
+    kube.wait_condition("Stream", "handback", "Unmanaged", timeout=PROMPT)
+
+    async def tamper(js):
+        await js.update_stream(name="handback", subjects=["handback.>"], storage="memory", max_msgs=77)
+
+    on_broker(broker.url, tamper)
+    kube.annotate("Stream", "handback", {MANAGED: None})  # managed again: the spec wins over the tampering
+    kube.wait("Stream", "handback", lambda o: condition(o, "Unmanaged") is None and has_condition(o, "Ready"),
+              timeout=PROMPT, what="managed and Ready again")
+    assert server_stream(broker.url, "handback").config.max_msgs == 10
 
 
 def test_prevent_delete_keeps_the_server_objects(kube, broker):
@@ -109,7 +125,8 @@ def test_prevent_delete_keeps_the_server_objects(kube, broker):
     kube.wait_events("keep", "LeftOnServer")
 
 
-def test_broker_outage_and_recovery(kube, broker):
+def test_broker_outage_and_recovery(drift_kube, broker):
+    kube = drift_kube  # detected by the drift timer
     make_stream(kube, broker, "durable", storage="file")
     kube.create("Consumer", "durable-c", {"streamName": "durable", "ackPolicy": "explicit", "connection": conn(broker)})
     kube.wait_condition("Consumer", "durable-c", "Ready")
@@ -141,14 +158,15 @@ def test_pause_until_pauses_and_resumes_the_consumer(kube, broker):
     assert paused() is False
 
 
-def test_outage_warns_once_not_per_retry(kube, broker):
+def test_outage_warns_once_not_per_retry(drift_kube, broker):
+    kube = drift_kube  # detected by the drift timer
     make_stream(kube, broker, "quiet")
     broker.kill()
     kube.wait_condition("Stream", "quiet", "Ready", "False", "BrokerUnavailable")
     kube.patch("Stream", "quiet", {"spec": {"maxMsgs": 5}})  # a change handler now retries with backoff
 
     def retries(obj: dict) -> int:
-        progress = obj["metadata"].get("annotations", {}).get("jsoperator.io/update")
+        progress = obj["metadata"].get("annotations", {}).get("state.jsoperator.io/update")
         return json.loads(progress).get("retries", 0) if progress else 0
 
     kube.wait("Stream", "quiet", lambda o: retries(o) >= 2, timeout=30, what="update handler retried twice")
@@ -157,7 +175,8 @@ def test_outage_warns_once_not_per_retry(kube, broker):
     assert len(warnings) == 1 and "cannot reach JetStream" in warnings[0].message
 
 
-def test_delete_during_an_outage_waits_for_the_broker(kube, broker):
+def test_delete_during_an_outage_waits_for_the_broker(drift_kube, broker):
+    kube = drift_kube  # detected by the drift timer
     make_stream(kube, broker, "pending-delete", storage="file")
     broker.kill()
     kube.delete("Stream", "pending-delete")

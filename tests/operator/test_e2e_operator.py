@@ -1,5 +1,5 @@
 """End to end: the operator process itself — /healthz, Prometheus metrics, and kopf state kept under
-the jsoperator.io prefix (no kopf.zalando.org annotations or finalizers on our resources)."""
+its own state.jsoperator.io prefix (no kopf.zalando.org annotations or finalizers on our resources)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def test_health_metrics_and_own_prefix(kube, broker, operator):
     meta = obj["metadata"]
     assert meta["finalizers"] == ["jsoperator.io/finalizer"]
     assert not [k for k in meta.get("annotations", {}) if "kopf.zalando.org" in k]
-    assert "jsoperator.io/last-handled-configuration" in meta["annotations"]
+    assert "state.jsoperator.io/last-handled-configuration" in meta["annotations"]
+    assert not [k for k in meta["annotations"] if k.startswith("jsoperator.io/")]  # the users' namespace
 
 
 @pytest.mark.parametrize("broker", ["nats-server"], indirect=True)

@@ -1,13 +1,15 @@
-"""End to end: reset annotations on a Consumer resource, executed exactly once per distinct value;
+"""End to end: reset annotations on a Consumer resource, executed exactly once per distinct value and
+within PROMPT seconds of an annotation-only merge patch (the operator's drift timer is an hour away);
 the next fetch must start at the reset target with consumer sequence 1."""
 
 from __future__ import annotations
 
 import datetime
+import json
 
 import pytest
 
-from tests.operator.conftest import fetch, handled, poll, publish
+from tests.operator.conftest import PROMPT, fetch, handled, poll, publish
 
 pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(180)]
 
@@ -27,7 +29,7 @@ def setup_consumer(kube, broker, stream, consumer, count, **consumer_spec):
 
 def wait_reset(kube, consumer, request, result="Succeeded"):
     obj = kube.wait("Consumer", consumer, lambda o: (o.get("status", {}).get("lastReset") or {}).get("request")
-                    == request, what=f"lastReset {request}")
+                    == request, timeout=PROMPT, what=f"lastReset {request}")
     last = obj["status"]["lastReset"]
     assert last["result"] == result, last
     return last
@@ -36,7 +38,7 @@ def wait_reset(kube, consumer, request, result="Succeeded"):
 def touch(kube, consumer, value):
     """Change an unrelated annotation and wait until the operator handled that version."""
     kube.annotate("Consumer", consumer, {"example.com/touch": value})
-    kube.wait("Consumer", consumer, lambda o: handled(o, "example.com/touch"), what="touch handled")
+    kube.wait("Consumer", consumer, lambda o: handled(o, "example.com/touch"), timeout=PROMPT, what="touch handled")
 
 
 def test_reset_to_sequence_runs_once_per_value(kube, broker):
@@ -102,5 +104,40 @@ def test_policy_error_fails_once_with_a_warning(kube, broker):
 def test_malformed_reset_annotation_is_reported(kube, broker):
     setup_consumer(kube, broker, "RM", "rm", 0)
     kube.annotate("Consumer", "rm", {SEQ: "soon"})
-    obj = kube.wait_condition("Consumer", "rm", "Stalled", "True", "InvalidAnnotation")
+    obj = kube.wait_condition("Consumer", "rm", "Stalled", "True", "InvalidAnnotation", timeout=PROMPT)
     assert "reset-to-sequence must be a stream sequence number" in obj["status"]["conditions"][0]["message"]
+
+
+def test_objects_with_the_old_kopf_state_annotations_migrate_without_rerunning(kube, broker, operator):
+    """Upgrade from the version that kept kopf's state under jsoperator.io/: the operator restarts onto
+    objects carrying it. Nothing is created or reset again, the old keys go, and annotations work at once."""
+    setup_consumer(kube, broker, "RG", "rgc", 6)
+    kube.annotate("Consumer", "rgc", {SEQ: "4"})
+    executed = wait_reset(kube, "rgc", "reset-to-sequence=4")
+    assert fetch(broker.url, "RG", "rgc") == [(4, 1)]
+
+    operator.stop()
+    try:  # rewrite the state as the old version kept it (its diff-base left out all jsoperator.io/ keys)
+        annotations = kube.get("Consumer", "rgc")["metadata"]["annotations"]
+        diffbase = json.loads(annotations["state.jsoperator.io/last-handled-configuration"])
+        diffbase["metadata"]["annotations"] = {k: v for k, v in diffbase["metadata"]["annotations"].items()
+                                               if not k.startswith("jsoperator.io/")}
+        kube.annotate("Consumer", "rgc", {
+            "state.jsoperator.io/last-handled-configuration": None, "state.jsoperator.io/kopf-managed": None,
+            "jsoperator.io/last-handled-configuration": json.dumps(diffbase), "jsoperator.io/kopf-managed": "yes",
+        })
+    finally:
+        operator.start()
+
+    def migrated(obj: dict) -> bool:
+        keys = obj["metadata"]["annotations"]
+        return "jsoperator.io/kopf-managed" not in keys and "jsoperator.io/last-handled-configuration" not in keys
+    obj = kube.wait("Consumer", "rgc", migrated, timeout=PROMPT, what="old state annotations removed")
+    assert obj["status"]["lastReset"] == executed
+    assert fetch(broker.url, "RG", "rgc") == [(5, 2)]  # not reset again
+    assert [e.reason for e in kube.events("rgc")].count("Created") == 1
+    assert [e.reason for e in kube.events("rgc")].count("ResetSucceeded") == 1
+
+    kube.annotate("Consumer", "rgc", {SEQ: "2"})
+    assert wait_reset(kube, "rgc", "reset-to-sequence=2")["resetSeq"] == 2
+    assert fetch(broker.url, "RG", "rgc") == [(2, 1)]

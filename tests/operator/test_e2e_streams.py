@@ -59,7 +59,8 @@ def test_immutable_change_is_refused_by_the_apiserver(kube, broker):
     assert err.value.status == 422
 
 
-def test_drift_is_repaired(kube, broker):
+def test_drift_is_repaired(drift_kube, broker):
+    kube = drift_kube  # detected by the drift timer
     kube.create("Stream", "drifty", stream_spec(broker, ["drifty.>"], maxMsgs=10))
     kube.wait_condition("Stream", "drifty", "Ready")
 

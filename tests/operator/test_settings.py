@@ -46,13 +46,13 @@ def test_invalid_settings_say_what_to_fix(flags, env, message):
         settings.load(flags, environ=env)
 
 
-def test_kopf_state_lives_under_our_prefix():
+def test_kopf_state_lives_under_its_own_prefix_not_the_users_annotations():
     ks = settings.kopf_settings(settings.load({}, environ={}))
     assert ks.persistence.finalizer == "jsoperator.io/finalizer"
     assert isinstance(ks.persistence.progress_storage, kopf.AnnotationsProgressStorage)
-    assert ks.persistence.progress_storage.prefix == "jsoperator.io"
+    assert ks.persistence.progress_storage.prefix == "state.jsoperator.io"
     assert isinstance(ks.persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
-    assert ks.persistence.diffbase_storage.prefix == "jsoperator.io"
+    assert ks.persistence.diffbase_storage.prefix == "state.jsoperator.io"
 
 
 def test_cli_rejects_bad_settings_with_exit_code_2():

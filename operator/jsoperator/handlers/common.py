@@ -10,7 +10,7 @@ from typing import Any
 
 import kopf
 
-from .. import events, metrics, reconcile
+from .. import events, metrics, reconcile, state_storage
 from ..settings import Settings
 
 GROUP, VERSION = "jsoperator.io", "v1alpha1"
@@ -65,6 +65,8 @@ async def reconcile_handler(
         result = await reconcile.reconcile(resource, _runtime(memo), trigger, executed)
     _track(memo, kind, body["metadata"]["uid"], True)
     _apply(result, body, patch)
+    if trigger == "resume":
+        state_storage.drop_legacy(body, patch)  # objects written by a version that kept kopf's state under jsoperator.io/
     if result.retry and trigger != "timer":  # the timer comes back by itself
         raise kopf.TemporaryError(result.message, delay=backoff(retry))
 
