@@ -1,10 +1,12 @@
-"""Apply N Stream + N Consumer resources and measure how fast jsoperator makes them Ready.
+"""Apply N Stream + N Consumer resources and measure how fast jsoperator makes them Ready, then annotate
+consumers with `jsoperator.io/reset-to-sequence` and measure annotate -> `status.lastReset`.
 
 Everything is real: the envtest kube-apiserver + etcd (tests/kube), one `jsoperator run` process (the
 same launcher the e2e tests use), and the broker (nats-server, then jsbroker) from tests/servers.py.
 Resources are created back to back as (Stream i, Consumer i) pairs, as `kubectl apply -f dir/` would;
 a watch records when each one first reports Ready=True for its generation. Latency is create-call
-return -> Ready seen by the watch, on one clock.
+return -> Ready seen by the watch, on one clock; likewise annotate-call return -> the reset recorded.
+The operator's drift interval is an hour, so every latency is event-driven.
 
     python3 bench/operator_apply.py            # 200 + 200 against each broker
     python3 bench/operator_apply.py --quick    # 50 + 50
@@ -24,6 +26,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -40,15 +43,25 @@ from tests.operator import conftest as e2e  # noqa: E402
 KINDS = ("nats-server", "jsbroker")
 
 
+RESET = "jsoperator.io/reset-to-sequence"
+RESET_REQUEST = "reset-to-sequence=0"  # back to the ack floor: valid on an empty stream too
+
+
 def _ready(obj: dict) -> bool:
     return e2e.has_condition(obj, "Ready")
 
 
-class ReadyWatch:
-    """Records the first time each object of one plural in a namespace is Ready."""
+def _reset_recorded(obj: dict) -> bool:
+    return ((obj.get("status") or {}).get("lastReset") or {}).get("request") == RESET_REQUEST
 
-    def __init__(self, client: kubernetes.client.ApiClient, namespace: str, plural: str) -> None:
+
+class FirstSeenWatch:
+    """Records the first time each object of one plural in a namespace satisfies `check`."""
+
+    def __init__(self, client: kubernetes.client.ApiClient, namespace: str, plural: str,
+                 check: Callable[[dict], bool] = _ready) -> None:
         self.seen: dict[str, float] = {}
+        self._check = check
         self._api = kubernetes.client.CustomObjectsApi(client)
         self._namespace, self._plural = namespace, plural
         self._watch = kubernetes.watch.Watch()
@@ -65,7 +78,7 @@ class ReadyWatch:
                 for event in stream:
                     obj = event["object"]
                     name = obj["metadata"]["name"]
-                    if name not in self.seen and _ready(obj):
+                    if name not in self.seen and self._check(obj):
                         self.seen[name] = time.monotonic()
             except Exception as exc:  # noqa: BLE001 - restarted; shown so a flaky run is visible
                 if not self._stopped:
@@ -82,13 +95,32 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_one(env: EnvTest, operator: e2e.Operator, broker_kind: str, count: int, timeout: float) -> dict[str, object]:
+def _wait_for(watch: FirstSeenWatch, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(watch.seen) < count and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the watch thread's progress, not synchronisation
+
+
+def measure_resets(client: kubernetes.client.ApiClient, kube: e2e.Kube, count: int, timeout: float) -> list[float]:
+    """Annotate consumers c0..c{count-1} one after another; latencies until each lastReset is recorded."""
+    watch = FirstSeenWatch(client, kube.namespace, "consumers", _reset_recorded)
+    annotated: dict[str, float] = {}
+    for i in range(count):
+        kube.annotate("Consumer", f"c{i}", {RESET: "0"})
+        annotated[f"c{i}"] = time.monotonic()
+    _wait_for(watch, count, timeout)
+    watch.stop()
+    return [watch.seen[name] - t for name, t in annotated.items() if name in watch.seen]
+
+
+def run_one(env: EnvTest, operator: e2e.Operator, broker_kind: str, count: int, resets: int,
+            timeout: float) -> dict[str, object]:
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
     with servers.launch(broker_kind) as broker, env.api_client() as client:
         kubernetes.client.CoreV1Api(client).create_namespace(
             kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=namespace)))
         kube = e2e.Kube(client, namespace, None)
-        watches = {kind: ReadyWatch(client, namespace, plural) for kind, plural in e2e.PLURALS.items()}
+        watches = {kind: FirstSeenWatch(client, namespace, plural) for kind, plural in e2e.PLURALS.items()}
         conn = {"servers": [broker.url]}
         created: dict[tuple[str, str], float] = {}
         start, cpu = time.monotonic(), cpu_seconds(operator.proc.pid)
@@ -110,6 +142,7 @@ def run_one(env: EnvTest, operator: e2e.Operator, broker_kind: str, count: int, 
                             if k == kind and name in watches[kind].seen] for kind in e2e.PLURALS}
         every = [x for values in latencies.values() for x in values]
         last_ready = max((t for w in watches.values() for t in w.seen.values()), default=float("nan"))
+        reset_latencies = measure_resets(client, kube, min(resets, count), timeout)
         kube.release_all()  # let go (unmanaged) so the operator stops its timers for them
         return {
             "broker": broker_kind, "count": count, "apply_s": applied,
@@ -117,6 +150,8 @@ def run_one(env: EnvTest, operator: e2e.Operator, broker_kind: str, count: int, 
             **{f"{kind}_p50": _pct(latencies[kind], 50) for kind in e2e.PLURALS},
             **{f"{kind}_p95": _pct(latencies[kind], 95) for kind in e2e.PLURALS},
             "p50": _pct(every, 50), "p95": _pct(every, 95), "operator_cpu_s": operator_cpu,
+            "resets": len(reset_latencies), "reset_p50": _pct(reset_latencies, 50),
+            "reset_p95": _pct(reset_latencies, 95),
         }
 
 
@@ -133,6 +168,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=200, help="Streams (and as many Consumers) to apply")
     parser.add_argument("--quick", action="store_true", help="50 + 50")
     parser.add_argument("--only", choices=KINDS, help="one broker only")
+    parser.add_argument("--resets", type=int, default=100, help="consumers annotated with a reset afterwards")
     parser.add_argument("--timeout", type=float, default=180, help="seconds to wait for all Ready")
     args = parser.parse_args()
     count = 50 if args.quick else args.count
@@ -145,21 +181,22 @@ def main() -> int:
         with env.api_client() as client:
             e2e.install_crds(client)
         # Cluster-wide, as deployed by default (a namespace glob adds namespace discovery to the latency).
-        operator = e2e.Operator(env.kubeconfig, Path(tmp) / "operator.log", drift_interval=60, namespace=None)
+        operator = e2e.Operator(env, Path(tmp) / "operator.log", namespace_prefix=None)
         try:
             e2e.poll(operator.healthy, timeout=60, what="operator /healthz")
             for kind in [args.only] if args.only else KINDS:
-                rows.append(run_one(env, operator, kind, count, args.timeout))
+                rows.append(run_one(env, operator, kind, count, args.resets, args.timeout))
         finally:
             operator.stop()
     print(f"\n{count} Streams + {count} Consumers, one jsoperator, envtest apiserver\n")
     print("| broker | Ready/total | apply calls (s) | p50 (s) | p95 (s) | Stream p50/p95 | Consumer p50/p95 "
-          "| all Ready (s) | operator CPU (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| all Ready (s) | operator CPU (s) | annotate -> lastReset p50/p95 (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['broker']} | {r['ready']}/{2 * count} | {r['apply_s']:.1f} | {r['p50']:.2f} | {r['p95']:.2f} | "
               f"{r['Stream_p50']:.2f}/{r['Stream_p95']:.2f} | {r['Consumer_p50']:.2f}/{r['Consumer_p95']:.2f} | "
-              f"{r['all_ready_s']:.1f} | {r['operator_cpu_s']:.1f} |")
+              f"{r['all_ready_s']:.1f} | {r['operator_cpu_s']:.1f} | "
+              f"{r['reset_p50']:.2f}/{r['reset_p95']:.2f} ({r['resets']} consumers) |")
     return 0
 
 

@@ -134,7 +134,8 @@ class Operator:
     """A `jsoperator run` subprocess with its log file."""
 
     def __init__(self, envtest: Any, log: Path, drift_interval: float = EVENT_DRIVEN_DRIFT_INTERVAL,
-                 namespace_prefix: str = NAMESPACE_PREFIX) -> None:
+                 namespace_prefix: str | None = NAMESPACE_PREFIX) -> None:
+        """`namespace_prefix`: watch only namespaces starting with it (None: cluster-wide)."""
         self.log = log
         self.namespace_prefix = namespace_prefix
         self.metrics_port, self.health_port = free_port(), free_port()
@@ -145,7 +146,7 @@ class Operator:
             "--servers", "nats://127.0.0.1:1",  # unused: every CR names its own broker
             "--drift-interval", str(drift_interval),
             # Only our tests' namespaces: resources other tests leave in the shared apiserver stay untouched.
-            "--namespace", f"{namespace_prefix}*",
+            *(["--namespace", f"{namespace_prefix}*"] if namespace_prefix else []),
             "--request-timeout", "2",
             "--metrics-port", str(self.metrics_port),
             "--health-port", str(self.health_port),
@@ -173,7 +174,7 @@ class Operator:
         poll(self.healthy, timeout=60, what="jsoperator /healthz")
         with self._envtest.api_client() as client:
             def probe_served() -> bool:
-                kube = Kube(client, f"{self.namespace_prefix}probe-{uuid.uuid4().hex[:8]}", self)
+                kube = Kube(client, f"{self.namespace_prefix or NAMESPACE_PREFIX}probe-{uuid.uuid4().hex[:8]}", self)
                 kube.create_namespace()
                 spec = {"subjects": ["probe.>"], "connection": {"servers": ["nats://127.0.0.1:1"]}}
                 kube.create("Stream", "probe", spec, annotations={"jsoperator.io/managed": "false"})
