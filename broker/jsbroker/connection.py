@@ -14,7 +14,7 @@ import asyncio
 import hmac
 import json
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .internal import Origin
 from .protocol import ProtocolError, Parser
@@ -59,6 +59,7 @@ class Connection(asyncio.Protocol):
         self.congested = False
         self.blocked_publishers: set[Connection] = set()
         self.blockers: set[Connection] = set()
+        self.drain_callbacks: list[Callable[[], None]] = []  # internal producers waiting for this output to drain
         self.pings_out = 0
         self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
         self.started = broker.loop.time()

@@ -79,6 +79,11 @@ class InternalBus(Protocol):
     def before_output(self, callback: Callable[[], None]) -> None:
         """Run `callback` once before the next output reaches any connection (see the module rules)."""
 
+    def wait_for_drain(self, subject: str, callback: Callable[[], None]) -> bool:
+        """When a subscriber of this literal subject is backed up (its output above the high-water mark),
+        call `callback` once it has drained (or gone) and return True: the internal producer should stop
+        sending until then, as a client publisher would be paused. False when nobody is backed up."""
+
     def has_interest(self, subject: str, queue: str | None = None) -> bool:
         """Whether a publish to this literal subject would reach anyone (in `queue` when given)."""
 

@@ -346,6 +346,16 @@ class Router:
             elif (blocking := self.reading or publisher) is not None and blocking is not c:
                 self._block(blocking, c)
 
+    def wait_for_drain(self, subject: bytes, callback: Callable[[], None]) -> bool:
+        """Internal producers' backpressure: `callback` runs when the backed-up subscriber drains."""
+        plain, groups = self.sublist.match(subject)
+        for sub in (*plain, *(s for g in groups for s in g)):
+            c = sub.client
+            if c is not None and c.congested and not c.closed:
+                c.drain_callbacks.append(callback)
+                return True
+        return False
+
     def slow_consumer(self, c: Connection) -> None:
         """Drop a connection whose output is over max_pending or stalled past the write deadline."""
         self.slow_consumers += 1
@@ -361,6 +371,10 @@ class Router:
         publisher.blockers.add(subscriber)
 
     def resume_publishers(self, subscriber: Connection) -> None:
+        if subscriber.drain_callbacks:
+            callbacks, subscriber.drain_callbacks = subscriber.drain_callbacks, []
+            for callback in callbacks:
+                self.broker.loop.call_soon(callback)
         blocked = subscriber.blocked_publishers
         if not blocked:
             return

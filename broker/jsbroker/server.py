@@ -269,6 +269,9 @@ class Broker:
     def before_output(self, callback: Callable[[], None]) -> None:
         self.router.before_output(callback)
 
+    def wait_for_drain(self, subject: str, callback: Callable[[], None]) -> bool:
+        return self.router.wait_for_drain(subject.encode(), callback)
+
     def has_interest(self, subject: str, queue: str | None = None) -> bool:
         return self.router.has_interest(subject, queue)
 

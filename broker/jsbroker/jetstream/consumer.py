@@ -54,6 +54,7 @@ READ_AHEAD_FIRST, READ_AHEAD_MAX = 8, 256  # new messages read per store call in
 # Deliveries handed to the core at once: 8, then doubling up to 128 within a pass. The core writes each
 # batch at once, so the client starts on the first messages while the pass goes on.
 OUT_FIRST, OUT_MAX = 8, 128
+OUT_BYTES = 256 * 1024  # a batch to the core is sent at this size too, so large messages see backpressure soon
 
 mono = time.monotonic_ns
 
@@ -152,6 +153,8 @@ class Consumer:
         self._ahead_n = READ_AHEAD_FIRST  # how many the next read-ahead asks for
         self._out: list[Delivery] = []  # deliveries of this pass to `_out_target`, sent as one batch
         self._out_target = ""
+        self._out_bytes = 0
+        self._congested = False  # a push subscriber is backed up: this pass stops, its drain kicks the next
         self._pass_ns = self._pass_mono = 0  # the clock of the current delivery pass
         self._pass_sent = 0  # deliveries in this pass
         self._out_n = OUT_FIRST  # the size of the pass's next batch to the core
@@ -414,6 +417,7 @@ class Consumer:
 
     def _pass(self) -> None:
         self._stall = ""
+        self._congested = False
         self._ahead.clear()  # a new pass reads afresh: the stream or the filters may have changed
         # pull requests say how many they want: read that many at once (push starts small and doubles)
         owed = self.waiting.owed() if self.waiting is not None else 0
@@ -442,7 +446,7 @@ class Consumer:
         while budget > 0:
             budget -= 1
             if push:
-                if not self.active or (self.maxpb and self.pbytes > self.maxpb):
+                if not self.active or self._congested or (self.maxpb and self.pbytes > self.maxpb):
                     return True
             elif not self.waiting:
                 return True
@@ -509,12 +513,16 @@ class Consumer:
             if msg.seq >= self.sseq:
                 msgs.append(msg)
         deliver, reply_subject, prefix = self._deliver, ack.reply_subject, self._ack_prefix
-        for msg in msgs:
+        for i, msg in enumerate(msgs):
             seq = msg.seq
             self.sseq = seq + 1
             self.npc -= 1
             deliver(target, reply_subject(prefix, 1, seq, self.dseq, msg.ts, max(self.npc, 0)), seq, msg.subject,
                     msg.hdr, msg.data, 1, 0)
+            if self._congested:  # the subscriber is backed up: the rest waits in the read-ahead
+                ahead.extendleft(reversed(msgs[i + 1:]))
+                del msgs[i + 1:]
+                break
         if w is not None and q is not None:
             q.take_many(w, len(msgs))
             if msgs and w.heartbeat and w.n > 0:
@@ -682,7 +690,8 @@ class Consumer:
             self._flush_out()
             self._out_target = target
         self._out.append((subject, reply, hdr, data))
-        if len(self._out) >= self._out_n:
+        self._out_bytes += len(data)
+        if len(self._out) >= self._out_n or self._out_bytes >= OUT_BYTES:
             self._out_n = min(self._out_n * 2, OUT_MAX)
             self._flush_out()
         if self.maxpb:
@@ -693,10 +702,14 @@ class Consumer:
             self.stream.acked(seq)  # interest/workqueue streams drop it once nobody needs it
 
     def _flush_out(self) -> None:
-        """Send the queued deliveries (before anything else this consumer publishes, to keep order)."""
+        """Send the queued deliveries (before anything else this consumer publishes, to keep order). A push
+        consumer whose subscriber is backed up stops until it drains, as nats-server stalls its producers."""
         if self._out:
             out, self._out = self._out, []
+            self._out_bytes = 0
             self._send(self._out_target, out)
+            if self.cfg.is_push and not self._congested and self.bus.wait_for_drain(self._out_target, self._kick):
+                self._congested = True
 
     def _publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
         self._flush_out()
