@@ -43,14 +43,14 @@ def _admin(url: str, make: str | None = None, delete: str | None = None) -> None
     asyncio.run(main())
 
 
-def _fill(url: str, name: str, n: int) -> None:
+def _fill(url: str, name: str, n: int, size: int = SIZE) -> None:
     """Store n messages fast: pipelined PUBs without reply subjects, then wait until all are stored."""
     port = int(url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port)) as s:
         while b"\r\n" not in s.recv(4096):
             pass
         s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\n')
-        frame = b"PUB %s.x %d\r\n%s\r\n" % (name.encode(), SIZE, PAYLOAD)
+        frame = b"PUB %s.x %d\r\n%s\r\n" % (name.encode(), size, b"x" * size)
         for start in range(0, n, 1000):
             s.sendall(frame * min(1000, n - start))
         s.sendall(b"PING\r\n")
@@ -115,11 +115,11 @@ def _consumer(url: str, name: str, n: int, mode: str, batch: int, out: "mp.Queue
     run_async(main())
 
 
-def consume(mode: str, batch: int = 0) -> Callable[[ServerHandle, int], Sample]:
+def consume(mode: str, batch: int = 0, size: int = SIZE) -> Callable[[ServerHandle, int], Sample]:
     def run(handle: ServerHandle, n: int) -> Sample:
         name = f"CBENCH{next(_names)}"
         _admin(handle.url, make=name)
-        _fill(handle.url, name, n)
+        _fill(handle.url, name, n, size)
         out: mp.Queue[tuple[float, float]] = mp.Queue()
         proc = mp.Process(target=_consumer, args=(handle.url, name, n, mode, batch, out))
         proc.start()
@@ -139,8 +139,12 @@ WORKLOADS: list[Workload] = [
     ("pull fetch(500) + ack each, file", consume("pull-ack", 500), 100_000),
     ("pull fetch(500), ack none, file", consume("pull-none", 500), 100_000),
     ("push (ack none), file", consume("push"), 100_000),
+    ("pull fetch(500) + ack each, file, 1 KB", consume("pull-ack", 500, 1024), 100_000),
+    ("pull fetch(500) + ack each, file, 16 KB", consume("pull-ack", 500, 16 * 1024), 10_000),
+    ("push (ack none), file, 1 KB", consume("push", 0, 1024), 100_000),
+    ("push (ack none), file, 16 KB", consume("push", 0, 16 * 1024), 10_000),
 ]
 
 
 if __name__ == "__main__":
-    main(__doc__, WORKLOADS, lambda: {kind: launch(kind) for kind in KINDS}, quick_n=lambda n: 20_000)
+    main(__doc__, WORKLOADS, lambda: {kind: launch(kind) for kind in KINDS}, quick_n=lambda n: min(n, 20_000))

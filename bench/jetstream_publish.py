@@ -48,31 +48,32 @@ def _stream(url: str, storage: str, delete: str | None = None) -> str:
     return name
 
 
-def _publisher(url: str, subject: str, n: int, use_async: bool, out: "mp.Queue[float]") -> None:
+def _publisher(url: str, subject: str, n: int, use_async: bool, out: "mp.Queue[float]", size: int = SIZE) -> None:
     async def main() -> None:
         import nats
 
         nc = await nats.connect(url)
         js = nc.jetstream()
+        payload = b"x" * size
         start = time.perf_counter()
         if use_async:
             for _ in range(n):
-                await js.publish_async(subject, PAYLOAD)
+                await js.publish_async(subject, payload)
             await js.publish_async_completed()
         else:
             for _ in range(n):
-                await js.publish(subject, PAYLOAD)
+                await js.publish(subject, payload)
         out.put(time.perf_counter() - start)
         await nc.close()
 
     run_async(main())
 
 
-def nats_py(storage: str, use_async: bool) -> Callable[[str, int], tuple[int, float]]:
+def nats_py(storage: str, use_async: bool, size: int = SIZE) -> Callable[[str, int], tuple[int, float]]:
     def run(url: str, n: int) -> tuple[int, float]:
         name = _stream(url, storage)
         out: mp.Queue[float] = mp.Queue()
-        proc = mp.Process(target=_publisher, args=(url, name + ".x", n, use_async, out))
+        proc = mp.Process(target=_publisher, args=(url, name + ".x", n, use_async, out, size))
         proc.start()
         seconds = out.get(timeout=600)
         proc.join()
@@ -144,6 +145,8 @@ WORKLOADS: list[Workload] = [
     ("nats-py sync publish, memory", timed(nats_py("memory", False)), 3_000),
     ("nats-py async publish, file", timed(nats_py("file", True)), 30_000),
     ("nats-py async publish, memory", timed(nats_py("memory", True)), 30_000),
+    ("nats-py async publish, file, 1 KB", timed(nats_py("file", True, 1024)), 30_000),
+    ("nats-py async publish, file, 16 KB", timed(nats_py("file", True, 16 * 1024)), 10_000),
     ("raw acked publish 10k in flight, file", timed(raw_acked("file")), 300_000),
     ("raw acked publish 10k in flight, memory", timed(raw_acked("memory")), 300_000),
 ]
