@@ -1,0 +1,60 @@
+{{- define "jk.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "jk.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "jk.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "jk.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "jk.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "jk.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "jk.selector" -}}
+app.kubernetes.io/name: {{ include "jk.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "jk.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "jk.operatorName" -}}
+{{ include "jk.fullname" . }}-operator
+{{- end -}}
+
+{{- define "jk.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create -}}
+{{ default (include "jk.operatorName" .) .Values.operator.serviceAccount.name }}
+{{- else -}}
+{{ default "default" .Values.operator.serviceAccount.name }}
+{{- end -}}
+{{- end -}}
+
+{{- define "jk.brokerName" -}}
+{{ include "jk.fullname" . }}-broker
+{{- end -}}
+
+{{- define "jk.authSecretName" -}}
+{{ default (printf "%s-auth" (include "jk.brokerName" .)) .Values.broker.auth.existingSecret }}
+{{- end -}}
+
+{{/* The NATS URL the operator uses by default: the in-chart broker's client Service, or nats.url. */}}
+{{- define "jk.natsUrl" -}}
+{{- if .Values.broker.enabled -}}
+nats://{{ include "jk.brokerName" . }}.{{ .Release.Namespace }}.svc:{{ .Values.broker.service.port }}
+{{- else -}}
+{{ required "nats.url is required when broker.enabled is false" .Values.nats.url }}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,1 @@
+from tests.kube.fixtures import envtest  # noqa: F401  (the dry-run apply tests)

@@ -1,0 +1,182 @@
+"""The Helm chart through Helm's own engine: lint, renders for several values sets (checked on values),
+bad values refused by values.schema.json, CRDs identical to crds/, the broker's rendered configuration
+accepted by jsbroker itself, and every rendered object accepted by a real kube-apiserver (server-side
+apply, dry run)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import kubernetes.dynamic
+import pytest
+import yaml
+
+from jsbroker.config import load_file
+from tests.chart import helm
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "jetstream-kopf"
+NAMESPACE = "jk-chart"
+
+VALUE_SETS: dict[str, list[str]] = {
+    "defaults": [],
+    "external-nats": ["broker.enabled=false", "nats.url=nats://nats.nats.svc:4222", "nats.credsSecret=nats-creds",
+                      "nats.tlsSecret=nats-ca"],
+    "namespaced": ["operator.watchNamespaces={jk-team-a,jk-team-b}"],
+    "ephemeral-broker": ["broker.persistence.enabled=false", "broker.auth.enabled=false"],
+    "monitored": ["operator.metrics.serviceMonitor.enabled=true", "broker.config.sync=always",
+                  "broker.config.maxStorage=10GB"],
+}
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> Path:
+    try:
+        return helm.ensure()
+    except helm.HelmUnavailable as exc:
+        if helm.assets.required():
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+
+
+def run_helm(helm_bin: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm_bin), *args], capture_output=True, text=True, timeout=120)
+
+
+def render(helm_bin: Path, values: list[str], *extra: str) -> list[dict[str, Any]]:
+    args = ["template", "jk", str(CHART), "--namespace", NAMESPACE, "--kube-version", helm.KUBE_VERSION, *extra]
+    for v in values:
+        args += ["--set", v]
+    done = run_helm(helm_bin, *args)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"{kind} {name or ''}: {len(found)} found"
+    return found[0]
+
+
+def env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_lint(helm_bin):
+    done = run_helm(helm_bin, "lint", str(CHART), "--strict", "--kube-version", helm.KUBE_VERSION)
+    assert done.returncode == 0 and "0 chart(s) failed" in done.stdout, done.stdout + done.stderr
+
+
+def test_chart_crds_are_the_repository_crds():
+    ours = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    assert ours and ours == sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    for name in ours:
+        assert (CHART / "crds" / name).read_text() == (ROOT / "crds" / name).read_text(), name
+
+
+def test_defaults_run_the_broker_statefulset_and_point_the_operator_at_it(helm_bin):
+    docs = render(helm_bin, [])
+    sts = one(docs, "StatefulSet")
+    assert sts["spec"]["replicas"] == 1
+    [claim] = sts["spec"]["volumeClaimTemplates"]
+    assert (claim["apiVersion"], claim["kind"], claim["spec"]["resources"]["requests"]["storage"]) == (
+        "v1", "PersistentVolumeClaim", "10Gi")
+    pod = sts["spec"]["template"]["spec"]
+    [broker] = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] and broker["securityContext"]["readOnlyRootFilesystem"]
+    assert broker["readinessProbe"]["httpGet"]["path"] == "/healthz?js-enabled-only=true"
+    assert pod["terminationGracePeriodSeconds"] == 30
+    assert one(docs, "Service", "jk-jetstream-kopf-broker-headless")["spec"]["publishNotReadyAddresses"] is True
+
+    deploy = one(docs, "Deployment")
+    assert deploy["spec"]["strategy"] == {"type": "Recreate"} and deploy["spec"]["replicas"] == 1
+    [operator] = deploy["spec"]["template"]["spec"]["containers"]
+    variables = env(operator)
+    assert variables["JSOPERATOR_SERVERS"] == f"nats://jk-jetstream-kopf-broker.{NAMESPACE}.svc:4222"
+    secret = one(docs, "Secret")["metadata"]["name"]
+    assert variables["JSOPERATOR_TOKEN"]["secretKeyRef"] == {"name": secret, "key": "token"}
+    assert env(broker)["JSBROKER_AUTH_TOKEN"]["secretKeyRef"] == {"name": secret, "key": "token"}
+    rules = one(docs, "ClusterRole")["rules"]
+    assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]} in rules
+
+
+def test_the_rendered_broker_configuration_is_what_jsbroker_reads(helm_bin, tmp_path):
+    docs = render(helm_bin, ["broker.config.maxPending=32MB", "broker.config.sync=always",
+                             "broker.config.maxStorage=10GB", "broker.config.domain=hub",
+                             "broker.extraConfig=ping_max = 3"])
+    path = tmp_path / "jsbroker.toml"
+    path.write_text(one(docs, "ConfigMap")["data"]["jsbroker.toml"])
+    cfg = load_file(path)
+    assert (cfg.port, cfg.http_port, cfg.max_pending, cfg.ping_max) == (4222, 8222, 32 << 20, 3)
+    assert cfg.jetstream is not None
+    assert (str(cfg.jetstream.store_dir), cfg.jetstream.sync_always, cfg.jetstream.max_storage,
+            cfg.jetstream.domain) == ("/data", True, 10 << 30, "hub")
+
+
+def test_a_config_change_rolls_the_broker_and_nothing_else_changes(helm_bin):
+    def checksums(values: list[str]) -> tuple[str, dict[str, Any]]:
+        docs = render(helm_bin, values)
+        sts = one(docs, "StatefulSet")
+        return sts["spec"]["template"]["metadata"]["annotations"]["checksum/config"], one(docs, "Deployment")
+
+    base, deploy = checksums([])
+    assert checksums([]) == (base, deploy)
+    changed, deploy_after = checksums(["broker.config.maxPayload=2MB"])
+    assert changed != base and deploy_after == deploy
+
+
+def test_external_nats_has_no_broker_and_passes_the_secrets(helm_bin):
+    docs = render(helm_bin, VALUE_SETS["external-nats"])
+    assert not [d for d in docs if d["kind"] in ("StatefulSet", "ConfigMap", "Secret", "PodDisruptionBudget")]
+    [operator] = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    variables = env(operator)
+    assert variables["JSOPERATOR_SERVERS"] == "nats://nats.nats.svc:4222"
+    assert variables["JSOPERATOR_CREDS_SECRET"] == f"{NAMESPACE}/nats-creds:creds"
+    assert variables["JSOPERATOR_TLS_CA"] == "/etc/jsoperator/tls/ca.crt"
+
+
+def test_watched_namespaces_get_roles_and_no_cluster_wide_access_to_resources(helm_bin):
+    docs = render(helm_bin, VALUE_SETS["namespaced"])
+    assert sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == "Role") == ["jk-team-a", "jk-team-b"]
+    cluster = {r for rule in one(docs, "ClusterRole")["rules"] for r in rule["resources"]}
+    assert cluster == {"customresourcedefinitions", "namespaces"}
+    [operator] = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert env(operator)["JSOPERATOR_NAMESPACES"] == "jk-team-a,jk-team-b"
+
+
+@pytest.mark.parametrize("value,message", [
+    ("broker.replicas=3", "at '/broker/replicas'"),
+    ("broker.enabled=false", "at '/nats/url'"),
+    ("broker.config.maxPayload=lots", "at '/broker/config/maxPayload'"),
+    ("operator.logFormat=xml", "at '/operator/logFormat'"),
+    ("operator.watchNamespaces={Bad_NS}", "at '/operator/watchNamespaces/0'"),
+    ("brokr.enabled=true", "additional properties 'brokr' not allowed"),
+])
+def test_bad_values_fail_with_a_message_naming_them(helm_bin, value, message):
+    done = run_helm(helm_bin, "template", "jk", str(CHART), "--kube-version", helm.KUBE_VERSION, "--set", value)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+@pytest.mark.xdist_group("kube")
+@pytest.mark.kube
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_rendered_object_is_accepted_by_the_apiserver(helm_bin, envtest, name):
+    docs = render(helm_bin, VALUE_SETS[name], "--include-crds")
+    with envtest.api_client() as client:
+        core = kubernetes.client.CoreV1Api(client)
+        for ns in {NAMESPACE, "jk-team-a", "jk-team-b"}:
+            try:
+                core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=ns)))
+            except kubernetes.client.ApiException as exc:
+                assert exc.status == 409
+        dyn = kubernetes.dynamic.DynamicClient(client)
+        for doc in docs:
+            if doc["kind"] == "ServiceMonitor":
+                continue  # needs the Prometheus Operator's CRDs, which this apiserver lacks
+            api = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            namespace = doc["metadata"].get("namespace", NAMESPACE) if api.namespaced else None
+            api.server_side_apply(body=doc, name=doc["metadata"]["name"], namespace=namespace,
+                                  field_manager="chart-test", dry_run="All", force_conflicts=True)
