@@ -1,0 +1,36 @@
+"""End to end: the resources in deploy/examples/ as a user applies them (plus the test broker's address),
+Ready on both brokers, and doing what the ORDERS scenario says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.operator.conftest import PROMPT, fetch, publish, server_consumer, server_stream
+
+pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(120)]
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "orders.yaml"
+
+
+def test_the_orders_example_becomes_ready_and_works(kube, broker):
+    docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Stream", "orders"), ("Consumer", "new"), ("Consumer", "dispatch"), ("Consumer", "monitor")]
+    for doc in docs:
+        kube.create(doc["kind"], doc["metadata"]["name"], {**doc["spec"], "connection": {"servers": [broker.url]}})
+    for doc in docs:
+        kube.wait_condition(doc["kind"], doc["metadata"]["name"], "Ready", timeout=PROMPT * 3)
+
+    stream = server_stream(broker.url, "ORDERS").config
+    assert (stream.subjects, str(stream.storage), stream.max_age) == (["ORDERS.*"], "file", 365 * 24 * 3600)
+    monitor = server_consumer(broker.url, "ORDERS", "MONITOR").config
+    assert (monitor.deliver_subject, str(monitor.ack_policy), str(monitor.deliver_policy)) == (
+        "monitor.ORDERS", "none", "last")
+
+    assert publish(broker.url, "ORDERS.received", 2) == [1, 2]
+    assert publish(broker.url, "ORDERS.processed", 1) == [3]
+    assert fetch(broker.url, "ORDERS", "NEW", 2) == [(1, 1), (2, 2)]
+    assert fetch(broker.url, "ORDERS", "DISPATCH") == [(3, 1)]
