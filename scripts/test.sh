@@ -25,5 +25,5 @@ pip=("$py" -m pip install --quiet --disable-pip-version-check)
 "${pip[@]}" -e ".[test]"
 export PATH="$(cd "$venv/bin" && pwd):$PATH"
 python -m tests.kube.assets ensure  # kube-apiserver + etcd for envtest (tools/envtest; cold Go build)
-python -m tests.chart.helm ensure   # Helm's own engine for the chart tests (a Go build, about a minute)
+python -m tests.chart.go_tools ensure  # helm and kustomize for the chart/manifest tests (Go builds, once)
 exec python -m pytest -n 2 --dist loadgroup "$@"

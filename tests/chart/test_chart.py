@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from jsbroker.config import load_file
-from tests.chart import helm
+from tests.chart import go_tools
+from tests.chart.go_tools import KUBE_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "jetstream-kopf"
@@ -32,14 +33,18 @@ VALUE_SETS: dict[str, list[str]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
+def tool(which: go_tools.Tool) -> Path:
     try:
-        return helm.ensure()
-    except helm.HelmUnavailable as exc:
-        if helm.assets.required():
+        return which.ensure()
+    except go_tools.ToolUnavailable as exc:
+        if go_tools.assets.required():
             pytest.fail(str(exc))
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> Path:
+    return tool(go_tools.HELM)
 
 
 def run_helm(helm_bin: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -47,7 +52,7 @@ def run_helm(helm_bin: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def render(helm_bin: Path, values: list[str], *extra: str) -> list[dict[str, Any]]:
-    args = ["template", "jk", str(CHART), "--namespace", NAMESPACE, "--kube-version", helm.KUBE_VERSION, *extra]
+    args = ["template", "jk", str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, *extra]
     for v in values:
         args += ["--set", v]
     done = run_helm(helm_bin, *args)
@@ -66,7 +71,7 @@ def env(container: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_lint(helm_bin):
-    done = run_helm(helm_bin, "lint", str(CHART), "--strict", "--kube-version", helm.KUBE_VERSION)
+    done = run_helm(helm_bin, "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION)
     assert done.returncode == 0 and "0 chart(s) failed" in done.stdout, done.stdout + done.stderr
 
 
@@ -156,18 +161,16 @@ def test_watched_namespaces_get_roles_and_no_cluster_wide_access_to_resources(he
     ("brokr.enabled=true", "additional properties 'brokr' not allowed"),
 ])
 def test_bad_values_fail_with_a_message_naming_them(helm_bin, value, message):
-    done = run_helm(helm_bin, "template", "jk", str(CHART), "--kube-version", helm.KUBE_VERSION, "--set", value)
+    done = run_helm(helm_bin, "template", "jk", str(CHART), "--kube-version", KUBE_VERSION, "--set", value)
     assert done.returncode != 0 and message in done.stderr, done.stderr
 
 
-@pytest.mark.xdist_group("kube")
-@pytest.mark.kube
-@pytest.mark.parametrize("name", sorted(VALUE_SETS))
-def test_every_rendered_object_is_accepted_by_the_apiserver(helm_bin, envtest, name):
-    docs = render(helm_bin, VALUE_SETS[name], "--include-crds")
+def dry_run_apply(envtest: Any, docs: list[dict[str, Any]], default_namespace: str) -> None:
+    """Server-side apply every object with dryRun=All: the apiserver validates it against its schemas."""
     with envtest.api_client() as client:
         core = kubernetes.client.CoreV1Api(client)
-        for ns in {NAMESPACE, "jk-team-a", "jk-team-b"}:
+        wanted = {d["metadata"].get("namespace") for d in docs} | {default_namespace}
+        for ns in sorted(n for n in wanted if n):
             try:
                 core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=ns)))
             except kubernetes.client.ApiException as exc:
@@ -177,6 +180,13 @@ def test_every_rendered_object_is_accepted_by_the_apiserver(helm_bin, envtest, n
             if doc["kind"] == "ServiceMonitor":
                 continue  # needs the Prometheus Operator's CRDs, which this apiserver lacks
             api = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-            namespace = doc["metadata"].get("namespace", NAMESPACE) if api.namespaced else None
+            namespace = doc["metadata"].get("namespace", default_namespace) if api.namespaced else None
             api.server_side_apply(body=doc, name=doc["metadata"]["name"], namespace=namespace,
-                                  field_manager="chart-test", dry_run="All", force_conflicts=True)
+                                  field_manager="manifest-test", dry_run="All", force_conflicts=True)
+
+
+@pytest.mark.xdist_group("kube")
+@pytest.mark.kube
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_rendered_object_is_accepted_by_the_apiserver(helm_bin, envtest, name):
+    dry_run_apply(envtest, render(helm_bin, VALUE_SETS[name], "--include-crds"), default_namespace=NAMESPACE)
