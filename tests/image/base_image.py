@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.image.docker_engine import docker
+from tests.image.docker_engine import docker, which
 
 TAG = "jetstream-kopf/base:bookworm-python3"
 SUITE = "bookworm"
@@ -44,7 +44,7 @@ def ensure(tag: str = TAG) -> str:
         return tag
     root = Path(tempfile.mkdtemp(prefix="jetstream-kopf-base-"))
     try:
-        done = subprocess.run(["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(root),
+        done = subprocess.run([which("debootstrap") or "debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(root),
                                debian_mirror()], capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             raise RuntimeError(f"debootstrap failed ({done.returncode}): {done.stderr.strip()[-2000:]}")

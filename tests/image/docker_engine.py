@@ -47,8 +47,13 @@ def answers() -> bool:
         return False
 
 
+def which(binary: str) -> str | None:
+    """Like shutil.which, also looking where Debian puts daemons (not always on a user's PATH)."""
+    return shutil.which(binary) or shutil.which(binary, path="/usr/sbin:/sbin")
+
+
 def _install() -> None:
-    missing = [p for p, binary in zip(PACKAGES, ("dockerd", "debootstrap")) if shutil.which(binary) is None]
+    missing = [p for p, binary in zip(PACKAGES, ("dockerd", "debootstrap")) if which(binary) is None]
     if not missing:
         return
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
@@ -77,7 +82,7 @@ def ensure(timeout: float = 60) -> None:
     if _pid() is None:
         STATE.mkdir(parents=True, exist_ok=True)
         log = (STATE / "dockerd.log").open("ab")
-        proc = subprocess.Popen(["dockerd", "--pidfile", str(STATE / "dockerd.pid")], stdout=log,
+        proc = subprocess.Popen([which("dockerd") or "dockerd", "--pidfile", str(STATE / "dockerd.pid")], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         (STATE / "started-by-tests").write_text(str(proc.pid))
     deadline = time.monotonic() + timeout
