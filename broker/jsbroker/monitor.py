@@ -1,4 +1,5 @@
-"""The monitoring HTTP endpoint (aiohttp): /healthz, /varz, /connz, /jsz as read-only JSON views.
+"""The monitoring HTTP endpoint (aiohttp): /healthz, /varz, /connz, /jsz as read-only JSON views, and
+/metrics (Prometheus text, see metrics.py).
 
 Field names and shapes follow nats-server 2.15.1's monitoring endpoints for the basics (checked against
 its responses); values jsbroker has no equivalent for (routes, gateways, leaf nodes) are zero or empty.
@@ -15,8 +16,10 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+import prometheus_client
 from aiohttp import web
 
+from . import metrics
 from .config import VERSION
 
 if TYPE_CHECKING:
@@ -50,10 +53,12 @@ class Monitor:
         self.started = time.time()
         self.requests: dict[str, int] = {}
         self._runner: web.AppRunner | None = None
+        self._metrics = metrics.registry(broker)
 
     async def start(self, host: str, port: int) -> int:
         app = web.Application()
-        for path, handler in (("/healthz", self.healthz), ("/varz", self.varz), ("/connz", self.connz), ("/jsz", self.jsz)):
+        for path, handler in (("/healthz", self.healthz), ("/varz", self.varz), ("/connz", self.connz), ("/jsz", self.jsz),
+                              ("/metrics", self.metrics)):
             app.router.add_get(path, handler)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -76,6 +81,11 @@ class Monitor:
         # Serving this request means the listener and loop are up; JetStream, when running, is in-process
         # and has no separate failure state, so `js-enabled-only` / `js-server-only` answer the same.
         return self._json(request, {"status": "ok"})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        self.requests[request.path] = self.requests.get(request.path, 0) + 1
+        body = prometheus_client.generate_latest(self._metrics)
+        return web.Response(body=body, headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
 
     async def varz(self, request: web.Request) -> web.Response:
         b, cfg, r = self.broker, self.broker.config, self.broker.router

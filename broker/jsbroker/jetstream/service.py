@@ -20,6 +20,7 @@ from jsbroker.config import JetStreamSettings
 from jsbroker.internal import InternalBus
 from jsbroker.jetstream import errors, stream_config, times
 from jsbroker.jetstream.api import ApiRouter
+from jsbroker.jetstream.consumer import Consumer
 from jsbroker.jetstream.requests import API_LEVEL
 from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS, restore_consumers
 from jsbroker.jetstream.stream import Stream
@@ -212,6 +213,12 @@ class JetStream:
             body["domain"] = self.domain
         body["api"] = {"level": API_LEVEL, "total": self._router.total, "errors": self._router.errors}
         return body
+
+    def stream_details(self) -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
+        """Each stream's name, state and its consumers' ConsumerInfo, by name (for /metrics)."""
+        return [(name, stream.info_state(),
+                 [c.info(dynamic_metadata=False) for _, c in sorted(stream.consumers.items()) if isinstance(c, Consumer)])
+                for name, stream in sorted(self.streams.items())]
 
     def info(self) -> dict[str, Any]:
         """For /jsz and /varz."""
