@@ -34,6 +34,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.sublist",
         "jsbroker.server",
         "jsbroker.monitor",
+        "jsbroker.metrics",
         "jsbroker.cli",
     ),
     "jetstream": ("jsbroker.jetstream", "jsbroker.jetstream.*"),
