@@ -37,7 +37,7 @@ import kubernetes.watch  # noqa: E402
 
 from tests import servers  # noqa: E402
 from tests.kube import assets  # noqa: E402
-from tests.kube.envtest import EnvTest  # noqa: E402
+from jsoperator.localcluster.envtest import EnvTest  # noqa: E402
 from tests.operator import conftest as e2e  # noqa: E402
 
 KINDS = ("nats-server", "jsbroker")

@@ -1,4 +1,5 @@
-"""The `jsoperator` command: `run` starts the operator, `crds` prints the CustomResourceDefinitions."""
+"""The `jsoperator` command: `run` starts the operator, `crds` prints the CustomResourceDefinitions,
+`demo` runs the whole product locally."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from . import __version__
+from . import __version__, demo
 from . import settings as settings_mod
 
 
@@ -40,11 +41,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", help="DEBUG, INFO, WARNING, ... (env JSOPERATOR_LOG_LEVEL; default INFO)")
     run.add_argument("--log-format", choices=["json", "plain"], help="(env JSOPERATOR_LOG_FORMAT; default json)")
     sub.add_parser("crds", help="print the CustomResourceDefinitions (YAML) generated from the models")
+    demo.add_parser(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "demo":
+        return demo.main(args)
     if args.command == "crds":
         from . import crdgen
 

@@ -1,7 +1,5 @@
-"""Where the envtest binaries (kube-apiserver, etcd) come from: found, or built once.
-
-The rules live in tools/envtest/build.sh (``$KUBEBUILDER_ASSETS`` first, else the per-version
-cache under ``~/.cache/jetstream-kopf/envtest/``, else a Go build); this module is its Python face.
+"""The envtest binaries (kube-apiserver, etcd) for the test suite: found, or built once
+(`jsoperator.localcluster.binaries` over tools/envtest/build.sh), and whether CI requires them.
 
     python3 -m tests.kube.assets ensure   # find or build; what scripts/test.sh runs
     python3 -m tests.kube.assets find     # print the folder, exit 3 when not built yet
@@ -13,18 +11,15 @@ unless ``JSOPERATOR_REQUIRE_ENVTEST`` is set (CI): then it fails.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "envtest" / "build.sh"
-BINARIES = ("kube-apiserver", "etcd")
+from jsoperator.localcluster import binaries
+from jsoperator.localcluster.binaries import BinariesError as AssetsError
+
 REQUIRE_ENV = "JSOPERATOR_REQUIRE_ENVTEST"
-_NOT_BUILT = 3  # build.sh --find: binaries not there yet
-
-
-class AssetsError(RuntimeError):
-    """The binaries are missing and could not be built."""
+_NOT_BUILT = 3
+__all__ = ["AssetsError", "REQUIRE_ENV", "ensure", "find", "required"]
 
 
 def required() -> bool:
@@ -33,28 +28,11 @@ def required() -> bool:
 
 
 def find() -> Path | None:
-    """The folder holding kube-apiserver and etcd, or None when they have not been built yet."""
-    done = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), "--find"], capture_output=True, text=True, check=False
-    )
-    if done.returncode == _NOT_BUILT:
-        return None
-    if done.returncode != 0:
-        raise AssetsError(done.stderr.strip() or f"{BUILD_SCRIPT} --find failed")
-    return Path(done.stdout.strip())
+    return binaries.find()
 
 
 def ensure() -> Path:
-    """Find the binaries or build them (progress goes to stderr); raise AssetsError on failure."""
-    done = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise AssetsError(
-            f"could not find or build kube-apiserver/etcd ({BUILD_SCRIPT} exited {done.returncode}; "
-            "see its messages above)"
-        )
-    return Path(done.stdout.strip())
+    return binaries.build()
 
 
 def main(argv: list[str]) -> int:
@@ -82,4 +60,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    raise SystemExit(main(sys.argv[1:]))

@@ -22,7 +22,7 @@ import kubernetes.client
 import pytest
 
 from tests.kube import assets
-from tests.kube.envtest import EnvTest
+from jsoperator.localcluster.envtest import EnvTest
 
 
 @pytest.fixture(scope="session")

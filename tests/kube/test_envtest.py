@@ -13,7 +13,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from tests.kube import assets
-from tests.kube.envtest import EnvTest, EnvTestError
+from jsoperator.localcluster import binaries
+from jsoperator.localcluster.envtest import EnvTest, EnvTestError
 
 pytestmark = [pytest.mark.kube, pytest.mark.xdist_group("kube")]
 
@@ -190,7 +191,7 @@ def test_kubebuilder_assets_must_hold_the_binaries(tmp_path: Path, monkeypatch: 
     with pytest.raises(assets.AssetsError, match="has no executable kube-apiserver"):
         assets.find()
 
-    for binary in assets.BINARIES:
+    for binary in binaries.NAMES:
         (tmp_path / binary).write_text("#!/bin/sh\n")
         (tmp_path / binary).chmod(0o755)
     assert assets.find() == tmp_path

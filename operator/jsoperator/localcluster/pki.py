@@ -52,7 +52,8 @@ def _cert_pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def _builder(subject: x509.Name, issuer: x509.Name, public_key) -> x509.CertificateBuilder:
+def _builder(subject: x509.Name, issuer: x509.Name,
+             public_key: ec.EllipticCurvePublicKey | rsa.RSAPublicKey) -> x509.CertificateBuilder:
     now = datetime.datetime.now(datetime.timezone.utc)
     return (
         x509.CertificateBuilder()

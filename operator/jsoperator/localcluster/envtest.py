@@ -1,10 +1,10 @@
-"""A real Kubernetes control plane for tests: etcd + kube-apiserver processes, no kubelet, no Docker.
+"""A real Kubernetes control plane: etcd + kube-apiserver processes, no kubelet, no Docker.
 
 ``EnvTest`` owns both processes and a temp dir (PKI, etcd data, logs, kubeconfig). There is no
 controller-manager or scheduler: Pods never run, garbage collection never happens and namespaces
 never finish deleting, so tests assert on API objects and use a fresh namespace each.
 
-    with EnvTest() as env:                       # binaries from tests.kube.assets.find()
+    with EnvTest() as env:                       # binaries from binaries.find()
         api = kubernetes.client.CoreV1Api(env.api_client())
         ...                                      # or hand env.kubeconfig to kopf / the operator
 """
@@ -31,8 +31,8 @@ import kubernetes.client
 import kubernetes.config
 import yaml
 
-from tests.kube import assets
-from tests.kube.certs import Pki, write_pki
+from . import binaries
+from .pki import Pki, write_pki
 
 _POLL_INTERVAL = 0.2
 _STOP_GRACE = 10.0
@@ -46,7 +46,8 @@ class EnvTestError(RuntimeError):
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 # Resolved up front: the child between fork and exec should only make the call, not load libraries.
@@ -124,7 +125,7 @@ def _http_ok(url: str, context: ssl.SSLContext | None, expect: Callable[[bytes],
 class EnvTest:
     """etcd + kube-apiserver on free loopback ports; admin access through ``kubeconfig``.
 
-    `assets_dir` is the folder with the binaries (default: ``tests.kube.assets.find()``);
+    `assets_dir` is the folder with the binaries (default: ``binaries.find()``);
     `apiserver_flags` are appended to kube-apiserver's command line (e.g. feature gates).
     """
 
@@ -150,17 +151,15 @@ class EnvTest:
         self.stop()
 
     @property
-    def processes(self) -> list[subprocess.Popen]:
+    def processes(self) -> list[subprocess.Popen[bytes]]:
         """The etcd and kube-apiserver processes of the last start(), in start order."""
         return [process.popen for process in self._processes]
 
     def start(self) -> EnvTest:
-        folder = self._assets_dir or assets.find()
+        folder = self._assets_dir or binaries.find()
         if folder is None:
-            raise EnvTestError(
-                "kube-apiserver/etcd are not built; run `python3 -m tests.kube.assets ensure` "
-                "or set KUBEBUILDER_ASSETS"
-            )
+            raise EnvTestError("kube-apiserver/etcd are not built; run `bash tools/envtest/build.sh` "
+                               "or set KUBEBUILDER_ASSETS")
         self._processes = []
         self.workdir = Path(tempfile.mkdtemp(prefix="envtest-"))
         deadline = time.monotonic() + self._start_timeout
@@ -184,7 +183,9 @@ class EnvTest:
 
     def api_client(self) -> kubernetes.client.ApiClient:
         """A new synchronous client logged in as a cluster admin (group system:masters)."""
-        return kubernetes.config.new_client_from_config(config_file=str(self.kubeconfig))
+        client: kubernetes.client.ApiClient = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.kubeconfig))
+        return client
 
     def _start_etcd(self, binary: Path, deadline: float) -> str:
         assert self.workdir is not None
