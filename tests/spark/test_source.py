@@ -1,0 +1,108 @@
+"""The source against both servers: batch reads (content, parallel ranges, filters, headers, gaps, a
+purged prefix with failOnDataLoss on and off), streaming (availableNow + maxOffsetsPerTrigger batch sizes,
+restart from the checkpoint without loss or duplicates), and bad options failing before any job."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from jsspark.options import OptionsError
+from tests.spark.streams import delete_msgs, make_stream, publish, purge_below
+
+pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(600)]
+
+
+def read(spark, server, stream, **options):
+    reader = spark.read.format("jetstream").option("servers", server.url).option("stream", stream)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def rows(df):
+    return [(r.subject, r.seq, bytes(r.data)) for r in df.orderBy("seq").collect()]
+
+
+def test_batch_read_content_in_parallel_ranges(spark, server, unique):
+    name = unique("SPB")
+    make_stream(server.url, name, 30)
+    df = read(spark, server, name, minPartitions=4)
+    assert df.rdd.getNumPartitions() == 4
+    got = df.orderBy("seq").collect()
+    assert [(r.stream, r.subject, r.seq, bytes(r.data)) for r in got] == [
+        (name, f"{name}.{'ab'[i % 2]}", i + 1, f"m{i}".encode()) for i in range(30)]
+    assert df.schema["timestamp"].dataType.typeName() == "timestamp"
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    assert all(abs((now - r.timestamp).total_seconds()) < 600 for r in got)
+
+
+def test_ranges_filters_and_headers(spark, server, unique):
+    name = unique("SPF")
+    make_stream(server.url, name, 12)
+    only_b = read(spark, server, name, subjects=f"{name}.b", maxRecordsPerPartition=3)
+    assert only_b.rdd.getNumPartitions() == 4  # 12 sequences, at most 3 per range
+    assert [seq for _, seq, _ in rows(only_b)] == [2, 4, 6, 8, 10, 12]
+    window = read(spark, server, name, startingOffsets=f'{{"{name}": 5}}', endingOffsets=f'{{"{name}": 8}}',
+                  includeHeaders="true")
+    assert [(r.seq, r.headers["i"]) for r in window.orderBy("seq").collect()] == [(5, ["4"]), (6, ["5"]), (7, ["6"])]
+
+
+def test_deleted_messages_and_a_purged_prefix_are_gaps(spark, server, unique):
+    name = unique("SPG")
+    make_stream(server.url, name, 10)
+    delete_msgs(server.url, name, [3, 7])
+    assert [seq for _, seq, _ in rows(read(spark, server, name, minPartitions=3))] == [1, 2, 4, 5, 6, 8, 9, 10]
+    purge_below(server.url, name, 5)
+    from_one = {"startingOffsets": f'{{"{name}": 1}}'}
+    with pytest.raises(Exception, match="sequences 1..4 are gone"):
+        read(spark, server, name, **from_one).collect()
+    skipped = read(spark, server, name, failOnDataLoss="false", **from_one)
+    assert [seq for _, seq, _ in rows(skipped)] == [5, 6, 8, 9, 10]
+
+
+def test_an_empty_range_reads_nothing(spark, server, unique):
+    name = unique("SPE")
+    make_stream(server.url, name, 3)
+    assert read(spark, server, name, startingOffsets="latest").count() == 0
+
+
+def test_available_now_batches_by_max_offsets_and_restarts_from_the_checkpoint(spark, server, unique, tmp_path):
+    name = unique("SPS")
+    make_stream(server.url, name, 25)
+    sizes: list[int] = []
+
+    def run_available_now():
+        query = (spark.readStream.format("jetstream").option("servers", server.url).option("stream", name)
+                 .option("maxOffsetsPerTrigger", "10").load()
+                 .writeStream.foreachBatch(lambda df, _: (sizes.append(df.count()),
+                                                          df.write.mode("append").parquet(str(tmp_path / "out"))))
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+        query.awaitTermination(300)
+        assert query.exception() is None
+
+    run_available_now()
+    assert sizes == [10, 10, 5]
+    publish(server.url, f"{name}.a", [b"late-1", b"late-2", b"late-3"])
+    run_available_now()  # a new query on the same checkpoint: continues after sequence 25
+    assert sizes[3:] == [3]
+    seqs = sorted(r.seq for r in spark.read.parquet(str(tmp_path / "out")).collect())
+    assert seqs == list(range(1, 29))  # nothing lost, nothing twice
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"strem": "X"}, "unknown option(s) strem"),
+    ({}, "option stream: Field required"),
+    ({"stream": "X", "startingOffsets": "yesterday"}, "option startingOffsets: Value error, must be"),
+    ({"stream": "X", "startingOffsets": '{"OTHER": 3}'}, "names a stream other than 'X'"),
+    ({"stream": "X", "minPartitions": "0"}, "option minPartitions: Input should be greater than 0"),
+    ({"stream": "X", "failOnDataLoss": "maybe"}, "option failOnDataLoss"),
+])
+def test_bad_options_fail_before_any_job(spark, options, message):
+    reader = spark.read.format("jetstream").option("servers", "nats://127.0.0.1:1")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    with pytest.raises(Exception, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        reader.load().collect()
+    assert OptionsError  # the error class the message comes from (jsspark.options)
