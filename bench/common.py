@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -140,3 +141,33 @@ def main(doc: str | None, workloads: list[Workload], start: Callable[[], dict[st
             handle.close()
     print()
     print(table(results))
+
+
+def fill_stream(url: str, name: str, n: int, size: int = 128) -> None:
+    """Store n messages fast: pipelined PUBs without reply subjects, then wait until all are stored."""
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        while b"\r\n" not in s.recv(4096):
+            pass
+        s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\n')
+        frame = b"PUB %s.x %d\r\n%s\r\n" % (name.encode(), size, b"x" * size)
+        for start in range(0, n, 1000):
+            s.sendall(frame * min(1000, n - start))
+        s.sendall(b"PING\r\n")
+        buf = b""
+        while b"PONG" not in buf:
+            buf += s.recv(65536)
+    wait_stored(url, name, n)
+
+
+def wait_stored(url: str, name: str, n: int) -> None:
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        while (await js.stream_info(name)).state.messages < n:
+            await asyncio.sleep(0.05)  # still storing
+        await nc.close()
+
+    asyncio.run(main())

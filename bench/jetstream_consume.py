@@ -16,11 +16,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import multiprocessing as mp
-import socket
 import time
 from typing import Callable
 
-from common import KINDS, Sample, Workload, cpu_seconds, main, run_async
+from common import KINDS, Sample, Workload, cpu_seconds, fill_stream, main, run_async
 from tests.servers import ServerHandle, launch
 
 SIZE = 128
@@ -38,36 +37,6 @@ def _admin(url: str, make: str | None = None, delete: str | None = None) -> None
             await js.add_stream(name=make, subjects=[make + ".>"])
         if delete:
             await js.delete_stream(delete)
-        await nc.close()
-
-    asyncio.run(main())
-
-
-def _fill(url: str, name: str, n: int, size: int = SIZE) -> None:
-    """Store n messages fast: pipelined PUBs without reply subjects, then wait until all are stored."""
-    port = int(url.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        while b"\r\n" not in s.recv(4096):
-            pass
-        s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\n')
-        frame = b"PUB %s.x %d\r\n%s\r\n" % (name.encode(), size, b"x" * size)
-        for start in range(0, n, 1000):
-            s.sendall(frame * min(1000, n - start))
-        s.sendall(b"PING\r\n")
-        buf = b""
-        while b"PONG" not in buf:
-            buf += s.recv(65536)
-    _wait_stored(url, name, n)
-
-
-def _wait_stored(url: str, name: str, n: int) -> None:
-    async def main() -> None:
-        import nats
-
-        nc = await nats.connect(url)
-        js = nc.jetstream()
-        while (await js.stream_info(name)).state.messages < n:
-            await asyncio.sleep(0.05)  # still storing
         await nc.close()
 
     asyncio.run(main())
@@ -119,7 +88,7 @@ def consume(mode: str, batch: int = 0, size: int = SIZE) -> Callable[[ServerHand
     def run(handle: ServerHandle, n: int) -> Sample:
         name = f"CBENCH{next(_names)}"
         _admin(handle.url, make=name)
-        _fill(handle.url, name, n, size)
+        fill_stream(handle.url, name, n, size)
         out: mp.Queue[tuple[float, float]] = mp.Queue()
         proc = mp.Process(target=_consumer, args=(handle.url, name, n, mode, batch, out))
         proc.start()

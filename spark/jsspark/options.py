@@ -59,7 +59,7 @@ class SourceOptions(Connection):
     min_partitions: int = Field(1, gt=0, alias="minpartitions")
     max_records_per_partition: int | None = Field(None, gt=0, alias="maxrecordsperpartition")
     fail_on_data_loss: bool = Field(True, alias="failondataloss")
-    fetch_batch_size: int = Field(1000, gt=0, le=100_000, alias="fetchbatchsize")
+    fetch_batch_size: int = Field(5000, gt=0, le=100_000, alias="fetchbatchsize")
     include_headers: bool = Field(False, alias="includeheaders")
 
     @field_validator("subjects", mode="before")

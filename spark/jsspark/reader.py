@@ -1,7 +1,7 @@
 """Reading a range of stream sequences, deterministically, from inside a Spark task.
 
 Each range is read by its own short-lived consumer: ephemeral, ack none, in memory, starting at the
-range's first sequence, with the source's subject filters. Delivery is in stream order, so the rows of a
+range's first sequence, with the source's subject filters, pulled in requests of `fetchBatchSize`. Delivery is in stream order, so the rows of a
 range are the same however often Spark runs the task; deleted and purged sequences are simply absent.
 """
 
@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from dataclasses import dataclass, field
 
 import nats
+from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from .options import Connection
@@ -49,45 +51,88 @@ async def bounds(conn: Connection, stream: str) -> StreamBounds:
 
 async def read_range(conn: Connection, stream: str, subjects: tuple[str, ...], first: int, last: int,
                      batch: int, with_headers: bool) -> list[Rows]:
-    """Messages with first <= seq <= last, in chunks of at most `batch` rows."""
+    """Messages with first <= seq <= last, in chunks of at most `batch` rows.
+
+    Pull requests go to the consumer and its messages come back to one inbox subscription whose callback
+    fills the columns: no per-message queue or metadata objects (the stream sequence, time and pending
+    count are read straight from the ack subject)."""
     nc = await nats.connect(**conn.connect_kwargs())
-    js = nc.jetstream()
     name = f"jsspark-{uuid.uuid4().hex[:16]}"
     config = ConsumerConfig(
         name=name, deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first, ack_policy=AckPolicy.NONE,
         mem_storage=True, inactive_threshold=60.0, max_ack_pending=-1, filter_subjects=list(subjects) or None)
-    chunks: list[Rows] = []
+    pull = _Pull(batch, last, with_headers)
     try:
+        js = nc.jetstream()
         await js.add_consumer(stream, config)
-        psub = await js.pull_subscribe_bind(durable=name, stream=stream)
-        done = False
-        while not done:
-            try:
-                msgs = await psub.fetch(batch, timeout=5)
-            except asyncio.TimeoutError:
-                break  # nothing left that matches
-            rows = Rows()
-            for msg in msgs:
-                meta = msg.metadata
-                if meta.sequence.stream > last:
-                    done = True
-                    break
-                rows.subjects.append(msg.subject)
-                rows.seqs.append(meta.sequence.stream)
-                rows.data.append(msg.data)
-                rows.micros.append(int(meta.timestamp.timestamp() * 1_000_000))
-                if with_headers:
-                    rows.headers.append(_headers(msg.header) if msg.header else None)
-                if meta.sequence.stream == last or meta.num_pending == 0:
-                    done = True
-                    break
-            if rows:
-                chunks.append(rows)
+        inbox = nc.new_inbox()
+        await nc.subscribe(inbox, cb=pull.on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
+        request = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}"
+        while not pull.done.is_set():
+            pull.asked = 0
+            pull.batch_done.clear()
+            await nc.publish(request, json.dumps({"batch": batch, "expires": _EXPIRES_NS}).encode(), reply=inbox)
+            await asyncio.wait_for(pull.batch_done.wait(), _EXPIRES_NS / 1e9 + 30)
         with contextlib.suppress(Exception):  # best effort: its inactive threshold removes it anyway
             await asyncio.wait_for(js.delete_consumer(stream, name), 5)
     finally:
         await nc.close()
-    return chunks
+    if pull.error:
+        raise RuntimeError(f"stream {stream}, sequences {first}..{last}: {pull.error}")
+    return pull.chunks
+
+
+_EXPIRES_NS = 5_000_000_000  # a pull request that finds nothing more ends the range after this long
+
+
+class _Pull:
+    """The inbox side of `read_range`: fills `chunks` until the range's end (or nothing more matches)."""
+
+    def __init__(self, batch: int, last: int, with_headers: bool) -> None:
+        self.batch, self.last, self.with_headers = batch, last, with_headers
+        self.chunks: list[Rows] = []
+        self.rows = Rows()
+        self.asked = 0
+        self.error = ""
+        self.done = asyncio.Event()
+        self.batch_done = asyncio.Event()
+
+    def _finish(self, everything: bool) -> None:
+        if self.rows:
+            self.chunks.append(self.rows)
+            self.rows = Rows()
+        if everything:
+            self.done.set()
+        self.batch_done.set()
+
+    async def on_msg(self, msg: Msg) -> None:
+        if self.done.is_set():
+            return
+        reply = msg.reply
+        if not reply:  # a status: 404/408 (nothing more matches within the request) ends the range
+            status = (msg.headers or {}).get("Status", "")
+            if status not in ("404", "408"):
+                self.error = f"the server ended the read with status {status} {(msg.headers or {}).get('Description', '')}"
+            self._finish(everything=True)
+            return
+        tokens = reply.split(".")
+        base = 2 if len(tokens) == 9 else 4  # $JS.ACK.<stream>... or $JS.ACK.<domain>.<account>.<stream>...
+        seq = int(tokens[base + 3])
+        if seq > self.last:
+            self._finish(everything=True)
+            return
+        rows = self.rows
+        rows.subjects.append(msg.subject)
+        rows.seqs.append(seq)
+        rows.data.append(msg.data)
+        rows.micros.append(int(tokens[base + 5]) // 1000)
+        if self.with_headers:
+            rows.headers.append(_headers(msg.headers) if msg.headers else None)
+        self.asked += 1
+        if seq == self.last or tokens[base + 6] == "0":
+            self._finish(everything=True)
+        elif self.asked >= self.batch:
+            self._finish(everything=False)
 
 
 def _headers(header: dict[str, str]) -> dict[str, list[str]]:

@@ -50,35 +50,53 @@ def _headers(value: Any) -> dict[str, str]:
     return {k: (v[-1] if isinstance(v, list) else v) for k, v in dict(value).items() if v is not None}
 
 
-async def _publish(opts: SinkOptions, prefix: str, rows: Iterator[Row]) -> Written:
-    nc = await nats.connect(**opts.connect_kwargs())
-    js = nc.jetstream(timeout=opts.ack_timeout)
-    published = duplicates = 0
+@dataclass(frozen=True)
+class Columns:
+    """Where the sink's columns are in a row (looked up once, on the driver)."""
 
-    async def one(i: int, row: Row) -> bool:
-        fields = row.asDict()
-        data = fields["data"]
-        payload = data.encode() if isinstance(data, str) else bytes(data or b"")
-        subject = fields.get("subject") or opts.subject
-        if not subject:
-            raise PublishError(f"row {i} has no subject (set the subject column or the subject option)")
-        headers = {**_headers(fields.get("headers")), "Nats-Msg-Id": fields.get("msgId") or f"{prefix}:{i}"}
-        try:
-            ack = await js.publish(subject, payload, headers=headers)
-        except Exception as exc:
-            raise PublishError(f"publish of row {i} to {subject!r} was not acknowledged: {exc!r}") from exc
-        return bool(ack.duplicate)
+    data: int
+    subject: int | None
+    headers: int | None
+    msg_id: int | None
 
+    @classmethod
+    def of(cls, schema: StructType) -> "Columns":
+        names = schema.fieldNames()
+        index = {name: i for i, name in enumerate(names)}
+        return cls(index["data"], index.get("subject"), index.get("headers"), index.get("msgId"))
+
+
+async def _settle(pending: list[Any], timeout: float) -> int:
+    """Wait for every ack; the number of duplicates. A missing or failed ack fails the task."""
     try:
-        window: list[Any] = []
+        acks = await asyncio.wait_for(asyncio.gather(*pending), timeout)
+    except asyncio.TimeoutError:
+        raise PublishError(f"{len(pending)} publishes were not acknowledged within {timeout:g} s") from None
+    except Exception as exc:
+        raise PublishError(f"a publish was not acknowledged: {exc!r}") from exc
+    return sum(1 for ack in acks if ack.duplicate)
+
+
+async def _publish(opts: SinkOptions, prefix: str, columns: Columns, rows: Iterator[Row]) -> Written:
+    nc = await nats.connect(**opts.connect_kwargs())
+    js = nc.jetstream(publish_async_max_pending=opts.max_in_flight)
+    published = duplicates = 0
+    pending: list[Any] = []
+    try:
         for i, row in enumerate(rows):
-            window.append(one(i, row))
-            if len(window) >= opts.max_in_flight:
-                results = await asyncio.gather(*window)
-                published, duplicates = published + len(results), duplicates + sum(results)
-                window = []
-        results = await asyncio.gather(*window)
-        published, duplicates = published + len(results), duplicates + sum(results)
+            data = row[columns.data]
+            payload = data.encode() if isinstance(data, str) else bytes(data or b"")
+            subject = (row[columns.subject] if columns.subject is not None else None) or opts.subject
+            if not subject:
+                raise PublishError(f"row {i} has no subject (set the subject column or the subject option)")
+            msg_id = (row[columns.msg_id] if columns.msg_id is not None else None) or f"{prefix}:{i}"
+            headers = {**_headers(row[columns.headers] if columns.headers is not None else None), "Nats-Msg-Id": msg_id}
+            pending.append(await js.publish_async(subject, payload, headers=headers))
+            if len(pending) >= opts.max_in_flight:
+                duplicates += await _settle(pending, opts.ack_timeout)
+                published, pending = published + len(pending), []
+        duplicates += await _settle(pending, opts.ack_timeout)
+        published += len(pending)
     finally:
         await nc.close()
     return Written(published, duplicates)
@@ -92,24 +110,24 @@ def _partition() -> int:
 class BatchWriter(DataSourceWriter):
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         _check_columns(opts, schema)
-        self.opts = opts
+        self.opts, self.columns = opts, Columns.of(schema)
         self.job = opts.id_prefix or uuid.uuid4().hex  # made on the driver: every task (and retry) shares it
 
     def write(self, iterator: Iterator[Row]) -> Written:
-        return asyncio.run(_publish(self.opts, f"{self.job}:{_partition()}", iterator))
+        return asyncio.run(_publish(self.opts, f"{self.job}:{_partition()}", self.columns, iterator))
 
 
 class StreamWriter(DataSourceStreamWriter):
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         _check_columns(opts, schema)
-        self.opts = opts
+        self.opts, self.columns = opts, Columns.of(schema)
 
     def write(self, iterator: Iterator[Row]) -> Written:
         context = TaskContext.get()
         query = (context.getLocalProperty("sql.streaming.queryId") if context else None) or "query"
         batch = (context.getLocalProperty("streaming.sql.batchId") if context else None) or "0"
         prefix = f"{self.opts.id_prefix or query}:{batch}:{_partition()}"
-        return asyncio.run(_publish(self.opts, prefix, iterator))
+        return asyncio.run(_publish(self.opts, prefix, self.columns, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to do: every message was acknowledged by the stream before its task ended."""
