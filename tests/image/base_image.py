@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.image.docker_engine import docker, which
+from tests.image.docker_engine import docker, sbin_env, which
 
 TAG = "jetstream-kopf/base:bookworm-python3"
 SUITE = "bookworm"
@@ -45,7 +45,7 @@ def ensure(tag: str = TAG) -> str:
     root = Path(tempfile.mkdtemp(prefix="jetstream-kopf-base-"))
     try:
         done = subprocess.run([which("debootstrap") or "debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(root),
-                               debian_mirror()], capture_output=True, text=True, timeout=900)
+                               debian_mirror()], capture_output=True, text=True, timeout=900, env=sbin_env())
         if done.returncode != 0:
             raise RuntimeError(f"debootstrap failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)

@@ -52,6 +52,11 @@ def which(binary: str) -> str | None:
     return shutil.which(binary) or shutil.which(binary, path="/usr/sbin:/sbin")
 
 
+def sbin_env() -> dict[str, str]:
+    """The environment with the system folders on PATH: dockerd runs iptables, debootstrap chroot."""
+    return dict(os.environ, PATH=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+
+
 def _install() -> None:
     missing = [p for p, binary in zip(PACKAGES, ("dockerd", "debootstrap")) if which(binary) is None]
     if not missing:
@@ -83,7 +88,8 @@ def ensure(timeout: float = 60) -> None:
         STATE.mkdir(parents=True, exist_ok=True)
         log = (STATE / "dockerd.log").open("ab")
         proc = subprocess.Popen([which("dockerd") or "dockerd", "--pidfile", str(STATE / "dockerd.pid")], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=sbin_env())
         (STATE / "started-by-tests").write_text(str(proc.pid))
     deadline = time.monotonic() + timeout
     while not answers():
