@@ -196,14 +196,15 @@ async def test_a_push_consumer_delivers_a_large_backlog(start, flow_control):
     assert varz(handle)["slow_consumers"] == 0
 
 
-async def test_a_pull_consumer_fetches_large_batches_of_large_messages(start):
+@pytest.mark.parametrize("batch", [200, 600], ids=["25MB-fetches", "one-75MB-fetch"])
+async def test_a_pull_consumer_fetches_large_batches_of_large_messages(start, batch):
     handle = start(jetstream=True)
-    n, size = 600, 128 * 1024  # 75 MB, fetched 200 at a time (25 MB a batch)
+    n, size = 600, 128 * 1024  # 75 MB: in fetches of 25 MB, or in one past max_pending
     nc = await stored_stream(handle.url, "BURSTPULL", n, size)
-    psub = await nc.jetstream().pull_subscribe("BURSTPULL.>", durable="big")
+    psub = await nc.jetstream().pull_subscribe("BURSTPULL.>", durable="big", pending_bytes_limit=1024 * MB)
     seqs: list[int] = []
     while len(seqs) < n:
-        for msg in await psub.fetch(200, timeout=30):
+        for msg in await psub.fetch(batch, timeout=30):
             seqs.append(msg.metadata.sequence.stream)
             await msg.ack()
     assert seqs == list(range(1, n + 1))

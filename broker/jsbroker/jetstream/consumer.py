@@ -154,7 +154,7 @@ class Consumer:
         self._out: list[Delivery] = []  # deliveries of this pass to `_out_target`, sent as one batch
         self._out_target = ""
         self._out_bytes = 0
-        self._congested = False  # a push subscriber is backed up: this pass stops, its drain kicks the next
+        self._congested = False  # the receiver is backed up: this pass stops, its drain kicks the next
         self._pass_ns = self._pass_mono = 0  # the clock of the current delivery pass
         self._pass_sent = 0  # deliveries in this pass
         self._out_n = OUT_FIRST  # the size of the pass's next batch to the core
@@ -433,7 +433,7 @@ class Consumer:
                 self._kick()  # budget used up: continue on the next loop turn
                 return
         if not self.cfg.is_push:
-            self._sweep(end_of_stream=self._stall != "maxp")
+            self._sweep(end_of_stream=self._stall != "maxp" and not self._congested)
 
     def _deliver_all(self) -> bool:
         """Deliver every message this pass can; False when the budget ran out first."""
@@ -448,7 +448,7 @@ class Consumer:
             if push:
                 if not self.active or self._congested or (self.maxpb and self.pbytes > self.maxpb):
                     return True
-            elif not self.waiting:
+            elif not self.waiting or self._congested:
                 return True
             if runs and (sent := self._deliver_run(budget)):
                 budget -= sent
@@ -702,13 +702,14 @@ class Consumer:
             self.stream.acked(seq)  # interest/workqueue streams drop it once nobody needs it
 
     def _flush_out(self) -> None:
-        """Send the queued deliveries (before anything else this consumer publishes, to keep order). A push
-        consumer whose subscriber is backed up stops until it drains, as nats-server stalls its producers."""
+        """Send the queued deliveries (before anything else this consumer publishes, to keep order). When
+        their receiver is backed up (a push subscriber, or the client of a pull request), the pass stops
+        until it drains, as nats-server stalls its producers."""
         if self._out:
             out, self._out = self._out, []
             self._out_bytes = 0
             self._send(self._out_target, out)
-            if self.cfg.is_push and not self._congested and self.bus.wait_for_drain(self._out_target, self._kick):
+            if not self._congested and self.bus.wait_for_drain(self._out_target, self._kick):
                 self._congested = True
 
     def _publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> None:
