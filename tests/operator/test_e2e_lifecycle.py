@@ -79,15 +79,20 @@ def test_pause_changes_nothing_until_lifted(kube, broker):
     assert condition(kube.get("Stream", "paused"), "ReconciliationPaused") is None
 
 
-def test_unmanaged_is_never_touched_and_survives_deletion(kube, broker):
-    make_stream(kube, broker, "hands-off", maxMsgs=10)
-    kube.annotate("Stream", "hands-off", {MANAGED: "false"})
-    kube.wait_condition("Stream", "hands-off", "Unmanaged", timeout=PROMPT)
+def unmanaged_and_tampered(kube, broker, name):
+    """A Ready stream (maxMsgs 10) annotated managed=false, then changed on the server to maxMsgs 77."""
+    make_stream(kube, broker, name, maxMsgs=10)
+    kube.annotate("Stream", name, {MANAGED: "false"})
+    kube.wait_condition("Stream", name, "Unmanaged", timeout=PROMPT)
 
     async def tamper(js):
-        await js.update_stream(name="hands-off", subjects=["hands-off.>"], storage="memory", max_msgs=77)
+        await js.update_stream(name=name, subjects=[f"{name}.>"], storage="memory", max_msgs=77)
 
     on_broker(broker.url, tamper)
+
+
+def test_unmanaged_is_never_touched_and_survives_deletion(kube, broker):
+    unmanaged_and_tampered(kube, broker, "hands-off")
     kube.patch("Stream", "hands-off", {"spec": {"maxMsgs": 11}})
     kube.wait("Stream", "hands-off", lambda o: o["status"].get("observedGeneration") == 2,
               what="generation 2 observed")
@@ -98,14 +103,7 @@ def test_unmanaged_is_never_touched_and_survives_deletion(kube, broker):
 
 
 def test_managed_false_and_back_takes_effect_at_once(kube, broker):
-    make_stream(kube, broker, "handback", maxMsgs=10)
-    kube.annotate("Stream", "handback", {MANAGED: "false"})
-    kube.wait_condition("Stream", "handback", "Unmanaged", timeout=PROMPT)
-
-    async def tamper(js):
-        await js.update_stream(name="handback", subjects=["handback.>"], storage="memory", max_msgs=77)
-
-    on_broker(broker.url, tamper)
+    unmanaged_and_tampered(kube, broker, "handback")
     kube.annotate("Stream", "handback", {MANAGED: None})  # managed again: the spec wins over the tampering
     kube.wait("Stream", "handback", lambda o: condition(o, "Unmanaged") is None and has_condition(o, "Ready"),
               timeout=PROMPT, what="managed and Ready again")

@@ -1,45 +1,35 @@
 -- Argo CD health of a jsoperator.io Stream or Consumer, from its kstatus-style conditions.
 -- Paused -> Suspended; Stalled (an error retrying cannot cure) -> Degraded; a spec generation the
 -- operator has not applied yet, or Ready=False while it retries -> Progressing; Ready -> Healthy.
-local hs = {}
+local function health(status, message)
+  return {status = status, message = message}
+end
+local function holds(condition)
+  return condition ~= nil and condition.status == "True"
+end
 local status = obj.status
 if status == nil or status.conditions == nil then
-  hs.status = "Progressing"
-  hs.message = "Waiting for jsoperator to report status"
-  return hs
+  return health("Progressing", "Waiting for jsoperator to report status")
 end
 local conditions = {}
 for _, condition in ipairs(status.conditions) do
   conditions[condition.type] = condition
 end
-local paused = conditions["ReconciliationPaused"]
-if paused ~= nil and paused.status == "True" then
-  hs.status = "Suspended"
-  hs.message = paused.message
-  return hs
+if holds(conditions["ReconciliationPaused"]) then
+  return health("Suspended", conditions["ReconciliationPaused"].message)
 end
-local stalled = conditions["Stalled"]
-if stalled ~= nil and stalled.status == "True" then
-  hs.status = "Degraded"
-  hs.message = stalled.message
-  return hs
+if holds(conditions["Stalled"]) then
+  return health("Degraded", conditions["Stalled"].message)
 end
 local generation = obj.metadata.generation
 if generation ~= nil and (status.observedGeneration == nil or status.observedGeneration < generation) then
-  hs.status = "Progressing"
-  hs.message = "Waiting for jsoperator to apply generation " .. tostring(generation)
-  return hs
+  return health("Progressing", "Waiting for jsoperator to apply generation " .. tostring(generation))
 end
 local ready = conditions["Ready"]
-if ready ~= nil and ready.status == "True" then
-  hs.status = "Healthy"
-  hs.message = ready.message
-  return hs
+if holds(ready) then
+  return health("Healthy", ready.message)
 end
-hs.status = "Progressing"
 if ready ~= nil then
-  hs.message = ready.reason .. ": " .. ready.message
-else
-  hs.message = "Waiting for the Ready condition"
+  return health("Progressing", ready.reason .. ": " .. ready.message)
 end
-return hs
+return health("Progressing", "Waiting for the Ready condition")
