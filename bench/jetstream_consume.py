@@ -62,7 +62,9 @@ def _consumer(url: str, name: str, n: int, mode: str, batch: int, out: "mp.Queue
 
             out.put((0.0, 0.0))  # ready
             start, cpu = time.perf_counter(), time.process_time()
-            sub = await js.subscribe(name + ".x", stream=name, cb=cb, manual_ack=True,
+            # the client's own buffer must not be the limit (nats-py drops past 64 MB by default)
+            sub = await js.subscribe(name + ".x", stream=name, cb=cb, manual_ack=True, pending_msgs_limit=10_000_000,
+                                     pending_bytes_limit=1 << 31,
                                      config=ConsumerConfig(ack_policy=ack, deliver_policy=DeliverPolicy.ALL))
             await asyncio.wait_for(done.wait(), 600)
         else:
