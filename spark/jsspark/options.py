@@ -55,6 +55,8 @@ class SourceOptions(Connection):
     subjects: tuple[str, ...] = ()
     starting_offsets: Offsets = Field("earliest", alias="startingoffsets")
     ending_offsets: Offsets = Field("latest", alias="endingoffsets")
+    starting_timestamp: int | None = Field(None, ge=0, alias="startingtimestamp")  # ms since the epoch
+    ending_timestamp: int | None = Field(None, ge=0, alias="endingtimestamp")
     max_offsets_per_trigger: int | None = Field(None, gt=0, alias="maxoffsetspertrigger")
     min_partitions: int = Field(1, gt=0, alias="minpartitions")
     max_records_per_partition: int | None = Field(None, gt=0, alias="maxrecordsperpartition")
@@ -80,6 +82,12 @@ class SourceOptions(Connection):
             raise ValueError('must be "earliest", "latest" or JSON {"<stream>": <next stream sequence>}')
         return next(iter(parsed.values()))
 
+    def check_exclusive(self, raw: Mapping[str, str]) -> None:
+        for offsets, timestamp in (("startingoffsets", "startingtimestamp"), ("endingoffsets", "endingtimestamp")):
+            if offsets in raw and timestamp in raw:
+                raise OptionsError(f"options {_spark_name(_FIELDS[offsets])} and {_spark_name(_FIELDS[timestamp])} "
+                                   "exclude each other: give one")
+
     def check_offsets_stream(self, raw: Mapping[str, str]) -> None:
         for key in ("startingoffsets", "endingoffsets"):
             value = raw.get(key, "")
@@ -97,6 +105,7 @@ class SinkOptions(Connection):
 _ALIASES = {
     "tls_ca_file": "tlsCaFile", "tls_cert_file": "tlsCertFile", "tls_key_file": "tlsKeyFile",
     "starting_offsets": "startingOffsets", "ending_offsets": "endingOffsets",
+    "starting_timestamp": "startingTimestamp", "ending_timestamp": "endingTimestamp",
     "max_offsets_per_trigger": "maxOffsetsPerTrigger", "min_partitions": "minPartitions",
     "max_records_per_partition": "maxRecordsPerPartition", "fail_on_data_loss": "failOnDataLoss",
     "fetch_batch_size": "fetchBatchSize", "include_headers": "includeHeaders", "id_prefix": "idPrefix",
@@ -126,5 +135,10 @@ def parse(model: type[SourceOptions] | type[SinkOptions], options: Mapping[str, 
                              for e in exc.errors())
         raise OptionsError(problems) from None
     if isinstance(parsed, SourceOptions):
+        parsed.check_exclusive(raw)
         parsed.check_offsets_stream(raw)
     return parsed
+
+
+_FIELDS = {"startingoffsets": "starting_offsets", "endingoffsets": "ending_offsets",
+           "startingtimestamp": "starting_timestamp", "endingtimestamp": "ending_timestamp"}

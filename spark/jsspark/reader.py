@@ -12,6 +12,7 @@ import contextlib
 import json
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 import nats
 from nats.aio.msg import Msg
@@ -45,6 +46,30 @@ async def bounds(conn: Connection, stream: str) -> StreamBounds:
     try:
         state = (await nc.jetstream().stream_info(stream)).state
         return StreamBounds(state.first_seq, state.last_seq)
+    finally:
+        await nc.close()
+
+
+async def seq_at_time(conn: Connection, stream: str, epoch_ms: int) -> int:
+    """The first stream sequence stored at or after `epoch_ms` (the server finds it: a consumer with
+    deliver policy by_start_time), or the one after the last when there is none."""
+    nc = await nats.connect(**conn.connect_kwargs())
+    try:
+        js = nc.jetstream()
+        name = f"jsspark-time-{uuid.uuid4().hex[:12]}"
+        start = datetime.fromtimestamp(epoch_ms / 1000, timezone.utc)
+        await js.add_consumer(stream, ConsumerConfig(
+            name=name, deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=start, ack_policy=AckPolicy.NONE,
+            mem_storage=True, inactive_threshold=30.0))
+        try:
+            psub = await js.pull_subscribe_bind(durable=name, stream=stream)
+            msgs = await psub.fetch(1, timeout=2)
+            return int(msgs[0].metadata.sequence.stream)
+        except nats.errors.TimeoutError:
+            return (await js.stream_info(stream)).state.last_seq + 1
+        finally:
+            with contextlib.suppress(Exception):
+                await js.delete_consumer(stream, name)
     finally:
         await nc.close()
 

@@ -47,6 +47,18 @@ def _bounds(opts: options.SourceOptions) -> reader.StreamBounds:
     return asyncio.run(reader.bounds(opts, opts.stream))
 
 
+def _start(opts: options.SourceOptions, bounds: reader.StreamBounds) -> int:
+    if opts.starting_timestamp is not None:
+        return int(asyncio.run(reader.seq_at_time(opts, opts.stream, opts.starting_timestamp)))
+    return offsets.resolve(opts.starting_offsets, bounds)
+
+
+def _end(opts: options.SourceOptions, bounds: reader.StreamBounds) -> int:
+    if opts.ending_timestamp is not None:
+        return int(asyncio.run(reader.seq_at_time(opts, opts.stream, opts.ending_timestamp)))
+    return offsets.resolve(opts.ending_offsets, bounds)
+
+
 def _partitions(opts: options.SourceOptions, start: int, end: int) -> list[InputPartition]:
     return [InputPartition(r) for r in offsets.split(start, end, opts.min_partitions, opts.max_records_per_partition)]
 
@@ -67,9 +79,8 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         bounds = _bounds(self.opts)
-        start = offsets.check_start(self.opts.stream, offsets.resolve(self.opts.starting_offsets, bounds), bounds,
-                                    self.opts.fail_on_data_loss)
-        end = min(offsets.resolve(self.opts.ending_offsets, bounds), bounds.last_seq + 1)
+        start = offsets.check_start(self.opts.stream, _start(self.opts, bounds), bounds, self.opts.fail_on_data_loss)
+        end = min(_end(self.opts, bounds), bounds.last_seq + 1)
         return _partitions(self.opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -84,7 +95,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._until: int | None = None  # availableNow: the last sequence when the run started
 
     def initialOffset(self) -> dict[str, Any]:
-        return {self.opts.stream: offsets.resolve(self.opts.starting_offsets, _bounds(self.opts))}
+        return {self.opts.stream: _start(self.opts, _bounds(self.opts))}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger:

@@ -106,3 +106,34 @@ def test_bad_options_fail_before_any_job(spark, options, message):
     with pytest.raises(Exception, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         reader.load().collect()
     assert OptionsError  # the error class the message comes from (jsspark.options)
+
+
+def test_starting_and_ending_timestamps(spark, server, unique):
+    name = unique("SPT")
+    make_stream(server.url, name, 4)
+    boundary = server_time_after_last(server, name)
+    publish(server.url, f"{name}.a", [b"later-1", b"later-2"])
+    assert [seq for _, seq, _ in rows(read(spark, server, name, startingTimestamp=boundary))] == [5, 6]
+    assert [seq for _, seq, _ in rows(read(spark, server, name, endingTimestamp=boundary))] == [1, 2, 3, 4]
+    future = boundary + 3_600_000
+    assert read(spark, server, name, startingTimestamp=future).count() == 0
+    with pytest.raises(Exception, match="startingOffsets and startingTimestamp exclude each other"):
+        read(spark, server, name, startingTimestamp=boundary, startingOffsets="earliest").collect()
+
+
+def server_time_after_last(server, stream) -> int:
+    """A time (ms) after the stream's last message and before anything published from now on."""
+    import asyncio
+
+    import nats
+
+    async def main() -> int:
+        nc = await nats.connect(server.url)
+        last = (await nc.jetstream().get_last_msg(stream, f"{stream}.*")).time
+        await nc.close()
+        return int(last.timestamp() * 1000) + 1
+
+    stamp = asyncio.run(main())
+    while datetime.datetime.now(datetime.timezone.utc).timestamp() * 1000 <= stamp + 1:
+        pass  # wait out the millisecond, so the next message is stored strictly after `stamp`
+    return stamp
