@@ -5,6 +5,11 @@ restart from the checkpoint without loss or duplicates), and bad options failing
 from __future__ import annotations
 
 import datetime
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -137,3 +142,28 @@ def server_time_after_last(server, stream) -> int:
     while datetime.datetime.now(datetime.timezone.utc).timestamp() * 1000 <= stamp + 1:
         pass  # wait out the millisecond, so the next message is stored strictly after `stamp`
     return stamp
+
+
+def test_a_killed_query_restarts_from_its_checkpoint_without_loss_or_duplicates(spark, server, unique, tmp_path):
+    name = unique("SPK")
+    make_stream(server.url, name, 400)
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+    victim = subprocess.Popen([sys.executable, "-m", "tests.spark.stream_job", server.url, name, str(checkpoint),
+                               str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(list((checkpoint / "commits").glob("[0-9]*"))) < 3:
+            assert victim.poll() is None and time.monotonic() < deadline, "the streaming job made no progress"
+            time.sleep(0.1)  # polling the checkpoint's commit log
+    finally:
+        os.killpg(victim.pid, signal.SIGKILL)  # the driver and its Python workers, mid-run
+        victim.wait()
+    done_before = len(list((checkpoint / "commits").glob("[0-9]*")))
+    assert done_before < 10  # killed before the end (10 batches of 40)
+    from tests.spark.stream_job import query
+
+    restarted = query(spark, server.url, name, str(checkpoint), str(out), available_now=True)
+    restarted.awaitTermination(300)
+    assert restarted.exception() is None
+    seqs = [r.seq for r in spark.read.parquet(str(out)).collect()]
+    assert sorted(seqs) == list(range(1, 401))  # every message once: nothing lost, nothing twice
