@@ -63,6 +63,7 @@ class SourceOptions(Connection):
     fail_on_data_loss: bool = Field(True, alias="failondataloss")
     fetch_batch_size: int = Field(5000, gt=0, le=100_000, alias="fetchbatchsize")
     include_headers: bool = Field(False, alias="includeheaders")
+    consumer: str | None = Field(None, min_length=1)  # a durable that mirrors a streaming query's progress
 
     @field_validator("subjects", mode="before")
     @classmethod

@@ -50,6 +50,16 @@ async def bounds(conn: Connection, stream: str) -> StreamBounds:
         await nc.close()
 
 
+async def mirror_progress(conn: Connection, stream: str, consumer: str, next_seq: int) -> None:
+    """Move a durable consumer's ack floor to `next_seq - 1` ($JS.API.CONSUMER.RESET), so its info (and the
+    operator's Consumer status) shows what a streaming query has committed and what is left."""
+    nc = await nats.connect(**conn.connect_kwargs())
+    try:
+        await nc.jsm().reset_consumer(stream, consumer, seq=max(next_seq, 1), timeout=5)
+    finally:
+        await nc.close()
+
+
 async def seq_at_time(conn: Connection, stream: str, epoch_ms: int) -> int:
     """The first stream sequence stored at or after `epoch_ms` (the server finds it: a consumer with
     deliver policy by_start_time), or the one after the last when there is none."""

@@ -8,6 +8,7 @@ except the picklable partition and options.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from . import arrow, offsets, options, reader, sink
+
+log = logging.getLogger("jsspark")
 
 
 class JetStreamDataSource(DataSource):
@@ -124,4 +127,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(self.opts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: Spark's checkpoint holds the progress (commit trails a batch behind anyway)."""
+        """Spark's checkpoint holds the progress (and commit trails a batch behind); with `consumer`, the
+        durable mirrors it for `nats consumer info` and the operator. Correctness never depends on it."""
+        if not self.opts.consumer:
+            return
+        try:
+            asyncio.run(reader.mirror_progress(self.opts, self.opts.stream, self.opts.consumer,
+                                               int(end[self.opts.stream])))
+        except Exception as exc:  # noqa: BLE001 - a display aid must not fail the query
+            log.warning("could not mirror progress to consumer %s of stream %s: %r", self.opts.consumer,
+                        self.opts.stream, exc)

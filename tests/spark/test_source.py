@@ -167,3 +167,45 @@ def test_a_killed_query_restarts_from_its_checkpoint_without_loss_or_duplicates(
     assert restarted.exception() is None
     seqs = [r.seq for r in spark.read.parquet(str(out)).collect()]
     assert sorted(seqs) == list(range(1, 401))  # every message once: nothing lost, nothing twice
+
+
+def test_a_consumer_mirrors_committed_progress_and_a_reset_does_not_replay_the_query(spark, server, unique, tmp_path):
+    import asyncio
+
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    name = unique("SPC")
+    make_stream(server.url, name, 25)
+
+    async def consumer(action: str) -> tuple[int, int]:
+        nc = await nats.connect(server.url)
+        jsm = nc.jsm()
+        if action == "create":
+            await jsm.add_consumer(name, ConsumerConfig(durable_name="SPARKJOB", ack_policy=AckPolicy.EXPLICIT))
+        elif action == "reset":  # what the operator does for jsoperator.io/reset-to-sequence=3
+            await jsm.reset_consumer(name, "SPARKJOB", seq=3)
+        info = await jsm.consumer_info(name, "SPARKJOB")
+        await nc.close()
+        return info.ack_floor.stream_seq, info.num_pending
+
+    assert asyncio.run(consumer("create")) == (0, 25)
+    counts: list[int] = []
+
+    def run() -> None:
+        query = (spark.readStream.format("jetstream").option("servers", server.url).option("stream", name)
+                 .option("consumer", "SPARKJOB").option("maxOffsetsPerTrigger", "10").load()
+                 .writeStream.foreachBatch(lambda df, _: counts.append(df.count()))
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+        query.awaitTermination(300)
+        assert query.exception() is None
+
+    run()
+    floor, pending = asyncio.run(consumer("info"))
+    assert floor in (20, 25) and pending == 25 - floor  # Spark commits a run's last batch in the next run
+    assert asyncio.run(consumer("reset")) == (2, 23)
+    publish(server.url, f"{name}.a", [b"new-1", b"new-2"])
+    run()
+    assert counts == [10, 10, 5, 2]  # the reset replayed nothing: the checkpoint is the source of truth
+    floor, pending = asyncio.run(consumer("info"))
+    assert floor >= 25 and pending == 27 - floor  # and the query's next commits put the mirror right again
