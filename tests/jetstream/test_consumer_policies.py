@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from jsbroker.subjects import subject_matches
-from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair, until_waiting, without_pending
+from tests.jetstream.test_consumer_support import (api, info_view, pull, scenario_pair, until_info, until_waiting,
+                                                   without_pending)
 
 
 @pytest.fixture
@@ -127,6 +128,8 @@ async def test_purge_moves_consumers(urls, unique) -> None:
             await api(nc, f"$JS.API.STREAM.PURGE.{s}", body)
             t.append([info_view(await api(nc, f"$JS.API.CONSUMER.INFO.{s}.{n}")) for n in "ENF"])
         await nc.request(f"{s}.b", b"after", timeout=2)
+        for n in "ENF":  # nats-server tells its consumers of a new message asynchronously (a CI run saw E miss it)
+            await until_info(nc, s, n, lambda info: info["num_pending"] == 1, "the new message pending")
         t.append([await pull(nc, s, n, {"batch": 5, "no_wait": True}, wait=1) for n in "ENF"])
         return t
 
