@@ -11,6 +11,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 mode="${1:-build}"
 
 log() { echo "envtest: $*" >&2; }
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
     for bin in kube-apiserver etcd; do
@@ -23,8 +25,8 @@ if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
     exit 0
 fi
 
-k8s_version="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v1\./ {print $2; exit}' "$here/go.mod")"
-etcd_version="$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v3\./ {print $2; exit}' "$here/go.mod")"
+k8s_version="$(module_version k8s.io/kubernetes "$here/go.mod")"
+etcd_version="$(module_version go.etcd.io/etcd/server/v3 "$here/go.mod")"
 cache_root="${JSOPERATOR_ENVTEST_CACHE:-$HOME/.cache/jetstream-kopf/envtest}"
 dest="$cache_root/$k8s_version"
 
@@ -36,27 +38,15 @@ if [[ "$mode" == "--find" ]]; then
     exit 3
 fi
 
-go_bin="$(command -v go || true)"
-if [[ -z "$go_bin" && -x /usr/local/go/bin/go ]]; then
-    go_bin=/usr/local/go/bin/go
-fi
-if [[ -z "$go_bin" ]]; then
-    log "the Go toolchain (>= 1.25) is needed to build kube-apiserver $k8s_version and etcd $etcd_version."
-    log "Install Go from https://go.dev/dl/ (or your distribution's Go >= 1.25 package), or point"
-    log "KUBEBUILDER_ASSETS at a folder that already holds kube-apiserver and etcd."
-    exit 1
-fi
+go_bin="$(find_go "kube-apiserver $k8s_version and etcd $etcd_version" \
+    "point KUBEBUILDER_ASSETS at a folder that already holds kube-apiserver and etcd")"
 
 mkdir -p "$cache_root"
 work="$(mktemp -d "$cache_root/.build-$k8s_version.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 chmod 755 "$work"
 
-minor="${k8s_version#v1.}"
-minor="${minor%%.*}"
-pkg=k8s.io/component-base/version
-ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+ldflags="$(k8s_ldflags "$k8s_version")"
 
 log "building kube-apiserver $k8s_version and etcd $etcd_version with $("$go_bin" version | cut -d' ' -f3)"
 log "(cold: ~0.5 GB of modules, ~2 GB Go build cache, 8-25 min on 2 cores; then cached in $dest)"
@@ -68,11 +58,6 @@ export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--p=2}"
 log "kube-apiserver built ($((SECONDS - start)) s); building etcd"
 "$go_bin" build -trimpath -ldflags "-s -w" -o "$work/etcd" go.etcd.io/etcd/server/v3
 
-# Publish atomically; if a concurrent build published first, ours is discarded.
-if mv -T "$work" "$dest" 2>/dev/null; then
-    trap - EXIT
-else
-    log "another build already published $dest"
-fi
+publish "$work" "$dest"
 log "built in $((SECONDS - start)) s: $dest"
 echo "$dest"
