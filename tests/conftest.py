@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.image.fixtures import engine, image  # noqa: F401  (tests/image and tests/cluster share one build)
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
 
 

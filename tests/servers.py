@@ -33,9 +33,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def read_info(port: int, timeout: float = 1.0) -> bytes:
+def read_info(port: int, timeout: float = 1.0, address: str = "127.0.0.1") -> bytes:
     """Connect to a NATS port and return its INFO line (raises OSError / TimeoutError)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+    with socket.create_connection((address, port), timeout=timeout) as s:
         s.settimeout(timeout)
         data = b""
         while b"\r\n" not in data:
@@ -54,13 +54,14 @@ class ServerHandle:
     http_port: int | None = None
     extra_args: Sequence[str] = ()
     jetstream: bool = True
+    address: str = "127.0.0.1"  # another local address makes it reachable from pods (tests/cluster)
     log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="server-", suffix=".log")[1]))
     proc: subprocess.Popen[bytes] | None = None
     _owns_store: bool = False
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"nats://{self.address}:{self.port}"
 
     @property
     def http_url(self) -> str | None:
@@ -72,7 +73,7 @@ class ServerHandle:
         return self.proc.pid
 
     def command(self) -> list[str]:
-        args = ["-a", "127.0.0.1", "-p", str(self.port)]
+        args = ["-a", self.address, "-p", str(self.port)]
         if self.jetstream:
             args += ["-js", "-sd", str(self.store_dir)]
         elif self.kind == JSBROKER:
@@ -101,7 +102,7 @@ class ServerHandle:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
-                read_info(self.port, timeout=1.0)
+                read_info(self.port, timeout=1.0, address=self.address)
                 return
             except OSError:
                 if time.monotonic() > deadline:
@@ -164,6 +165,7 @@ def launch(
     http: bool = False,
     extra_args: Sequence[str] = (),
     port: int | None = None,
+    address: str = "127.0.0.1",
     attempts: int = 3,
 ) -> ServerHandle:
     """Start `kind` ("jsbroker" or "nats-server") on a free 127.0.0.1 port and wait until it serves."""
@@ -180,6 +182,7 @@ def launch(
             http_port=free_port() if http else None,
             extra_args=tuple(extra_args),
             jetstream=jetstream,
+            address=address,
             _owns_store=owns,
         )
         try:

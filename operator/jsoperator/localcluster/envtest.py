@@ -43,7 +43,7 @@ class EnvTestError(RuntimeError):
     """The control plane could not be started; the message carries the tail of the process logs."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -73,8 +73,8 @@ def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-class _Process:
-    """One control-plane process, its output captured in a log file."""
+class Process:
+    """One control-plane process, its output captured in a log file; killed if the Python process dies."""
 
     def __init__(self, name: str, args: Sequence[str], workdir: Path) -> None:
         self.name = name
@@ -110,7 +110,7 @@ class _Process:
                 self.popen.wait()
 
 
-def _http_ok(url: str, context: ssl.SSLContext | None, expect: Callable[[bytes], bool]) -> bool:
+def http_ok(url: str, context: ssl.SSLContext | None, expect: Callable[[bytes], bool]) -> bool:
     # Loopback only: never route the probe through an HTTP(S)_PROXY from the environment.
     opener = urllib.request.build_opener(
         urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
@@ -127,6 +127,10 @@ class EnvTest:
 
     `assets_dir` is the folder with the binaries (default: ``binaries.find()``);
     `apiserver_flags` are appended to kube-apiserver's command line (e.g. feature gates).
+    For a cluster that runs pods (tests/cluster): `address` is where kube-apiserver listens and what it
+    advertises as the `kubernetes` Service's endpoint (pods cannot reach loopback), and
+    `service_accounts` turns on the ServiceAccount admission plugin, which mounts each pod's token
+    but refuses pods until a controller-manager has created their namespace's account.
     """
 
     def __init__(
@@ -135,14 +139,19 @@ class EnvTest:
         *,
         start_timeout: float = 90.0,
         apiserver_flags: Sequence[str] = (),
+        address: str = "127.0.0.1",
+        service_accounts: bool = False,
     ) -> None:
         self._assets_dir = assets_dir
         self._start_timeout = start_timeout
         self._apiserver_flags = list(apiserver_flags)
+        self._address = address
+        self._service_accounts = service_accounts
         self.workdir: Path | None = None  # temp dir with pki/, etcd-data/ and the *.log files
-        self._processes: list[_Process] = []
+        self._processes: list[Process] = []
         self.server = ""
         self.kubeconfig = Path()
+        self.pki: Pki | None = None  # the PEM files of the last start(), in workdir
 
     def __enter__(self) -> EnvTest:
         return self.start()
@@ -164,7 +173,8 @@ class EnvTest:
         self.workdir = Path(tempfile.mkdtemp(prefix="envtest-"))
         deadline = time.monotonic() + self._start_timeout
         try:
-            pki = write_pki(self.workdir / "pki")
+            pki = write_pki(self.workdir / "pki", [self._address])
+            self.pki = pki
             etcd_url = self._start_etcd(folder / "etcd", deadline)
             self._start_apiserver(folder / "kube-apiserver", pki, etcd_url, deadline)
             self.kubeconfig = self._write_kubeconfig(pki)
@@ -189,9 +199,9 @@ class EnvTest:
 
     def _start_etcd(self, binary: Path, deadline: float) -> str:
         assert self.workdir is not None
-        client_url = f"http://127.0.0.1:{_free_port()}"
-        peer_url = f"http://127.0.0.1:{_free_port()}"
-        etcd = _Process("etcd", [
+        client_url = f"http://127.0.0.1:{free_port()}"
+        peer_url = f"http://127.0.0.1:{free_port()}"
+        etcd = Process("etcd", [
             str(binary),
             "--name=envtest",
             f"--data-dir={self.workdir / 'etcd-data'}",
@@ -205,16 +215,16 @@ class EnvTest:
         ], self.workdir)
         self._processes.append(etcd)
         etcd.wait_until(
-            lambda: _http_ok(f"{client_url}/health", None, lambda body: json.loads(body).get("health") == "true"),
+            lambda: http_ok(f"{client_url}/health", None, lambda body: json.loads(body).get("health") == "true"),
             deadline,
         )
         return client_url
 
     def _start_apiserver(self, binary: Path, pki: Pki, etcd_url: str, deadline: float) -> None:
         assert self.workdir is not None
-        port = _free_port()
-        self.server = f"https://127.0.0.1:{port}"
-        apiserver = _Process("kube-apiserver", [
+        port = free_port()
+        self.server = f"https://{self._address}:{port}"
+        apiserver = Process("kube-apiserver", [
             str(binary),
             f"--etcd-servers={etcd_url}",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
@@ -222,12 +232,15 @@ class EnvTest:
             f"--tls-private-key-file={pki.serving_key}",
             f"--client-ca-file={pki.client_ca}",
             f"--secure-port={port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self._address}",
+            f"--advertise-address={self._address}",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
             "--authorization-mode=RBAC",
-            "--disable-admission-plugins=ServiceAccount",
+            *([] if self._service_accounts else ["--disable-admission-plugins=ServiceAccount"]),
+            # Logs and exec reach kubelets (if any) as the admin; their serving certs are self-signed.
+            f"--kubelet-client-certificate={pki.admin_cert}",
+            f"--kubelet-client-key={pki.admin_key}",
             f"--service-account-issuer={self.server}/",
             f"--service-account-key-file={pki.service_account_pub}",
             f"--service-account-signing-key-file={pki.service_account_key}",
@@ -237,7 +250,7 @@ class EnvTest:
         context = ssl.create_default_context(cafile=str(pki.serving_ca))
         context.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
         apiserver.wait_until(
-            lambda: _http_ok(f"{self.server}/readyz", context, lambda body: body.strip() == b"ok"),
+            lambda: http_ok(f"{self.server}/readyz", context, lambda body: body.strip() == b"ok"),
             deadline,
         )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,8 +104,11 @@ def _leaf(
     return key, builder.sign(ca_key, hashes.SHA256())
 
 
-def write_pki(folder: Path) -> Pki:
-    """Generate a complete PKI for a loopback control plane into `folder` (created if needed)."""
+def write_pki(folder: Path, addresses: Sequence[str] = ()) -> Pki:
+    """Generate a complete PKI for a loopback control plane into `folder` (created if needed).
+
+    `addresses` are further IPs the serving certificate is valid for (where pods reach the apiserver).
+    """
     folder.mkdir(parents=True, exist_ok=True)
     pki = Pki(
         serving_ca=folder / "serving-ca.crt",
@@ -126,6 +130,7 @@ def write_pki(folder: Path) -> Pki:
             # In-cluster name and service IP, so the certificate also fits the default kubernetes Service.
             x509.DNSName("kubernetes.default.svc"),
             x509.IPAddress(ipaddress.IPv4Address("10.0.0.1")),
+            *(x509.IPAddress(ipaddress.ip_address(address)) for address in addresses),
         ],
     )
     client_ca_key, client_ca = _ca("envtest-client-ca")

@@ -1,4 +1,8 @@
-"""The image, built once per test session on a real Docker engine (installed and started when missing)."""
+"""The image, built once per test session on a real Docker engine (installed and started when missing).
+
+Used by tests/image and by the end-to-end test on a real cluster (tests/cluster); tests/conftest.py
+imports these fixtures so each xdist worker builds the image at most once.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,453 @@
+"""The end-to-end test body: the Helm chart on a real cluster, from `helm install` to `helm uninstall`.
+
+One piece of code for every cluster: it takes a `Target` (a kubeconfig, a way to put a local image on
+the nodes, and the address at which pods reach this machine), so the local one-node cluster
+(tests/cluster/cluster.py) and kind (scripts/e2e-kind.sh) run exactly the same steps:
+
+1. `helm install` -> the broker StatefulSet pod and the operator pod pass their real probes;
+2. the ORDERS example -> Stream and Consumers Ready; a Job in the cluster publishes and consumes
+   through the client Service's DNS name; a reset annotation -> `lastReset` Succeeded and the next
+   delivery starts at that sequence;
+3. the broker restarts (pod deleted, or the external server stopped) -> `BrokerUnavailable`, then
+   Ready again by itself, with every message and ack floor kept;
+4. `helm upgrade` with a changed setting rolls what it must and keeps the data; a no-op upgrade
+   restarts nothing;
+5. `helm uninstall` (+ the chart README's cleanup) leaves exactly what the README says.
+Step 6 of the issue is `with_external_nats`: the same with `broker.enabled=false` and a real
+nats-server on this machine behind a selector-less Service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import kubernetes.config
+import kubernetes.utils
+import nats
+import yaml
+from kubernetes.client.rest import ApiException
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "jetstream-kopf"
+EXAMPLE = REPO / "deploy" / "examples" / "orders.yaml"
+CLIENT = (Path(__file__).parent / "e2e_client.py").read_text()
+GROUP, VERSION = "jsoperator.io", "v1alpha1"
+PLURALS = {"Stream": "streams", "Consumer": "consumers"}
+EXAMPLE_OBJECTS = [("Stream", "orders"), ("Consumer", "new"), ("Consumer", "dispatch"), ("Consumer", "monitor")]
+RELEASE = "jk"
+STARTUP = 240.0  # a pod from image import to Ready on a busy 2-core machine
+PROMPT = 60.0  # an operator reaction (status, reset, recovery) with a 2 s drift interval
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the body runs. `load_image(tag)` makes a local Docker image usable by the nodes' runtime;
+    `host_address` is an address of this machine that pods can connect to."""
+
+    kubeconfig: Path
+    load_image: Callable[[str], None]
+    host_address: str
+
+
+def until(check: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.25) -> Any:
+    """Poll `check` until it returns something truthy; fail naming `what` and the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last value: {last!r}")
+        time.sleep(interval)
+
+
+def _missing(call: Callable[[], Any]) -> bool:
+    try:
+        call()
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
+class Kube:
+    """The API calls the steps need (what `kubectl` would do), on one cluster."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        self.core = kubernetes.client.CoreV1Api(self.client)
+        self.apps = kubernetes.client.AppsV1Api(self.client)
+        self.batch = kubernetes.client.BatchV1Api(self.client)
+        self.custom = kubernetes.client.CustomObjectsApi(self.client)
+        self._jobs = 0
+
+    def create(self, namespace: str, *objects: dict[str, Any]) -> None:
+        for obj in objects:
+            kubernetes.utils.create_from_dict(self.client, obj, namespace=namespace)
+
+    # Our resources ---------------------------------------------------------------------------------
+
+    def resource(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name)
+        return obj
+
+    def ready(self, namespace: str, kind: str, name: str) -> tuple[str, str]:
+        """(status, reason) of the Ready condition, ("", "") before the first status."""
+        for condition in self.resource(namespace, kind, name).get("status", {}).get("conditions", []):
+            if condition["type"] == "Ready":
+                return condition["status"], condition["reason"]
+        return "", ""
+
+    def wait_synced(self, namespace: str, objects: list[tuple[str, str]], timeout: float = PROMPT) -> None:
+        for kind, name in objects:
+            until(lambda: self.ready(namespace, kind, name) == ("True", "Synced"), timeout=timeout,
+                  what=f"{kind} {name} Ready=True Synced (now {self.ready(namespace, kind, name)})")
+
+    def annotate(self, namespace: str, kind: str, name: str, annotations: dict[str, str]) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name,
+                                                   {"metadata": {"annotations": annotations}})
+
+    # Pods and Jobs ---------------------------------------------------------------------------------
+
+    def pods(self, namespace: str, selector: str) -> list[kubernetes.client.V1Pod]:
+        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def ready_pod(self, namespace: str, selector: str) -> kubernetes.client.V1Pod | None:
+        """The one pod matching `selector` when it is Ready and not being deleted."""
+        pods = [p for p in self.pods(namespace, selector) if p.metadata.deletion_timestamp is None]
+        if len(pods) == 1 and any(c.type == "Ready" and c.status == "True" for c in pods[0].status.conditions or []):
+            return pods[0]
+        return None
+
+    def run_client(self, namespace: str, image: str, env: list[dict[str, Any]], *words: str) -> list[dict[str, Any]]:
+        """Run tests/cluster/e2e_client.py in a Job (our image, in the cluster) and return its JSON lines."""
+        self._jobs += 1
+        name = f"client-{self._jobs}"
+        self.create(namespace, {
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never",
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 10001},
+                "containers": [{"name": "client", "image": image, "imagePullPolicy": "IfNotPresent",
+                                "command": ["python", "-c", CLIENT, *words], "env": env}],
+            }}},
+        })
+        job = until(lambda: (lambda j: j if (j.status.succeeded or j.status.failed) else None)(
+            self.batch.read_namespaced_job(name, namespace)), timeout=STARTUP, what=f"Job {name} to finish")
+        pod = self.pods(namespace, f"job-name={name}")[0].metadata.name
+        log = self.core.read_namespaced_pod_log(pod, namespace, container="client")
+        assert job.status.succeeded, f"the client Job {' '.join(words)} failed:\n{log}"
+        return [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+
+
+class Helm:
+    """Helm's own engine (the `helm` binary) on the target cluster."""
+
+    def __init__(self, binary: Path, kubeconfig: Path, namespace: str, values: dict[str, Any], workdir: Path) -> None:
+        self.binary, self.kubeconfig, self.namespace, self.values = binary, kubeconfig, namespace, values
+        self._values_path = workdir / f"values-{namespace}.yaml"
+
+    def __call__(self, *args: str) -> str:
+        done = subprocess.run([str(self.binary), "--kubeconfig", str(self.kubeconfig), "--namespace",
+                               self.namespace, *args], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"helm {' '.join(args)} exited {done.returncode}:\n{done.stderr}"
+        return done.stdout
+
+    def install(self) -> None:
+        self("install", RELEASE, str(CHART), "--create-namespace", *self._values_file(self.values))
+
+    def upgrade(self, **changes: Any) -> None:
+        """helm upgrade with the release's values deep-merged with `changes` ({"broker": {...}})."""
+        self.values = _merge(self.values, changes)
+        self("upgrade", RELEASE, str(CHART), *self._values_file(self.values))
+
+    def uninstall(self) -> None:
+        self("uninstall", RELEASE, "--wait", "--timeout", "3m")
+
+    def _values_file(self, values: dict[str, Any]) -> list[str]:
+        self._values_path.write_text(yaml.safe_dump(values))
+        return ["--values", str(self._values_path)]
+
+
+def _merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in changes.items():
+        merged[key] = _merge(base.get(key, {}), value) if isinstance(value, dict) else value
+    return merged
+
+
+# What the steps expect ------------------------------------------------------------------------------
+
+BROKER = f"{RELEASE}-jetstream-kopf-broker"
+BROKER_PODS = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=broker"
+OPERATOR_PODS = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=operator"
+RESET_TO = 5
+
+
+def _state(new_floor: int) -> dict[str, Any]:
+    """ORDERS after the publishing Job (10 received, 3 processed) and DISPATCH's 2 acks, with NEW acked
+    up to `new_floor` (its messages are sequences 1-10)."""
+    return {"messages": 13, "last_seq": 13, "consumers": {
+        "NEW": {"ack_floor": new_floor, "delivered": new_floor, "num_pending": 10 - new_floor, "num_ack_pending": 0},
+        "DISPATCH": {"ack_floor": 12, "delivered": 12, "num_pending": 1, "num_ack_pending": 0},
+    }}
+
+
+INFO = ("info", "ORDERS", "NEW", "DISPATCH")
+
+
+@dataclass
+class Scenario:
+    """One release of the chart in its own namespace, and how its Jobs reach the NATS server."""
+
+    kube: Kube
+    helm: Helm
+    image: str
+    client_env: list[dict[str, Any]]
+
+    @property
+    def namespace(self) -> str:
+        return self.helm.namespace
+
+    def client(self, *words: str) -> list[dict[str, Any]]:
+        return self.kube.run_client(self.namespace, self.image, self.client_env, *words)
+
+    def pod(self, selector: str, *, other_than: str = "") -> kubernetes.client.V1Pod:
+        """The Ready pod for `selector` (a new one when `other_than` names the old pod's uid)."""
+        return until(lambda: (lambda p: p if p is not None and p.metadata.uid != other_than else None)(
+            self.kube.ready_pod(self.namespace, selector)), timeout=STARTUP,
+            what=f"a Ready pod {selector}" + (f" other than {other_than}" if other_than else ""))
+
+    # Step 1 ------------------------------------------------------------------------------------------
+
+    def install(self, *, broker: bool) -> None:
+        self.helm.install()
+        operator = self.pod(OPERATOR_PODS)
+        _assert_started_cleanly(operator)
+        if broker:
+            _assert_started_cleanly(self.pod(BROKER_PODS))
+        else:
+            assert self.kube.apps.list_namespaced_stateful_set(self.namespace).items == []
+
+    # Step 2 ------------------------------------------------------------------------------------------
+
+    def orders(self) -> None:
+        self.kube.create(self.namespace, *yaml.safe_load_all(EXAMPLE.read_text()))
+        self.kube.wait_synced(self.namespace, EXAMPLE_OBJECTS, timeout=STARTUP)
+        assert self.client("publish", "ORDERS.received", "10", "publish", "ORDERS.processed", "3",
+                           "consume", "ORDERS", "NEW", "3", "consume", "ORDERS", "DISPATCH", "2", *INFO) == [
+            {"published": list(range(1, 11))}, {"published": [11, 12, 13]},
+            {"consumed": [1, 2, 3]}, {"consumed": [11, 12]}, _state(new_floor=3)]
+        # The operator's drift timer brings the server's numbers into the resources' status.
+        until(lambda: _status(self.kube, self.namespace, "Stream", "orders", "messages", "lastSeq") == (13, 13),
+              timeout=PROMPT, what="Stream orders status messages=13 lastSeq=13")
+        until(lambda: _status(self.kube, self.namespace, "Consumer", "new", "ackFloor", "numPending")
+              == ({"consumerSeq": 3, "streamSeq": 3}, 7), timeout=PROMPT, what="Consumer new status ackFloor 3, 7 pending")
+
+        self.kube.annotate(self.namespace, "Consumer", "new", {"jsoperator.io/reset-to-sequence": str(RESET_TO)})
+        last = until(lambda: self.kube.resource(self.namespace, "Consumer", "new").get("status", {}).get("lastReset"),
+                     timeout=PROMPT, what="Consumer new status.lastReset")
+        assert (last["request"], last["result"], last["resetSeq"]) == (
+            f"reset-to-sequence={RESET_TO}", "Succeeded", RESET_TO), last
+        assert self.client("consume", "ORDERS", "NEW", "1", *INFO) == [
+            {"consumed": [RESET_TO]}, _state(new_floor=RESET_TO)]
+
+    # Step 3 ------------------------------------------------------------------------------------------
+
+    def outage(self, stop: Callable[[], None], start: Callable[[], None] | None = None) -> None:
+        """`stop` the server: the Stream and a Consumer report BrokerUnavailable; after `start` (or by
+        Kubernetes alone) every resource is Synced again and the data is as it was."""
+        watched = [("Stream", "orders"), ("Consumer", "new")]
+        seen: dict[tuple[str, str], set[str]] = {obj: set() for obj in watched}
+
+        def outage_seen() -> bool:
+            for kind, name in watched:
+                seen[(kind, name)].add(self.kube.ready(self.namespace, kind, name)[1])
+            return all("BrokerUnavailable" in reasons for reasons in seen.values())
+
+        stop()
+        until(outage_seen, timeout=PROMPT, interval=0.2, what=f"BrokerUnavailable on {watched} (seen {seen})")
+        if start is not None:
+            start()
+        self.kube.wait_synced(self.namespace, EXAMPLE_OBJECTS, timeout=STARTUP)
+        assert self.client(*INFO) == [_state(new_floor=RESET_TO)]
+
+    # Step 4 ------------------------------------------------------------------------------------------
+
+    def upgrade_changed(self, rolled: str, kept: str | None, **changes: Any) -> None:
+        """An upgrade with `changes` replaces the pod of `rolled`, not the one of `kept`; data stays."""
+        old = self.pod(rolled)
+        other = self.pod(kept) if kept else None
+        self.helm.upgrade(**changes)
+        self.pod(rolled, other_than=old.metadata.uid)
+        if kept and other is not None:
+            assert self.pod(kept).metadata.uid == other.metadata.uid, f"{kept} restarted"
+        self.kube.wait_synced(self.namespace, EXAMPLE_OBJECTS, timeout=STARTUP)
+        assert self.client(*INFO) == [_state(new_floor=RESET_TO)]
+
+    def upgrade_unchanged(self) -> None:
+        """The same values again: no workload gets a new template, so no pod restarts."""
+        before = self._workloads()
+        self.helm.upgrade()
+        assert self._workloads() == before
+
+    def _workloads(self) -> dict[str, Any]:
+        ns = self.namespace
+        return {
+            "generations": sorted((w.kind or "", w.metadata.name, w.metadata.generation) for w in [
+                *self.kube.apps.list_namespaced_stateful_set(ns).items,
+                *self.kube.apps.list_namespaced_deployment(ns).items]),
+            "pods": sorted((p.metadata.name, p.metadata.uid, [s.restart_count for s in p.status.container_statuses or []])
+                           for p in self.kube.pods(ns, f"app.kubernetes.io/instance={RELEASE}")),
+        }
+
+    # Step 5 ------------------------------------------------------------------------------------------
+
+    def uninstall(self, kept: set[tuple[str, str]]) -> None:
+        """helm uninstall leaves exactly `kept` of the release's labelled objects (what the chart's
+        README says), the CRDs and the custom resources; the README's cleanup removes the rest."""
+        self.helm.uninstall()
+        until(lambda: _labelled(self.kube, self.namespace) == kept, timeout=PROMPT,
+              what=f"only {sorted(kept)} left (now {sorted(_labelled(self.kube, self.namespace))})")
+        extensions = kubernetes.client.ApiextensionsV1Api(self.kube.client)
+        for crd in ("streams.jsoperator.io", "consumers.jsoperator.io"):
+            extensions.read_custom_resource_definition(crd)
+
+    def documented_cleanup(self) -> None:
+        """`kubectl delete pvc,secret -l app.kubernetes.io/instance=<release>` (chart README); the
+        provisioner then deletes the volume."""
+        ns, selector = self.namespace, f"app.kubernetes.io/instance={RELEASE}"
+        volumes = [c.spec.volume_name for c in
+                   self.kube.core.list_namespaced_persistent_volume_claim(ns, label_selector=selector).items]
+        self.kube.core.delete_collection_namespaced_persistent_volume_claim(ns, label_selector=selector)
+        self.kube.core.delete_collection_namespaced_secret(ns, label_selector=selector)
+        until(lambda: _labelled(self.kube, ns) == set(), timeout=PROMPT, what="no object of the release left")
+        for volume in volumes:
+            until(lambda: _missing(lambda: self.kube.core.read_persistent_volume(volume)), timeout=PROMPT,
+                  what=f"PersistentVolume {volume} deleted")
+
+
+def _assert_started_cleanly(pod: kubernetes.client.V1Pod) -> None:
+    """Ready through its probes, no restarts."""
+    for status in pod.status.container_statuses:
+        assert status.ready and status.restart_count == 0, (pod.metadata.name, status)
+
+
+def _status(kube: Kube, namespace: str, kind: str, name: str, *fields: str) -> tuple[Any, ...]:
+    status = kube.resource(namespace, kind, name).get("status", {})
+    return tuple(status.get(field) for field in fields)
+
+
+def _labelled(kube: Kube, namespace: str) -> set[tuple[str, str]]:
+    """Every object labelled with the release, namespaced and cluster-wide (what `helm uninstall` and
+    garbage collection must remove)."""
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    core, apps = kube.core, kube.apps
+    rbac = kubernetes.client.RbacAuthorizationV1Api(kube.client)
+    policy = kubernetes.client.PolicyV1Api(kube.client)
+    discovery = kubernetes.client.DiscoveryV1Api(kube.client)
+    listings = {
+        "Pod": core.list_namespaced_pod, "Service": core.list_namespaced_service,
+        "Endpoints": core.list_namespaced_endpoints, "ConfigMap": core.list_namespaced_config_map,
+        "Secret": core.list_namespaced_secret, "ServiceAccount": core.list_namespaced_service_account,
+        "PersistentVolumeClaim": core.list_namespaced_persistent_volume_claim,
+        "Deployment": apps.list_namespaced_deployment, "StatefulSet": apps.list_namespaced_stateful_set,
+        "ReplicaSet": apps.list_namespaced_replica_set, "ControllerRevision": apps.list_namespaced_controller_revision,
+        "PodDisruptionBudget": policy.list_namespaced_pod_disruption_budget,
+        "Role": rbac.list_namespaced_role, "RoleBinding": rbac.list_namespaced_role_binding,
+        "EndpointSlice": discovery.list_namespaced_endpoint_slice,
+    }
+    found = {(kind, obj.metadata.name) for kind, list_ in listings.items()
+             for obj in list_(namespace, label_selector=selector).items}
+    found |= {("ClusterRole", obj.metadata.name) for obj in rbac.list_cluster_role(label_selector=selector).items}
+    found |= {("ClusterRoleBinding", obj.metadata.name)
+              for obj in rbac.list_cluster_role_binding(label_selector=selector).items}
+    return found
+
+
+# The two runs ---------------------------------------------------------------------------------------
+
+
+def _values(image: str, **more: Any) -> dict[str, Any]:
+    repository, tag = image.rsplit(":", 1)
+    # A short drift interval: status counters and outages show within seconds.
+    return _merge({"image": {"repository": repository, "tag": tag}, "operator": {"driftInterval": 2}}, more)
+
+
+def with_broker(target: Target, image: str, helm: Path, workdir: Path, namespace: str = "jk-broker") -> None:
+    """Steps 1-5 with the chart's own broker StatefulSet."""
+    target.load_image(image)
+    kube = Kube(target.kubeconfig)
+    token = {"name": "NATS_TOKEN", "valueFrom": {"secretKeyRef": {"name": f"{BROKER}-auth", "key": "token"}}}
+    run = Scenario(kube, Helm(helm, target.kubeconfig, namespace, _values(image), workdir), image, [
+        {"name": "NATS_URL", "value": f"nats://{BROKER}.{namespace}.svc:4222"}, token])
+    run.install(broker=True)
+    run.orders()
+
+    claim = f"data-{BROKER}-0"
+    volume = kube.core.read_namespaced_persistent_volume_claim(claim, namespace).spec.volume_name
+    broker = run.pod(BROKER_PODS)
+    run.outage(lambda: kube.core.delete_namespaced_pod(broker.metadata.name, namespace))
+    assert run.pod(BROKER_PODS).metadata.uid != broker.metadata.uid
+    assert kube.core.read_namespaced_persistent_volume_claim(claim, namespace).spec.volume_name == volume
+
+    run.upgrade_changed(BROKER_PODS, OPERATOR_PODS, broker={"config": {"maxPayload": "2MB"}})
+    run.upgrade_unchanged()
+    run.uninstall(kept={("PersistentVolumeClaim", claim), ("Secret", f"{BROKER}-auth")})
+    assert {obj["metadata"]["name"] for obj in kube.custom.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "consumers")["items"]} == {"new", "dispatch", "monitor"}
+    run.documented_cleanup()
+
+
+def with_external_nats(target: Target, image: str, helm: Path, workdir: Path, server: Any,
+                       namespace: str = "jk-external") -> None:
+    """Steps 1-5 with broker.enabled=false against `server` (a tests.servers.ServerHandle of a real
+    nats-server listening on target.host_address), reached through a selector-less Service."""
+    target.load_image(image)
+    kube = Kube(target.kubeconfig)
+    url = f"nats://nats.{namespace}.svc:4222"
+    kube.core.create_namespace({"metadata": {"name": namespace}})
+    kube.create(namespace, {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "nats"},
+        "spec": {"ports": [{"name": "nats", "port": 4222, "targetPort": server.port}]},
+    }, {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "nats-host", "labels": {"kubernetes.io/service-name": "nats"}},
+        "addressType": "IPv4", "endpoints": [{"addresses": [target.host_address]}],
+        "ports": [{"name": "nats", "port": server.port, "protocol": "TCP"}],
+    })
+    values = _values(image, broker={"enabled": False}, nats={"url": url})
+    run = Scenario(kube, Helm(helm, target.kubeconfig, namespace, values, workdir), image,
+                   [{"name": "NATS_URL", "value": url}])
+    run.install(broker=False)
+    run.orders()
+    run.outage(server.stop, server.start)
+    run.upgrade_changed(OPERATOR_PODS, None, operator={"logLevel": "DEBUG"})
+    run.upgrade_unchanged()
+
+    # The chart README: delete the resources before uninstalling and the operator deletes the server objects.
+    for kind, name in reversed(EXAMPLE_OBJECTS):
+        kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name)
+    for kind, name in EXAMPLE_OBJECTS:
+        until(lambda: _missing(lambda: kube.resource(namespace, kind, name)), timeout=PROMPT,
+              what=f"{kind} {name} deleted")
+    assert asyncio.run(_stream_names(server.url)) == []
+    run.uninstall(kept=set())
+
+
+async def _stream_names(url: str) -> list[str]:
+    nc = await nats.connect(url, connect_timeout=5, allow_reconnect=False)
+    try:
+        return [info.config.name for info in await nc.jetstream().streams_info()]
+    finally:
+        await nc.close()
