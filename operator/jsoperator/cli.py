@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -83,6 +85,7 @@ async def run(settings: settings_mod.Settings) -> None:
             registry=registry,
             settings=settings_mod.kopf_settings(settings),
             standalone=True,
+            identity=_identity(),
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
             liveness_endpoint=health.endpoint(settings.health_port),
@@ -90,6 +93,13 @@ async def run(settings: settings_mod.Settings) -> None:
         )
     finally:
         await pool.close()
+
+
+def _identity() -> str:
+    """kopf's peering identity: $POD_ID (as kopf documents) or host/pid. kopf's own guess asks the password
+    database for the user's name, which fails for a numeric user without an entry (the image's 10001,
+    OpenShift's random UIDs) and crashed the operator pod at start."""
+    return os.environ.get("POD_ID") or f"{socket.gethostname()}/{os.getpid()}"
 
 
 def configure_logging(settings: settings_mod.Settings) -> None:

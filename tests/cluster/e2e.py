@@ -93,7 +93,10 @@ class Kube:
 
     def create(self, namespace: str, *objects: dict[str, Any]) -> None:
         for obj in objects:
-            kubernetes.utils.create_from_dict(self.client, obj, namespace=namespace)
+            if obj["apiVersion"] == f"{GROUP}/{VERSION}":  # create_from_dict knows built-in kinds only
+                self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[obj["kind"]], obj)
+            else:
+                kubernetes.utils.create_from_dict(self.client, obj, namespace=namespace)
 
     # Our resources ---------------------------------------------------------------------------------
 
