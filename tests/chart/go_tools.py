@@ -1,9 +1,9 @@
 """Go-built tools for the chart and manifest tests, each built once from the Go module proxy:
-Helm's own engine (`helm`) and `kustomize`.
+Helm's own engine (`helm`), `kustomize`, and `actionlint` for the GitHub workflows.
 
-    python3 -m tests.chart.go_tools ensure    # find or build both; what scripts/test.sh runs (~1-2 min cold)
+    python3 -m tests.chart.go_tools ensure    # find or build all three; what scripts/test.sh runs (~1-2 min cold)
 
-Cached in ~/.cache/jetstream-kopf/<tool>/<version>/ (or $JETSTREAM_KOPF_HELM / $JETSTREAM_KOPF_KUSTOMIZE:
+Cached in ~/.cache/jetstream-kopf/<tool>/<version>/ (or $JETSTREAM_KOPF_HELM / _KUSTOMIZE / _ACTIONLINT:
 a binary to use). Without a Go toolchain `ensure` only warns and those tests skip, unless
 JSOPERATOR_REQUIRE_ENVTEST is set (CI, which builds kube-apiserver with the same toolchain): then it fails.
 """
@@ -62,10 +62,12 @@ class Tool:
 
 HELM = Tool("helm", "helm.sh/helm/v3/cmd/helm", "v3.22.0")
 KUSTOMIZE = Tool("kustomize", "sigs.k8s.io/kustomize/kustomize/v5", "v5.7.1")
+ACTIONLINT = Tool("actionlint", "github.com/rhysd/actionlint/cmd/actionlint", "v1.7.12")
+TOOLS = (HELM, KUSTOMIZE, ACTIONLINT)
 
 
 def main(argv: list[str]) -> int:
-    for tool in (HELM, KUSTOMIZE):
+    for tool in TOOLS:
         try:
             print(f"{tool.name}: {tool.ensure()}", file=sys.stderr)
         except ToolUnavailable as exc:

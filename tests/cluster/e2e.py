@@ -23,6 +23,8 @@ import asyncio
 import json
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -380,6 +382,42 @@ def _labelled(kube: Kube, namespace: str) -> set[tuple[str, str]]:
 
 # The two runs ---------------------------------------------------------------------------------------
 
+BROKER_NAMESPACE, EXTERNAL_NAMESPACE = "jk-broker", "jk-external"
+
+
+@contextmanager
+def diagnosed(target: Target, namespace: str) -> Iterator[None]:
+    """A failure inside carries what `kubectl describe` and `kubectl logs` would show for `namespace`."""
+    try:
+        yield
+    except (AssertionError, ApiException) as exc:
+        raise AssertionError(f"{exc}\n\n{describe(Kube(target.kubeconfig), namespace)}") from exc
+
+
+def describe(kube: Kube, namespace: str, lines: int = 30) -> str:
+    """The namespace's pods (phase, container states, restarts), its last events and each container's
+    last log lines."""
+    out = [f"--- pods in {namespace}"]
+    try:
+        pods = kube.pods(namespace, "")
+        for pod in pods:
+            for status in pod.status.container_statuses or []:
+                state = {k: v for k, v in status.state.to_dict().items() if v}
+                out.append(f"{pod.metadata.name}/{status.name}: {pod.status.phase} ready={status.ready} "
+                           f"restarts={status.restart_count} {state}")
+        out.append(f"--- last events in {namespace}")
+        events = sorted(kube.core.list_namespaced_event(namespace).items,
+                        key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp)
+        out += [f"{e.involved_object.kind}/{e.involved_object.name}: {e.reason}: {e.message}" for e in events[-lines:]]
+        for pod in pods:
+            for status in pod.status.container_statuses or []:
+                log = kube.core.read_namespaced_pod_log(pod.metadata.name, namespace, container=status.name,
+                                                        tail_lines=lines)
+                out.append(f"--- log of {pod.metadata.name}/{status.name}\n{log}")
+    except ApiException as exc:  # the cluster itself may be what failed
+        out.append(f"(could not read more: {exc.status} {exc.reason})")
+    return "\n".join(out)
+
 
 def _values(image: str, **more: Any) -> dict[str, Any]:
     repository, tag = image.rsplit(":", 1)
@@ -387,7 +425,7 @@ def _values(image: str, **more: Any) -> dict[str, Any]:
     return _merge({"image": {"repository": repository, "tag": tag}, "operator": {"driftInterval": 2}}, more)
 
 
-def with_broker(target: Target, image: str, helm: Path, workdir: Path, namespace: str = "jk-broker") -> None:
+def with_broker(target: Target, image: str, helm: Path, workdir: Path, namespace: str = BROKER_NAMESPACE) -> None:
     """Steps 1-5 with the chart's own broker StatefulSet."""
     target.load_image(image)
     kube = Kube(target.kubeconfig)
@@ -413,7 +451,7 @@ def with_broker(target: Target, image: str, helm: Path, workdir: Path, namespace
 
 
 def with_external_nats(target: Target, image: str, helm: Path, workdir: Path, server: Any,
-                       namespace: str = "jk-external") -> None:
+                       namespace: str = EXTERNAL_NAMESPACE) -> None:
     """Steps 1-5 with broker.enabled=false against `server` (a tests.servers.ServerHandle of a real
     nats-server listening on target.host_address), reached through a selector-less Service."""
     target.load_image(image)

@@ -22,9 +22,11 @@ def nats_server_for_pods(e2e_target: e2e.Target) -> Iterator[ServerHandle]:
 
 
 def test_chart_with_its_broker(e2e_target: e2e.Target, e2e_image: str, helm: Path, tmp_path: Path) -> None:
-    e2e.with_broker(e2e_target, e2e_image, helm, tmp_path)
+    with e2e.diagnosed(e2e_target, e2e.BROKER_NAMESPACE):
+        e2e.with_broker(e2e_target, e2e_image, helm, tmp_path)
 
 
 def test_chart_with_an_external_nats_server(e2e_target: e2e.Target, e2e_image: str, helm: Path, tmp_path: Path,
                                             nats_server_for_pods: ServerHandle) -> None:
-    e2e.with_external_nats(e2e_target, e2e_image, helm, tmp_path, nats_server_for_pods)
+    with e2e.diagnosed(e2e_target, e2e.EXTERNAL_NAMESPACE):
+        e2e.with_external_nats(e2e_target, e2e_image, helm, tmp_path, nats_server_for_pods)

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by tools/envtest/build.sh and tools/cluster/build.sh (sourced, not run): the Go toolchain,
 # the Kubernetes version stamp, and publishing a finished build into the cache.
 
