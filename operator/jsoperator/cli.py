@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from typing import Any, cast
 
 from . import __version__, demo
 from . import settings as settings_mod
@@ -85,7 +86,7 @@ async def run(settings: settings_mod.Settings) -> None:
             registry=registry,
             settings=settings_mod.kopf_settings(settings),
             standalone=True,
-            identity=_identity(),
+            identity=cast(Any, _identity()),  # kopf's Identity: a NewType of str it does not export
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
             liveness_endpoint=health.endpoint(settings.health_port),
