@@ -36,6 +36,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.monitor",
         "jsbroker.metrics",
         "jsbroker.cli",
+        "jsbroker.tls",
     ),
     "jetstream": ("jsbroker.jetstream", "jsbroker.jetstream.*"),
     "store": ("jsbroker.store", "jsbroker.store.*"),

@@ -1,7 +1,8 @@
 """The `jsbroker` command: nats-server-style flags over an optional TOML config file, then run.
 
 Flags win over the config file, which wins over defaults. SIGTERM/SIGINT stop the broker lame-duck
-style (stop accepting, flush pending output, close clients, stop JetStream) and exit 0.
+style (stop accepting, flush pending output, close clients, stop JetStream) and exit 0. SIGHUP reloads
+the TLS certificate files (see tls.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__, logs
-from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings, load_file, parse_size
+from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings, TlsSettings, load_file, parse_size
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="required user name")
     p.add_argument("--pass", dest="password", help="required password")
     p.add_argument("--auth", dest="token", help="required authorization token")
+    p.add_argument("--tls", action="store_true", help="enable TLS on the client port (needs --tlscert and --tlskey)")
+    p.add_argument("--tlscert", type=Path, help="server certificate (PEM); enables TLS")
+    p.add_argument("--tlskey", type=Path, help="server certificate's private key (PEM)")
+    p.add_argument("--tlscacert", type=Path, help="CA certificates (PEM) that client certificates are verified against")
+    p.add_argument("--tlsverify", action="store_true", help="enable TLS and require verified client certificates")
     p.add_argument("--max_payload", help="maximum message payload (bytes or e.g. 1MB; default 1MB, max 8MB)")
     p.add_argument("-c", "--config", type=Path, help="TOML configuration file (see broker/README.md)")
     p.add_argument("-l", "--log", "--log_file", dest="log_file", type=Path, help="log to this file instead of stderr")
@@ -64,12 +70,29 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         auth["password"] = args.password
     if auth:
         top["auth"] = replace(cfg.auth, **auth)
+    tls = _tls_from_args(args, cfg.tls)
+    if tls is not None:
+        top["tls"] = tls
     if args.no_jetstream:
         top["jetstream"] = None
     elif args.store_dir is not None or args.jetstream:
         js = cfg.jetstream or JetStreamSettings(store_dir=None)
         top["jetstream"] = replace(js, store_dir=args.store_dir) if args.store_dir is not None else js
     return replace(cfg, **top)
+
+
+def _tls_from_args(args: argparse.Namespace, base: TlsSettings | None) -> TlsSettings | None:
+    """nats-server's rules: --tlscert/--tlskey (or --tls, --tlsverify) turn TLS on, and a certificate and
+    its key must then be given (by flags or the config file's [tls])."""
+    if not (args.tls or args.tlsverify or args.tlscert or args.tlskey or args.tlscacert):
+        return None
+    cert = args.tlscert or (base.cert_file if base else None)
+    key = args.tlskey or (base.key_file if base else None)
+    if cert is None or key is None:
+        raise ConfigError("TLS needs a server certificate and its key: give --tlscert and --tlskey")
+    settings = base if base is not None else TlsSettings(cert_file=cert, key_file=key)
+    return replace(settings, cert_file=cert, key_file=key, ca_file=args.tlscacert or settings.ca_file,
+                   verify=settings.verify or args.tlsverify)
 
 
 async def serve(config: BrokerConfig) -> None:
@@ -80,6 +103,7 @@ async def serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, broker.reload)
     await broker.start()
     # Process-wide tuning, so only here and not in an embedded Broker: start-up objects live forever,
     # keep them out of every collection, and collect young objects less often.
@@ -100,14 +124,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jsbroker: {e}", file=sys.stderr)
         return 2
     logs.configure(config.log_level, config.log_file)
-    try:
-        import uvloop
-    except ImportError:
-        run = asyncio.run
-    else:
-        run = uvloop.run
+    run = asyncio.run
+    if config.tls is None:  # uvloop hands a new connection's first bytes over before a TLS upgrade can start
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            run = uvloop.run
     try:
         run(serve(config))
+    except ConfigError as e:  # found at start: a TLS file that cannot be read or used
+        print(f"jsbroker: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
         print(f"jsbroker: cannot listen on {config.host}:{config.port} (or the monitoring port): {e.strerror or e}; "
               "pick a free port with -p/-m", file=sys.stderr)

@@ -44,6 +44,17 @@ class AuthSettings:
 
 
 @dataclass(frozen=True)
+class TlsSettings:
+    """TLS on the client port (nats-server's `tls` block and --tls* flags)."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path | None = None  # the CAs client certificates are checked against (default: the system's)
+    verify: bool = False  # require a client certificate signed by ca_file (mTLS)
+    timeout: float = 2.0  # seconds a client has for the TLS handshake (nats-server's default)
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     host: str = "0.0.0.0"
     port: int = 4222
@@ -59,6 +70,7 @@ class BrokerConfig:
     ping_interval: float = 120.0
     ping_max: int = 2
     auth: AuthSettings = field(default_factory=AuthSettings)
+    tls: TlsSettings | None = None  # None: plain TCP
     jetstream: JetStreamSettings | None = field(default_factory=lambda: JetStreamSettings(store_dir=None))
     log_level: str = "info"  # start-up banner and lifecycle; per-client events are debug
     log_file: Path | None = None
@@ -140,7 +152,7 @@ def load_file(path: Path, base: BrokerConfig | None = None) -> BrokerConfig:
 def apply_mapping(data: dict[str, Any], base: BrokerConfig, source: str) -> BrokerConfig:
     top: dict[str, Any] = {}
     for key, value in data.items():
-        if key in ("authorization", "jetstream"):
+        if key in ("authorization", "jetstream", "tls"):
             continue
         kind = _TOP_KEYS.get(key)
         if kind is None:
@@ -159,6 +171,8 @@ def apply_mapping(data: dict[str, Any], base: BrokerConfig, source: str) -> Brok
         cfg = replace(cfg, auth=_auth(data["authorization"], cfg.auth, source))
     if "jetstream" in data:
         cfg = replace(cfg, jetstream=_jetstream(data["jetstream"], cfg.jetstream, source))
+    if "tls" in data:
+        cfg = replace(cfg, tls=_tls(data["tls"], source))
     return cfg
 
 
@@ -181,6 +195,25 @@ def _auth(section: Any, base: AuthSettings, source: str) -> AuthSettings:
     if "timeout" in section:
         kw["timeout"] = parse_duration(section["timeout"], f"{source}: authorization.timeout")
     return replace(base, **kw)
+
+
+def _tls(section: Any, source: str) -> TlsSettings:
+    known = {"cert_file", "key_file", "ca_file", "verify", "timeout"}
+    if not isinstance(section, dict):
+        raise ConfigError(f"{source}: [tls] must be a table with cert_file and key_file")
+    unknown = set(section) - known
+    if unknown:
+        raise ConfigError(f"{source}: unknown [tls] setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    missing = [k for k in ("cert_file", "key_file") if k not in section]
+    if missing:
+        raise ConfigError(f"{source}: [tls] needs {' and '.join(missing)} (the server certificate and its key)")
+    if not isinstance(section.get("verify", False), bool):
+        raise ConfigError(f"{source}: tls.verify must be true or false")
+    return TlsSettings(
+        cert_file=Path(section["cert_file"]), key_file=Path(section["key_file"]),
+        ca_file=Path(section["ca_file"]) if "ca_file" in section else None, verify=section.get("verify", False),
+        timeout=parse_duration(section.get("timeout", 2.0), f"{source}: tls.timeout"),
+    )
 
 
 def _jetstream(section: Any, base: JetStreamSettings | None, source: str) -> JetStreamSettings | None:
@@ -213,6 +246,6 @@ def _jetstream(section: Any, base: JetStreamSettings | None, source: str) -> Jet
 
 
 __all__ = [
-    "VERSION", "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings",
+    "VERSION", "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "TlsSettings",
     "apply_mapping", "load_file", "parse_duration", "parse_size",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import ssl
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -31,6 +32,27 @@ PONG = b"PONG\r\n"
 
 def err_line(text: str) -> bytes:
     return f"-ERR '{text}'\r\n".encode()
+
+
+def send_alert_on_failure(raw: asyncio.Transport) -> None:
+    """Make a failed server-side handshake send its TLS alert before the socket closes, as nats-server does:
+    asyncio's TLS protocol drops the alert ("certificate required", "unknown ca"), and with TLS 1.3 the
+    client then sees only a closed socket after it believes the handshake succeeded. asyncio internals
+    (3.11-3.13 sslproto); without them the connection is still refused, only less clearly."""
+    tls = raw.get_protocol()
+    fatal, flush = getattr(tls, "_fatal_error", None), getattr(tls, "_process_outgoing", None)
+    if fatal is None or flush is None:
+        return
+
+    def flush_then_fail(exc: BaseException, message: str = "Fatal error on transport") -> None:
+        if isinstance(exc, ssl.SSLError):
+            try:
+                flush()
+            except Exception:  # the socket may already be gone
+                pass
+        fatal(exc, message)
+
+    tls._fatal_error = flush_then_fail  # type: ignore[attr-defined]
 
 
 class Connection(asyncio.Protocol):
@@ -66,6 +88,10 @@ class Connection(asyncio.Protocol):
         self.peer: tuple[str, int] = ("", 0)
         self._timer: asyncio.TimerHandle | None = None
         self._stall: asyncio.TimerHandle | None = None
+        self._handshake: asyncio.Task[None] | None = None  # TLS: the upgrade after INFO
+        self._gone = False  # connection_lost ran
+        self._tls_up = False  # the TLS layer carries this connection's bytes
+        self._early: list[bytes] = []  # decrypted before the upgrade finished
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -76,17 +102,54 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = (peer[0], peer[1])
-        if self.broker.register(self):
-            self.broker.log.debug("client connected", cid=self.cid, ip=self.peer[0], port=self.peer[1])
+        if not self.broker.register(self):
+            return
+        self.broker.log.debug("client connected", cid=self.cid, ip=self.peer[0], port=self.peer[1])
+        tls = self.broker.tls
+        if tls is None:
             self.send(self.broker.info_line(self))
-            if cfg.auth.required:
-                self.parser.gate = True
-                self._timer = self.broker.loop.call_later(cfg.auth.timeout, self._auth_timeout)
-            else:
-                self._timer = self.broker.loop.call_later(cfg.ping_interval, self._ping_timer)
+            self._start_timers()
+            return
+        # INFO in clear text, then the client's handshake on the same socket (tls.py).
+        transport.write(self.broker.info_line(self))  # type: ignore[attr-defined]
+        transport.pause_reading()  # type: ignore[attr-defined]  # the handshake's bytes are for the TLS layer
+        self._handshake = self.broker.loop.create_task(self._start_tls(transport, tls.context))  # type: ignore[arg-type]
+
+    async def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+        # Runs once start_tls has put its TLS protocol on the transport, before the handshake starts.
+        self.broker.loop.call_soon(send_alert_on_failure, raw)
+        try:
+            upgraded = await self.broker.loop.start_tls(raw, self, context, server_side=True,
+                                                        ssl_handshake_timeout=self.broker.config.tls.timeout)  # type: ignore[union-attr]
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:  # a plain-text client, a bad certificate
+            self.broker.log.warning("TLS handshake error", cid=self.cid, ip=self.peer[0], port=self.peer[1],
+                                    error=str(exc) or type(exc).__name__)
+            raw.abort()
+            self.connection_lost(None)
+            return
+        if upgraded is None or self.closed:  # closed meanwhile (server stopping)
+            return
+        self.transport = upgraded
+        self._tls_up = True
+        upgraded.set_write_buffer_limits(high=self.broker.config.write_high_water)
+        self._start_timers()
+        early, self._early = self._early, []
+        for data in early:
+            self.data_received(data)
+
+    def _start_timers(self) -> None:
+        cfg = self.broker.config
+        if cfg.auth.required:
+            self.parser.gate = True
+            self._timer = self.broker.loop.call_later(cfg.auth.timeout, self._auth_timeout)
+        else:
+            self._timer = self.broker.loop.call_later(cfg.ping_interval, self._ping_timer)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
+            return
+        if self._handshake is not None and not self._tls_up:
+            self._before_tls(data)
             return
         self.in_bytes += len(data)
         router = self.router
@@ -103,7 +166,22 @@ class Connection(asyncio.Protocol):
             router.reading = None
             router.flush(self)  # what this read congests pauses this connection: the publishers' backpressure
 
+    def _before_tls(self, data: bytes) -> None:
+        """Bytes that arrive while the TLS upgrade is under way. Decrypted ones (the handshake finished but
+        start_tls has not returned yet) wait for it; raw ones mean an event loop that ignored pause_reading
+        in connection_made, and clear text is never parsed on a TLS port."""
+        raw = self.transport
+        if raw is not None and raw.get_protocol() is self:
+            self.broker.log.warning("TLS handshake error", cid=self.cid, ip=self.peer[0], port=self.peer[1],
+                                    error="data before the TLS layer was ready")
+            raw.abort()
+            return
+        self._early.append(data)
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._gone:
+            return
+        self._gone = True
         self.broker.log.debug("client closed", cid=self.cid, error=str(exc) if exc else None)
         self.closed = True
         self.out.clear()

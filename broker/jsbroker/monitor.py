@@ -119,6 +119,8 @@ class Monitor:
         }
         if body["auth_required"] is None:
             del body["auth_required"]
+        if b.tls is not None:  # as nats-server: tls_verify only when client certificates are required
+            body.update(b.tls.info_fields(), tls_timeout=b.tls.settings.timeout)
         if b.jetstream is not None:
             info = self._js_info()
             body["jetstream"] = {

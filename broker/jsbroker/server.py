@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, cast
 
 from . import __version__
-from .config import VERSION, BrokerConfig
+from .config import VERSION, BrokerConfig, ConfigError
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
 from .logs import Logger, get_logger
 from .router import Router, Watch
 from .sublist import Subscription
+from .tls import TlsContext
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 API_LEVEL = 5
@@ -68,6 +69,7 @@ class Broker:
         self._info_base: dict[str, Any] = {}
         self._drained: asyncio.Event | None = None  # set during shutdown once all clients are gone
         self._draining: set[int] = set()
+        self.tls: TlsContext | None = None  # loaded at start: ConfigError names a bad file
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -96,8 +98,10 @@ class Broker:
         self.start_time = self.loop.time()
         self.log.info("starting jsbroker", version=__version__, compatible=f"nats-server {VERSION}",
                       name=self.config.server_name, id=self.server_id, pid=os.getpid())
-        await self._start_jetstream()
         cfg = self.config
+        if cfg.tls is not None:
+            self.tls = TlsContext.load(cfg.tls)
+        await self._start_jetstream()
         # Bound first, accepting last: once clients get in, monitoring (health probes) answers too.
         self._server = await self.loop.create_server(
             self._new_connection, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False
@@ -116,6 +120,8 @@ class Broker:
     def _log_listening(self) -> None:
         """The start-up banner's addresses (nats-server prints the same at its default level)."""
         self.log.info("listening for client connections", addr=f"{self.config.host}:{self.port}")
+        if self.tls is not None:
+            self.log.info("TLS required for client connections", verify_client_certificates=self.tls.settings.verify)
         if self.http_port is not None:
             self.log.info("listening for monitoring", addr=f"{self.config.http_host or self.config.host}:{self.http_port}")
         js = self.js_settings
@@ -144,6 +150,20 @@ class Broker:
         self.js_settings = js
         self.jetstream = JetStream(self, js)
         await self.jetstream.start()
+
+    def reload(self) -> bool:
+        """SIGHUP: re-read the TLS certificate, key and CA files. New connections use them, connections
+        already up keep theirs; on an error the current certificates stay (False)."""
+        if self.tls is None:
+            self.log.info("reload requested: nothing to reload (TLS is off)")
+            return True
+        try:
+            self.tls.reload()
+        except ConfigError as e:
+            self.log.error("reload failed, keeping the current certificates", error=str(e))
+            return False
+        self.log.info("TLS certificates reloaded", cert_file=self.tls.settings.cert_file)
+        return True
 
     async def stop(self) -> None:
         """Lame-duck style: stop accepting, flush pending output, close connections, stop services."""
@@ -225,6 +245,8 @@ class Broker:
         }
         if cfg.auth.required:
             info["auth_required"] = True
+        if self.tls is not None:
+            info.update(self.tls.info_fields())
         info["max_payload"] = cfg.max_payload
         if self.jetstream is not None:
             info["jetstream"] = True

@@ -1,0 +1,60 @@
+"""TLS on the client port, the way nats-server does it.
+
+The INFO line goes out in clear text with `tls_required` (and `tls_verify` when client certificates are
+required); the client then starts the handshake on the same socket (`Connection` upgrades its transport
+with `loop.start_tls`). A client that speaks plain NATS instead fails the handshake and is closed without a
+reply, as nats-server closes it. TLS 1.2 is the minimum.
+
+Certificates are reloaded by `TlsContext.reload()` (the CLI calls it on SIGHUP): a new SSL context is built
+from the files and used for new connections only; connections already up keep theirs. A reload that fails
+(a missing file, a key that does not match) keeps the old context and says why.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+
+from .config import ConfigError, TlsSettings
+
+
+def server_context(settings: TlsSettings) -> ssl.SSLContext:
+    """An SSL context for the client port from `settings`; ConfigError names the file that is wrong."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(settings.cert_file, settings.key_file)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"tls: cannot read {exc.filename or settings.cert_file}: no such file") from None
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"tls: certificate {settings.cert_file} and key {settings.key_file} cannot be used "
+                          f"together ({exc}); give a PEM certificate and its matching PEM key") from None
+    if settings.verify:
+        context.verify_mode = ssl.CERT_REQUIRED
+        try:
+            if settings.ca_file is not None:
+                context.load_verify_locations(cafile=settings.ca_file)
+            else:
+                context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigError(f"tls: CA file {settings.ca_file} cannot be used ({exc}); give PEM certificates") from None
+    return context
+
+
+@dataclass
+class TlsContext:
+    """The settings and the SSL context new connections use."""
+
+    settings: TlsSettings
+    context: ssl.SSLContext
+
+    @classmethod
+    def load(cls, settings: TlsSettings) -> TlsContext:
+        return cls(settings, server_context(settings))
+
+    def reload(self) -> None:
+        """Re-read the certificate, key and CA files; raises ConfigError (and keeps the old context)."""
+        self.context = server_context(self.settings)
+
+    def info_fields(self) -> dict[str, bool]:
+        return {"tls_required": True, **({"tls_verify": True} if self.settings.verify else {})}
