@@ -52,6 +52,7 @@ class TlsSettings:
     ca_file: Path | None = None  # the CAs client certificates are checked against (default: the system's)
     verify: bool = False  # require a client certificate signed by ca_file (mTLS)
     timeout: float = 2.0  # seconds a client has for the TLS handshake (nats-server's default)
+    reload_interval: float = 30.0  # seconds between checks of the files for a rotation (0: SIGHUP only)
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ def _auth(section: Any, base: AuthSettings, source: str) -> AuthSettings:
 
 
 def _tls(section: Any, source: str) -> TlsSettings:
-    known = {"cert_file", "key_file", "ca_file", "verify", "timeout"}
+    known = {"cert_file", "key_file", "ca_file", "verify", "timeout", "reload_interval"}
     if not isinstance(section, dict):
         raise ConfigError(f"{source}: [tls] must be a table with cert_file and key_file")
     unknown = set(section) - known
@@ -213,6 +214,7 @@ def _tls(section: Any, source: str) -> TlsSettings:
         cert_file=Path(section["cert_file"]), key_file=Path(section["key_file"]),
         ca_file=Path(section["ca_file"]) if "ca_file" in section else None, verify=section.get("verify", False),
         timeout=parse_duration(section.get("timeout", 2.0), f"{source}: tls.timeout"),
+        reload_interval=parse_duration(section.get("reload_interval", 30.0), f"{source}: tls.reload_interval"),
     )
 
 

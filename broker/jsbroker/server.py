@@ -70,6 +70,7 @@ class Broker:
         self._drained: asyncio.Event | None = None  # set during shutdown once all clients are gone
         self._draining: set[int] = set()
         self.tls: TlsContext | None = None  # loaded at start: ConfigError names a bad file
+        self._tls_watch: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -101,6 +102,8 @@ class Broker:
         cfg = self.config
         if cfg.tls is not None:
             self.tls = TlsContext.load(cfg.tls)
+            if cfg.tls.reload_interval > 0:
+                self._tls_watch = self.loop.create_task(self._watch_tls(cfg.tls.reload_interval))
         await self._start_jetstream()
         # Bound first, accepting last: once clients get in, monitoring (health probes) answers too.
         self._server = await self.loop.create_server(
@@ -165,8 +168,19 @@ class Broker:
         self.log.info("TLS certificates reloaded", cert_file=self.tls.settings.cert_file)
         return True
 
+    async def _watch_tls(self, interval: float) -> None:
+        """Reload the certificates when their files change (a rotated Secret, a renewed certificate)."""
+        assert self.tls is not None
+        while True:
+            await asyncio.sleep(interval)
+            if self.tls.changed():
+                self.reload()
+
     async def stop(self) -> None:
         """Lame-duck style: stop accepting, flush pending output, close connections, stop services."""
+        if self._tls_watch is not None:
+            self._tls_watch.cancel()
+            self._tls_watch = None
         if self._server is not None:
             self._server.close()
         self.router.flush()

@@ -5,17 +5,27 @@ required); the client then starts the handshake on the same socket (`Connection`
 with `loop.start_tls`). A client that speaks plain NATS instead fails the handshake and is closed without a
 reply, as nats-server closes it. TLS 1.2 is the minimum.
 
-Certificates are reloaded by `TlsContext.reload()` (the CLI calls it on SIGHUP): a new SSL context is built
-from the files and used for new connections only; connections already up keep theirs. A reload that fails
-(a missing file, a key that does not match) keeps the old context and says why.
+Certificates are reloaded by `TlsContext.reload()`, on SIGHUP (the CLI) and when the files change (the
+broker checks them every `reload_interval`, so a rotated Kubernetes Secret is picked up): a new SSL
+context is built from the files and used for new connections only; connections already up keep theirs.
+A reload that fails (a missing file, a key that does not match) keeps the old context and says why.
 """
 
 from __future__ import annotations
 
+import os
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .config import ConfigError, TlsSettings
+
+
+def _stat(path: os.PathLike[str] | str) -> tuple[float, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime, st.st_ino, st.st_size)
 
 
 def server_context(settings: TlsSettings) -> ssl.SSLContext:
@@ -47,14 +57,27 @@ class TlsContext:
 
     settings: TlsSettings
     context: ssl.SSLContext
+    files_seen: tuple[tuple[float, int, int] | None, ...] = field(init=False)
 
     @classmethod
     def load(cls, settings: TlsSettings) -> TlsContext:
         return cls(settings, server_context(settings))
 
+    def __post_init__(self) -> None:
+        self.files_seen = self.files_state()
+
     def reload(self) -> None:
         """Re-read the certificate, key and CA files; raises ConfigError (and keeps the old context)."""
+        self.files_seen = self.files_state()
         self.context = server_context(self.settings)
+
+    def files_state(self) -> tuple[tuple[float, int, int] | None, ...]:
+        """What identifies the files' current content (through symlinks, as a mounted Secret swaps them)."""
+        s = self.settings
+        return tuple(_stat(path) for path in (s.cert_file, s.key_file, s.ca_file) if path is not None)
+
+    def changed(self) -> bool:
+        return self.files_state() != self.files_seen
 
     def info_fields(self) -> dict[str, bool]:
         return {"tls_required": True, **({"tls_verify": True} if self.settings.verify else {})}

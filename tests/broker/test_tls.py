@@ -273,3 +273,25 @@ def test_bad_tls_settings_fail_at_start_with_a_clear_message(pki: dict[str, Any]
         ref = subprocess.run([NATS_SERVER, "-a", "127.0.0.1", "-p", "-1", *args], capture_output=True, text=True,
                              timeout=30)
         assert ref.returncode != 0, ref.stderr
+
+
+def test_rotated_certificate_files_are_picked_up_without_a_signal(pki: dict[str, Any], tmp_path: Path) -> None:
+    """A Kubernetes Secret mounted as files is rotated by swapping a symlink: the broker notices the change."""
+    first, second = pki["server"], pki["server2"]
+    for name, pair in (("v1", first), ("v2", second)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "tls.crt").write_bytes(pair.cert.read_bytes())
+        (tmp_path / name / "tls.key").write_bytes(pair.key.read_bytes())
+    (tmp_path / "..data").symlink_to("v1")
+    for file in ("tls.crt", "tls.key"):
+        (tmp_path / file).symlink_to(f"..data/{file}")
+    config = tmp_path / "broker.toml"
+    config.write_text(f'[tls]\ncert_file = "{tmp_path / "tls.crt"}"\nkey_file = "{tmp_path / "tls.key"}"\n'
+                      'reload_interval = "200ms"\n')
+    with launch(JSBROKER, extra_args=["-c", str(config)]) as handle:
+        before = _peer_serial(handle.port, pki["ca"])
+        (tmp_path / "..data_tmp").symlink_to("v2")
+        os.replace(tmp_path / "..data_tmp", tmp_path / "..data")  # what the kubelet does
+        _wait_log(handle, "TLS certificates reloaded")
+        after = _peer_serial(handle.port, pki["ca"])
+    assert (before, after) == (first.serial, second.serial)
