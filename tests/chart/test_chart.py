@@ -30,6 +30,8 @@ VALUE_SETS: dict[str, list[str]] = {
     "ephemeral-broker": ["broker.persistence.enabled=false", "broker.auth.enabled=false"],
     "monitored": ["operator.metrics.serviceMonitor.enabled=true", "broker.config.sync=always",
                   "broker.config.maxStorage=10GB"],
+    "mutual-tls": ["broker.tls.enabled=true", "broker.tls.secretName=broker-tls", "broker.tls.verify=true",
+                   "broker.tls.operatorSecret=operator-tls"],
 }
 
 
@@ -133,6 +135,27 @@ def test_a_config_change_rolls_the_broker_and_nothing_else_changes(helm_bin):
     assert changed != base and deploy_after == deploy
 
 
+def test_broker_tls_serves_the_secret_and_the_operator_trusts_its_ca(helm_bin, tmp_path):
+    docs = render(helm_bin, VALUE_SETS["mutual-tls"])
+    path = tmp_path / "jsbroker.toml"
+    path.write_text(one(docs, "ConfigMap")["data"]["jsbroker.toml"])
+    tls = load_file(path).tls
+    assert tls is not None
+    assert (str(tls.cert_file), str(tls.key_file), str(tls.ca_file), tls.verify) == (
+        "/etc/jsbroker/tls/tls.crt", "/etc/jsbroker/tls/tls.key", "/etc/jsbroker/tls/ca.crt", True)
+    broker_pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    assert {"name": "tls", "secret": {"secretName": "broker-tls"}} in broker_pod["volumes"]
+    assert {"name": "tls", "mountPath": "/etc/jsbroker/tls", "readOnly": True} in broker_pod["containers"][0]["volumeMounts"]
+    operator_pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    variables = env(operator_pod["containers"][0])
+    assert variables["JSOPERATOR_SERVERS"] == f"tls://jk-jetstream-kopf-broker.{NAMESPACE}.svc:4222"
+    assert (variables["JSOPERATOR_TLS_CA"], variables["JSOPERATOR_TLS_CERT"], variables["JSOPERATOR_TLS_KEY"]) == (
+        "/etc/jsoperator/tls/ca.crt", "/etc/jsoperator/client/tls.crt", "/etc/jsoperator/client/tls.key")
+    volumes = {v["name"]: v["secret"] for v in operator_pod["volumes"] if "secret" in v}
+    assert volumes == {"tls": {"secretName": "broker-tls", "items": [{"key": "ca.crt", "path": "ca.crt"}]},
+                       "client-tls": {"secretName": "operator-tls"}}
+
+
 def test_external_nats_has_no_broker_and_passes_the_secrets(helm_bin):
     docs = render(helm_bin, VALUE_SETS["external-nats"])
     assert not [d for d in docs if d["kind"] in ("StatefulSet", "ConfigMap", "Secret", "PodDisruptionBudget")]
@@ -159,6 +182,9 @@ def test_watched_namespaces_get_roles_and_no_cluster_wide_access_to_resources(he
     ("operator.logFormat=xml", "at '/operator/logFormat'"),
     ("operator.watchNamespaces={Bad_NS}", "at '/operator/watchNamespaces/0'"),
     ("brokr.enabled=true", "additional properties 'brokr' not allowed"),
+    ("broker.tls.enabled=true", "broker.tls.secretName is required when broker.tls.enabled is true"),
+    ("broker.tls.enabled=true,broker.tls.secretName=t,broker.tls.verify=true",
+     "broker.tls.verify needs broker.tls.operatorSecret"),
 ])
 def test_bad_values_fail_with_a_message_naming_them(helm_bin, value, message):
     done = run_helm(helm_bin, "template", "jk", str(CHART), "--kube-version", KUBE_VERSION, "--set", value)

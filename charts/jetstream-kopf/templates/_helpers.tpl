@@ -53,8 +53,17 @@ app.kubernetes.io/component: {{ .component }}
 {{/* The NATS URL the operator uses by default: the in-chart broker's client Service, or nats.url. */}}
 {{- define "jk.natsUrl" -}}
 {{- if .Values.broker.enabled -}}
-nats://{{ include "jk.brokerName" . }}.{{ .Release.Namespace }}.svc:{{ .Values.broker.service.port }}
+{{ ternary "tls" "nats" .Values.broker.tls.enabled }}://{{ include "jk.brokerName" . }}.{{ .Release.Namespace }}.svc:{{ .Values.broker.service.port }}
 {{- else -}}
 {{ required "nats.url is required when broker.enabled is false" .Values.nats.url }}
 {{- end -}}
+{{- end -}}
+
+{{/* The broker's TLS Secret; required when broker.tls.enabled (and the operator's client Secret with verify). */}}
+{{- define "jk.brokerTlsSecret" -}}
+{{- $t := .Values.broker.tls -}}
+{{- if and $t.verify (not $t.operatorSecret) -}}
+{{- fail "broker.tls.verify needs broker.tls.operatorSecret: a kubernetes.io/tls Secret with the operator's client certificate" -}}
+{{- end -}}
+{{ required "broker.tls.secretName is required when broker.tls.enabled is true: a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt" $t.secretName }}
 {{- end -}}
