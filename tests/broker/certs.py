@@ -49,7 +49,8 @@ class Authority:
                       .sign(self._key, hashes.SHA256()))
         self.ca = _write(folder, name.replace(" ", "-"), self._key, self._cert).cert
 
-    def issue(self, stem: str, *, server: bool) -> Pair:
+    def issue(self, stem: str, *, server: bool, names: tuple[str, ...] = ("localhost",)) -> Pair:
+        """A certificate for `stem`: a server's for `names` and 127.0.0.1, or a client's."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.timezone.utc)
         builder = (x509.CertificateBuilder().subject_name(_name(stem)).issuer_name(self._cert.subject)
@@ -61,5 +62,6 @@ class Authority:
                        critical=False))
         if server:
             builder = builder.add_extension(x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+                [*(x509.DNSName(name) for name in names), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
         return _write(self.folder, stem, key, builder.sign(self._key, hashes.SHA256()))

@@ -46,6 +46,7 @@ PLURALS = {"Stream": "streams", "Consumer": "consumers"}
 EXAMPLE_OBJECTS = [("Stream", "orders"), ("Consumer", "new"), ("Consumer", "dispatch"), ("Consumer", "monitor")]
 RELEASE = "jk"
 STARTUP = 240.0  # a pod from image import to Ready on a busy 2-core machine
+CLIENT_SECRET_DIR = "/etc/nats-client"
 PROMPT = 60.0  # an operator reaction (status, reset, recovery) with a 2 s drift interval
 
 
@@ -134,19 +135,21 @@ class Kube:
             return pods[0]
         return None
 
-    def run_client(self, namespace: str, image: str, env: list[dict[str, Any]], *words: str) -> list[dict[str, Any]]:
-        """Run tests/cluster/e2e_client.py in a Job (our image, in the cluster) and return its JSON lines."""
+    def run_client(self, namespace: str, image: str, env: list[dict[str, Any]], *words: str,
+                   secret: str | None = None) -> list[dict[str, Any]]:
+        """Run tests/cluster/e2e_client.py in a Job (our image, in the cluster) and return its JSON lines;
+        `secret` (TLS files) is mounted at CLIENT_SECRET_DIR."""
         self._jobs += 1
         name = f"client-{self._jobs}"
-        self.create(namespace, {
-            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"backoffLimit": 0, "template": {"spec": {
-                "restartPolicy": "Never",
-                "securityContext": {"runAsNonRoot": True, "runAsUser": 10001},
-                "containers": [{"name": "client", "image": image, "imagePullPolicy": "IfNotPresent",
-                                "command": ["python", "-c", CLIENT, *words], "env": env}],
-            }}},
-        })
+        container: dict[str, Any] = {"name": "client", "image": image, "imagePullPolicy": "IfNotPresent",
+                                     "command": ["python", "-c", CLIENT, *words], "env": env}
+        pod: dict[str, Any] = {"restartPolicy": "Never", "securityContext": {"runAsNonRoot": True, "runAsUser": 10001},
+                               "containers": [container]}
+        if secret is not None:
+            container["volumeMounts"] = [{"name": "tls", "mountPath": CLIENT_SECRET_DIR, "readOnly": True}]
+            pod["volumes"] = [{"name": "tls", "secret": {"secretName": secret}}]
+        self.create(namespace, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+                                "spec": {"backoffLimit": 0, "template": {"spec": pod}}})
         job = until(lambda: (lambda j: j if (j.status.succeeded or j.status.failed) else None)(
             self.batch.read_namespaced_job(name, namespace)), timeout=STARTUP, what=f"Job {name} to finish")
         pod = self.pods(namespace, f"job-name={name}")[0].metadata.name
@@ -219,13 +222,14 @@ class Scenario:
     helm: Helm
     image: str
     client_env: list[dict[str, Any]]
+    client_secret: str | None = None
 
     @property
     def namespace(self) -> str:
         return self.helm.namespace
 
     def client(self, *words: str) -> list[dict[str, Any]]:
-        return self.kube.run_client(self.namespace, self.image, self.client_env, *words)
+        return self.kube.run_client(self.namespace, self.image, self.client_env, *words, secret=self.client_secret)
 
     def pod(self, selector: str, *, other_than: str = "") -> kubernetes.client.V1Pod:
         """The Ready pod for `selector` (a new one when `other_than` names the old pod's uid)."""
@@ -382,7 +386,7 @@ def _labelled(kube: Kube, namespace: str) -> set[tuple[str, str]]:
 
 # The two runs ---------------------------------------------------------------------------------------
 
-BROKER_NAMESPACE, EXTERNAL_NAMESPACE = "jk-broker", "jk-external"
+BROKER_NAMESPACE, EXTERNAL_NAMESPACE, TLS_NAMESPACE = "jk-broker", "jk-external", "jk-tls"
 
 
 @contextmanager
@@ -492,3 +496,48 @@ async def _stream_names(url: str) -> list[str]:
         return [info.config.name for info in await nc.jetstream().streams_info()]
     finally:
         await nc.close()
+
+
+def with_broker_tls(target: Target, image: str, helm: Path, workdir: Path, namespace: str = TLS_NAMESPACE) -> None:
+    """The chart's broker with mutual TLS (broker.tls): the operator reconciles ORDERS over tls:// with its
+    client certificate, a client in the cluster publishes and reads back; a client without a certificate
+    is refused."""
+    from tests.broker.certs import Authority
+
+    target.load_image(image)
+    kube = Kube(target.kubeconfig)
+    authority = Authority(workdir / "pki")
+    service = f"{BROKER}.{namespace}.svc"
+    pairs = {"broker-tls": authority.issue("broker", server=True, names=(service, f"{service}.cluster.local")),
+             "operator-tls": authority.issue("operator", server=False),
+             "client-tls": authority.issue("client", server=False)}
+    kube.core.create_namespace({"metadata": {"name": namespace}})
+    for name, pair in pairs.items():
+        kube.core.create_namespaced_secret(namespace, {
+            "metadata": {"name": name}, "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": pair.cert.read_text(), "tls.key": pair.key.read_text(),
+                           "ca.crt": authority.ca.read_text()}})
+    values = _values(image, broker={"tls": {"enabled": True, "secretName": "broker-tls", "verify": True,
+                                            "operatorSecret": "operator-tls"}})
+    token = {"name": "NATS_TOKEN", "valueFrom": {"secretKeyRef": {"name": f"{BROKER}-auth", "key": "token"}}}
+    files = {"NATS_CA": "ca.crt", "NATS_CERT": "tls.crt", "NATS_KEY": "tls.key"}
+    client_env = [{"name": "NATS_URL", "value": f"tls://{service}:4222"}, token,
+                  *({"name": k, "value": f"{CLIENT_SECRET_DIR}/{v}"} for k, v in files.items())]
+    run = Scenario(kube, Helm(helm, target.kubeconfig, namespace, values, workdir), image, client_env, "client-tls")
+    run.install(broker=True)
+    kube.create(namespace, *yaml.safe_load_all(EXAMPLE.read_text()))
+    kube.wait_synced(namespace, EXAMPLE_OBJECTS, timeout=STARTUP)
+    assert run.client("publish", "ORDERS.received", "3", "consume", "ORDERS", "NEW", "2", "info", "ORDERS", "NEW") == [
+        {"published": [1, 2, 3]}, {"consumed": [1, 2]},
+        {"messages": 3, "last_seq": 3, "consumers": {"NEW": {"ack_floor": 2, "delivered": 2, "num_pending": 1,
+                                                             "num_ack_pending": 0}}}]
+    # The same client without its certificate: the Job fails, refused by the broker.
+    no_cert = Scenario(kube, run.helm, image, [e for e in client_env if e["name"] not in ("NATS_CERT", "NATS_KEY")],
+                       "client-tls")
+    try:
+        no_cert.client("info", "ORDERS")
+    except AssertionError as refused:
+        assert "failed" in str(refused) and '"messages"' not in str(refused), refused
+    else:
+        raise AssertionError("a client without a certificate was let in")
+    run.helm.uninstall()

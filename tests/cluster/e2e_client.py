@@ -5,19 +5,26 @@
     consume STREAM DURABLE COUNT     -> {"consumed": [stream sequences]}  (pull, each acked and confirmed)
     info STREAM DURABLE...           -> {"messages", "last_seq", "consumers": {durable: {...}}}
 
-The server is $NATS_URL (a Service's DNS name), with $NATS_TOKEN when set.
+The server is $NATS_URL (a Service's DNS name), with $NATS_TOKEN when set, and over TLS with the CA in
+$NATS_CA (plus the client certificate $NATS_CERT / $NATS_KEY) when set.
 """
 
 import asyncio
 import json
 import os
+import ssl
 import sys
 
 import nats
 
 
 async def main(words: list[str]) -> None:
-    nc = await nats.connect(os.environ["NATS_URL"], token=os.environ.get("NATS_TOKEN") or None,
+    tls = None
+    if os.environ.get("NATS_CA"):
+        tls = ssl.create_default_context(cafile=os.environ["NATS_CA"])
+        if os.environ.get("NATS_CERT"):
+            tls.load_cert_chain(os.environ["NATS_CERT"], os.environ["NATS_KEY"])
+    nc = await nats.connect(os.environ["NATS_URL"], token=os.environ.get("NATS_TOKEN") or None, tls=tls,
                             connect_timeout=5, max_reconnect_attempts=5)
     js = nc.jetstream(timeout=10)
     while words:

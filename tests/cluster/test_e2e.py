@@ -30,3 +30,9 @@ def test_chart_with_an_external_nats_server(e2e_target: e2e.Target, e2e_image: s
                                             nats_server_for_pods: ServerHandle) -> None:
     with e2e.diagnosed(e2e_target, e2e.EXTERNAL_NAMESPACE):
         e2e.with_external_nats(e2e_target, e2e_image, helm, tmp_path, nats_server_for_pods)
+
+
+def test_chart_with_its_broker_over_mutual_tls(e2e_target: e2e.Target, e2e_image: str, helm: Path,
+                                               tmp_path: Path) -> None:
+    with e2e.diagnosed(e2e_target, e2e.TLS_NAMESPACE):
+        e2e.with_broker_tls(e2e_target, e2e_image, helm, tmp_path)
