@@ -37,6 +37,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.metrics",
         "jsbroker.cli",
         "jsbroker.tls",
+        "jsbroker.permissions",
     ),
     "jetstream": ("jsbroker.jetstream", "jsbroker.jetstream.*"),
     "store": ("jsbroker.store", "jsbroker.store.*"),

@@ -7,11 +7,14 @@ The CLI (`cli.py`) layers its flags over a loaded file; this module never reads 
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from .subjects import is_valid_subject
 
 VERSION = "2.15.1"  # the nats-server version whose behaviour we follow; nats-py needs >= 2.9
 MAX_PAYLOAD_LIMIT = 8 * 1024 * 1024
@@ -32,15 +35,44 @@ class JetStreamSettings:
 
 
 @dataclass(frozen=True)
+class SubjectRules:
+    """Subjects (wildcards allowed) a user may publish or subscribe to, as nats-server's `allow`/`deny`.
+    `allow` None allows everything not denied; an empty tuple allows nothing."""
+
+    allow: tuple[str, ...] | None = None
+    deny: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Permissions:
+    publish: SubjectRules | None = None
+    subscribe: SubjectRules | None = None
+    # allow_responses: replies to each received request the user may publish, and for how long (0: no limit)
+    response_max: int = 0  # 0: off
+    response_expires: float = 0.0
+
+
+@dataclass(frozen=True)
+class User:
+    user: str
+    password: str
+    permissions: Permissions | None = None
+
+    def __repr__(self) -> str:  # never the password
+        return f"User(user={self.user!r}, permissions={self.permissions!r})"
+
+
+@dataclass(frozen=True)
 class AuthSettings:
     token: str | None = None
     user: str | None = None
     password: str | None = None
+    users: tuple[User, ...] = ()  # [[authorization.users]]: several users, each with its permissions
     timeout: float = 2.0  # seconds a client has to send CONNECT when auth is required
 
     @property
     def required(self) -> bool:
-        return self.token is not None or self.user is not None
+        return self.token is not None or self.user is not None or bool(self.users)
 
 
 @dataclass(frozen=True)
@@ -101,8 +133,10 @@ class BrokerConfig:
             raise ConfigError(f"max_payload ({self.max_payload}) cannot be higher than max_pending ({self.max_pending})")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is not a TCP port (0-65535)")
-        if self.auth.token is not None and self.auth.user is not None:
+        if self.auth.token is not None and (self.auth.user is not None or self.auth.users):
             raise ConfigError("use either a token or user/password authorization, not both")
+        if self.auth.user is not None and any(u.user == self.auth.user for u in self.auth.users):
+            raise ConfigError(f"user {self.auth.user!r} is given both as authorization.user and in authorization.users")
         if (self.auth.user is None) != (self.auth.password is None):
             raise ConfigError("user and password must be given together")
 
@@ -140,13 +174,19 @@ _TOP_KEYS = {
 
 
 def load_file(path: Path, base: BrokerConfig | None = None) -> BrokerConfig:
-    """Read a TOML config file (format documented in broker/README.md) over `base`."""
+    """Read a TOML config file (format documented in broker/README.md) over `base`; a `.json` file holds
+    the same settings as JSON (nats-server reads JSON too, so one file can serve both for shared keys)."""
     try:
-        data = tomllib.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        data = json.loads(text) if Path(path).suffix == ".json" else tomllib.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table of settings")
     return apply_mapping(data, base or BrokerConfig(), str(path))
 
 
@@ -188,14 +228,75 @@ def _convert(kind: Any, value: Any, what: str) -> Any:
 
 
 def _auth(section: Any, base: AuthSettings, source: str) -> AuthSettings:
-    known = {"token", "user", "password", "timeout"}
+    known = {"token", "user", "password", "timeout", "users"}
     unknown = set(section) - known
     if unknown:
         raise ConfigError(f"{source}: unknown [authorization] setting(s) {sorted(unknown)}; known: {sorted(known)}")
     kw: dict[str, Any] = {k: str(section[k]) for k in ("token", "user", "password") if k in section}
     if "timeout" in section:
         kw["timeout"] = parse_duration(section["timeout"], f"{source}: authorization.timeout")
+    if "users" in section:
+        if not isinstance(section["users"], list):
+            raise ConfigError(f"{source}: authorization.users must be a list of users")
+        kw["users"] = tuple(_user(u, f"{source}: authorization.users[{i}]") for i, u in enumerate(section["users"]))
+        names = [u.user for u in kw["users"]]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{source}: authorization.users names a user twice")
     return replace(base, **kw)
+
+
+def _user(entry: Any, where: str) -> User:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: a user is a table with user, password and optional permissions")
+    unknown = set(entry) - {"user", "password", "permissions"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: ['password', 'permissions', 'user']")
+    if not isinstance(entry.get("user"), str) or not isinstance(entry.get("password"), str):
+        raise ConfigError(f"{where}: user and password are required strings")
+    perms = _permissions(entry["permissions"], f"{where}.permissions") if "permissions" in entry else None
+    return User(entry["user"], entry["password"], perms)
+
+
+def _permissions(section: Any, where: str) -> Permissions:
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: permissions is a table with publish, subscribe, allow_responses")
+    unknown = set(section) - {"publish", "subscribe", "allow_responses"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: allow_responses, publish, subscribe")
+    publish = _rules(section["publish"], f"{where}.publish") if "publish" in section else None
+    subscribe = _rules(section["subscribe"], f"{where}.subscribe") if "subscribe" in section else None
+    response_max, response_expires = 0, 0.0
+    responses = section.get("allow_responses", False)
+    if responses is True:
+        response_max, response_expires = 1, 120.0  # nats-server's defaults
+    elif isinstance(responses, dict):
+        unknown = set(responses) - {"max", "expires"}
+        if unknown:
+            raise ConfigError(f"{where}.allow_responses: unknown setting(s) {sorted(unknown)}; known: expires, max")
+        response_max = int(responses.get("max", 1))
+        response_expires = parse_duration(responses.get("expires", 120.0), f"{where}.allow_responses.expires")
+    elif responses is not False:
+        raise ConfigError(f"{where}.allow_responses: true, false, or a table with max and expires")
+    if response_max and (publish is None or publish.allow is None):
+        # nats-server: responses allowed means nothing else is, unless publish.allow says so
+        publish = SubjectRules(allow=(), deny=publish.deny if publish else ())
+    return Permissions(publish, subscribe, response_max, response_expires)
+
+
+def _rules(value: Any, where: str) -> SubjectRules:
+    """A list (the allowed subjects) or a table with allow and deny lists."""
+    def subjects(v: Any, key: str) -> tuple[str, ...]:
+        items = [v] if isinstance(v, str) else v
+        if not isinstance(items, list) or not all(isinstance(x, str) and is_valid_subject(x) for x in items):
+            raise ConfigError(f"{where}{key}: a subject or a list of valid subjects (wildcards allowed)")
+        return tuple(items)
+
+    if isinstance(value, (list, str)):
+        return SubjectRules(allow=subjects(value, ""))
+    if not isinstance(value, dict) or set(value) - {"allow", "deny"}:
+        raise ConfigError(f"{where}: a list of subjects, or a table with allow and deny lists")
+    return SubjectRules(allow=subjects(value["allow"], ".allow") if "allow" in value else None,
+                        deny=subjects(value.get("deny", []), ".deny"))
 
 
 def _tls(section: Any, source: str) -> TlsSettings:
@@ -248,6 +349,7 @@ def _jetstream(section: Any, base: JetStreamSettings | None, source: str) -> Jet
 
 
 __all__ = [
-    "VERSION", "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "TlsSettings",
+    "VERSION", "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "Permissions", "SubjectRules",
+    "TlsSettings", "User",
     "apply_mapping", "load_file", "parse_duration", "parse_size",
 ]

@@ -17,7 +17,9 @@ import ssl
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
+from .config import AuthSettings, Permissions
 from .internal import Origin
+from .permissions import PermissionChecker
 from .protocol import ProtocolError, Parser
 from .subjects import is_valid_publish_subject, is_valid_subject
 from .sublist import Subscription
@@ -77,6 +79,7 @@ class Connection(asyncio.Protocol):
         self.lang = ""
         self.version = ""
         self.origin = Origin(cid, False)
+        self.perms: PermissionChecker | None = None  # the user's permissions (users with none: None)
         # Backpressure: publishers paused because this connection is backed up, and vice versa.
         self.congested = False
         self.blocked_publishers: set[Connection] = set()
@@ -255,6 +258,9 @@ class Connection(asyncio.Protocol):
             if self.verbose:
                 self.send(OK)
             return
+        if self.perms is not None and not self.perms.can_publish(subject):
+            self._violation("Publish to", subject.decode("utf-8", "replace"))
+            return
         if self.verbose:  # nats-server acknowledges before delivering
             self.send(OK)
         self.router.route(self, subject, reply, hdr_len, data)
@@ -264,10 +270,15 @@ class Connection(asyncio.Protocol):
         if not is_valid_subject(text):
             self.send(b"-ERR 'Invalid Subject'\r\n")
             return
+        if self.perms is not None and not self.perms.can_subscribe(text):
+            self._violation("Subscription to", text)
+            return
         old = self.subs.get(sid)
         if old is not None:
             self.router.remove(old)
         sub = Subscription(self, text, queue.decode("utf-8", "replace") if queue else None, sid)
+        if self.perms is not None:
+            sub.deny = self.perms.delivery_filter(text)
         self.subs[sid] = sub
         self.router.insert(sub)
         if self.verbose:
@@ -302,9 +313,12 @@ class Connection(asyncio.Protocol):
         except ValueError:
             raise ProtocolError(None) from None
         auth = self.broker.config.auth
-        if auth.required and not self.connected and not _authorized(auth, opts):
-            self.broker.log.warning("authorization violation", cid=self.cid, peer=self.peer[0])
-            raise ProtocolError("Authorization Violation")
+        if auth.required and not self.connected:
+            authorized, permissions = _authenticate(auth, opts)
+            if not authorized:
+                self.broker.log.warning("authorization violation", cid=self.cid, peer=self.peer[0])
+                raise ProtocolError("Authorization Violation")
+            self.perms = PermissionChecker(permissions) if permissions is not None else None
         proto = opts.get("protocol", 0)
         if not isinstance(proto, int) or not 0 <= proto <= 1:
             raise ProtocolError("invalid client protocol")
@@ -319,7 +333,7 @@ class Connection(asyncio.Protocol):
         self.lang = str(opts.get("lang", ""))
         self.version = str(opts.get("version", ""))
         self.origin = Origin(self.cid, self.headers)
-        fast = not self.verbose and not self.pedantic
+        fast = not self.verbose and not self.pedantic and self.perms is None
         self.parser.on_pub = partial(self.router.route, self) if fast else self.on_msg
         self.parser.on_empty_pubs = partial(self.router.route_empty, self) if fast else self.parser.each_empty_pub
         if not self.connected:
@@ -330,6 +344,11 @@ class Connection(asyncio.Protocol):
             self._timer = self.broker.loop.call_later(self.broker.config.ping_interval, self._ping_timer)
         if self.verbose:
             self.send(OK)
+
+    def _violation(self, what: str, subject: str) -> None:
+        """nats-server's answer to a denied PUB or SUB: an error line, and the connection stays."""
+        self.broker.log.debug("permissions violation", cid=self.cid, action=what, subject=subject)
+        self.send(err_line(f'Permissions Violation for {what} "{subject}"'))
 
     # -- liveness -----------------------------------------------------------------------------------
 
@@ -350,13 +369,21 @@ class Connection(asyncio.Protocol):
         self._timer = self.broker.loop.call_later(cfg.ping_interval, self._ping_timer)
 
 
-def _authorized(auth: Any, opts: dict[str, Any]) -> bool:
+def _authenticate(auth: AuthSettings, opts: dict[str, Any]) -> tuple[bool, Permissions | None]:
+    """Whether CONNECT's credentials are valid, and the permissions of the user they name."""
     if auth.token is not None:
         given = opts.get("auth_token")
-        return isinstance(given, str) and hmac.compare_digest(given.encode(), auth.token.encode())
+        return isinstance(given, str) and hmac.compare_digest(given.encode(), auth.token.encode()), None
     user, password = opts.get("user"), opts.get("pass")
     if not isinstance(user, str) or not isinstance(password, str):
-        return False
-    return hmac.compare_digest(user.encode(), auth.user.encode()) & hmac.compare_digest(
-        password.encode(), auth.password.encode()
-    )
+        return False, None
+    if auth.user is not None and auth.password is not None and _same(user, auth.user) & _same(password, auth.password):
+        return True, None
+    for entry in auth.users:
+        if _same(user, entry.user) & _same(password, entry.password):
+            return True, entry.permissions
+    return False, None
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())

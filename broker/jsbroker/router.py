@@ -137,6 +137,8 @@ class Router:
                 continue
             if not c.echo and c is pub:
                 continue
+            if c.perms is not None and not self._permitted(c, sub, subject, reply):
+                continue
             if not tail:
                 size = len(data) - 2
                 if hdr_len < 0:
@@ -198,7 +200,7 @@ class Router:
         headers take `route`, one message at a time, for their exact rules."""
         result = self._cache_get(target) or self.sublist.match(target)
         plain, groups = result
-        if groups or any(s.client is None or s.max_msgs or not s.client.headers for s in plain):
+        if groups or any(s.client is None or s.max_msgs or not s.client.headers or s.client.perms for s in plain):
             delivered = False
             for subject, reply, hdr, data in msgs:
                 hl = len(hdr) if hdr else -1
@@ -232,6 +234,16 @@ class Router:
                 self._flush_scheduled = True
                 self.broker.loop.call_soon(self.flush)
         return bool(plain)
+
+    @staticmethod
+    def _permitted(c: Connection, sub: Subscription, subject: bytes, reply: bytes | None) -> bool:
+        """A permissioned user's delivery: held back when its deny list covers the subject; a reply
+        subject it may then answer (allow_responses) is noted."""
+        if sub.deny is not None and sub.deny(subject):
+            return False
+        if reply and c.perms.tracks_replies:  # type: ignore[union-attr]
+            c.perms.note_request(reply)  # type: ignore[union-attr]
+        return True
 
     @staticmethod
     def _pick(group: tuple[Subscription, ...], pub: Connection | None) -> Subscription | None:

@@ -21,7 +21,8 @@ _ACK_PREFIX = "$JS.ACK."
 class Subscription:
     """One SUB (client is the owning connection) or internal subscription (handler is set)."""
 
-    __slots__ = ("client", "handler", "subject", "queue", "sid", "head", "max_msgs", "delivered", "closed", "batch")
+    __slots__ = ("client", "handler", "subject", "queue", "sid", "head", "max_msgs", "delivered", "closed", "batch",
+                 "deny")
 
     def __init__(
         self, client: Any, subject: str, queue: str | None, sid: bytes, handler: Callable[..., None] | None = None
@@ -36,6 +37,7 @@ class Subscription:
         self.delivered = 0
         self.closed = False
         self.batch: list[Any] | None = None  # a batched internal handler's held messages (router.py)
+        self.deny: Callable[[bytes], bool] | None = None  # subjects its user may not receive (permissions.py)
 
 
 # A match result: (plain subscriptions, queue groups as tuples of members).
