@@ -24,7 +24,7 @@ PACKAGE_DIRS = (ROOT / "broker" / "jsbroker", ROOT / "operator" / "jsoperator", 
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.
 LAYERS: dict[str, tuple[str, ...]] = {
     "protocol": ("jsbroker.protocol",),
-    "helpers": ("jsbroker.subjects", "jsbroker.config", "jsbroker.logs"),
+    "helpers": ("jsbroker.subjects", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys"),
     "internal": ("jsbroker.internal",),
     "core": (
         "jsbroker",
@@ -69,6 +69,7 @@ PURE = frozenset(
         "jsbroker.protocol",
         "jsbroker.subjects",
         "jsbroker.config",  # settings dataclasses; reads a TOML file only when load_file() is called
+        "jsbroker.nkeys",  # key decoding and signature checks
         "jsbroker.jetstream.ack",
         "jsbroker.jetstream.pull",
         "jsbroker.jetstream.headers",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .nkeys import NkeyError, user_public_key
 from .subjects import is_valid_subject
 
 VERSION = "2.15.1"  # the nats-server version whose behaviour we follow; nats-py needs >= 2.9
@@ -54,9 +55,12 @@ class Permissions:
 
 @dataclass(frozen=True)
 class User:
+    """A user with a password, or an nkey user (`nkey`: its public key, proven by a signed nonce)."""
+
     user: str
-    password: str
+    password: str | None = None
     permissions: Permissions | None = None
+    nkey: bytes | None = None  # the raw Ed25519 public key of an nkey user (`user` is then its "U..." form)
 
     def __repr__(self) -> str:  # never the password
         return f"User(user={self.user!r}, permissions={self.permissions!r})"
@@ -73,6 +77,11 @@ class AuthSettings:
     @property
     def required(self) -> bool:
         return self.token is not None or self.user is not None or bool(self.users)
+
+    @property
+    def nkeys(self) -> bool:
+        """Whether INFO must carry a nonce for nkey users to sign."""
+        return any(u.nkey is not None for u in self.users)
 
 
 @dataclass(frozen=True)
@@ -247,13 +256,22 @@ def _auth(section: Any, base: AuthSettings, source: str) -> AuthSettings:
 
 def _user(entry: Any, where: str) -> User:
     if not isinstance(entry, dict):
-        raise ConfigError(f"{where}: a user is a table with user, password and optional permissions")
-    unknown = set(entry) - {"user", "password", "permissions"}
+        raise ConfigError(f"{where}: a user is a table with user and password (or nkey) and optional permissions")
+    unknown = set(entry) - {"user", "password", "nkey", "permissions"}
     if unknown:
-        raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: ['password', 'permissions', 'user']")
-    if not isinstance(entry.get("user"), str) or not isinstance(entry.get("password"), str):
-        raise ConfigError(f"{where}: user and password are required strings")
+        raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: ['nkey', 'password', 'permissions', "
+                          "'user']")
     perms = _permissions(entry["permissions"], f"{where}.permissions") if "permissions" in entry else None
+    if "nkey" in entry:
+        if "user" in entry or "password" in entry or not isinstance(entry["nkey"], str):
+            raise ConfigError(f"{where}: an nkey user has only nkey (its public key, 'U...') and permissions")
+        try:
+            public = user_public_key(entry["nkey"])
+        except NkeyError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        return User(entry["nkey"], None, perms, public)
+    if not isinstance(entry.get("user"), str) or not isinstance(entry.get("password"), str):
+        raise ConfigError(f"{where}: user and password are required strings (or give nkey)")
     return User(entry["user"], entry["password"], perms)
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .config import AuthSettings, Permissions
 from .internal import Origin
+from .nkeys import new_nonce, signed
 from .permissions import PermissionChecker
 from .protocol import ProtocolError, Parser
 from .subjects import is_valid_publish_subject, is_valid_subject
@@ -80,6 +81,7 @@ class Connection(asyncio.Protocol):
         self.version = ""
         self.origin = Origin(cid, False)
         self.perms: PermissionChecker | None = None  # the user's permissions (users with none: None)
+        self.nonce = new_nonce() if broker.config.auth.nkeys else ""  # INFO's, for nkey users to sign
         # Backpressure: publishers paused because this connection is backed up, and vice versa.
         self.congested = False
         self.blocked_publishers: set[Connection] = set()
@@ -314,7 +316,7 @@ class Connection(asyncio.Protocol):
             raise ProtocolError(None) from None
         auth = self.broker.config.auth
         if auth.required and not self.connected:
-            authorized, permissions = _authenticate(auth, opts)
+            authorized, permissions = _authenticate(auth, opts, self.nonce)
             if not authorized:
                 self.broker.log.warning("authorization violation", cid=self.cid, peer=self.peer[0])
                 raise ProtocolError("Authorization Violation")
@@ -369,18 +371,24 @@ class Connection(asyncio.Protocol):
         self._timer = self.broker.loop.call_later(cfg.ping_interval, self._ping_timer)
 
 
-def _authenticate(auth: AuthSettings, opts: dict[str, Any]) -> tuple[bool, Permissions | None]:
+def _authenticate(auth: AuthSettings, opts: dict[str, Any], nonce: str) -> tuple[bool, Permissions | None]:
     """Whether CONNECT's credentials are valid, and the permissions of the user they name."""
     if auth.token is not None:
         given = opts.get("auth_token")
         return isinstance(given, str) and hmac.compare_digest(given.encode(), auth.token.encode()), None
+    nkey, signature = opts.get("nkey"), opts.get("sig")
+    if isinstance(nkey, str) and isinstance(signature, str) and nonce:
+        for entry in auth.users:
+            if entry.nkey is not None and entry.user == nkey:
+                return signed(entry.nkey, nonce, signature), entry.permissions
+        return False, None
     user, password = opts.get("user"), opts.get("pass")
     if not isinstance(user, str) or not isinstance(password, str):
         return False, None
     if auth.user is not None and auth.password is not None and _same(user, auth.user) & _same(password, auth.password):
         return True, None
     for entry in auth.users:
-        if _same(user, entry.user) & _same(password, entry.password):
+        if entry.password is not None and _same(user, entry.user) & _same(password, entry.password):
             return True, entry.permissions
     return False, None
 

@@ -271,7 +271,10 @@ class Broker:
     def info_line(self, conn: Connection) -> bytes:
         import json
 
-        info = dict(self._info_base, client_id=conn.cid, client_ip=conn.peer[0] or "127.0.0.1", api_lvl=API_LEVEL)
+        info = dict(self._info_base, client_id=conn.cid, client_ip=conn.peer[0] or "127.0.0.1")
+        if conn.nonce:
+            info["nonce"] = conn.nonce
+        info["api_lvl"] = API_LEVEL
         return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b" \r\n"
 
     # -- InternalBus --------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nkeys
 import pytest
 
 from tests.broker.raw import Raw
@@ -161,3 +163,58 @@ def test_bad_user_settings_fail_at_start_with_a_clear_message(tmp_path: Path, us
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and "-pw" not in done.stderr
+
+
+def _nkey_user() -> tuple[str, str]:
+    """A fresh user nkey: (seed, public key)."""
+    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    return seed.decode(), nkeys.from_seed(bytearray(seed)).public_key.decode()
+
+
+async def _nkey_scenario(url: str, seed: str, stranger: str) -> dict[str, Any]:
+    nc = await nats.connect(url, nkeys_seed_str=seed)
+    try:
+        ok = (await nc.request("$JS.API.INFO", b"", timeout=5)).data.startswith(b"{")
+    finally:
+        await nc.close()
+    try:
+        await nats.connect(url, nkeys_seed_str=stranger, allow_reconnect=False, max_reconnect_attempts=0)
+        refused = "connected"
+    except nats.errors.Error as exc:
+        refused = str(exc)
+    return {"jetstream api": ok, "stranger": refused}
+
+
+def test_nkey_users_sign_the_nonce(tmp_path: Path) -> None:
+    seed, public = _nkey_user()
+    stranger, _ = _nkey_user()
+    config = tmp_path / "nkeys.json"
+    config.write_text(json.dumps({"authorization": {"users": [
+        {"nkey": public, "permissions": {"publish": ["$JS.API.>"], "subscribe": ["_INBOX.>"]}}]}}))
+
+    def run(kind: str) -> dict[str, Any]:
+        with launch(kind, extra_args=["-c", str(config)]) as handle:
+            info = json.loads(Raw(handle.port).info[5:])
+            out = asyncio.run(_nkey_scenario(handle.url, seed, stranger))
+            raw = Raw(handle.port)
+            raw.send(f'CONNECT {{"verbose":false,"nkey":"{public}","sig":"AAAA"}}\r\nPING\r\n'.encode())
+            out["bad signature"] = raw.read_to_close()
+            raw.close()
+            return {"nonce in INFO": len(info.get("nonce", "")), **out}
+
+    out = {kind: run(kind) for kind in KINDS}
+    assert out[JSBROKER] == out[NATS_SERVER] == {
+        "nonce in INFO": 15, "jetstream api": True, "stranger": "nats: 'Authorization Violation'",
+        "bad signature": b"-ERR 'Authorization Violation'\r\n"}
+
+
+@pytest.mark.parametrize("nkey,message", [
+    ("UABC", "is not a user nkey"),
+    ("SUAIBDPBAUTWCWBKIO6XHQNINK5FWJW4OHLXC3HQ2KFE4PEJUA44CNHTC4", "is not a user nkey"),
+])
+def test_a_bad_nkey_fails_at_start(tmp_path: Path, nkey: str, message: str) -> None:
+    config = tmp_path / "users.json"
+    config.write_text(json.dumps({"authorization": {"users": [{"nkey": nkey}]}}))
+    done = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", "0", "-c", str(config)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and message in done.stderr, done.stderr

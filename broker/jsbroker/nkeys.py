@@ -1,0 +1,59 @@
+"""NKey users: a user is its Ed25519 public key ("U..." in NATS' base32 encoding with a CRC16), and proves
+it by signing the nonce the server sent in INFO. nats-py does this with `nkeys_seed`, the `nats` CLI with
+`--nkey`. Signatures are checked with `cryptography` (the standard library has no Ed25519).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+
+_PREFIX_USER = 20 << 3  # the "U" of a user's public key
+_CRC16_POLY = 0x1021
+
+
+class NkeyError(ValueError):
+    """A string that is not a user's public nkey; the message says what is wrong."""
+
+
+def _crc16(data: bytes) -> int:
+    """CRC-16/XMODEM, the checksum NATS appends to encoded keys."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ _CRC16_POLY if crc & 0x8000 else crc << 1) & 0xFFFF
+    return crc
+
+
+def user_public_key(text: str) -> bytes:
+    """The raw 32-byte Ed25519 key of a user's public nkey, checked (prefix, length, checksum)."""
+    try:
+        raw = base64.b32decode(text + "=" * (-len(text) % 8))
+    except (binascii.Error, ValueError):
+        raise NkeyError(f"{text[:8]}... is not a user nkey: not base32") from None
+    if len(raw) != 35 or raw[0] != _PREFIX_USER:
+        raise NkeyError(f"{text[:8]}... is not a user nkey: give the public key that starts with 'U'")
+    if _crc16(raw[:-2]) != int.from_bytes(raw[-2:], "little"):
+        raise NkeyError(f"{text[:8]}... is not a user nkey: the checksum does not match (a typo?)")
+    return raw[1:33]
+
+
+def new_nonce() -> str:
+    """What INFO carries for the client to sign (nats-server's size and alphabet)."""
+    return base64.urlsafe_b64encode(secrets.token_bytes(11)).rstrip(b"=").decode()
+
+
+def signed(public_key: bytes, nonce: str, signature: str) -> bool:
+    """Whether `signature` (base64url without padding, or standard base64 as nats-py sends) signs `nonce`."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        # the urlsafe decoder also reads the standard alphabet's + and /
+        sig = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
+        Ed25519PublicKey.from_public_bytes(public_key).verify(sig, nonce.encode())
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True
