@@ -60,6 +60,12 @@ class JetStream:
             self._sync_handle = None
         for stream in self.streams.values():
             stream.stop()
+            if stream.directory is not None and stream.config.storage == "file":
+                try:
+                    storage.save_dedupe(stream.directory, stream.dedupe_snapshot())
+                except OSError:
+                    log.exception("could not save the msg-id window; the next start re-reads it",
+                                  extra={"stream": stream.name})
             stream.store.sync()
             stream.store.close()
         self.streams.clear()
@@ -81,8 +87,9 @@ class JetStream:
     def _open(self, cfg: StreamConfig, directory: Path, created_ns: int) -> Stream:
         store = storage.open_stream_store(cfg.storage, directory, cfg.store_limits(), self._sync)  # type: ignore[arg-type]
         limited = self.settings.max_memory > 0 or self.settings.max_storage > 0
+        dedupe = storage.take_dedupe(directory) if cfg.storage == "file" else None
         return Stream(self.bus, cfg, store, directory, created_ns, self.domain,
-                      self._exhausted if limited else None)
+                      self._exhausted if limited else None, dedupe)
 
     def _sync_tick(self) -> None:
         for stream in list(self.streams.values()):

@@ -99,7 +99,7 @@ class Stream:
 
     def __init__(self, bus: InternalBus, config: StreamConfig, store: StreamStore, directory: Path | None,
                  created_ns: int, domain: str | None = None,
-                 resources_exhausted: Callable[[str], bool] | None = None) -> None:
+                 resources_exhausted: Callable[[str], bool] | None = None, dedupe: bytes | None = None) -> None:
         self.bus = bus
         # The server-wide max_memory / max_storage check (None when neither is set): 10023 when it says so.
         self._exhausted = resources_exhausted
@@ -124,7 +124,8 @@ class Stream:
         self.last_seq = state.last_seq
         self.last_msg_id = ""
         self._dedupe = _Dedupe(config.duplicate_window, OrderedDict())
-        self._rebuild_dedupe()
+        if not self._restore_dedupe(dedupe):
+            self._rebuild_dedupe()
 
     # -- lifecycle --------------------------------------------------------------------------------------
 
@@ -202,6 +203,32 @@ class Stream:
             for sub in self._direct_subs:
                 self.bus.unsubscribe_internal(sub)
             self._direct_subs = []
+
+    def dedupe_snapshot(self) -> bytes:
+        """The msg-id window as of now, for `_restore_dedupe` at the next start (a clean stop writes it)."""
+        self._dedupe.prune(times.now_ns())
+        return json.dumps({"last_seq": self.last_seq, "last_msg_id": self.last_msg_id,
+                           "ids": [[i, seq, ts] for i, (seq, ts) in self._dedupe.ids.items()]}).encode()
+
+    def _restore_dedupe(self, snapshot: bytes | None) -> bool:
+        """Take the window a clean stop saved, if it describes this store (same last sequence)."""
+        if not snapshot:
+            return False
+        try:
+            data = json.loads(snapshot)
+            if data["last_seq"] != self.last_seq:
+                return False
+            present = self.store.subject_of  # deleted messages' ids are gone, as a rebuild from the store has them
+            for msg_id, seq, ts in data["ids"]:
+                if present(int(seq)) is not None:
+                    self._dedupe.add(str(msg_id), int(seq), int(ts))
+            self.last_msg_id = str(data["last_msg_id"]) if present(self.last_seq) is not None else ""
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable msg-id window; re-reading the messages", extra={"stream": self.name})
+            self._dedupe.ids.clear()
+            return False
+        self._dedupe.prune(times.now_ns())
+        return True
 
     def _rebuild_dedupe(self) -> None:
         """Msg ids published inside the window survive a restart (nats-server rebuilds them the same way)."""

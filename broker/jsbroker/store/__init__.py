@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 META = "meta.json"
+DEDUPE = "dedupe.json"  # a clean stop's msg-id window (jetstream/stream.py)
 
 
 def open_stream_store(
@@ -96,6 +97,22 @@ def save_meta(directory: Path, data: bytes) -> None:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     replace_file(directory / META, data)
+
+
+def save_dedupe(directory: Path, data: bytes) -> None:
+    """The stream's Nats-Msg-Id window at a clean stop, so a restart need not re-read the messages."""
+    replace_file(Path(directory) / DEDUPE, data)
+
+
+def take_dedupe(directory: Path) -> bytes | None:
+    """What `save_dedupe` wrote, removed as it is read: it describes the store only until the next write."""
+    path = Path(directory) / DEDUPE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    path.unlink()
+    return data
 
 
 def load_meta(directory: Path) -> bytes | None:

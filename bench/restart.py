@@ -1,0 +1,136 @@
+"""Restart benchmark: how long a broker with a full file stream takes to stop and to come back, jsbroker
+vs nats-server in one run.
+
+Each server gets one file stream filled with N 128-byte messages (raw socket, not timed). Then, twice:
+- SIGTERM: time until the process has exited (the graceful stop: flush, close), then a restart timed to
+  the client port answering INFO and to STREAM.INFO reporting all N messages (the store recovered);
+- SIGKILL (a crash), then the same restart timings (recovery without a clean shutdown's snapshot).
+
+    python3 bench/restart.py            # 1,000,000 messages
+    python3 bench/restart.py --quick    # 200,000 messages
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import KINDS
+from tests.servers import JSBROKER, NATS_SERVER, ServerHandle, launch, read_info
+
+STREAM = "RESTART"
+
+
+def _stream_ready(url: str, n: int, timeout: float = 600) -> None:
+    """Until STREAM.INFO answers with all n messages (JetStream has recovered the store)."""
+    import nats
+
+    async def poll() -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                nc = await nats.connect(url, allow_reconnect=False, connect_timeout=2)
+                try:
+                    if (await nc.jetstream(timeout=5).stream_info(STREAM)).state.messages == n:
+                        return
+                finally:
+                    await nc.close()
+            except Exception:  # not up yet, or JetStream still recovering
+                if time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.01)  # poll interval
+
+    asyncio.run(poll())
+
+
+def _create(url: str) -> None:
+    import nats
+
+    async def create() -> None:
+        nc = await nats.connect(url)
+        await nc.jetstream().add_stream(name=STREAM, subjects=[f"{STREAM}.>"])
+        await nc.close()
+
+    asyncio.run(create())
+
+
+def _fill(port: int, n: int, window: int = 5000) -> None:
+    """Store n messages: raw pipelined PUBs with reply subjects, a window at a time, each window's acks
+    awaited (fire-and-forget publishes can be dropped by a busy nats-server)."""
+    frame = b"PUB %s.x _FILL.ack %d\r\n%s\r\n" % (STREAM.encode(), 128, b"x" * 128)
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.recv(4096)
+        sock.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _FILL.ack 1\r\n')
+        buffer = b""
+        for start in range(0, n, window):
+            count = min(window, n - start)
+            sock.sendall(frame * count)
+            acks = 0
+            while acks < count:
+                buffer += sock.recv(1 << 20)
+                acks += buffer.count(b'"seq"')
+                buffer = buffer[buffer.rfind(b'"seq"') + 5:] if b'"seq"' in buffer else buffer
+            assert b"error" not in buffer, buffer[-300:]
+
+
+def _restart(handle: ServerHandle, n: int) -> tuple[float, float]:
+    """Start the server again; seconds until INFO, and until the stream answers with n messages."""
+    start = time.monotonic()
+    with open(handle.log_path, "ab") as log:
+        handle.proc = subprocess.Popen(handle.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    while True:
+        try:
+            read_info(handle.port, timeout=1.0)
+            break
+        except OSError:
+            time.sleep(0.005)  # poll interval
+    listening = time.monotonic() - start
+    _stream_ready(handle.url, n)
+    return listening, time.monotonic() - start
+
+
+def measure(kind: str, n: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix=f"restart-{kind}-") as store:
+        handle = launch(kind, store_dir=Path(store))
+        try:
+            _create(handle.url)
+            _fill(handle.port, n)
+            out: dict[str, float] = {}
+            assert handle.proc is not None
+            start = time.monotonic()
+            handle.proc.send_signal(signal.SIGTERM)
+            handle.proc.wait(timeout=120)
+            out["stop after SIGTERM"] = time.monotonic() - start
+            out["restart: listening"], out["restart: stream ready"] = _restart(handle, n)
+            handle.kill()
+            out["after kill -9: listening"], out["after kill -9: stream ready"] = _restart(handle, n)
+            return out
+        finally:
+            handle.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="200,000 messages instead of 1,000,000")
+    parser.add_argument("-n", type=int, help="messages in the stream")
+    args = parser.parse_args()
+    n = args.n or (200_000 if args.quick else 1_000_000)
+    results = {kind: measure(kind, n) for kind in KINDS}
+    jsb, ref = results[JSBROKER], results[NATS_SERVER]
+    print(f"\n{n:,} x 128 B in one file stream (seconds)\n")
+    print(f"| | {JSBROKER} | {NATS_SERVER} | ratio |")
+    print("|---|---:|---:|---:|")
+    for key in jsb:
+        print(f"| {key} | {jsb[key]:.2f} | {ref[key]:.2f} | {jsb[key] / max(ref[key], 1e-3):.1f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
