@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.servers import JSBROKER, NATS_SERVER, ServerHandle, launch  # noqa: E402
+from tests.servers import fill_stream as acked_fill  # noqa: E402
 
 KINDS = (NATS_SERVER, JSBROKER)
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -144,30 +144,6 @@ def main(doc: str | None, workloads: list[Workload], start: Callable[[], dict[st
 
 
 def fill_stream(url: str, name: str, n: int, size: int = 128) -> None:
-    """Store n messages fast: pipelined PUBs without reply subjects, then wait until all are stored."""
-    port = int(url.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        while b"\r\n" not in s.recv(4096):
-            pass
-        s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\n')
-        frame = b"PUB %s.x %d\r\n%s\r\n" % (name.encode(), size, b"x" * size)
-        for start in range(0, n, 1000):
-            s.sendall(frame * min(1000, n - start))
-        s.sendall(b"PING\r\n")
-        buf = b""
-        while b"PONG" not in buf:
-            buf += s.recv(65536)
-    wait_stored(url, name, n)
+    """Store n messages on `<name>.x` fast (tests.servers.fill_stream: acked windows of raw PUBs)."""
+    acked_fill(int(url.rsplit(":", 1)[1]), f"{name}.x", n, size)
 
-
-def wait_stored(url: str, name: str, n: int) -> None:
-    async def main() -> None:
-        import nats
-
-        nc = await nats.connect(url)
-        js = nc.jetstream()
-        while (await js.stream_info(name)).state.messages < n:
-            await asyncio.sleep(0.05)  # still storing
-        await nc.close()
-
-    asyncio.run(main())

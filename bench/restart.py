@@ -1,7 +1,7 @@
 """Restart benchmark: how long a broker with a full file stream takes to stop and to come back, jsbroker
 vs nats-server in one run.
 
-Each server gets one file stream filled with N 128-byte messages (raw socket, not timed). Then, twice:
+Each server gets one file stream filled with N 128-byte messages (acked raw PUBs, not timed). Then, twice:
 - SIGTERM: time until the process has exited (the graceful stop: flush, close), then a restart timed to
   the client port answering INFO and to STREAM.INFO reporting all N messages (the store recovered);
 - SIGKILL (a crash), then the same restart timings (recovery without a clean shutdown's snapshot).
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ import time
 from pathlib import Path
 
 from common import KINDS
-from tests.servers import JSBROKER, NATS_SERVER, ServerHandle, launch, read_info
+from tests.servers import JSBROKER, NATS_SERVER, ServerHandle, fill_stream, launch, read_info
 
 STREAM = "RESTART"
 
@@ -61,25 +60,6 @@ def _create(url: str) -> None:
     asyncio.run(create())
 
 
-def _fill(port: int, n: int, window: int = 5000) -> None:
-    """Store n messages: raw pipelined PUBs with reply subjects, a window at a time, each window's acks
-    awaited (fire-and-forget publishes can be dropped by a busy nats-server)."""
-    frame = b"PUB %s.x _FILL.ack %d\r\n%s\r\n" % (STREAM.encode(), 128, b"x" * 128)
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.recv(4096)
-        sock.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _FILL.ack 1\r\n')
-        buffer = b""
-        for start in range(0, n, window):
-            count = min(window, n - start)
-            sock.sendall(frame * count)
-            acks = 0
-            while acks < count:
-                buffer += sock.recv(1 << 20)
-                acks += buffer.count(b'"seq"')
-                buffer = buffer[buffer.rfind(b'"seq"') + 5:] if b'"seq"' in buffer else buffer
-            assert b"error" not in buffer, buffer[-300:]
-
-
 def _restart(handle: ServerHandle, n: int) -> tuple[float, float]:
     """Start the server again; seconds until INFO, and until the stream answers with n messages."""
     start = time.monotonic()
@@ -101,7 +81,7 @@ def measure(kind: str, n: int) -> dict[str, float]:
         handle = launch(kind, store_dir=Path(store))
         try:
             _create(handle.url)
-            _fill(handle.port, n)
+            fill_stream(handle.port, f"{STREAM}.x", n)
             out: dict[str, float] = {}
             assert handle.proc is not None
             start = time.monotonic()

@@ -78,8 +78,12 @@ class Monitor:
     # -- endpoints ----------------------------------------------------------------------------------
 
     async def healthz(self, request: web.Request) -> web.Response:
-        # Serving this request means the listener and loop are up; JetStream, when running, is in-process
-        # and has no separate failure state, so `js-enabled-only` / `js-server-only` answer the same.
+        # 503 while the store is being recovered (nats-server's error shape). After that, serving this
+        # request means the listener and loop are up; JetStream is in-process and has no separate failure
+        # state, so `js-enabled-only` / `js-server-only` answer the same.
+        if self.broker.recovering:
+            return self._json(request, {"status": "unavailable", "status_code": 503,
+                                        "error": "JetStream is recovering its store"}, status=503)
         return self._json(request, {"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:

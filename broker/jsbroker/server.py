@@ -71,6 +71,7 @@ class Broker:
         self._draining: set[int] = set()
         self.tls: TlsContext | None = None  # loaded at start: ConfigError names a bad file
         self._tls_watch: asyncio.Task[None] | None = None
+        self.recovering = False  # JetStream is reading its store (start); /healthz says 503
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -104,18 +105,21 @@ class Broker:
             self.tls = TlsContext.load(cfg.tls)
             if cfg.tls.reload_interval > 0:
                 self._tls_watch = self.loop.create_task(self._watch_tls(cfg.tls.reload_interval))
-        await self._start_jetstream()
-        # Bound first, accepting last: once clients get in, monitoring (health probes) answers too.
-        self._server = await self.loop.create_server(
-            self._new_connection, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._info_base = self._info_fields()
+        # Monitoring first: during the store's recovery /healthz answers 503 (probes see why, not a refusal).
         if cfg.http_port is not None:
             from .monitor import Monitor
 
             self._monitor = Monitor(self)
             self.http_port = await self._monitor.start(cfg.http_host or cfg.host, cfg.http_port)
+        self.recovering = True
+        await self._start_jetstream()
+        self.recovering = False
+        # Bound first, accepting last.
+        self._server = await self.loop.create_server(
+            self._new_connection, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._info_base = self._info_fields()
         await self._server.start_serving()
         self._log_listening()
         self.log.info("server ready", port=self.port, http_port=self.http_port, jetstream=self.jetstream is not None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import urllib.error
@@ -84,3 +85,44 @@ def test_jsz_basics(server):
                 "config", "streams", "consumers", "messages", "bytes"):
         assert key in jsz, key
     assert set(jsz["api"]) == {"level", "total", "errors"}
+
+
+def test_healthz_answers_503_while_the_store_recovers(tmp_path):
+    """After a crash the store is rebuilt from its blocks; meanwhile /healthz says 503 and why (a refused
+    connection would tell a probe nothing), then 200 once clients are served."""
+    import subprocess
+
+    from tests.servers import JSBROKER, fill_stream, launch, read_info
+
+    handle = launch(JSBROKER, store_dir=tmp_path, http=True)
+    try:
+        asyncio.run(_add_stream(handle.url, "RECOVER", ["recover.>"]))
+        fill_stream(handle.port, "recover.x", 150_000)
+        handle.kill()
+        with open(handle.log_path, "ab") as log:
+            handle.proc = subprocess.Popen(handle.command(), stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True)
+        seen: list[tuple[int, dict]] = []
+        deadline = time.monotonic() + 60
+        while not seen or seen[-1][0] != 200:
+            assert time.monotonic() < deadline, f"never healthy: {seen[-3:]}\n{handle.log_tail()}"
+            try:
+                with urllib.request.urlopen(f"{handle.http_url}/healthz", timeout=5) as response:
+                    seen.append((response.status, json.loads(response.read())))
+            except urllib.error.HTTPError as exc:
+                seen.append((exc.code, json.loads(exc.read())))
+            except OSError:
+                pass  # the monitoring port is not open yet
+            time.sleep(0.01)  # poll interval
+        read_info(handle.port)  # clients are served once healthy
+    finally:
+        handle.close()
+    statuses = [status for status, _ in seen]
+    assert statuses[0] == 503 and statuses[-1] == 200 and set(statuses) == {503, 200}, statuses
+    assert seen[0][1] == {"status": "unavailable", "status_code": 503, "error": "JetStream is recovering its store"}
+
+
+async def _add_stream(url: str, name: str, subjects: list[str]) -> None:
+    nc = await nats.connect(url)
+    await nc.jetstream().add_stream(name=name, subjects=subjects)
+    await nc.close()

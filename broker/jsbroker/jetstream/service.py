@@ -48,7 +48,7 @@ class JetStream:
     async def start(self) -> None:
         if self._store_dir is not None:
             for directory in storage.list_stream_dirs(self._store_dir):
-                self._restore(directory)
+                await self._restore(directory)
         self._router.start()
         if not self.settings.sync_always and self.settings.sync_interval > 0:
             self._sync_handle = self.bus.loop.call_later(self.settings.sync_interval, self._sync_tick)
@@ -70,12 +70,14 @@ class JetStream:
             stream.store.close()
         self.streams.clear()
 
-    def _restore(self, directory: Path) -> None:
-        """Bring back one stream from disk; a damaged one is logged and skipped, never fatal."""
+    async def _restore(self, directory: Path) -> None:
+        """Bring back one stream from disk; a damaged one is logged and skipped, never fatal. The store is
+        read in a worker thread, so the event loop keeps answering health probes (503 until done)."""
         try:
             meta = json.loads(storage.load_meta(directory) or b"null")
             cfg = stream_config.from_stored(meta["config"])
-            stream = self._open(cfg, directory, int(meta.get("created", 0)) or times.now_ns())
+            created = int(meta.get("created", 0)) or times.now_ns()
+            stream = await self.bus.loop.run_in_executor(None, self._open, cfg, directory, created)
         except Exception:
             log.exception("could not restore stream; leaving its directory untouched",
                           extra={"directory": str(directory)})
