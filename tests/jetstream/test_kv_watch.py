@@ -22,6 +22,23 @@ async def same(urls: dict[str, str], unique: Any, fn: Any) -> Any:
     return out["nats-server"]
 
 
+async def settled_watch(kv: Any, key: str, attempts: int = 5) -> list[tuple[str, bytes]]:
+    """kv.watch(include_history=True) through nats-py decides "no more history" from consumer info, which
+    can race the first delivery on a loaded machine (a CI run saw nats-server's come back empty, like
+    test_kv.settled_history's case). Ask again while it is empty."""
+    for _ in range(attempts):
+        watcher = await kv.watch(key, include_history=True)
+        entries = []
+        async for e in watcher:
+            if e is None:
+                break
+            entries.append((e.key, e.value))
+        await watcher.stop()
+        if entries:
+            break
+    return entries
+
+
 async def test_keys_history_and_watch(urls, unique) -> None:
     async def fn(nc: Any, bucket: str) -> Any:
         js = nc.jetstream()
@@ -40,13 +57,7 @@ async def test_keys_history_and_watch(urls, unique) -> None:
         await kv.put("e", b"5")
         update = await w.updates(timeout=2)
         await w.stop()
-        kw = await kv.watch("a", include_history=True)
-        with_history = []
-        async for e in kw:
-            if e is None:
-                break
-            with_history.append((e.key, e.value))
-        await kw.stop()
+        with_history = await settled_watch(kv, "a")
         return [keys, history, initial, (update.key, update.value, update.delta), with_history]
 
     t = await same(urls, unique, fn)
