@@ -24,8 +24,9 @@ AUTH_VIOLATION = "Authorization Violation"
 
 # Verbs a well-behaved client may start a line with; used to reject garbage before its line ends.
 _VERBS = (b"PUB", b"HPUB", b"SUB", b"UNSUB", b"PING", b"PONG", b"CONNECT", b"INFO", b"+OK", b"-ERR")
+_STRICT = (b"PUB", b"HPUB", b"SUB", b"UNSUB")  # a blank must follow these verbs
+_LENIENT = (b"CONNECT", b"INFO", b"-ERR", b"PING", b"PONG", b"+OK")  # nats-server takes anything after these
 _LINE_CACHE = 256  # remembered PUB argument lines per connection
-_ARG_VERBS = frozenset((b"PUB", b"HPUB", b"SUB", b"UNSUB", b"CONNECT", b"INFO"))
 # One PUB of a run without reply or payload (see `Parser.on_empty_pubs`): its subject.
 _EMPTY_PUB = re.compile(rb"PUB ([!-~]+)  ?0\r\n\r\n")
 
@@ -65,7 +66,18 @@ def plausible_start(tail: bytes) -> bool:
     """Whether an incomplete line could still become a valid operation (nats-server rejects garbage
     byte by byte, before the line ends)."""
     head = tail[:8].upper()
-    return any(v.startswith(head) or head.startswith(v) for v in _VERBS)
+    for verb in _VERBS:
+        if verb.startswith(head):
+            return True
+        if head.startswith(verb):  # a whole verb: PUB, SUB... need a blank next, the others take anything
+            after = head[len(verb):len(verb) + 1]
+            return verb.startswith(_LENIENT) or after == b"" or after.isspace()
+    return False
+
+
+def _known(verb: bytes) -> bool:
+    """Whether a line's first word is an operation (as `plausible_start` judges it before the line ends)."""
+    return verb in _STRICT or verb.startswith(_LENIENT)
 
 
 class Parser:
@@ -208,13 +220,15 @@ class Parser:
         """Any operation but the fast-path PUB. Returns where the next operation starts, or -1 when
         the rest of the buffer was stored as a partial payload."""
         line = buf[pos:end]
+        if line[:1].isspace():  # nats-server: an operation starts at the line's first byte (found by fuzzing)
+            raise ProtocolError(AUTH_VIOLATION if self.gate else UNKNOWN_OP)
         parts = line.split(None, 1)
         verb = parts[0].upper() if parts else b""
         has_args = len(parts) == 2
         rest = parts[1] if has_args else b""
         if self.gate and not verb.startswith(b"CONNECT"):
             raise ProtocolError(AUTH_VIOLATION)
-        if verb in _ARG_VERBS and nl - pos > self.max_control_line:
+        if nl - pos > self.max_control_line and _known(verb):  # an unknown verb is reported as such first
             raise ProtocolError(MAX_CONTROL_LINE)
         h = self.handler
         if verb == b"PUB" or verb == b"HPUB":

@@ -1,0 +1,137 @@
+"""Soak: jsbroker under a steady mixed load for a long time (30 minutes by default), watching for leaks
+and lost messages. The same load runs against nats-server alongside for reference.
+
+The load, per server: one nats-py process publishes with acks to a limits stream (max_msgs 200,000, so
+old messages age out), with payloads cycling through 128 B / 1 KB / 16 KB; a pull consumer fetches and
+acks everything; core request/reply runs alongside. Every 10 s the server's RSS is sampled. At the end:
+messages published / consumed (every published sequence consumed exactly once), request/reply round trips,
+the RSS after warm-up, at the peak and at the end, and the server's slow-consumer count.
+
+    python3 bench/soak.py                  # 30 minutes
+    python3 bench/soak.py --minutes 2      # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import sys
+import time
+import urllib.request
+
+import common  # noqa: F401  (puts the repository on sys.path)
+import nats
+
+from tests.servers import JSBROKER, KINDS, ServerHandle, launch
+
+STREAM = "SOAK"
+SIZES = (128, 1024, 16 * 1024)
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _load(url: str, seconds: float) -> dict[str, int]:
+    nc = await nats.connect(url, max_reconnect_attempts=0)
+    js = nc.jetstream()
+    await js.add_stream(name=STREAM, subjects=[f"{STREAM}.>"], max_msgs=200_000)
+    sub = await js.pull_subscribe(f"{STREAM}.>", durable="SOAKER", stream=STREAM)
+
+    async def echo(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(msg.data)
+
+    await nc.subscribe("soak.echo", cb=echo)
+    deadline = time.monotonic() + seconds
+    published: list[int] = []
+    consumed: list[int] = []
+    requests = 0
+
+    async def publish() -> None:
+        i = 0
+        while time.monotonic() < deadline:
+            payload = bytes(SIZES[i % len(SIZES)])
+            published.append((await js.publish(f"{STREAM}.m", payload)).seq)
+            i += 1
+
+    async def consume() -> None:
+        while time.monotonic() < deadline + 5 or len(consumed) < len(published):
+            try:
+                for msg in await sub.fetch(200, timeout=1):
+                    consumed.append(msg.metadata.sequence.stream)
+                    await msg.ack()
+            except nats.errors.TimeoutError:
+                if time.monotonic() > deadline + 30:
+                    break
+
+    async def request() -> None:
+        nonlocal requests
+        while time.monotonic() < deadline:
+            assert (await nc.request("soak.echo", b"ping", timeout=5)).data == b"ping"
+            requests += 1
+
+    await asyncio.gather(publish(), consume(), request())
+    await nc.close()
+    return {"published": len(published), "consumed": len(consumed),
+            "consumed once, in order": int(consumed == sorted(set(consumed)) and set(consumed) == set(published)),
+            "request/reply": requests}
+
+
+def _run(url: str, seconds: float, out: mp.Queue) -> None:
+    out.put(asyncio.run(_load(url, seconds)))
+
+
+def _slow_consumers(handle: ServerHandle) -> int:
+    with urllib.request.urlopen(f"{handle.http_url}/varz", timeout=5) as response:
+        return int(json.loads(response.read()).get("slow_consumers", 0))
+
+
+def soak(minutes: float) -> dict[str, dict[str, object]]:
+    seconds = minutes * 60
+    handles = {kind: launch(kind, http=True) for kind in KINDS}
+    try:
+        queues = {kind: mp.Queue() for kind in KINDS}
+        procs = {kind: mp.Process(target=_run, args=(h.url, seconds, queues[kind])) for kind, h in handles.items()}
+        for proc in procs.values():
+            proc.start()
+        rss: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        while any(p.is_alive() for p in procs.values()):
+            for kind, handle in handles.items():
+                rss[kind].append(_rss_mb(handle.pid))
+            time.sleep(10)  # the RSS sampling interval
+        results = {}
+        for kind, handle in handles.items():
+            load = queues[kind].get(timeout=60)
+            samples = rss[kind]
+            warm = samples[min(len(samples) - 1, max(1, len(samples) // 10))]
+            results[kind] = {**load, "RSS after warm-up MB": round(warm), "RSS peak MB": round(max(samples)),
+                             "RSS end MB": round(samples[-1]), "slow consumers": _slow_consumers(handle)}
+        return results
+    finally:
+        for handle in handles.values():
+            handle.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30)
+    args = parser.parse_args()
+    results = soak(args.minutes)
+    keys = list(results[JSBROKER])
+    print(f"\nsoak, {args.minutes:g} min\n")
+    print("| | " + " | ".join(KINDS) + " |")
+    print("|---|" + "---:|" * len(KINDS))
+    for key in keys:
+        print(f"| {key} | " + " | ".join(str(results[kind][key]) for kind in KINDS) + " |")
+    ours = results[JSBROKER]
+    return 0 if ours["consumed once, in order"] and ours["slow consumers"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
