@@ -97,26 +97,9 @@ def ensure() -> Path:
 
 
 def main(argv: list[str]) -> int:
-    command = argv[0] if argv else "ensure"
-    if command == "find":
-        folder = find()
-        if folder is None:
-            return _NOT_BUILT
-        print(folder)
-        return 0
-    if command != "ensure":
-        print(f"usage: python3 -m tests.cluster.assets [ensure|find] (got {command!r})", file=sys.stderr)
-        return 2
-    try:
-        folder = ensure()
-    except (AssetsError, envtest_assets.AssetsError) as exc:
-        if required():
-            print(f"cluster: {exc}", file=sys.stderr)
-            return 1
-        print(f"cluster: {exc}; the tests on a real cluster will be skipped", file=sys.stderr)
-        return 0
-    print(f"cluster: binaries ready in {folder}", file=sys.stderr)
-    return 0
+    return envtest_assets.run_command(argv, "tests.cluster.assets", find, lambda: envtest_assets.report_ensure(
+        "cluster", ensure, (AssetsError, envtest_assets.AssetsError), required(), "binaries ready in",
+        "the tests on a real cluster will be skipped"))
 
 
 if __name__ == "__main__":

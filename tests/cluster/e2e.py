@@ -37,6 +37,8 @@ import nats
 import yaml
 from kubernetes.client.rest import ApiException
 
+from tests.polling import poll
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "jetstream-kopf"
 EXAMPLE = REPO / "deploy" / "examples" / "orders.yaml"
@@ -58,18 +60,6 @@ class Target:
     kubeconfig: Path
     load_image: Callable[[str], None]
     host_address: str
-
-
-def until(check: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.25) -> Any:
-    """Poll `check` until it returns something truthy; fail naming `what` and the last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last value: {last!r}")
-        time.sleep(interval)
 
 
 def _missing(call: Callable[[], Any]) -> bool:
@@ -116,7 +106,7 @@ class Kube:
 
     def wait_synced(self, namespace: str, objects: list[tuple[str, str]], timeout: float = PROMPT) -> None:
         for kind, name in objects:
-            until(lambda: self.ready(namespace, kind, name) == ("True", "Synced"), timeout=timeout,
+            poll(lambda: self.ready(namespace, kind, name) == ("True", "Synced"), timeout=timeout,
                   what=f"{kind} {name} Ready=True Synced (now {self.ready(namespace, kind, name)})")
 
     def annotate(self, namespace: str, kind: str, name: str, annotations: dict[str, str]) -> None:
@@ -150,7 +140,7 @@ class Kube:
             pod["volumes"] = [{"name": "tls", "secret": {"secretName": secret}}]
         self.create(namespace, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
                                 "spec": {"backoffLimit": 0, "template": {"spec": pod}}})
-        job = until(lambda: (lambda j: j if (j.status.succeeded or j.status.failed) else None)(
+        job = poll(lambda: (lambda j: j if (j.status.succeeded or j.status.failed) else None)(
             self.batch.read_namespaced_job(name, namespace)), timeout=STARTUP, what=f"Job {name} to finish")
         pod = self.pods(namespace, f"job-name={name}")[0].metadata.name
         log = self.core.read_namespaced_pod_log(pod, namespace, container="client")
@@ -233,7 +223,7 @@ class Scenario:
 
     def pod(self, selector: str, *, other_than: str = "") -> kubernetes.client.V1Pod:
         """The Ready pod for `selector` (a new one when `other_than` names the old pod's uid)."""
-        return until(lambda: (lambda p: p if p is not None and p.metadata.uid != other_than else None)(
+        return poll(lambda: (lambda p: p if p is not None and p.metadata.uid != other_than else None)(
             self.kube.ready_pod(self.namespace, selector)), timeout=STARTUP,
             what=f"a Ready pod {selector}" + (f" other than {other_than}" if other_than else ""))
 
@@ -258,13 +248,13 @@ class Scenario:
             {"published": list(range(1, 11))}, {"published": [11, 12, 13]},
             {"consumed": [1, 2, 3]}, {"consumed": [11, 12]}, _state(new_floor=3)]
         # The operator's drift timer brings the server's numbers into the resources' status.
-        until(lambda: _status(self.kube, self.namespace, "Stream", "orders", "messages", "lastSeq") == (13, 13),
+        poll(lambda: _status(self.kube, self.namespace, "Stream", "orders", "messages", "lastSeq") == (13, 13),
               timeout=PROMPT, what="Stream orders status messages=13 lastSeq=13")
-        until(lambda: _status(self.kube, self.namespace, "Consumer", "new", "ackFloor", "numPending")
+        poll(lambda: _status(self.kube, self.namespace, "Consumer", "new", "ackFloor", "numPending")
               == ({"consumerSeq": 3, "streamSeq": 3}, 7), timeout=PROMPT, what="Consumer new status ackFloor 3, 7 pending")
 
         self.kube.annotate(self.namespace, "Consumer", "new", {"jsoperator.io/reset-to-sequence": str(RESET_TO)})
-        last = until(lambda: self.kube.resource(self.namespace, "Consumer", "new").get("status", {}).get("lastReset"),
+        last = poll(lambda: self.kube.resource(self.namespace, "Consumer", "new").get("status", {}).get("lastReset"),
                      timeout=PROMPT, what="Consumer new status.lastReset")
         assert (last["request"], last["result"], last["resetSeq"]) == (
             f"reset-to-sequence={RESET_TO}", "Succeeded", RESET_TO), last
@@ -285,7 +275,7 @@ class Scenario:
             return all("BrokerUnavailable" in reasons for reasons in seen.values())
 
         stop()
-        until(outage_seen, timeout=PROMPT, interval=0.2, what=f"BrokerUnavailable on {watched} (seen {seen})")
+        poll(outage_seen, timeout=PROMPT, interval=0.2, what=f"BrokerUnavailable on {watched} (seen {seen})")
         if start is not None:
             start()
         self.kube.wait_synced(self.namespace, EXAMPLE_OBJECTS, timeout=STARTUP)
@@ -326,7 +316,7 @@ class Scenario:
         """helm uninstall leaves exactly `kept` of the release's labelled objects (what the chart's
         README says), the CRDs and the custom resources; the README's cleanup removes the rest."""
         self.helm.uninstall()
-        until(lambda: _labelled(self.kube, self.namespace) == kept, timeout=PROMPT,
+        poll(lambda: _labelled(self.kube, self.namespace) == kept, timeout=PROMPT,
               what=f"only {sorted(kept)} left (now {sorted(_labelled(self.kube, self.namespace))})")
         extensions = kubernetes.client.ApiextensionsV1Api(self.kube.client)
         for crd in ("streams.jsoperator.io", "consumers.jsoperator.io"):
@@ -340,9 +330,9 @@ class Scenario:
                    self.kube.core.list_namespaced_persistent_volume_claim(ns, label_selector=selector).items]
         self.kube.core.delete_collection_namespaced_persistent_volume_claim(ns, label_selector=selector)
         self.kube.core.delete_collection_namespaced_secret(ns, label_selector=selector)
-        until(lambda: _labelled(self.kube, ns) == set(), timeout=PROMPT, what="no object of the release left")
+        poll(lambda: _labelled(self.kube, ns) == set(), timeout=PROMPT, what="no object of the release left")
         for volume in volumes:
-            until(lambda: _missing(lambda: self.kube.core.read_persistent_volume(volume)), timeout=PROMPT,
+            poll(lambda: _missing(lambda: self.kube.core.read_persistent_volume(volume)), timeout=PROMPT,
                   what=f"PersistentVolume {volume} deleted")
 
 
@@ -484,7 +474,7 @@ def with_external_nats(target: Target, image: str, helm: Path, workdir: Path, se
     for kind, name in reversed(EXAMPLE_OBJECTS):
         kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name)
     for kind, name in EXAMPLE_OBJECTS:
-        until(lambda: _missing(lambda: kube.resource(namespace, kind, name)), timeout=PROMPT,
+        poll(lambda: _missing(lambda: kube.resource(namespace, kind, name)), timeout=PROMPT,
               what=f"{kind} {name} deleted")
     assert asyncio.run(_stream_names(server.url)) == []
     run.uninstall(kept=set())

@@ -15,7 +15,8 @@ import pytest
 
 from tests.cluster import host, images
 from tests.cluster.cluster import BRIDGE, WORKDIR, Cluster
-from tests.cluster.e2e import Kube, STARTUP, until
+from tests.cluster.e2e import STARTUP, Kube
+from tests.polling import poll
 
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("image"), pytest.mark.timeout(600)]
 
@@ -29,7 +30,7 @@ def _pod(name: str, script: str, **spec: Any) -> dict[str, Any]:
 
 def _finished(kube: Kube, namespace: str, name: str) -> str:
     """The pod's log once it has succeeded (fails with the log otherwise)."""
-    phase = until(lambda: (lambda p: p if p in ("Succeeded", "Failed") else None)(
+    phase = poll(lambda: (lambda p: p if p in ("Succeeded", "Failed") else None)(
         kube.core.read_namespaced_pod(name, namespace).status.phase), timeout=STARTUP, what=f"pod {name} to finish")
     log = kube.core.read_namespaced_pod_log(name, namespace)
     assert phase == "Succeeded", log
@@ -41,7 +42,7 @@ def kube(cluster: Cluster) -> tuple[Kube, str]:
     kube = Kube(cluster.kubeconfig)
     namespace = f"smoke-{uuid.uuid4().hex[:8]}"
     kube.core.create_namespace({"metadata": {"name": namespace}})
-    until(lambda: kube.core.list_namespaced_service_account(namespace).items, timeout=60,
+    poll(lambda: kube.core.list_namespaced_service_account(namespace).items, timeout=60,
           what="the namespace's default service account")
     return kube, namespace
 
@@ -57,7 +58,7 @@ def test_pods_get_volumes_dns_and_services(kube: tuple[Kube, str]) -> None:
                       **volume),
              {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
               "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
-    until(lambda: k.ready_pod(ns, "app=web"), timeout=STARTUP, what="the web pod Ready")
+    poll(lambda: k.ready_pod(ns, "app=web"), timeout=STARTUP, what="the web pod Ready")
     claim = k.core.read_namespaced_persistent_volume_claim("data", ns)
     assert claim.status.phase == "Bound"
     assert claim.spec.storage_class_name == "standard"
@@ -72,7 +73,7 @@ def test_pods_get_volumes_dns_and_services(kube: tuple[Kube, str]) -> None:
 
     # The data outlives the pod: a new pod on the same claim reads it.
     k.core.delete_namespaced_pod("web", ns, grace_period_seconds=0)
-    until(lambda: not k.pods(ns, "app=web"), timeout=STARTUP, what="the web pod gone")
+    poll(lambda: not k.pods(ns, "app=web"), timeout=STARTUP, what="the web pod gone")
     k.create(ns, _pod("reader", "cat /data/index.html", **volume))
     assert _finished(k, ns, "reader").strip() == "page-web"
 
@@ -102,7 +103,7 @@ def test_a_crash_is_swept_by_the_next_start_and_a_stop_leaves_nothing(cluster: C
                                                                        kube: tuple[Kube, str]) -> None:
     k, ns = kube
     k.create(ns, _pod("sleeper", "exec sleep 3600"))
-    until(lambda: k.ready_pod(ns, "app=sleeper"), timeout=STARTUP, what="the sleeper pod Ready")
+    poll(lambda: k.ready_pod(ns, "app=sleeper"), timeout=STARTUP, what="the sleeper pod Ready")
     inspected = json.loads(cluster.crictl("inspect", cluster.crictl("ps", "--quiet", "--name", "main",
                                                                       "--label", f"io.kubernetes.pod.namespace={ns}").stdout.strip()).stdout)
     sleeper = inspected["info"]["pid"]

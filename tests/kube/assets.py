@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from jsoperator.localcluster import binaries
@@ -35,28 +36,41 @@ def ensure() -> Path:
     return binaries.build()
 
 
-def main(argv: list[str]) -> int:
+def report_ensure(label: str, build: Callable[[], Path], failures: tuple[type[Exception], ...], strict: bool,
+                  ready: str, skipped: str) -> int:
+    """The `ensure` command of an assets module: build, say so on stderr. A failure is exit 1 when `strict`
+    (CI requires the tests), otherwise a warning that the tests needing it are skipped."""
+    try:
+        folder = build()
+    except failures as exc:
+        if strict:
+            print(f"{label}: {exc}", file=sys.stderr)
+            return 1
+        print(f"{label}: {exc}; {skipped}", file=sys.stderr)
+        return 0
+    print(f"{label}: {ready} {folder}", file=sys.stderr)
+    return 0
+
+
+def run_command(argv: list[str], module: str, find: Callable[[], Path | None], ensure: Callable[[], int]) -> int:
+    """`python3 -m <module> [ensure|find]`: find prints the folder (exit 3 when not built), ensure builds."""
     command = argv[0] if argv else "ensure"
     if command == "find":
         folder = find()
         if folder is None:
             return _NOT_BUILT
-    elif command == "ensure":
-        try:
-            folder = ensure()
-        except AssetsError as exc:
-            if required():
-                print(f"envtest: {exc}", file=sys.stderr)
-                return 1
-            print(f"envtest: {exc}; tests that need a kube-apiserver will be skipped", file=sys.stderr)
-            return 0
-        print(f"envtest: kube-apiserver and etcd ready in {folder}", file=sys.stderr)
+        print(folder)
         return 0
-    else:
-        print(f"usage: python3 -m tests.kube.assets [ensure|find] (got {command!r})", file=sys.stderr)
-        return 2
-    print(folder)
-    return 0
+    if command == "ensure":
+        return ensure()
+    print(f"usage: python3 -m {module} [ensure|find] (got {command!r})", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str]) -> int:
+    return run_command(argv, "tests.kube.assets", find, lambda: report_ensure(
+        "envtest", ensure, (AssetsError,), required(), "kube-apiserver and etcd ready in",
+        "tests that need a kube-apiserver will be skipped"))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from tests import servers
+from tests.polling import poll  # noqa: F401  (the operator tests import it from here)
 from tests.kube.fixtures import envtest, kube_namespace  # noqa: F401  (fixtures, also used by test_crds)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,19 +48,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def poll(check: Callable[[], Any], *, timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
-    """Call `check` until it returns a truthy value; fail with `what` (and the last value) at the timeout."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
-        time.sleep(interval)
 
 
 # Brokers -----------------------------------------------------------------------------------------
