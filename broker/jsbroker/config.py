@@ -26,6 +26,17 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class AccountLimits:
+    """JetStream limits of the account all users share (nats-server's `accounts { A { jetstream {...} } }`);
+    0 or -1: unlimited. max_consumers applies to each stream, as in nats-server."""
+
+    max_mem: int = -1
+    max_file: int = -1
+    max_streams: int = -1
+    max_consumers: int = -1
+
+
+@dataclass(frozen=True)
 class JetStreamSettings:
     store_dir: Path | None  # None: a fresh temporary directory, like nats-server
     sync_always: bool = False  # fsync every write (nats-server `sync: always`)
@@ -33,6 +44,7 @@ class JetStreamSettings:
     domain: str | None = None
     max_memory: int = -1
     max_storage: int = -1
+    account: AccountLimits = field(default_factory=AccountLimits)
 
 
 @dataclass(frozen=True)
@@ -340,7 +352,7 @@ def _tls(section: Any, source: str) -> TlsSettings:
 def _jetstream(section: Any, base: JetStreamSettings | None, source: str) -> JetStreamSettings | None:
     if isinstance(section, bool):
         return (base or JetStreamSettings(store_dir=None)) if section else None
-    known = {"enabled", "store_dir", "sync", "sync_interval", "domain", "max_memory", "max_storage"}
+    known = {"enabled", "store_dir", "sync", "sync_interval", "domain", "max_memory", "max_storage", "account"}
     unknown = set(section) - known
     if unknown:
         raise ConfigError(f"{source}: unknown [jetstream] setting(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -363,11 +375,29 @@ def _jetstream(section: Any, base: JetStreamSettings | None, source: str) -> Jet
     for k in ("max_memory", "max_storage"):
         if k in section:
             kw[k] = parse_size(section[k], f"{source}: jetstream.{k}")
+    if "account" in section:
+        kw["account"] = _account_limits(section["account"], f"{source}: jetstream.account")
     return replace(js, **kw)
 
 
+def _account_limits(section: Any, where: str) -> AccountLimits:
+    known = {"max_mem", "max_file", "max_streams", "max_consumers"}
+    if not isinstance(section, dict) or set(section) - known:
+        raise ConfigError(f"{where}: a table with {', '.join(sorted(known))} (nats-server's account jetstream keys)")
+    kw: dict[str, int] = {}
+    for key in ("max_mem", "max_file"):
+        if key in section:
+            kw[key] = parse_size(section[key], f"{where}.{key}")
+    for key in ("max_streams", "max_consumers"):
+        if key in section:
+            if not isinstance(section[key], int) or isinstance(section[key], bool):
+                raise ConfigError(f"{where}.{key}: a whole number (-1: unlimited)")
+            kw[key] = section[key]
+    return AccountLimits(**kw)
+
+
 __all__ = [
-    "VERSION", "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "Permissions", "SubjectRules",
+    "VERSION", "AccountLimits", "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "Permissions", "SubjectRules",
     "TlsSettings", "User",
     "apply_mapping", "load_file", "parse_duration", "parse_size",
 ]

@@ -120,7 +120,8 @@ def add_consumer(js: JetStream, stream: Stream, cfg: ConsumerConfig, action: str
         return _update(stream, existing, cfg, action)
     if action == "update":
         raise errors.CONSUMER_DOES_NOT_EXIST()
-    if 0 < stream.config.max_consumers <= len(stream.consumers):
+    limits = [n for n in (stream.config.max_consumers, js.max_consumers) if n > 0]
+    if limits and min(limits) <= len(stream.consumers):
         raise errors.MAXIMUM_CONSUMERS_LIMIT()
     if stream.config.retention == "workqueue":
         consumer_config.check_workqueue(cfg, _other_filters(stream, wanted))

@@ -88,7 +88,8 @@ class JetStream:
 
     def _open(self, cfg: StreamConfig, directory: Path, created_ns: int) -> Stream:
         store = storage.open_stream_store(cfg.storage, directory, cfg.store_limits(), self._sync)  # type: ignore[arg-type]
-        limited = self.settings.max_memory > 0 or self.settings.max_storage > 0
+        s = self.settings
+        limited = max(s.max_memory, s.max_storage, s.account.max_mem, s.account.max_file) > 0
         dedupe = storage.take_dedupe(directory) if cfg.storage == "file" else None
         return Stream(self.bus, cfg, store, directory, created_ns, self.domain,
                       self._exhausted if limited else None, dedupe)
@@ -114,6 +115,8 @@ class JetStream:
             if existing.config.same_as_request(cfg):
                 return existing
             raise errors.STREAM_NAME_EXIST()
+        if 0 < self.settings.account.max_streams <= len(self.streams):
+            raise errors.MAXIMUM_STREAMS_LIMIT()
         self._check_reservation(cfg, None)
         self._check_overlap(cfg, None)
         directory = self._directory(cfg.name)
@@ -160,10 +163,14 @@ class JetStream:
     def _limit(self, storage: str) -> int:
         return self.settings.max_memory if storage == "memory" else self.settings.max_storage
 
+    def _account_limit(self, storage: str) -> int:
+        account = self.settings.account
+        return account.max_mem if storage == "memory" else account.max_file
+
     def _check_reservation(self, cfg: StreamConfig, own: Stream | None) -> None:
-        """A stream's max_bytes is reserved against the server's max_memory / max_storage (nats-server's
-        checkAllLimits): the reservations together may not exceed the limit."""
-        limit = self._limit(cfg.storage)
+        """A stream's max_bytes is reserved against the account's and the server's memory / storage limits
+        (nats-server's checkAllLimits): the reservations together may not exceed the smaller one."""
+        limit = min((x for x in (self._limit(cfg.storage), self._account_limit(cfg.storage)) if x > 0), default=0)
         if limit <= 0 or cfg.max_bytes <= 0:
             return
         reserved = sum(s.config.max_bytes for s in self.streams.values()
@@ -171,13 +178,20 @@ class JetStream:
         if reserved + cfg.max_bytes > limit:
             raise errors.MEMORY_RESOURCES_EXCEEDED() if cfg.storage == "memory" else errors.STORAGE_RESOURCES_EXCEEDED()
 
-    def _exhausted(self, storage: str) -> bool:
-        """Whether the server-wide limit of this storage type is used up (publishes then get 10023)."""
-        limit = self._limit(storage)
-        if limit <= 0:
-            return False
+    def _exhausted(self, storage: str) -> errors.ErrorKind | None:
+        """The error for a publish when this storage type is used up: the account's limit first (10002),
+        then the server's (10023); None while there is room."""
         used = sum(s.store.state().bytes for s in self.streams.values() if s.config.storage == storage)
-        return used >= limit
+        if 0 < self._account_limit(storage) <= used:
+            return errors.ACCOUNT_RESOURCES_EXCEEDED
+        if 0 < self._limit(storage) <= used:
+            return errors.INSUFFICIENT_RESOURCES
+        return None
+
+    @property
+    def max_consumers(self) -> int:
+        """Consumers each stream may have under the account's limit (0 or -1: unlimited)."""
+        return self.settings.account.max_consumers
 
     def _directory(self, name: str) -> Path:
         if self._store_dir is None:
@@ -210,12 +224,14 @@ class JetStream:
 
     def account_info(self) -> dict[str, Any]:
         memory, file, streams, consumers, _ = self._usage()
+        account = self.settings.account
         body: dict[str, Any] = {
             "memory": memory, "storage": file, "reserved_memory": 0, "reserved_storage": 0,
             "streams": streams, "consumers": consumers,
-            # account limits (none: the server-wide max_memory / max_storage are not account limits)
-            "limits": {"max_memory": -1, "max_storage": -1, "max_streams": -1,
-                       "max_consumers": -1, "max_ack_pending": -1, "memory_max_stream_bytes": -1,
+            # the account's limits (the server-wide max_memory / max_storage are not account limits)
+            "limits": {"max_memory": account.max_mem, "max_storage": account.max_file,
+                       "max_streams": account.max_streams, "max_consumers": account.max_consumers,
+                       "max_ack_pending": -1, "memory_max_stream_bytes": -1,
                        "storage_max_stream_bytes": -1, "max_bytes_required": False},
         }
         if self.domain:

@@ -10,7 +10,7 @@ Publish checks, in the order nats-server applies them (`processJetStreamMsgWithB
 sealed (10109) -> Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
 Nats-Expected-Last-Subject-Sequence[-Subject] (10071, 10193) -> Nats-Expected-Last-Sequence (10071) ->
 Nats-Msg-Id duplicate (ack with "duplicate") -> Nats-Expected-Last-Msg-Id (10070) -> Nats-Rollup (10111)
--> max_msg_size (10054) -> header size (10097) -> server max_memory/max_storage used up (10023) ->
+-> max_msg_size (10054) -> header size (10097) -> account or server memory/storage used up (10002, 10023) ->
 interest retention without interest (not stored, the
 sequence still moves) -> Nats-TTL value (10165) -> discard new limits (10077) -> store -> rollup purge.
 """
@@ -99,9 +99,10 @@ class Stream:
 
     def __init__(self, bus: InternalBus, config: StreamConfig, store: StreamStore, directory: Path | None,
                  created_ns: int, domain: str | None = None,
-                 resources_exhausted: Callable[[str], bool] | None = None, dedupe: bytes | None = None) -> None:
+                 resources_exhausted: Callable[[str], errors.ErrorKind | None] | None = None,
+                 dedupe: bytes | None = None) -> None:
         self.bus = bus
-        # The server-wide max_memory / max_storage check (None when neither is set): 10023 when it says so.
+        # The account's and the server's memory / storage check (None when no limit is set): the error it names.
         self._exhausted = resources_exhausted
         self.config = config
         self.name = config.name
@@ -351,8 +352,8 @@ class Stream:
         limit = cfg.max_msg_size
         if (limit >= 0 and len(hdr) + len(payload) > limit) or len(hdr) > MAX_HEADER_SIZE:
             self._size_error(hdr, payload)
-        if self._exhausted is not None and self._exhausted(cfg.storage):
-            raise errors.INSUFFICIENT_RESOURCES()
+        if self._exhausted is not None and (kind := self._exhausted(cfg.storage)) is not None:
+            raise kind()
         if self._interest and not any(c.wants(subject) for c in self.consumers.values()):
             return self._skip(msg_id, subject, rollup), False
         if ttl < 0 and ttl != -1:
