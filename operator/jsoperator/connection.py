@@ -137,6 +137,8 @@ class Broker:
             ) from exc
         except (nats.errors.TimeoutError, asyncio.TimeoutError) as exc:
             raise BrokerUnavailable(f"request {subject} to {self.settings.describe()} timed out") from exc
+        except nats.errors.OutboundBufferLimitError as exc:  # pending_size=0: nothing waits for a reconnect
+            raise BrokerUnavailable(f"{self.settings.describe()}: connection lost, reconnecting") from exc
         except nats.errors.Error as exc:
             raise BrokerUnavailable(f"{self.settings.describe()}: {exc}") from exc
         data: dict[str, Any] = json.loads(msg.data)

@@ -173,6 +173,17 @@ async def test_outage_then_recovery_on_the_same_pool(broker, pool):
     broker.kill()
     with pytest.raises(connection.BrokerUnavailable):
         await (await pool.broker(settings)).stream_info("O")
+
+    async def reason() -> str:  # once the client noticed the loss, requests say so (not "buffer limit")
+        while True:
+            try:
+                await (await pool.broker(settings)).stream_info("O")
+            except connection.BrokerUnavailable as exc:
+                if "reconnecting" in str(exc):
+                    return str(exc)
+            await asyncio.sleep(0.05)  # poll interval
+
+    assert (await asyncio.wait_for(reason(), timeout=10)).endswith(": connection lost, reconnecting")
     broker.restart()
 
     async def back() -> dict | None:
