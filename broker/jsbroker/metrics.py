@@ -121,6 +121,14 @@ class BrokerCollector(Collector):
                                   value=api["total"])
         yield CounterMetricFamily("jsbroker_jetstream_api_errors", "JetStream API requests answered with an error",
                                   value=api["errors"])
+        stores = js.store_stats()
+        yield CounterMetricFamily("jsbroker_store_fsyncs", "fsyncs of the file stores", value=stores["fsyncs"])
+        yield CounterMetricFamily("jsbroker_store_fsync_seconds", "time spent in the file stores' fsyncs",
+                                  value=stores["fsync_seconds"])
+        yield GaugeMetricFamily("jsbroker_store_fsync_max_seconds", "the longest fsync since the start",
+                                value=stores["fsync_max_seconds"])
+        yield GaugeMetricFamily("jsbroker_jetstream_recovery_seconds", "time the last start spent recovering the store",
+                                value=stores["recovery_seconds"])
         streams = {f: GaugeMetricFamily(f"jetstream_stream_{f}", h, labels=STREAM_LABELS) for f, _, h in STREAM_GAUGES}
         consumers = {f: GaugeMetricFamily(f"jetstream_consumer_{f}", h, labels=CONSUMER_LABELS)
                      for f, _, h in CONSUMER_GAUGES}

@@ -9,7 +9,7 @@ import nats
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.servers import JSBROKER
+from tests.servers import JSBROKER, launch
 
 pytestmark = pytest.mark.xdist_group("broker-core")
 
@@ -65,6 +65,25 @@ async def test_metrics_after_a_known_workload(server_factory):
     assert value(samples, "jetstream_consumer_ack_floor_stream_seq", **consumer) == 2
     assert value(samples, "jsbroker_jetstream_api_requests_total") >= 3
     await nc.close()
+
+
+async def test_store_fsyncs_and_recovery_time(tmp_path):
+    config = tmp_path / "broker.toml"
+    config.write_text('[jetstream]\nsync = "always"\n')
+    with launch(JSBROKER, store_dir=tmp_path / "store", http=True, extra_args=["-c", str(config)]) as handle:
+        nc = await nats.connect(handle.url)
+        js = nc.jetstream()
+        await js.add_stream(name="SYNCED", subjects=["synced"])
+        for _ in range(5):
+            await js.publish("synced", b"x")
+        await nc.close()
+        samples = scrape(handle.http_url)
+        fsyncs, seconds = value(samples, "jsbroker_store_fsyncs_total"), value(samples, "jsbroker_store_fsync_seconds_total")
+        assert fsyncs >= 5  # one per acknowledged publish at least
+        assert 0 < value(samples, "jsbroker_store_fsync_max_seconds") <= seconds
+        handle.restart()  # a store with a stream to recover
+        recovery = value(scrape(handle.http_url), "jsbroker_jetstream_recovery_seconds")
+    assert 0 < recovery < 30
 
 
 def test_metrics_without_jetstream_are_the_core_ones(server_factory):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +43,16 @@ class JetStream:
         self._sync = storage.SyncPolicy(always=settings.sync_always, interval=settings.sync_interval)
         self._router = ApiRouter(self, bus, STREAM_HANDLERS + CONSUMER_HANDLERS, self.domain)
         self._sync_handle: Any = None
+        self.recovery_seconds = 0.0  # the last start's store recovery
 
     # -- lifecycle --------------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        started = time.perf_counter()
         if self._store_dir is not None:
             for directory in storage.list_stream_dirs(self._store_dir):
                 await self._restore(directory)
+        self.recovery_seconds = time.perf_counter() - started
         self._router.start()
         if not self.settings.sync_always and self.settings.sync_interval > 0:
             self._sync_handle = self.bus.loop.call_later(self.settings.sync_interval, self._sync_tick)
@@ -238,6 +242,12 @@ class JetStream:
             body["domain"] = self.domain
         body["api"] = {"level": API_LEVEL, "total": self._router.total, "errors": self._router.errors}
         return body
+
+    def store_stats(self) -> dict[str, float]:
+        """For /metrics: the stores' fsyncs and how long the last start took to recover them."""
+        fsyncs = self._sync.stats
+        return {"fsyncs": fsyncs.count, "fsync_seconds": fsyncs.seconds, "fsync_max_seconds": fsyncs.max_seconds,
+                "recovery_seconds": self.recovery_seconds}
 
     def stream_details(self) -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
         """Each stream's name, state and its consumers' ConsumerInfo, by name (for /metrics)."""

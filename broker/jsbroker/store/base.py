@@ -15,6 +15,8 @@ bytes exactly as published (b"" when the message had none).
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, NamedTuple, Protocol
 
@@ -50,15 +52,37 @@ class StoreLimits:
     max_msgs_per_subject: int = -1
 
 
+@dataclass(slots=True)
+class FsyncStats:
+    """What the stores' fsyncs cost, for /metrics: how many, their total and their longest duration."""
+
+    count: int = 0
+    seconds: float = 0.0
+    max_seconds: float = 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class SyncPolicy:
     """When file stores fsync. `always`: before every write call returns (store_msg, remove, acks...).
     Otherwise whatever was written is fsynced when the owner calls `sync()`, every `interval` seconds
     (nats-server's sync_interval, default 2 minutes); a crash of the machine (not of the process) can
-    lose what was written since the last sync."""
+    lose what was written since the last sync. Every store of one JetStream shares the policy, so its
+    `fsync` keeps their statistics."""
 
     always: bool = False
     interval: float = 120.0
+    stats: FsyncStats = field(default_factory=FsyncStats, compare=False)
+
+    def fsync(self, fd: int) -> None:
+        """fdatasync (fsync where there is none) `fd`, timed."""
+        start = time.perf_counter()
+        (getattr(os, "fdatasync", None) or os.fsync)(fd)
+        took = time.perf_counter() - start
+        stats = self.stats
+        stats.count += 1
+        stats.seconds += took
+        if took > stats.max_seconds:
+            stats.max_seconds = took
 
 
 @dataclass(slots=True)

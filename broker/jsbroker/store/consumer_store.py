@@ -308,7 +308,7 @@ class FileConsumerStore(MemoryConsumerStore):
             self._log_size += len(data)
             self._dirty = True
             if self._sync.always:
-                os.fsync(self._fd)
+                self._sync.fsync(self._fd)
                 self._dirty = False
             if self._log_size > max(_COMPACT_MIN, 4 * self._snap_size):
                 self._snapshot()
@@ -333,7 +333,7 @@ class FileConsumerStore(MemoryConsumerStore):
         self._check_open()
         self.flush()
         if self._dirty:
-            os.fsync(self._fd)
+            self._sync.fsync(self._fd)
             self._dirty = False
 
     def close(self) -> None:

@@ -145,10 +145,6 @@ def _size_and_tail(path: Path) -> tuple[int, int]:
         os.close(fd)
 
 
-def _datasync(fd: int) -> None:
-    (getattr(os, "fdatasync", None) or os.fsync)(fd)
-
-
 class FileStore(IndexedStore):
     _account = staticmethod(record.file_size)
 
@@ -189,7 +185,7 @@ class FileStore(IndexedStore):
         """Close the active block (flushed and fsynced) and start the next one with a floor record."""
         self._flush()
         if self._wfd >= 0:
-            _datasync(self._wfd)
+            self._sync.fsync(self._wfd)
             self._dirty = False
         old = self._active
         if old.live == 0 and old.no in self._blocks:
@@ -263,7 +259,7 @@ class FileStore(IndexedStore):
                     blk, _ = self._queue(record.encode_delete(seq))
                     blk.tombs.append(seq)
         self._flush()
-        _datasync(self._wfd)  # the re-appended tombstones must be on disk before their originals go
+        self._sync.fsync(self._wfd)  # the re-appended tombstones must be on disk before their originals go
         self._dirty = False
         for no in doomed:
             blk = self._blocks.pop(no)
@@ -458,7 +454,7 @@ class FileStore(IndexedStore):
             try:
                 os.pwrite(fd, record.encode_erased(seq, _rec_len(loc, size)), offset)
                 if self._sync.always:
-                    _datasync(fd)
+                    self._sync.fsync(fd)
             finally:
                 os.close(fd)
         except OSError as e:
@@ -693,7 +689,7 @@ class FileStore(IndexedStore):
         self._check_open()
         try:
             if self._dirty:
-                _datasync(self._wfd)
+                self._sync.fsync(self._wfd)
                 self._dirty = False
             if self._dir_dirty:
                 fsync_dir(self._msgs_dir)
