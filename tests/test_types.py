@@ -12,9 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name,args", [("jsbroker", ["broker/jsbroker"]),
-                                       ("jsoperator-strict", ["--strict", "operator/jsoperator"]),
-                                       ("jsspark", ["spark/jsspark"])], ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("name,args", [pytest.param(name, args, id=name) for name, args in (
+    ("jsbroker", ["broker/jsbroker"]), ("jsoperator-strict", ["--strict", "operator/jsoperator"]),
+    ("jsspark", ["spark/jsspark"]))])
 def test_mypy(name: str, args: list[str]) -> None:
     # Each run its own cache: xdist workers running two at once on one cache made mypy crash (a CI run).
     cache = ROOT / ".mypy_cache" / name
