@@ -18,6 +18,7 @@ import nkeys
 import pytest
 
 from tests.broker.raw import Raw
+from tests.chart import go_tools
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
 
 USERS = [
@@ -218,3 +219,28 @@ def test_a_bad_nkey_fails_at_start(tmp_path: Path, nkey: str, message: str) -> N
     done = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", "0", "-c", str(config)],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_the_go_nats_cli_signs_with_an_nkey(tmp_path: Path) -> None:
+    """natscli's --nkey (a seed file) against both servers; a stranger's seed is refused."""
+    cli = go_tools.nats_cli()
+    seed, public = _nkey_user()
+    stranger, _ = _nkey_user()
+    (tmp_path / "user.nk").write_text(seed)
+    (tmp_path / "stranger.nk").write_text(stranger)
+    config = tmp_path / "nkeys.json"
+    config.write_text(json.dumps({"authorization": {"users": [{"nkey": public}]}}))
+
+    def run(kind: str) -> tuple[tuple[int, bool], tuple[bool, bool]]:
+        with launch(kind, extra_args=["-c", str(config)]) as handle:
+            base = [str(cli), "--server", handle.url, "--timeout", "5s", "account", "info"]
+            env = {"HOME": str(tmp_path)}
+            good = subprocess.run([*base, "--nkey", str(tmp_path / "user.nk")], capture_output=True, text=True,
+                                  timeout=60, env=env)
+            bad = subprocess.run([*base, "--nkey", str(tmp_path / "stranger.nk")], capture_output=True, text=True,
+                                 timeout=60, env=env)
+            return (good.returncode, "Account Information" in good.stdout), (
+                bad.returncode != 0, "Authorization Violation" in bad.stderr)
+
+    out = {kind: run(kind) for kind in KINDS}
+    assert out[JSBROKER] == out[NATS_SERVER] == ((0, True), (True, True))

@@ -22,6 +22,7 @@ import pytest
 from cryptography import x509
 
 from tests.broker.certs import Authority, Pair
+from tests.chart import go_tools
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
 
 MAX_PAYLOAD = 1024 * 1024
@@ -295,3 +296,23 @@ def test_rotated_certificate_files_are_picked_up_without_a_signal(pki: dict[str,
         _wait_log(handle, "TLS certificates reloaded")
         after = _peer_serial(handle.port, pki["ca"])
     assert (before, after) == (first.serial, second.serial)
+
+
+def test_the_go_nats_cli_connects_with_a_client_certificate(pki: dict[str, Any], tmp_path: Path) -> None:
+    """The Go client (natscli) as a second client library: mTLS works and a missing certificate is refused
+    with the same TLS alert as nats-server's."""
+    cli, server, client = go_tools.nats_cli(), pki["server"], pki["client"]
+
+    def run(kind: str) -> dict[str, Any]:
+        with _server(kind, "--tlsverify", "--tlscert", str(server.cert), "--tlskey", str(server.key),
+                     "--tlscacert", str(pki["ca"])) as s:
+            base = [str(cli), "--server", f"tls://127.0.0.1:{s.port}", "--tlsca", str(pki["ca"]), "--timeout", "5s"]
+            good = subprocess.run([*base, "--tlscert", str(client.cert), "--tlskey", str(client.key), "account", "info"],
+                                  capture_output=True, text=True, timeout=60, env={"HOME": str(tmp_path)})
+            bad = subprocess.run([*base, "account", "info"], capture_output=True, text=True, timeout=60,
+                                 env={"HOME": str(tmp_path)})
+            return {"with certificate": (good.returncode, "Account Information" in good.stdout),
+                    "without": (bad.returncode != 0, "tls: certificate required" in bad.stderr)}
+
+    out = _both(run)
+    assert out[JSBROKER] == out[NATS_SERVER] == {"with certificate": (0, True), "without": (True, True)}

@@ -1,9 +1,10 @@
 """Go-built tools for the chart and manifest tests, each built once from the Go module proxy:
-Helm's own engine (`helm`), `kustomize`, and `actionlint` for the GitHub workflows.
+Helm's own engine (`helm`), `kustomize`, `actionlint` for the GitHub workflows, and the Go `nats` CLI
+(natscli) that jsbroker's TLS and nkey tests connect with.
 
-    python3 -m tests.chart.go_tools ensure    # find or build all three; what scripts/test.sh runs (~1-2 min cold)
+    python3 -m tests.chart.go_tools ensure    # find or build all four; what scripts/test.sh runs (~1-2 min cold)
 
-Cached in ~/.cache/jetstream-kopf/<tool>/<version>/ (or $JETSTREAM_KOPF_HELM / _KUSTOMIZE / _ACTIONLINT:
+Cached in ~/.cache/jetstream-kopf/<tool>/<version>/ (or $JETSTREAM_KOPF_HELM / _KUSTOMIZE / _ACTIONLINT / _NATS:
 a binary to use). Without a Go toolchain `ensure` only warns and those tests skip, unless
 JSOPERATOR_REQUIRE_ENVTEST is set (CI, which builds kube-apiserver with the same toolchain): then it fails.
 """
@@ -63,7 +64,21 @@ class Tool:
 HELM = Tool("helm", "helm.sh/helm/v3/cmd/helm", "v3.22.0")
 KUSTOMIZE = Tool("kustomize", "sigs.k8s.io/kustomize/kustomize/v5", "v5.7.1")
 ACTIONLINT = Tool("actionlint", "github.com/rhysd/actionlint/cmd/actionlint", "v1.7.12")
-TOOLS = (HELM, KUSTOMIZE, ACTIONLINT)
+NATS_CLI = Tool("nats", "github.com/nats-io/natscli/nats", "v0.5.1")  # the Go client, for jsbroker's TLS and nkeys
+TOOLS = (HELM, KUSTOMIZE, ACTIONLINT, NATS_CLI)
+
+
+def nats_cli() -> Path:
+    """The nats CLI for a test: missing, it fails the test in CI (JSOPERATOR_REQUIRE_ENVTEST) and skips it elsewhere."""
+    import pytest
+
+    found = NATS_CLI.find()
+    if found is None:
+        reason = "the nats CLI is not built: run `python3 -m tests.chart.go_tools ensure`"
+        if assets.required():
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return found
 
 
 def main(argv: list[str]) -> int:
