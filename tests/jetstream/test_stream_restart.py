@@ -82,3 +82,33 @@ async def test_a_clean_stop_saves_the_msg_id_window_and_a_stale_one_is_not_used(
     stale["last_seq"], stale["ids"] = 1, []
     saved.write_text(json.dumps(stale))
     assert await _duplicates(tmp_path, ["d", "a", "e"]) == [True, True, False]  # re-read from the messages
+
+
+async def _after_a_crash(handle) -> list:
+    nc = await nats.connect(handle.url)
+    js = nc.jetstream()
+    await js.add_stream(name="K", subjects=["k.>"])
+    for i in range(20):  # ids on some messages only, plain ones between them, the newest with an id
+        headers = {"Nats-Msg-Id": f"id{i}"} if i % 3 == 0 or i == 19 else None
+        await js.publish("k.x", str(i).encode(), headers=headers)
+    await nc.close()
+    handle.kill()
+    handle.start()
+    nc = await nats.connect(handle.url)
+    js = nc.jetstream()
+    out = [((ack := await js.publish("k.x", b"again", headers={"Nats-Msg-Id": i})).seq, ack.duplicate)
+           for i in ("id0", "id9", "id19", "id1", "id4")]
+    try:  # Nats-Expected-Last-Msg-Id compares with the newest message's id, rebuilt too
+        await js.publish("k.x", b"last", headers={"Nats-Expected-Last-Msg-Id": "id4"})
+        out.append("expected last id accepted")
+    except nats.js.errors.APIError as exc:
+        out.append(exc.err_code)
+    await nc.close()
+    return out
+
+
+@pytest.mark.slow
+async def test_a_crash_rebuilds_the_msg_id_window_from_the_messages_with_headers(server_factory):
+    theirs = await _after_a_crash(server_factory("nats-server"))
+    ours = await _after_a_crash(server_factory("jsbroker"))
+    assert ours == theirs == [(1, True), (10, True), (20, True), (21, None), (22, None), "expected last id accepted"]

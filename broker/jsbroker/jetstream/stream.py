@@ -235,11 +235,12 @@ class Stream:
         """Msg ids published inside the window survive a restart (nats-server rebuilds them the same way)."""
         now = times.now_ns()
         start = self.store.first_seq_at_or_after_time(now - self.config.duplicate_window)
-        for msg in self.store.messages(start):
-            msg_id = headers.get(msg.hdr, headers.MSG_ID) if msg.hdr else None
+        for seq in self.store.header_seqs(start):  # a message without headers has no id: not even read
+            msg = self.store.load_msg(seq)
+            msg_id = headers.get(msg.hdr, headers.MSG_ID) if msg is not None and msg.hdr else None
             if msg_id:
-                self._dedupe.add(msg_id, msg.seq, msg.ts)
-            if msg.seq == self.last_seq:  # Nats-Expected-Last-Msg-Id compares with the newest message's id
+                self._dedupe.add(msg_id, seq, msg.ts)  # type: ignore[union-attr]
+            if seq == self.last_seq:  # Nats-Expected-Last-Msg-Id compares with the newest message's id
                 self.last_msg_id = msg_id or ""
 
     # -- consumers --------------------------------------------------------------------------------------

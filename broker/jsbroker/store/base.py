@@ -197,6 +197,10 @@ class StreamStore(Protocol):
         """How many messages with seq >= start_seq match any of the filters (None or [] = all). With
         last_per_subject, count only the newest message of each matching subject."""
 
+    def header_seqs(self, start_seq: int) -> Iterator[int]:
+        """Live messages from `start_seq` that may carry headers (a file store's index knows exactly)."""
+        ...
+
     def messages(self, start_seq: int = 0) -> Iterator[StoredMsg]:
         """Iterate stored messages in seq order from start_seq without loading the store into memory."""
 

@@ -494,6 +494,16 @@ class FileStore(IndexedStore):
         self._pending_len = 0
         raise StoreError(self._failed) from error
 
+    def header_seqs(self, start_seq: int) -> Iterator[int]:
+        """Live messages from `start_seq` whose record has headers: the index's flag says, nothing is read
+        (a restart rebuilds the Nats-Msg-Id window from these alone)."""
+        self._check_open()
+        base, sids = self._base, self._sids
+        first = max(start_seq - base, 0)
+        for i, loc in enumerate(self._locs[first:], first):
+            if loc >= _HDR_FLAG and sids[i]:
+                yield base + i
+
     # ---- recovery -----------------------------------------------------------------------------------
     def _recover(self) -> None:
         numbers = sorted(int(p.stem) for p in self._msgs_dir.glob("*.blk") if p.stem.isdigit())
