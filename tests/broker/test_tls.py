@@ -299,8 +299,7 @@ def test_rotated_certificate_files_are_picked_up_without_a_signal(pki: dict[str,
 
 
 def test_the_go_nats_cli_connects_with_a_client_certificate(pki: dict[str, Any], tmp_path: Path) -> None:
-    """The Go client (natscli) as a second client library: mTLS works and a missing certificate is refused
-    with the same TLS alert as nats-server's."""
+    """The Go client (natscli) as a second client library: mTLS works and a missing certificate is refused."""
     cli, server, client = go_tools.nats_cli(), pki["server"], pki["client"]
 
     def run(kind: str) -> dict[str, Any]:
@@ -311,8 +310,10 @@ def test_the_go_nats_cli_connects_with_a_client_certificate(pki: dict[str, Any],
                                   capture_output=True, text=True, timeout=60, env={"HOME": str(tmp_path)})
             bad = subprocess.run([*base, "account", "info"], capture_output=True, text=True, timeout=60,
                                  env={"HOME": str(tmp_path)})
+            # Refused either way; whether the client reads the TLS alert before the close is a race on
+            # both servers (a CI run saw nats-server's CLI report the close instead).
             return {"with certificate": (good.returncode, "Account Information" in good.stdout),
-                    "without": (bad.returncode != 0, "tls: certificate required" in bad.stderr)}
+                    "without": (bad.returncode != 0, "Account Information" in bad.stdout)}
 
     out = _both(run)
-    assert out[JSBROKER] == out[NATS_SERVER] == {"with certificate": (0, True), "without": (True, True)}
+    assert out[JSBROKER] == out[NATS_SERVER] == {"with certificate": (0, True), "without": (True, False)}
