@@ -78,7 +78,7 @@ async def _refused(url: str, context: ssl.SSLContext) -> str:
         nc = await nats.connect(url, tls=context, allow_reconnect=False, connect_timeout=5, max_reconnect_attempts=0)
     except ssl.SSLCertVerificationError:
         return "certificate verify failed"
-    except (ssl.SSLError, ConnectionError, nats.errors.Error) as exc:  # the server's alert, or its close
+    except (OSError, asyncio.TimeoutError, nats.errors.Error) as exc:  # the server's alert, or its close
         return f"refused ({type(exc).__name__})"
     try:
         await nc.flush(timeout=5)  # nats-py can return from connect before a TLS 1.3 server's verdict arrives
