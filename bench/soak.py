@@ -3,9 +3,10 @@ and lost messages. The same load runs against nats-server alongside for referenc
 
 The load, per server: one nats-py process publishes with acks to a limits stream (max_msgs 200,000, so
 old messages age out), with payloads cycling through 128 B / 1 KB / 16 KB; a pull consumer fetches and
-acks everything; core request/reply runs alongside. Every 10 s the server's RSS is sampled. At the end:
-messages published / consumed (every published sequence consumed exactly once), request/reply round trips,
-the RSS after warm-up, at the peak and at the end, and the server's slow-consumer count.
+acks everything; core request/reply runs alongside. Every 10 s the server's RSS and open file descriptors
+are sampled. At the end: messages published / consumed (every published sequence consumed exactly once),
+request/reply round trips, the RSS after warm-up, at the peak and at the end (and the end's change against
+warm-up: flat means within 10 %), the range of open fds, and the server's slow-consumer count.
 
     python3 bench/soak.py                  # 30 minutes
     python3 bench/soak.py --minutes 2      # a quick look
@@ -17,6 +18,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import sys
 import time
 import urllib.request
@@ -28,6 +30,10 @@ from tests.servers import JSBROKER, KINDS, ServerHandle, launch
 
 STREAM = "SOAK"
 SIZES = (128, 1024, 16 * 1024)
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def _rss_mb(pid: int) -> float:
@@ -52,12 +58,19 @@ async def _load(url: str, seconds: float) -> dict[str, int]:
     published: list[int] = []
     consumed: list[int] = []
     requests = 0
+    timeouts = {"publish": 0, "request": 0}
 
     async def publish() -> None:
         i = 0
         while time.monotonic() < deadline:
             payload = bytes(SIZES[i % len(SIZES)])
-            published.append((await js.publish(f"{STREAM}.m", payload)).seq)
+            while True:  # a timed-out publish is retried under the same msg id: stored once either way
+                try:
+                    ack = await js.publish(f"{STREAM}.m", payload, headers={"Nats-Msg-Id": f"m{i}"})
+                    break
+                except asyncio.TimeoutError:  # nats-py's TimeoutError is one too
+                    timeouts["publish"] += 1
+            published.append(ack.seq)
             i += 1
 
     async def consume() -> None:
@@ -66,25 +79,31 @@ async def _load(url: str, seconds: float) -> dict[str, int]:
                 for msg in await sub.fetch(200, timeout=1):
                     consumed.append(msg.metadata.sequence.stream)
                     await msg.ack()
-            except nats.errors.TimeoutError:
+            except asyncio.TimeoutError:
                 if time.monotonic() > deadline + 30:
                     break
 
     async def request() -> None:
         nonlocal requests
         while time.monotonic() < deadline:
-            assert (await nc.request("soak.echo", b"ping", timeout=5)).data == b"ping"
-            requests += 1
+            try:
+                assert (await nc.request("soak.echo", b"ping", timeout=5)).data == b"ping"
+                requests += 1
+            except asyncio.TimeoutError:
+                timeouts["request"] += 1
 
     await asyncio.gather(publish(), consume(), request())
     await nc.close()
     return {"published": len(published), "consumed": len(consumed),
             "consumed once, in order": int(consumed == sorted(set(consumed)) and set(consumed) == set(published)),
-            "request/reply": requests}
+            "request/reply": requests, "timeouts (publish, request)": f"{timeouts['publish']}, {timeouts['request']}"}
 
 
 def _run(url: str, seconds: float, out: mp.Queue) -> None:
-    out.put(asyncio.run(_load(url, seconds)))
+    try:
+        out.put(asyncio.run(_load(url, seconds)))
+    except Exception as exc:  # reported in the table rather than lost with the child
+        out.put({"error": repr(exc)})
 
 
 def _slow_consumers(handle: ServerHandle) -> int:
@@ -101,17 +120,22 @@ def soak(minutes: float) -> dict[str, dict[str, object]]:
         for proc in procs.values():
             proc.start()
         rss: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        fds: dict[str, list[int]] = {kind: [] for kind in KINDS}
         while any(p.is_alive() for p in procs.values()):
             for kind, handle in handles.items():
                 rss[kind].append(_rss_mb(handle.pid))
-            time.sleep(10)  # the RSS sampling interval
+                fds[kind].append(_fds(handle.pid))
+            time.sleep(10)  # the sampling interval
         results = {}
         for kind, handle in handles.items():
             load = queues[kind].get(timeout=60)
             samples = rss[kind]
             warm = samples[min(len(samples) - 1, max(1, len(samples) // 10))]
             results[kind] = {**load, "RSS after warm-up MB": round(warm), "RSS peak MB": round(max(samples)),
-                             "RSS end MB": round(samples[-1]), "slow consumers": _slow_consumers(handle)}
+                             "RSS end MB": round(samples[-1]),
+                             "RSS end vs warm-up": f"{(samples[-1] - warm) / warm:+.0%}",
+                             "open fds min-max": f"{min(fds[kind])}-{max(fds[kind])}",
+                             "slow consumers": _slow_consumers(handle)}
         return results
     finally:
         for handle in handles.values():
@@ -123,14 +147,14 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=30)
     args = parser.parse_args()
     results = soak(args.minutes)
-    keys = list(results[JSBROKER])
+    keys = list(dict.fromkeys(k for kind in KINDS for k in results[kind]))
     print(f"\nsoak, {args.minutes:g} min\n")
     print("| | " + " | ".join(KINDS) + " |")
     print("|---|" + "---:|" * len(KINDS))
     for key in keys:
-        print(f"| {key} | " + " | ".join(str(results[kind][key]) for kind in KINDS) + " |")
+        print(f"| {key} | " + " | ".join(str(results[kind].get(key, "-")) for kind in KINDS) + " |")
     ours = results[JSBROKER]
-    return 0 if ours["consumed once, in order"] and ours["slow consumers"] == 0 else 1
+    return 0 if ours.get("consumed once, in order") and ours["slow consumers"] == 0 else 1
 
 
 if __name__ == "__main__":
