@@ -12,6 +12,7 @@ messages checked, restart times and failures (which must be 0).
 
     python3 bench/crash_campaign.py                  # 50 rounds, sync every 2m (the default)
     python3 bench/crash_campaign.py --rounds 10 --sync always
+    python3 bench/crash_campaign.py --server nats-server     # the same campaign against nats-server
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import common  # noqa: F401  (puts the repository on sys.path)
 import nats
 
 from tests.jetstream.test_crash_publish import PUBLISHER, acked, check_all, wait_for_progress
-from tests.servers import JSBROKER, launch
+from tests.servers import JSBROKER, KINDS, launch
 
 STREAM = "CAMPAIGN"
 
@@ -84,15 +85,19 @@ async def _ack_floor(url: str) -> int:
         await nc.close()
 
 
-def campaign(rounds: int, sync: str, seed: int) -> dict[str, object]:
+def campaign(kind: str, rounds: int, sync: str, seed: int) -> dict[str, object]:
     rng = random.Random(seed)
     failures: list[str] = []
     restarts: list[float] = []
     with tempfile.TemporaryDirectory(prefix="crash-campaign-") as tmp:
         folder = Path(tmp)
-        config = folder / "broker.toml"
-        config.write_text(f'[jetstream]\nsync = "{sync}"\n')
-        broker = launch(JSBROKER, store_dir=folder / "store", extra_args=["-c", str(config)])
+        if kind == JSBROKER:
+            config = folder / "broker.toml"
+            config.write_text(f'[jetstream]\nsync = "{sync}"\n')
+        else:  # nats-server's own config syntax
+            config = folder / "server.conf"
+            config.write_text(f'jetstream {{ sync_interval: "{sync}" }}\n')
+        broker = launch(kind, store_dir=folder / "store", extra_args=["-c", str(config)])
         published, consumed = folder / "published.txt", folder / "consumed.txt"
         published.touch()
         consumed.touch()
@@ -126,7 +131,7 @@ def campaign(rounds: int, sync: str, seed: int) -> dict[str, object]:
                 child.kill()
                 child.wait(timeout=10)
             broker.close()
-    return {"rounds": rounds, "sync": sync, "messages acknowledged": len(final),
+    return {"server": kind, "rounds": rounds, "sync": sync, "messages acknowledged": len(final),
             "acks confirmed": confirmed,
             "restart median s": round(statistics.median(restarts), 2), "restart max s": round(max(restarts), 2),
             "failures": len(failures), "failure details": failures[:5]}
@@ -137,8 +142,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--sync", default="2m", help='"always" or an interval such as "2m" (the default)')
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--server", choices=KINDS, default=JSBROKER, help="run it against nats-server to compare")
     args = parser.parse_args()
-    result = campaign(args.rounds, args.sync, args.seed)
+    result = campaign(args.server, args.rounds, args.sync, args.seed)
     print("\n| " + " | ".join(result) + " |")
     print("|" + "---|" * len(result))
     print("| " + " | ".join(str(v) for v in result.values()) + " |")

@@ -1,10 +1,12 @@
 """Restart benchmark: how long a broker with a full file stream takes to stop and to come back, jsbroker
 vs nats-server in one run.
 
-Each server gets one file stream filled with N 128-byte messages (acked raw PUBs, not timed). Then, twice:
+Each server gets one file stream with one durable consumer, filled with N 128-byte messages over 1,000
+subjects (acked raw PUBs, not timed). Then, twice:
 - SIGTERM: time until the process has exited (the graceful stop: flush, close), then a restart timed to
   the client port answering INFO and to STREAM.INFO reporting all N messages (the store recovered);
 - SIGKILL (a crash), then the same restart timings (recovery without a clean shutdown's snapshot).
+The server's RSS once the stream is ready is reported too (memory per million stored messages).
 
     python3 bench/restart.py            # 1,000,000 messages
     python3 bench/restart.py --quick    # 200,000 messages
@@ -54,7 +56,9 @@ def _create(url: str) -> None:
 
     async def create() -> None:
         nc = await nats.connect(url)
-        await nc.jetstream().add_stream(name=STREAM, subjects=[f"{STREAM}.>"])
+        js = nc.jetstream()
+        await js.add_stream(name=STREAM, subjects=[f"{STREAM}.>"])
+        await js.add_consumer(STREAM, durable_name="D", ack_policy="explicit")
         await nc.close()
 
     asyncio.run(create())
@@ -76,12 +80,17 @@ def _restart(handle: ServerHandle, n: int) -> tuple[float, float]:
     return listening, time.monotonic() - start
 
 
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS:"))
+
+
 def measure(kind: str, n: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix=f"restart-{kind}-") as store:
         handle = launch(kind, store_dir=Path(store))
         try:
             _create(handle.url)
-            fill_stream(handle.port, f"{STREAM}.x", n)
+            fill_stream(handle.port, f"{STREAM}.s", n, subjects=1000)
             out: dict[str, float] = {}
             assert handle.proc is not None
             start = time.monotonic()
@@ -89,8 +98,10 @@ def measure(kind: str, n: int) -> dict[str, float]:
             handle.proc.wait(timeout=120)
             out["stop after SIGTERM"] = time.monotonic() - start
             out["restart: listening"], out["restart: stream ready"] = _restart(handle, n)
+            out["RSS after restart MB"] = _rss_mb(handle.pid)
             handle.kill()
             out["after kill -9: listening"], out["after kill -9: stream ready"] = _restart(handle, n)
+            out["RSS after kill -9 restart MB"] = _rss_mb(handle.pid)
             return out
         finally:
             handle.close()
@@ -104,7 +115,7 @@ def main() -> int:
     n = args.n or (200_000 if args.quick else 1_000_000)
     results = {kind: measure(kind, n) for kind in KINDS}
     jsb, ref = results[JSBROKER], results[NATS_SERVER]
-    print(f"\n{n:,} x 128 B in one file stream (seconds)\n")
+    print(f"\n{n:,} x 128 B over 1,000 subjects in one file stream with one durable (seconds, MB)\n")
     print(f"| | {JSBROKER} | {NATS_SERVER} | ratio |")
     print("|---|---:|---:|---:|")
     for key in jsb:

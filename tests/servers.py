@@ -206,18 +206,19 @@ def start_jsbroker(**kw: object) -> ServerHandle:
     return launch(JSBROKER, **kw)  # type: ignore[arg-type]
 
 
-def fill_stream(port: int, subject: str, n: int, size: int = 128, window: int = 5000) -> None:
-    """Store n messages of `size` bytes on `subject` fast: raw pipelined PUBs with a reply subject, a window
-    at a time, each window's pub acks awaited (fire-and-forget publishes can be dropped by a busy
-    nats-server). Fails on a JetStream error ack."""
-    frame = b"PUB %s _FILL.ack %d\r\n%s\r\n" % (subject.encode(), size, b"x" * size)
+def fill_stream(port: int, subject: str, n: int, size: int = 128, window: int = 5000, subjects: int = 1) -> None:
+    """Store n messages of `size` bytes on `subject` (or, with `subjects` > 1, round robin on `subject.0`,
+    `subject.1`, ...) fast: raw pipelined PUBs with a reply subject, a window at a time, each window's pub
+    acks awaited (fire-and-forget publishes can be dropped by a busy nats-server). Fails on an error ack."""
+    names = [subject] if subjects == 1 else [f"{subject}.{k}" for k in range(subjects)]
+    frames = [b"PUB %s _FILL.ack %d\r\n%s\r\n" % (name.encode(), size, b"x" * size) for name in names]
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.recv(4096)
         sock.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _FILL.ack 1\r\n')
         tail = b""
         for start in range(0, n, window):
             count, acks = min(window, n - start), 0
-            sock.sendall(frame * count)
+            sock.sendall(b"".join(frames[(start + j) % len(frames)] for j in range(count)))
             while acks < count:
                 chunk = tail + sock.recv(1 << 20)
                 assert b'"error"' not in chunk, chunk[-300:]
