@@ -78,13 +78,17 @@ class Monitor:
     # -- endpoints ----------------------------------------------------------------------------------
 
     async def healthz(self, request: web.Request) -> web.Response:
-        # 503 while the store is being recovered (nats-server's error shape). After that, serving this
-        # request means the listener and loop are up; JetStream is in-process and has no separate failure
+        # 503 (nats-server's error shape) until the client listener accepts connections: while the store
+        # is recovered, and in the moment after. JetStream is in-process and has no separate failure
         # state, so `js-enabled-only` / `js-server-only` answer the same.
         if self.broker.recovering:
-            return self._json(request, {"status": "unavailable", "status_code": 503,
-                                        "error": "JetStream is recovering its store"}, status=503)
+            return self._unavailable(request, "JetStream is recovering its store")
+        if not self.broker.serving:
+            return self._unavailable(request, "the server is starting: clients are not accepted yet")
         return self._json(request, {"status": "ok"})
+
+    def _unavailable(self, request: web.Request, error: str) -> web.Response:
+        return self._json(request, {"status": "unavailable", "status_code": 503, "error": error}, status=503)
 
     async def metrics(self, request: web.Request) -> web.Response:
         self.requests[request.path] = self.requests.get(request.path, 0) + 1

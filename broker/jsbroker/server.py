@@ -72,6 +72,7 @@ class Broker:
         self.tls: TlsContext | None = None  # loaded at start: ConfigError names a bad file
         self._tls_watch: asyncio.Task[None] | None = None
         self.recovering = False  # JetStream is reading its store (start); /healthz says 503
+        self.serving = False  # the client listener accepts connections; otherwise /healthz says 503
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -114,13 +115,14 @@ class Broker:
         self.recovering = True
         await self._start_jetstream()
         self.recovering = False
-        # Bound first, accepting last.
+        # Bound first, accepting last; /healthz turns 200 only once clients can connect.
         self._server = await self.loop.create_server(
             self._new_connection, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._info_base = self._info_fields()
         await self._server.start_serving()
+        self.serving = True
         self._log_listening()
         self.log.info("server ready", port=self.port, http_port=self.http_port, jetstream=self.jetstream is not None)
 
@@ -187,6 +189,7 @@ class Broker:
             self._tls_watch = None
         if self._server is not None:
             self._server.close()
+            self.serving = False
         self.router.flush()
         await self._close_clients()
         if self._server is not None:
