@@ -2,11 +2,13 @@
 vs nats-server in one run.
 
 Each server gets one file stream with one durable consumer, filled with N 128-byte messages over 1,000
-subjects (acked raw PUBs, not timed). Then, twice:
-- SIGTERM: time until the process has exited (the graceful stop: flush, close), then a restart timed to
-  the client port answering INFO and to STREAM.INFO reporting all N messages (the store recovered);
-- SIGKILL (a crash), then the same restart timings (recovery without a clean shutdown's snapshot).
-The server's RSS once the stream is ready is reported too (memory per million stored messages).
+subjects (acked raw PUBs, not timed); its RSS then is the memory for N stored messages. Then, each
+restart timed to the client port answering INFO and to STREAM.INFO reporting every message (the store
+recovered):
+- SIGKILL right after the fill: a crash before any checkpoint (jsbroker scans every block);
+- SIGTERM: time until the process has exited (the graceful stop: flush, close, index snapshot), restart;
+- N/10 more messages, SIGKILL: a crash with what came after the last snapshot (jsbroker's usual case:
+  it checkpoints every sync interval, 2 minutes by default, and replays only what was appended since).
 
     python3 bench/restart.py            # 1,000,000 messages
     python3 bench/restart.py --quick    # 200,000 messages
@@ -91,7 +93,9 @@ def measure(kind: str, n: int) -> dict[str, float]:
         try:
             _create(handle.url)
             fill_stream(handle.port, f"{STREAM}.s", n, subjects=1000)
-            out: dict[str, float] = {}
+            out: dict[str, float] = {"RSS with the messages stored MB": _rss_mb(handle.pid)}
+            handle.kill()
+            out["kill -9, no checkpoint: listening"], out["kill -9, no checkpoint: stream ready"] = _restart(handle, n)
             assert handle.proc is not None
             start = time.monotonic()
             handle.proc.send_signal(signal.SIGTERM)
@@ -99,8 +103,10 @@ def measure(kind: str, n: int) -> dict[str, float]:
             out["stop after SIGTERM"] = time.monotonic() - start
             out["restart: listening"], out["restart: stream ready"] = _restart(handle, n)
             out["RSS after restart MB"] = _rss_mb(handle.pid)
+            more = n // 10
+            fill_stream(handle.port, f"{STREAM}.s", more, subjects=1000)
             handle.kill()
-            out["after kill -9: listening"], out["after kill -9: stream ready"] = _restart(handle, n)
+            out["kill -9, N/10 since: listening"], out["kill -9, N/10 since: stream ready"] = _restart(handle, n + more)
             out["RSS after kill -9 restart MB"] = _rss_mb(handle.pid)
             return out
         finally:

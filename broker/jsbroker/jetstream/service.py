@@ -54,8 +54,7 @@ class JetStream:
                 await self._restore(directory)
         self.recovery_seconds = time.perf_counter() - started
         self._router.start()
-        if not self.settings.sync_always and self.settings.sync_interval > 0:
-            self._sync_handle = self.bus.loop.call_later(self.settings.sync_interval, self._sync_tick)
+        self._sync_handle = self.bus.loop.call_later(self._tick_interval(), self._sync_tick)
 
     async def stop(self) -> None:
         self._router.stop()
@@ -98,10 +97,19 @@ class JetStream:
         return Stream(self.bus, cfg, store, directory, created_ns, self.domain,
                       self._exhausted if limited else None, dedupe)
 
+    def _tick_interval(self) -> float:
+        """The interval sync policy's period; with `sync_always` the tick only checkpoints, as often."""
+        interval = self.settings.sync_interval
+        return interval if interval > 0 else storage.SyncPolicy().interval
+
     def _sync_tick(self) -> None:
+        """fsync (interval policy) and checkpoint every stream: after a crash, a start reads at most one
+        interval's writes again."""
         for stream in list(self.streams.values()):
-            stream.sync()
-        self._sync_handle = self.bus.loop.call_later(self.settings.sync_interval, self._sync_tick)
+            if not self.settings.sync_always:
+                stream.sync()
+            stream.checkpoint()
+        self._sync_handle = self.bus.loop.call_later(self._tick_interval(), self._sync_tick)
 
     # -- registry (called by the API handlers) ---------------------------------------------------------
 

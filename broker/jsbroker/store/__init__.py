@@ -5,7 +5,7 @@ and owns the on-disk directory layout (README.md next to it documents it):
 
     <store_dir>/jetstream/streams/<stream>/meta.json             stream config (the stream layer's bytes)
     <store_dir>/jetstream/streams/<stream>/msgs/NNNNNNNN.blk      message blocks (file.py)
-    <store_dir>/jetstream/streams/<stream>/msgs/index.snap        index snapshot after a clean close (index_snapshot.py)
+    <store_dir>/jetstream/streams/<stream>/msgs/index.snap        index snapshot: last checkpoint or clean close (index_snapshot.py)
     <store_dir>/jetstream/streams/<stream>/consumers/<name>/      meta.json + state.snap + state.log.<gen>
 """
 

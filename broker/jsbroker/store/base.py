@@ -226,6 +226,10 @@ class StreamStore(Protocol):
     def sync(self) -> None:
         """fsync what was written (no-op for memory)."""
 
+    def checkpoint(self) -> None:
+        """Save the index so that an open after a crash need not rebuild it from everything (no-op for
+        memory)."""
+
     def close(self) -> None: ...
 
     def delete(self) -> None:

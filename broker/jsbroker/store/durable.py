@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 
-def write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes | memoryview) -> None:
     """os.write until every byte is written (a write may take fewer)."""
     view = memoryview(data)
     while view:
@@ -24,15 +25,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def replace_file(path: Path, data: bytes, sync_dir: bool = True) -> None:
-    """Replace `path` by `data` atomically: `<name>.tmp` written and fsynced, then renamed over it (and
+def replace_file(path: Path, data: bytes | Sequence[bytes | memoryview], sync_dir: bool = True) -> None:
+    """Replace `path` by `data` (or its parts one after the other) atomically: `<name>.tmp` written and fsynced, then renamed over it (and
     removed again if that fails). With `sync_dir` the directory is fsynced too; callers that change more
     files there pass False and call `fsync_dir` once themselves."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            write_all(fd, data)
+            for part in [data] if isinstance(data, bytes) else data:
+                write_all(fd, part)
             os.fsync(fd)
         finally:
             os.close(fd)

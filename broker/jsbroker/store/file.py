@@ -1,8 +1,8 @@
 """FileStore: a crash-safe StreamStore on append-only block files (storage: file).
 
 Owns the stream's `msgs/` directory: block files `NNNNNNNN.blk` (records as in record.py), appends,
-reads by pread, recovery on open (from the index snapshot a clean close leaves, or by scanning every
-block), and removal of emptied blocks. Bookkeeping (index, limits, purge rules) is `IndexedStore`'s;
+reads by pread, recovery on open (from the index snapshot plus what was appended since, or by scanning
+every block), and removal of emptied blocks. Bookkeeping (index, limits, purge rules) is `IndexedStore`'s;
 bodies stay on disk, RAM holds only the index (see README.md for numbers).
 
 Write path: every public call collects its records and hands them to the OS in one os.writev before it
@@ -14,10 +14,13 @@ Reads check a record's frame (whole, length, kind, seq as the index says) but no
 checked (at this open or, through the index snapshot, an earlier one) or this store wrote the record
 (README.md, "Recovery").
 
-Index snapshot: a clean close writes `msgs/index.snap` (index_snapshot.py). An open loads it instead of
-scanning when it is whole and lists exactly the block files present, each with its size and last 4 bytes,
-and removes it (durably) before anything is written, so after any later crash the next open scans.
-Anything doubtful about it means a full scan, never a partial load.
+Index snapshot: a clean close and every `checkpoint()` (the stream layer's timer) write `msgs/index.snap`
+(index_snapshot.py). Blocks only ever change by appends to the active block, new blocks, removal of
+emptied blocks, rewrites (which shrink a block) and erasures (which a tombstone or floor record follows),
+so an open loads the snapshot and replays the records appended since when: every closed block it lists
+is either gone (emptied: its rows are dropped) or has its size and last 4 bytes, its active block still
+starts with the bytes it had (CRC), and every other block file is newer. Anything doubtful about it means
+a full scan, never a partial load.
 
 Recovery by scan (no usable snapshot): every block is scanned and every record's CRC checked.
 - A bad record followed somewhere later in the same block by a valid one (found by re-synchronising on
@@ -42,6 +45,7 @@ import os
 import re
 import shutil
 import struct
+import zlib
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -70,7 +74,7 @@ _READ_MAX = 1 << 20  # and start another pread past this many bytes (one record 
 _unpack_frame, _HEADER_SIZE, _CRC_SIZE = record.MSG_FRAME.unpack_from, record.HEADER.size, record.CRC.size
 _CANDIDATE = re.compile(rb"(?s)(?=....[MDF])")  # where a record could start (for re-synchronising)
 _MAX_LOST_REPORTED = 100_000
-SNAPSHOT = "index.snap"  # in msgs/: the index as of the last clean close (index_snapshot.py)
+SNAPSHOT = "index.snap"  # in msgs/: the index as of the last checkpoint or clean close (index_snapshot.py)
 
 
 @dataclass(slots=True)
@@ -135,6 +139,13 @@ def _decode_adjacent(buf: bytes, seqs: list[int], hdrs: list[bytes], datas: list
     return done
 
 
+def _head_crc(path: Path, size: int) -> int:
+    """crc32 of the first `size` bytes of a file, -1 when it is shorter."""
+    with open(path, "rb") as f:
+        head = f.read(size)
+    return zlib.crc32(head) if len(head) == size else -1
+
+
 def _size_and_tail(path: Path) -> tuple[int, int]:
     """A block file's size and its last 4 bytes (the last record's CRC) as an int, 0 when shorter."""
     fd = os.open(path, os.O_RDONLY)
@@ -168,6 +179,7 @@ class FileStore(IndexedStore):
         self._doomed: list[_Block] = []  # emptied blocks to unlink at the next commit
         self._sparse_blocks: set[int] = set()  # mostly-removed blocks to rewrite at the next commit
         self._damaged = False  # a read found a record other than the index says: no snapshot at close
+        self._checkpointed: tuple[int, int, int] | None = None  # (active block, its size, blocks) at the last
         self._msgs_dir.mkdir(parents=True, exist_ok=True)
         self._recover()
 
@@ -507,10 +519,13 @@ class FileStore(IndexedStore):
     # ---- recovery -----------------------------------------------------------------------------------
     def _recover(self) -> None:
         numbers = sorted(int(p.stem) for p in self._msgs_dir.glob("*.blk") if p.stem.isdigit())
-        snapshot = self._take_snapshot(bool(numbers))
+        snapshot = self._read_snapshot(bool(numbers))
         with _gc_paused():
-            if snapshot is None or not self._restore_snapshot(snapshot, numbers):
-                self._scan_all(numbers)
+            replayed = self._restore_snapshot(snapshot, numbers) if snapshot is not None else None
+            if replayed is None:
+                if snapshot is not None:
+                    self._forget_snapshot()
+                self._scan_blocks(numbers)
         for tmp in self._msgs_dir.glob("*.tmp"):  # a rewrite or snapshot interrupted before its rename
             tmp.unlink()
         if not self._blocks:
@@ -522,16 +537,23 @@ class FileStore(IndexedStore):
         self._sparse_blocks = {b.no for b in self._blocks.values() if b.live and self._sparse(b)}
         self._enforce_limits(None)
         self._commit()
+        if replayed == 0:
+            self._checkpointed = self._checkpoint_mark()
+        elif numbers:  # the next crash starts from here, not from what was just read again
+            self.checkpoint()
 
-    def _scan_all(self, numbers: list[int]) -> None:
-        """Rebuild the index from every record of every block (CRCs checked)."""
+    def _scan_blocks(self, numbers: list[int]) -> None:
+        """Index every record (CRCs checked) of these block files, from where the index already knows a
+        block up to (a snapshot's active block) or from the start, and finish the recovery."""
         floor, gap = 0, False
         lost: list[int] = []
         subjects: dict[bytes, str] = {}
         for k, no in enumerate(numbers):
-            blk = _Block(no, self._block_path(no))
-            self._blocks[no] = blk
-            floor, gap = self._scan(blk, floor, gap, lost, subjects, is_tail=k == len(numbers) - 1)
+            blk = self._blocks.get(no)
+            start = blk.size if blk is not None else 0
+            if blk is None:
+                blk = self._blocks[no] = _Block(no, self._block_path(no))
+            floor, gap = self._scan(blk, start, floor, gap, lost, subjects, is_tail=k == len(numbers) - 1)
         for loc, size in self._finish_restore(floor):
             self._blocks[_block_of(loc)].remove(_rec_len(loc, size))
         if lost:
@@ -539,92 +561,143 @@ class FileStore(IndexedStore):
             log.warning("stream store %s: recovery lost %d message(s): seqs %s", self._dir, len(lost),
                         _ranges(lost))
 
-    # ---- index snapshot (written by a clean close, consumed by the next open) -----------------------
-    def _take_snapshot(self, has_blocks: bool) -> bytes | None:
-        """The index snapshot's bytes, the file removed for good first: from here on the blocks change,
-        so a crash before the next clean close must leave no snapshot behind (the next open scans)."""
+    # ---- index snapshot (written by checkpoints and a clean close, loaded by the next open) ---------
+    def _read_snapshot(self, has_blocks: bool) -> bytes | None:
         path = self._msgs_dir / SNAPSHOT
         try:
-            data: bytes | None = path.read_bytes()
+            return path.read_bytes()
         except FileNotFoundError:
             if has_blocks:
-                log.info("stream store %s: no index snapshot (last close not clean); scanning the blocks", self._dir)
-            return None
+                log.info("stream store %s: no index snapshot; scanning the blocks", self._dir)
         except OSError as e:
             log.warning("stream store %s: unreadable index snapshot (%s); scanning the blocks", self._dir, e)
-            data = None
+        return None
+
+    def _forget_snapshot(self) -> None:
+        """Remove a snapshot that must not be used again (stale, damaged, or the blocks are)."""
         try:
-            path.unlink(missing_ok=True)
+            (self._msgs_dir / SNAPSHOT).unlink(missing_ok=True)
             fsync_dir(self._msgs_dir)
         except OSError as e:
-            raise StoreError(f"stream store {self._dir}: cannot remove the index snapshot {path} ({e}); "
-                             "fix the directory's permissions or remove the file, then restart") from e
-        return data
+            raise StoreError(f"stream store {self._dir}: cannot remove the index snapshot ({e}); "
+                             "fix the directory's permissions or remove msgs/index.snap, then restart") from e
 
-    def _restore_snapshot(self, data: bytes, numbers: list[int]) -> bool:
-        """Load the snapshot when it is valid and matches the block files exactly; False (logged) when not,
-        with nothing loaded."""
+    def _restore_snapshot(self, data: bytes, numbers: list[int]) -> int | None:
+        """Load the snapshot and replay what was appended to the blocks since; returns the bytes replayed,
+        or None (logged, nothing loaded) when the snapshot cannot be used."""
         try:
             index, blocks = index_snapshot.decode(data)
-            stale = self._stale(blocks, numbers)
+            replay, stale = self._replay_plan(blocks, numbers)
             if stale:
                 log.warning("stream store %s: stale index snapshot (%s); scanning the blocks", self._dir, stale)
-                return False
+                return None
             self._load_index(index)
         except Exception as e:  # noqa: BLE001 - never trust a snapshot partially: any doubt means a scan
             log.warning("stream store %s: ignoring the index snapshot (%s: %s); scanning the blocks", self._dir,
                         type(e).__name__, e)
-            return False
+            return None
+        present = set(numbers)
         for b in blocks:
-            self._blocks[b.no] = _Block(b.no, self._block_path(b.no), b.size, b.live, b.live_bytes, b.first_seq,
-                                        b.last_seq, b.tombs)
-        log.debug("stream store %s: index loaded from its snapshot (%d messages)", self._dir, self._msgs)
-        return True
+            if b.no in present:
+                self._blocks[b.no] = _Block(b.no, self._block_path(b.no), b.size, b.live, b.live_bytes,
+                                            b.first_seq, b.last_seq, b.tombs)
+            else:
+                self._forget_block(b)
+        known = sum(blk.size for blk in self._blocks.values())
+        self._scan_blocks(replay)
+        replayed = sum(blk.size for blk in self._blocks.values()) - known
+        removed = len(blocks) - len(present.intersection(b.no for b in blocks))
+        log.info("stream store %s: index loaded from its snapshot (%d messages); replayed %d bytes appended "
+                 "since, %d emptied block(s) gone", self._dir, self._msgs, replayed, removed)
+        return replayed + removed
 
-    def _stale(self, blocks: list[index_snapshot.BlockImage], numbers: list[int]) -> str:
-        """Why the block files are not the ones the snapshot describes ("" when they are)."""
-        listed = [b.no for b in blocks]
-        if listed != numbers:
-            return f"block files {_ranges(numbers) if numbers else 'none'}, the snapshot lists " \
-                   f"{_ranges(listed) if listed else 'none'}"
+    def _replay_plan(self, blocks: list[index_snapshot.BlockImage], numbers: list[int]) -> tuple[list[int], str]:
+        """(the block files to read on from where the snapshot left them, "") when only appends, new blocks
+        and removals of emptied blocks happened since it was written; else ([], why not)."""
+        present = set(numbers)
+        last = blocks[-1].no if blocks else 0
+        if last and last not in present and not (numbers and numbers[-1] > last):
+            return [], f"its active block {last} is gone and no newer one exists"
         for b in blocks:
-            size, tail = _size_and_tail(self._block_path(b.no))
+            if b.no not in present:
+                continue  # emptied and removed since
+            path = self._block_path(b.no)
+            if b.no == last:
+                if _head_crc(path, b.size) != b.head_crc:
+                    return [], f"block {b.no} no longer starts with the {b.size} bytes the snapshot saw"
+                continue
+            size, tail = _size_and_tail(path)
             if (size, tail) != (b.size, b.tail):
-                return f"block {b.no} is {size} bytes ending {tail:08x}, the snapshot says {b.size} ending {b.tail:08x}"
-        return ""
+                return [], f"block {b.no} is {size} bytes ending {tail:08x}, the snapshot says {b.size} ending {b.tail:08x}"
+        listed = {b.no for b in blocks}
+        unknown = [no for no in numbers if no < last and no not in listed]
+        if unknown:
+            return [], f"block files {_ranges(unknown)} are older than the snapshot but not in it"
+        return [no for no in numbers if no >= last], ""
+
+    def _forget_block(self, b: index_snapshot.BlockImage) -> None:
+        """A block the snapshot lists is gone: the store removes a block only once all its messages are."""
+        for seq in range(b.first_seq, b.last_seq + 1):
+            i = seq - self._base
+            if 0 <= i < len(self._sids) and self._sids[i] and _block_of(self._locs[i]) == b.no:
+                self._restore_delete(seq)
+
+    def checkpoint(self) -> None:
+        """Write the index snapshot if the store changed since the last one, so that the open after a crash
+        replays only what was appended since instead of scanning every block."""
+        if self._closed or self._failed is not None:
+            return
+        self._commit()
+        mark = self._checkpoint_mark()
+        if mark != self._checkpointed:
+            self._save_snapshot()
+            self._checkpointed = mark
+
+    def _checkpoint_mark(self) -> tuple[int, int, int]:
+        """Every change appends to the active block or removes blocks."""
+        return self._active.no, self._active.size, len(self._blocks)
 
     def _save_snapshot(self) -> None:
-        """Write the index snapshot (temp file, fsync, rename, fsync of the directory), after the final
-        commit and sync. Skipped when recovery lost messages or a read found a damaged record: the next
-        open's scan then reports them (again) in `lost`."""
+        """Write the index snapshot (temp file, fsync, rename, fsync of the directory), after a commit.
+        When recovery lost messages or a read found a damaged record, the snapshot is removed instead: the
+        next open's scan then reports them (again) in `lost`."""
         if self._lost or self._damaged:
             log.info("stream store %s: no index snapshot: its blocks are damaged; the next open scans them", self._dir)
+            with contextlib.suppress(StoreError):
+                self._forget_snapshot()
             return
         try:
-            data = index_snapshot.encode(self._index_image(), [self._block_image(b) for b in self._blocks.values()])
-            replace_file(self._msgs_dir / SNAPSHOT, data)
+            parts = index_snapshot.encode_parts(self._index_image(),
+                                                [self._block_image(b) for b in self._blocks.values()])
+            try:
+                replace_file(self._msgs_dir / SNAPSHOT, parts)
+            finally:
+                index_snapshot.release(parts)
         except Exception as e:  # noqa: BLE001 - a missing snapshot only costs the next open a scan
             log.warning("stream store %s: no index snapshot written (%s: %s); the next open scans the blocks",
                         self._dir, type(e).__name__, e)
+            with contextlib.suppress(StoreError):
+                self._forget_snapshot()
 
-    @staticmethod
-    def _block_image(blk: _Block) -> index_snapshot.BlockImage:
+    def _block_image(self, blk: _Block) -> index_snapshot.BlockImage:
         size, tail = _size_and_tail(blk.path)
         if size != blk.size:
             raise ValueError(f"block {blk.no} is {size} bytes on disk, the index says {blk.size}")
+        head_crc = _head_crc(blk.path, size) if blk is self._active else 0
         return index_snapshot.BlockImage(blk.no, size, blk.live, blk.live_bytes, blk.first_seq, blk.last_seq,
-                                         tail, blk.tombs)
+                                         tail, head_crc, blk.tombs)
 
     def _scan(
-        self, blk: _Block, floor: int, gap: bool, lost: list[int], subjects: dict[bytes, str], is_tail: bool
+        self, blk: _Block, start: int, floor: int, gap: bool, lost: list[int], subjects: dict[bytes, str],
+        is_tail: bool,
     ) -> tuple[int, bool]:
-        """Index every valid record of one block; returns the floor seen so far and whether bytes were
-        skipped since the last message (then the next message tells which seqs were lost)."""
+        """Index every valid record of one block from offset `start`; returns the floor seen so far and
+        whether bytes were skipped since the last message (then the next message tells which seqs were lost)."""
         size = blk.path.stat().st_size
-        if size == 0:
+        if size <= start:
             return floor, gap
         with open(blk.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            offset = 0
+            offset = start
             while offset < size:
                 try:
                     length, kind, seq, ts, aux, slen, hlen = record.check(mm, offset)
@@ -713,7 +786,7 @@ class FileStore(IndexedStore):
         if self._failed is None:
             self._commit()
             self.sync()
-            self._save_snapshot()
+            self.checkpoint()
         self._closed = True
         os.close(self._wfd)
         for fd in self._rfds.values():

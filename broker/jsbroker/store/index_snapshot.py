@@ -1,16 +1,18 @@
 """The index snapshot of a file stream store (`msgs/index.snap`): its format, pure bytes in, bytes out.
 
-A cleanly closed FileStore writes its whole in-memory index here so the next open can load it instead of
-scanning every block (file.py decides when a snapshot may be trusted; this module only encodes and
-validates). All integers little-endian; arrays are the raw machine arrays, byte-swapped on big-endian
+A FileStore writes its whole in-memory index here at a clean close and at checkpoints while it runs, so
+the next open loads it and reads only what was appended since instead of scanning every block (file.py
+decides when and how far a snapshot may be trusted; this module only encodes and validates). All integers little-endian; arrays are the raw machine arrays, byte-swapped on big-endian
 machines.
 
     magic(8) b"JSIXSNAP"  version(4)  total_len(8)  the whole file, the CRC included
     head   base first last last_ts msgs bytes (8 each)
            n_rows n_subjects names_len n_ttl n_never n_blocks (8 each)
-    blocks n_blocks x (no size live live_bytes first_seq last_seq n_tombs (8 each) tail(4)), then the
-           tombstone seqs of each block in that order (8 each). `tail`: the block file's last 4 bytes
-           (the last record's CRC), 0 for a file shorter than that.
+    blocks n_blocks x (no size live live_bytes first_seq last_seq n_tombs (8 each) tail(4) head_crc(4)),
+           then the tombstone seqs of each block in that order (8 each). `tail`: the block file's last 4
+           bytes (the last record's CRC), 0 for a file shorter than that. `head_crc`: zlib.crc32 of the
+           file's `size` bytes, for the last (active) block only (0 for the others): the one block that
+           may have grown since, the CRC proves it only grew.
     rows   sids (4 x n_rows), ts (8 x n_rows), sizes (4 x n_rows), locs (8 x n_rows); row i is seq base+i,
            sid 0 = no message, sid k = the k-th subject below
     subjects  name lengths in characters (4 x n_subjects), seq counts (8 x n_subjects), the names one
@@ -35,10 +37,10 @@ from itertools import accumulate
 from dataclasses import dataclass, field
 
 MAGIC = b"JSIXSNAP"
-VERSION = 1
+VERSION = 2  # 2: head_crc (checkpoints); a version-1 snapshot is ignored (one full scan)
 _PREAMBLE = struct.Struct("<8sIQ")
 _HEAD = struct.Struct("<12Q")
-_BLOCK = struct.Struct("<7QI")
+_BLOCK = struct.Struct("<7QII")
 _NAME_LEN = struct.Struct("<I")
 _COUNT = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
@@ -60,6 +62,7 @@ class BlockImage:
     first_seq: int
     last_seq: int
     tail: int  # the file's last 4 bytes as a big-endian int (the last record's CRC)
+    head_crc: int  # crc32 of the file's `size` bytes (the last block only; 0 for the others)
     tombs: array = field(default_factory=lambda: array("Q"))
 
 
@@ -84,15 +87,12 @@ class IndexImage:
     never: array  # "Q"
 
 
-def _raw(values: array) -> bytes:
+def _raw(values: array) -> memoryview:
+    """The array's bytes, little-endian: a view, not a copy (a snapshot of a million messages is 32 MB)."""
     if _SWAP:
         values = array(values.typecode, values)
         values.byteswap()
-    return values.tobytes()
-
-
-def _raw_each(arrays: list[array]) -> list[bytes]:
-    return list(map(_raw, arrays)) if _SWAP else list(map(array.tobytes, arrays))
+    return memoryview(values).cast("B")
 
 
 class _Reader:
@@ -125,17 +125,27 @@ class _Reader:
 
 
 def encode(index: IndexImage, blocks: list[BlockImage]) -> bytes:
+    parts = encode_parts(index, blocks)
+    try:
+        return b"".join(parts)
+    finally:
+        release(parts)
+
+
+def encode_parts(index: IndexImage, blocks: list[BlockImage]) -> list[bytes | memoryview]:
+    """The snapshot as consecutive parts to write one after the other, most of them views of the index's
+    arrays (no copy). The arrays cannot grow while a view exists: `release` the parts once written."""
     names = "".join(index.subjects).encode()
-    parts = [
+    parts: list[bytes | memoryview] = [
         b"",  # the preamble, once the length is known
         _HEAD.pack(index.base, index.first, index.last, index.last_ts, index.msgs, index.bytes, len(index.sids),
                    len(index.subjects), len(names), len(index.ttl_at), len(index.never), len(blocks)),
-        *(_BLOCK.pack(b.no, b.size, b.live, b.live_bytes, b.first_seq, b.last_seq, len(b.tombs), b.tail)
+        *(_BLOCK.pack(b.no, b.size, b.live, b.live_bytes, b.first_seq, b.last_seq, len(b.tombs), b.tail, b.head_crc)
           for b in blocks),
         *(_raw(b.tombs) for b in blocks),
         _raw(index.sids), _raw(index.ts), _raw(index.sizes), _raw(index.locs),
         _raw(array("I", map(len, index.subjects))), _raw(array("Q", map(len, index.subject_seqs))), names,
-        *_raw_each(index.subject_seqs),
+        *map(_raw, index.subject_seqs),
         _raw(index.ttl_at), _raw(index.ttl_seqs), _raw(index.never),
     ]
     total = sum(map(len, parts)) + _PREAMBLE.size + _CRC.size
@@ -144,7 +154,14 @@ def encode(index: IndexImage, blocks: list[BlockImage]) -> bytes:
     for part in parts:
         crc = zlib.crc32(part, crc)
     parts.append(_CRC.pack(crc))
-    return b"".join(parts)
+    return parts
+
+
+def release(parts: list[bytes | memoryview]) -> None:
+    """Let the arrays behind `encode_parts` views grow again."""
+    for part in parts:
+        if isinstance(part, memoryview):
+            part.release()
 
 
 def decode(data: bytes) -> tuple[IndexImage, list[BlockImage]]:
@@ -166,8 +183,8 @@ def decode(data: bytes) -> tuple[IndexImage, list[BlockImage]]:
     base, first, last, last_ts, msgs, nbytes, n_rows, n_subjects, names_len, n_ttl, n_never, n_blocks = \
         r.unpack(_HEAD)
     heads = [r.unpack(_BLOCK) for _ in range(n_blocks)]
-    blocks = [BlockImage(no, size, live, live_bytes, first_seq, last_seq, tail, r.array("Q", n_tombs))
-              for no, size, live, live_bytes, first_seq, last_seq, n_tombs, tail in heads]
+    blocks = [BlockImage(no, size, live, live_bytes, first_seq, last_seq, tail, head_crc, r.array("Q", n_tombs))
+              for no, size, live, live_bytes, first_seq, last_seq, n_tombs, tail, head_crc in heads]
     sids, ts, sizes, locs = (r.array(code, n_rows) for code in "IqIQ")
     name_ends = list(accumulate(r.array("I", n_subjects)))
     seq_ends = list(accumulate(r.array("Q", n_subjects)))

@@ -60,6 +60,7 @@ class IndexedStore:
         self._never: set[int] = set()  # seqs with TTL "never": exempt from max_age
         self._on_remove: RemoveCallback | None = None
         self._lost: list[int] | None = None
+        self._listed = 0  # recovery: the seqs up to here are in the subject lists already (a loaded snapshot)
         self._closed = False
         self._failed: str | None = None  # set by a backend after a write error: the store stops
         self._count_limited = self._has_count_limits(limits)
@@ -204,6 +205,8 @@ class IndexedStore:
         i = seq - self._base
         if i < 0 or i >= len(self._sids) or not self._sids[i]:
             return None
+        if seq <= self._listed:  # emptied subjects are dropped by _finish_restore
+            self._subjects.by_sid(self._sids[i]).remove(seq)
         self._sids[i] = 0
         self._msgs -= 1
         self._bytes -= self._sizes[i]
@@ -211,15 +214,18 @@ class IndexedStore:
         return self._locs[i], self._sizes[i]
 
     def _finish_restore(self, floor: int) -> list[tuple[int, int]]:
-        """Apply the recovered floor and build the per-subject lists; returns (location, size) dropped."""
+        """Apply the recovered floor and build the per-subject lists (of the rows above `_listed`);
+        returns (location, size) dropped."""
         dropped = [gone for seq in range(self._base, min(floor, self._base + len(self._sids)))
                    if (gone := self._restore_delete(seq)) is not None]
         self._last = max(self._last, floor - 1)
         base = self._base
         by_sid = self._subjects.by_sid
-        for i, sid in enumerate(self._sids):
+        start = max(self._listed + 1 - base, 0)
+        for i, sid in enumerate(self._sids[start:], start):
             if sid:
                 by_sid(sid).seqs.append(base + i)
+        self._listed = 0
         self._subjects.drop_empty()
         self._first = self._next_live(base) if self._msgs else 0
         if self._msgs:
@@ -259,6 +265,7 @@ class IndexedStore:
         self._ttl = list(zip(image.ttl_at, image.ttl_seqs))
         heapq.heapify(self._ttl)
         self._never = set(image.never)
+        self._listed = image.last
 
     def _remove(self, seq: int, notify: bool, erase: bool = False) -> bool:
         i = seq - self._base

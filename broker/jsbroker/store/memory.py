@@ -46,6 +46,9 @@ class MemoryStore(IndexedStore):
     def sync(self) -> None:
         self._check_open()
 
+    def checkpoint(self) -> None:
+        self._check_open()
+
     def close(self) -> None:
         self._closed = True
         self._datas.clear()

@@ -17,8 +17,8 @@ The CRC covers the length field too, so a torn length can never send a reader so
 without also failing the check. A "D" record removes one seq; an "F" record says "nothing below `aux`
 exists any more, the last seq is `seq`" (purges, compaction, skips, and the head of every new block).
 
-The index snapshot a cleanly closed stream leaves in `msgs/index.snap` (its whole in-memory index, so
-the next open need not scan the blocks) is one file of whole arrays, not records: its format table is in
+The index snapshot in `msgs/index.snap` (a stream's whole in-memory index at a checkpoint or clean close,
+so the next open reads only what was appended since) is one file of whole arrays, not records: its format table is in
 index_snapshot.py.
 
 Consumer state records (`consumers/<name>/state.log.<gen>`; the snapshot `state.snap` is one record):
