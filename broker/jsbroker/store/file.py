@@ -537,10 +537,10 @@ class FileStore(IndexedStore):
         self._sparse_blocks = {b.no for b in self._blocks.values() if b.live and self._sparse(b)}
         self._enforce_limits(None)
         self._commit()
-        if replayed == 0:
-            self._checkpointed = self._checkpoint_mark()
-        elif numbers:  # the next crash starts from here, not from what was just read again
+        if replayed is None and numbers:  # a full scan: the next crash must not need another one
             self.checkpoint()
+        elif replayed == 0:
+            self._checkpointed = self._checkpoint_mark()
 
     def _scan_blocks(self, numbers: list[int]) -> None:
         """Index every record (CRCs checked) of these block files, from where the index already knows a
