@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-a", "--addr", "--net", dest="host", help="client listen address (default 0.0.0.0)")
     p.add_argument("-p", "--port", type=int, help="client port (default 4222; 0 = any free port)")
-    p.add_argument("-m", "--http_port", type=int, help="monitoring HTTP port (/healthz /varz /connz /jsz)")
+    p.add_argument("-m", "--http_port", type=int, help="monitoring HTTP port (/healthz /varz /connz /jsz /metrics)")
+    p.add_argument("-ms", "--https_port", type=int, help="monitoring over HTTPS on this port instead (needs TLS)")
     p.add_argument("-n", "--name", "--server_name", dest="server_name", help="server name")
     p.add_argument("-sd", "--store_dir", type=Path, help="JetStream storage directory (default: a temp dir)")
     p.add_argument("-js", "--jetstream", action="store_true", help="enable JetStream (on by default)")
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     cfg = load_file(args.config) if args.config else BrokerConfig()
     top: dict[str, Any] = {}
-    for name in ("host", "port", "http_port", "server_name", "log_file"):
+    for name in ("host", "port", "http_port", "https_port", "server_name", "log_file"):
         value = getattr(args, name)
         if value is not None:
             top[name] = value

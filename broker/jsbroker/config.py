@@ -114,6 +114,7 @@ class BrokerConfig:
     port: int = 4222
     http_host: str | None = None  # defaults to `host`
     http_port: int | None = None  # None: no monitoring listener; 0: any free port
+    https_port: int | None = None  # monitoring over HTTPS instead, with the [tls] certificate (not with http_port)
     server_name: str | None = None
     max_payload: int = 1024 * 1024
     max_control_line: int = 4096
@@ -188,7 +189,7 @@ def parse_size(value: Any, what: str) -> int:
 
 
 _TOP_KEYS = {
-    "host": str, "listen": str, "port": int, "http_port": int, "http_host": str, "server_name": str,
+    "host": str, "listen": str, "port": int, "http_port": int, "https_port": int, "http_host": str, "server_name": str,
     "max_payload": "size", "max_control_line": "size", "max_pending": "size", "max_connections": int,
     "ping_interval": "duration", "ping_max": int, "write_deadline": "duration", "log_level": str, "log_file": Path,
 }

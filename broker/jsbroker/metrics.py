@@ -97,6 +97,9 @@ class BrokerCollector(Collector):
             family = GaugeMetricFamily(f"gnatsd_varz_{field}", help_text, labels=["server_id"])
             family.add_metric([b.server_id], float(values[field]))
             yield family
+        if b.tls is not None and b.tls.not_after is not None:  # alert before the client certificate expires
+            yield GaugeMetricFamily("jsbroker_tls_cert_not_after_seconds", "expiry of the served TLS certificate "
+                                    "(Unix time)", value=b.tls.not_after.timestamp())
 
     def _jetstream(self) -> Iterator[Metric]:
         b = self.broker

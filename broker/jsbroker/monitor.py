@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import ssl
 import sys
 import time
 from datetime import datetime, timezone
@@ -55,14 +56,14 @@ class Monitor:
         self._runner: web.AppRunner | None = None
         self._metrics = metrics.registry(broker)
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
         app = web.Application()
         for path, handler in (("/healthz", self.healthz), ("/varz", self.varz), ("/connz", self.connz), ("/jsz", self.jsz),
                               ("/metrics", self.metrics)):
             app.router.add_get(path, handler)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        site = web.TCPSite(self._runner, host, port, reuse_address=True, ssl_context=ssl_context)
         await site.start()
         return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
@@ -111,9 +112,9 @@ class Monitor:
             "ping_interval": int(cfg.ping_interval * _NS),
             "ping_max": cfg.ping_max,
             "http_host": cfg.http_host or cfg.host,
-            "http_port": b.http_port,
+            "http_port": 0 if b.monitor_tls else b.http_port,
             "http_base_path": "",
-            "https_port": 0,
+            "https_port": b.http_port if b.monitor_tls else 0,
             "auth_timeout": cfg.auth.timeout,
             "max_control_line": cfg.max_control_line,
             "max_payload": cfg.max_payload,
@@ -129,6 +130,8 @@ class Monitor:
             del body["auth_required"]
         if b.tls is not None:  # as nats-server: tls_verify only when client certificates are required
             body.update(b.tls.info_fields(), tls_timeout=b.tls.settings.timeout)
+            if b.tls.not_after is not None:
+                body["tls_cert_not_after"] = b.tls.not_after.strftime("%Y-%m-%dT%H:%M:%SZ")
         if b.jetstream is not None:
             info = self._js_info()
             body["jetstream"] = {

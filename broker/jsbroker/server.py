@@ -57,7 +57,8 @@ class Broker:
         self.router = Router(self)
         self.clients: dict[int, Connection] = {}
         self.port = 0
-        self.http_port: int | None = None
+        self.http_port: int | None = None  # the monitoring listener's port, HTTP or (monitor_tls) HTTPS
+        self.monitor_tls = config.https_port is not None
         self.jetstream: Any = None
         self.js_settings = config.jetstream  # with the temp store dir filled in once started
         self.start_time = 0.0
@@ -90,11 +91,12 @@ class Broker:
 
     @property
     def http_url(self) -> str | None:
+        """The monitoring listener's URL (https:// with `https_port`)."""
         if self.http_port is None:
             return None
         host = self.config.http_host or self.config.host
         host = host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-        return f"http://{host}:{self.http_port}"
+        return f"{'https' if self.monitor_tls else 'http'}://{host}:{self.http_port}"
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -107,11 +109,13 @@ class Broker:
             if cfg.tls.reload_interval > 0:
                 self._tls_watch = self.loop.create_task(self._watch_tls(cfg.tls.reload_interval))
         # Monitoring first: during the store's recovery /healthz answers 503 (probes see why, not a refusal).
-        if cfg.http_port is not None:
+        monitor_port = self._monitor_port()
+        if monitor_port is not None:
             from .monitor import Monitor
 
             self._monitor = Monitor(self)
-            self.http_port = await self._monitor.start(cfg.http_host or cfg.host, cfg.http_port)
+            self.http_port = await self._monitor.start(cfg.http_host or cfg.host, monitor_port,
+                                                       self.tls.monitoring if self.tls and self.monitor_tls else None)
         self.recovering = True
         await self._start_jetstream()
         self.recovering = False
@@ -126,13 +130,24 @@ class Broker:
         self._log_listening()
         self.log.info("server ready", port=self.port, http_port=self.http_port, jetstream=self.jetstream is not None)
 
+    def _monitor_port(self) -> int | None:
+        """The monitoring port asked for (nats-server's rules: HTTP or HTTPS, HTTPS only with TLS)."""
+        cfg = self.config
+        if cfg.http_port is not None and cfg.https_port is not None:
+            raise ConfigError(f"monitoring: give http_port ({cfg.http_port}) or https_port ({cfg.https_port}), not both")
+        if cfg.https_port is not None and self.tls is None:
+            raise ConfigError("https_port serves monitoring with the client port's TLS certificate: configure TLS "
+                              "(tls.cert_file and tls.key_file, or --tlscert and --tlskey), or use http_port")
+        return cfg.https_port if cfg.https_port is not None else cfg.http_port
+
     def _log_listening(self) -> None:
         """The start-up banner's addresses (nats-server prints the same at its default level)."""
         self.log.info("listening for client connections", addr=f"{self.config.host}:{self.port}")
         if self.tls is not None:
             self.log.info("TLS required for client connections", verify_client_certificates=self.tls.settings.verify)
         if self.http_port is not None:
-            self.log.info("listening for monitoring", addr=f"{self.config.http_host or self.config.host}:{self.http_port}")
+            self.log.info("listening for monitoring", addr=f"{self.config.http_host or self.config.host}:{self.http_port}",
+                          https=self.monitor_tls)
         js = self.js_settings
         if self.jetstream is not None and js is not None:
             usage = self.jetstream.info()

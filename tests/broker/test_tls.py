@@ -5,6 +5,7 @@ our promise (nats-server reloads only with a config file), asserted on jsbroker 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from cryptography import x509
 
 from tests.broker.certs import Authority, Pair
 from tests.chart import go_tools
-from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
+from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, free_port, launch
 
 MAX_PAYLOAD = 1024 * 1024
 
@@ -248,6 +250,89 @@ def test_certificates_reload_on_sighup_without_dropping_connections(pki: dict[st
     with launch(JSBROKER, extra_args=["--tlscert", str(cert), "--tlskey", str(key)]) as handle:
         out = asyncio.run(scenario(handle))
     assert out == {"serials": (first.serial, second.serial, second.serial), "old connection": b"pong:"}
+
+
+def _https_get(port: int, path: str, context: ssl.SSLContext) -> tuple[int, dict[str, Any]]:
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", timeout=5, context=context) as response:
+        return response.status, json.loads(response.read())
+
+
+def _monitor_serial(port: int, ca: Path) -> int:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        with _context(ca).wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+            der = tls.getpeercert(binary_form=True)
+    return int(x509.load_der_x509_certificate(der).serial_number)
+
+
+def test_monitoring_over_https_with_the_client_certificate_and_no_client_certificate_asked(pki: dict[str, Any]) -> None:
+    """`-ms/--https_port`: the monitoring endpoints over TLS with the server certificate; `--tlsverify`
+    applies to clients, not to monitoring (browsers, probes); an untrusted view of it and plain HTTP fail."""
+    server = pki["server"]
+
+    def run(kind: str) -> dict[str, Any]:
+        port = free_port()
+        with launch(kind, extra_args=["--tlscert", str(server.cert), "--tlskey", str(server.key), "--tlsverify",
+                                      "--tlscacert", str(pki["ca"]), "-ms", str(port)]) as s:
+            status, varz = _https_get(port, "/varz", _context(pki["ca"]))  # no client certificate
+            healthz = _https_get(port, "/healthz", _context(pki["ca"]))
+            try:
+                _https_get(port, "/varz", ssl.create_default_context())  # the system CAs do not know ours
+                untrusted = "served"
+            except urllib.error.URLError as exc:
+                untrusted = type(exc.reason).__name__
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/varz", timeout=5) as response:
+                    plain = f"{response.status} {response.read()[:20]!r}"
+            except (OSError, http.client.HTTPException) as exc:  # a 400 from nats-server, a closed socket here
+                plain = "refused"
+            return {"varz": (status, varz["https_port"] == port, varz["http_port"], varz["tls_required"],
+                             varz["tls_verify"], varz["tls_cert_not_after"]),
+                    "healthz": healthz, "untrusted": untrusted, "plain http": plain}
+
+    out = _both(run)
+    expiry = x509.load_pem_x509_certificate(server.cert.read_bytes()).not_valid_after_utc
+    assert out[JSBROKER] == out[NATS_SERVER] == {
+        "varz": (200, True, 0, True, True, expiry.strftime("%Y-%m-%dT%H:%M:%SZ")), "healthz": (200, {"status": "ok"}),
+        "untrusted": "SSLCertVerificationError", "plain http": "refused"}, out
+
+
+@pytest.mark.parametrize("case", ["without TLS", "with http_port too"])
+def test_https_monitoring_needs_tls_and_excludes_http(pki: dict[str, Any], case: str) -> None:
+    server = pki["server"]
+    args = {"without TLS": ["-ms", "0"],
+            "with http_port too": ["--tlscert", str(server.cert), "--tlskey", str(server.key), "-m", "0", "-ms", "0"]}[case]
+    done = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", "0", *args],
+                          capture_output=True, text=True, timeout=30)
+    expected = {"without TLS": "https_port serves monitoring with the client port's TLS certificate: configure TLS",
+                "with http_port too": "monitoring: give http_port (0) or https_port (0), not both"}[case]
+    assert done.returncode == 2 and expected in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    ref = subprocess.run([NATS_SERVER, "-a", "127.0.0.1", "-p", "-1", *(a if a != "0" else "-1" for a in args)],
+                         capture_output=True, text=True, timeout=30)
+    assert ref.returncode != 0, ref.stderr
+
+
+def test_the_https_monitoring_certificate_reloads_with_the_client_one(pki: dict[str, Any], tmp_path: Path) -> None:
+    """And /metrics tells when the served certificate expires, so an alert can fire before it does."""
+    cert, key = tmp_path / "server.pem", tmp_path / "server.key"
+    first, second = pki["server"], pki["server2"]
+    cert.write_bytes(first.cert.read_bytes())
+    key.write_bytes(first.key.read_bytes())
+    port = free_port()
+    with launch(JSBROKER, extra_args=["--tlscert", str(cert), "--tlskey", str(key), "-ms", str(port)]) as handle:
+        before = _monitor_serial(port, pki["ca"])
+        cert.write_bytes(second.cert.read_bytes())
+        key.write_bytes(second.key.read_bytes())
+        os.kill(handle.pid, signal.SIGHUP)
+        _wait_log(handle, "TLS certificates reloaded")
+        after = _monitor_serial(port, pki["ca"])
+        assert _https_get(port, "/healthz", _context(pki["ca"]))[0] == 200
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=5, context=_context(pki["ca"])) as r:
+            metrics = r.read().decode()
+    assert (before, after) == (first.serial, second.serial)
+    expiry = x509.load_pem_x509_certificate(second.cert.read_bytes()).not_valid_after_utc.timestamp()
+    [line] = [m for m in metrics.splitlines() if m.startswith("jsbroker_tls_cert_not_after_seconds ")]
+    assert float(line.split()[1]) == expiry
 
 
 @pytest.mark.parametrize("case", ["no certificate", "missing file", "key of another certificate", "unknown setting"])

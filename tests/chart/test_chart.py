@@ -156,6 +156,18 @@ def test_broker_tls_serves_the_secret_and_the_operator_trusts_its_ca(helm_bin, t
                        "client-tls": {"secretName": "operator-tls"}}
 
 
+@pytest.mark.parametrize("monitoring", [False, True])
+def test_broker_monitoring_over_https_when_asked_and_its_probes_follow(helm_bin, tmp_path, monitoring):
+    docs = render(helm_bin, [*VALUE_SETS["mutual-tls"], f"broker.tls.monitoring={str(monitoring).lower()}"])
+    path = tmp_path / "jsbroker.toml"
+    path.write_text(one(docs, "ConfigMap")["data"]["jsbroker.toml"])
+    config = load_file(path)
+    assert (config.http_port, config.https_port) == ((None, 8222) if monitoring else (8222, None))
+    [broker] = one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    schemes = {broker[probe]["httpGet"].get("scheme", "HTTP") for probe in ("startupProbe", "readinessProbe", "livenessProbe")}
+    assert schemes == {"HTTPS" if monitoring else "HTTP"}
+
+
 def test_external_nats_has_no_broker_and_passes_the_secrets(helm_bin):
     docs = render(helm_bin, VALUE_SETS["external-nats"])
     assert not [d for d in docs if d["kind"] in ("StatefulSet", "ConfigMap", "Secret", "PodDisruptionBudget")]

@@ -489,9 +489,9 @@ async def _stream_names(url: str) -> list[str]:
 
 
 def with_broker_tls(target: Target, image: str, helm: Path, workdir: Path, namespace: str = TLS_NAMESPACE) -> None:
-    """The chart's broker with mutual TLS (broker.tls): the operator reconciles ORDERS over tls:// with its
-    client certificate, a client in the cluster publishes and reads back; a client without a certificate
-    is refused."""
+    """The chart's broker with mutual TLS (broker.tls) and HTTPS monitoring (the kubelet's probes over
+    HTTPS make it Ready): the operator reconciles ORDERS over tls:// with its client certificate, a client
+    in the cluster publishes and reads back; a client without a certificate is refused."""
     from tests.broker.certs import Authority
 
     target.load_image(image)
@@ -508,7 +508,7 @@ def with_broker_tls(target: Target, image: str, helm: Path, workdir: Path, names
             "stringData": {"tls.crt": pair.cert.read_text(), "tls.key": pair.key.read_text(),
                            "ca.crt": authority.ca.read_text()}})
     values = _values(image, broker={"tls": {"enabled": True, "secretName": "broker-tls", "verify": True,
-                                            "operatorSecret": "operator-tls"}})
+                                            "operatorSecret": "operator-tls", "monitoring": True}})
     token = {"name": "NATS_TOKEN", "valueFrom": {"secretKeyRef": {"name": f"{BROKER}-auth", "key": "token"}}}
     files = {"NATS_CA": "ca.crt", "NATS_CERT": "tls.crt", "NATS_KEY": "tls.key"}
     client_env = [{"name": "NATS_URL", "value": f"tls://{service}:4222"}, token,
