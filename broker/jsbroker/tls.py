@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from cryptography import x509
-
 from .config import ConfigError, TlsSettings
 
 
@@ -54,6 +52,8 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
 def certificate_not_after(cert_file: Path) -> datetime | None:
     """When the (first) certificate of a PEM file expires; None when it cannot be read (it was loaded
     already, so only a file changed since can get here)."""
+    from cryptography import x509  # only with TLS on: the module costs ~10 MB of RSS
+
     try:
         return x509.load_pem_x509_certificate(Path(cert_file).read_bytes()).not_valid_after_utc
     except (OSError, ValueError):
