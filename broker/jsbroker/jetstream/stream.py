@@ -20,13 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from jsbroker import store as storage
 from jsbroker.jetstream import api, errors, headers, requests, times
+from jsbroker.jetstream.dedupe import MsgIdWindow
 from jsbroker.jetstream.stream_config import StreamConfig
 from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
 
@@ -55,32 +55,6 @@ class ConsumerHook(Protocol):
     def on_stream_purged(self) -> None: ...
 
     def stop(self) -> None: ...
-
-
-@dataclass(slots=True)
-class _Dedupe:
-    """Msg-id -> seq within the duplicate window; insertion order is time order, so pruning pops the front."""
-
-    window_ns: int
-    ids: OrderedDict[str, tuple[int, int]]
-
-    def find(self, msg_id: str, now: int) -> int:
-        self.prune(now)
-        hit = self.ids.get(msg_id)
-        return hit[0] if hit else 0
-
-    def add(self, msg_id: str, seq: int, ts: int) -> None:
-        self.ids[msg_id] = (seq, ts)
-        self.ids.move_to_end(msg_id)
-
-    def prune(self, now: int) -> None:
-        horizon = now - self.window_ns
-        ids = self.ids
-        while ids:
-            key, (_, ts) = next(iter(ids.items()))
-            if ts >= horizon:
-                break
-            del ids[key]
 
 
 class Stream:
@@ -124,7 +98,7 @@ class Stream:
         state = store.state()
         self.last_seq = state.last_seq
         self.last_msg_id = ""
-        self._dedupe = _Dedupe(config.duplicate_window, OrderedDict())
+        self._dedupe = MsgIdWindow(config.duplicate_window)
         if not self._restore_dedupe(dedupe):
             self._rebuild_dedupe()
 
@@ -217,7 +191,7 @@ class Stream:
         """The msg-id window as of now, for `_restore_dedupe` at the next start (a clean stop writes it)."""
         self._dedupe.prune(times.now_ns())
         return json.dumps({"last_seq": self.last_seq, "last_msg_id": self.last_msg_id,
-                           "ids": [[i, seq, ts] for i, (seq, ts) in self._dedupe.ids.items()]}).encode()
+                           "ids": [list(entry) for entry in self._dedupe.entries()]}).encode()
 
     def _restore_dedupe(self, snapshot: bytes | None) -> bool:
         """Take the window a clean stop saved, if it describes this store (same last sequence)."""
@@ -234,7 +208,7 @@ class Stream:
             self.last_msg_id = str(data["last_msg_id"]) if present(self.last_seq) is not None else ""
         except (ValueError, KeyError, TypeError):
             log.warning("unreadable msg-id window; re-reading the messages", extra={"stream": self.name})
-            self._dedupe.ids.clear()
+            self._dedupe.clear()
             return False
         self._dedupe.prune(times.now_ns())
         return True
