@@ -5,7 +5,8 @@ The load, per server: one nats-py process publishes with acks to a limits stream
 old messages age out), with payloads cycling through 128 B / 1 KB / 16 KB; a pull consumer fetches and
 acks everything; core request/reply runs alongside. Every 10 s the server's RSS and open file descriptors
 are sampled. At the end: messages published / consumed (every published sequence consumed exactly once),
-request/reply round trips, the RSS after warm-up (a third of the way in: the stream has been full of its
+request/reply round trips, the RSS and inbound message rate over time (a table of ten rows: whether the RSS
+follows the load or grows on its own), the RSS after warm-up (a third of the way in: the stream has been full of its
 200,000 messages for a while by then, even on a slow machine), at the peak and at the end (and the end's
 change against warm-up: flat means within 10 %), the range of open fds, and the server's slow-consumer count.
 
@@ -107,12 +108,27 @@ def _run(url: str, seconds: float, out: mp.Queue) -> None:
         out.put({"error": repr(exc)})
 
 
-def _slow_consumers(handle: ServerHandle) -> int:
+def _varz(handle: ServerHandle) -> dict[str, object]:
     with urllib.request.urlopen(f"{handle.http_url}/varz", timeout=5) as response:
-        return int(json.loads(response.read()).get("slow_consumers", 0))
+        varz: dict[str, object] = json.loads(response.read())
+        return varz
 
 
-def soak(minutes: float) -> dict[str, dict[str, object]]:
+def _series(samples: dict[str, list[tuple[float, float, int]]], rows: int = 10) -> list[str]:
+    """RSS and inbound message rate over time, `rows` rows: is the RSS flat, or does it follow the load?"""
+    head = "| minute | " + " | ".join(f"{kind} RSS MB | {kind} msgs in/s" for kind in KINDS) + " |"
+    lines = [head, "|---:|" + "---:|---:|" * len(KINDS)]
+    n = min(len(v) for v in samples.values())
+    for k in sorted({min(n - 1, max(1, round(n * r / rows))) for r in range(1, rows + 1)}):
+        cells = []
+        for kind in KINDS:
+            (t0, _, m0), (t1, mb, m1) = samples[kind][k - 1], samples[kind][k]
+            cells.append(f"{mb:.0f} | {(m1 - m0) / max(t1 - t0, 1e-9):.0f}")
+        lines.append(f"| {samples[KINDS[0]][k][0] / 60:.1f} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def soak(minutes: float) -> tuple[dict[str, dict[str, object]], list[str]]:
     seconds = minutes * 60
     handles = {kind: launch(kind, http=True) for kind in KINDS}
     try:
@@ -122,10 +138,14 @@ def soak(minutes: float) -> dict[str, dict[str, object]]:
             proc.start()
         rss: dict[str, list[float]] = {kind: [] for kind in KINDS}
         fds: dict[str, list[int]] = {kind: [] for kind in KINDS}
+        timeline: dict[str, list[tuple[float, float, int]]] = {kind: [] for kind in KINDS}
+        started = time.monotonic()
         while any(p.is_alive() for p in procs.values()):
             for kind, handle in handles.items():
                 rss[kind].append(_rss_mb(handle.pid))
                 fds[kind].append(_fds(handle.pid))
+                in_msgs = int(_varz(handle).get("in_msgs", 0))  # type: ignore[call-overload]
+                timeline[kind].append((time.monotonic() - started, rss[kind][-1], in_msgs))
             time.sleep(10)  # the sampling interval
         results = {}
         for kind, handle in handles.items():
@@ -136,8 +156,8 @@ def soak(minutes: float) -> dict[str, dict[str, object]]:
                              "RSS end MB": round(samples[-1]),
                              "RSS end vs warm-up": f"{(samples[-1] - warm) / warm:+.0%}",
                              "open fds min-max": f"{min(fds[kind])}-{max(fds[kind])}",
-                             "slow consumers": _slow_consumers(handle)}
-        return results
+                             "slow consumers": _varz(handle).get("slow_consumers", 0)}
+        return results, _series(timeline)
     finally:
         for handle in handles.values():
             handle.close()
@@ -147,13 +167,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30)
     args = parser.parse_args()
-    results = soak(args.minutes)
+    results, series = soak(args.minutes)
     keys = list(dict.fromkeys(k for kind in KINDS for k in results[kind]))
     print(f"\nsoak, {args.minutes:g} min\n")
     print("| | " + " | ".join(KINDS) + " |")
     print("|---|" + "---:|" * len(KINDS))
     for key in keys:
         print(f"| {key} | " + " | ".join(str(results[kind].get(key, "-")) for kind in KINDS) + " |")
+    print("\n" + "\n".join(series))
     ours = results[JSBROKER]
     return 0 if ours.get("consumed once, in order") and ours["slow consumers"] == 0 else 1
 
