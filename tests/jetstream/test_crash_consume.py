@@ -101,13 +101,23 @@ async def test_push_consumer_resumes_after_sigkill(server_factory, unique) -> No
     await asyncio.wait_for(half.wait(), 10)
     handle.kill()
     handle.start()
+    published: list[int] = []
     for i in range(20, 30):  # publishes retried until the restarted server answers
         for _ in range(100):
             try:
-                await js.publish(f"{s}.x", str(i).encode())
+                published.append((await js.publish(f"{s}.x", str(i).encode())).seq)
                 break
             except Exception:  # noqa: BLE001 - reconnecting
                 await asyncio.sleep(0.1)  # wait for the reconnect
-    await asyncio.wait_for(done.wait(), 20)
+    try:  # a bound, not a sleep: done as soon as all 30 are confirmed
+        await asyncio.wait_for(done.wait(), 60)
+    except asyncio.TimeoutError:  # one CI run got here (not reproduced in 88 loaded runs): say where it stuck
+        state = {"seen": sorted(seen), "published": published}
+        for what, call in (("stream", js.stream_info(s)), ("consumer", js.consumer_info(s, "P"))):
+            try:
+                state[what] = (await call).as_dict()
+            except Exception as exc:  # noqa: BLE001 - the state is what we are after, not this error
+                state[what] = repr(exc)
+        raise AssertionError(f"not all 30 confirmed: {state}\n{handle.log_tail()}") from None
     await nc.close()
     assert seen == set(range(1, 31))
