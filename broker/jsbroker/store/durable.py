@@ -26,9 +26,9 @@ def fsync_dir(path: Path) -> None:
 
 
 def replace_file(path: Path, data: bytes | Sequence[bytes | memoryview], sync_dir: bool = True) -> None:
-    """Replace `path` by `data` (or its parts one after the other) atomically: `<name>.tmp` written and fsynced, then renamed over it (and
-    removed again if that fails). With `sync_dir` the directory is fsynced too; callers that change more
-    files there pass False and call `fsync_dir` once themselves."""
+    """Replace `path` by `data` (or its parts one after the other) atomically: `<name>.tmp` written and
+    fsynced, then renamed over it (and removed again if that fails). With `sync_dir` the directory is
+    fsynced too; callers that change more files there pass False and call `fsync_dir` once themselves."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

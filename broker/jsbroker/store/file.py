@@ -543,17 +543,16 @@ class FileStore(IndexedStore):
             self._checkpointed = self._checkpoint_mark()
 
     def _scan_blocks(self, numbers: list[int]) -> None:
-        """Index every record (CRCs checked) of these block files, from where the index already knows a
-        block up to (a snapshot's active block) or from the start, and finish the recovery."""
+        """Index every record (CRCs checked) of these block files, each from the end of what the index
+        already holds of it (a snapshot's active block) or from the start, and finish the recovery."""
         floor, gap = 0, False
         lost: list[int] = []
         subjects: dict[bytes, str] = {}
         for k, no in enumerate(numbers):
             blk = self._blocks.get(no)
-            start = blk.size if blk is not None else 0
             if blk is None:
                 blk = self._blocks[no] = _Block(no, self._block_path(no))
-            floor, gap = self._scan(blk, start, floor, gap, lost, subjects, is_tail=k == len(numbers) - 1)
+            floor, gap = self._scan(blk, floor, gap, lost, subjects, is_tail=k == len(numbers) - 1)
         for loc, size in self._finish_restore(floor):
             self._blocks[_block_of(loc)].remove(_rec_len(loc, size))
         if lost:
@@ -688,16 +687,16 @@ class FileStore(IndexedStore):
                                          tail, head_crc, blk.tombs)
 
     def _scan(
-        self, blk: _Block, start: int, floor: int, gap: bool, lost: list[int], subjects: dict[bytes, str],
-        is_tail: bool,
+        self, blk: _Block, floor: int, gap: bool, lost: list[int], subjects: dict[bytes, str], is_tail: bool
     ) -> tuple[int, bool]:
-        """Index every valid record of one block from offset `start`; returns the floor seen so far and
-        whether bytes were skipped since the last message (then the next message tells which seqs were lost)."""
+        """Index every valid record of one block from `blk.size` (the bytes already indexed); returns the
+        floor seen so far and whether bytes were skipped since the last message (then the next message
+        tells which seqs were lost)."""
         size = blk.path.stat().st_size
-        if size <= start:
+        if size <= blk.size:
             return floor, gap
         with open(blk.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            offset = start
+            offset = blk.size
             while offset < size:
                 try:
                     length, kind, seq, ts, aux, slen, hlen = record.check(mm, offset)

@@ -2,8 +2,8 @@
 
 A FileStore writes its whole in-memory index here at a clean close and at checkpoints while it runs, so
 the next open loads it and reads only what was appended since instead of scanning every block (file.py
-decides when and how far a snapshot may be trusted; this module only encodes and validates). All integers little-endian; arrays are the raw machine arrays, byte-swapped on big-endian
-machines.
+decides when and how far a snapshot may be trusted; this module only encodes and validates). All
+integers little-endian; arrays are the raw machine arrays, byte-swapped on big-endian machines.
 
     magic(8) b"JSIXSNAP"  version(4)  total_len(8)  the whole file, the CRC included
     head   base first last last_ts msgs bytes (8 each)

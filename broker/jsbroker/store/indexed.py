@@ -630,22 +630,24 @@ class IndexedStore:
             return sum(1 for e in entries if e.last >= start)
         return sum(e.count if start <= e.first else e.count_at_or_after(start) for e in entries)
 
-    def header_seqs(self, start_seq: int) -> Iterator[int]:
-        """Every live seq from `start_seq`: a backend that knows which messages have headers says less."""
-        self._check_open()
+    def _each_live(self, start_seq: int) -> Iterator[int]:
+        """Live seqs from `start_seq`, one at a time (found as they are wanted)."""
         seq = self._next_live(max(start_seq, self._first)) if self._msgs else 0
         while seq:
             yield seq
             seq = self._next_live(seq + 1)
 
+    def header_seqs(self, start_seq: int) -> Iterator[int]:
+        """Every live seq from `start_seq`: a backend that knows which messages have headers says less."""
+        self._check_open()
+        yield from self._each_live(start_seq)
+
     def messages(self, start_seq: int = 0) -> Iterator[StoredMsg]:
         self._check_open()
-        seq = self._next_live(max(start_seq, self._first)) if self._msgs else 0
-        while seq:
+        for seq in self._each_live(start_seq):
             msg = self.load_msg(seq)
             if msg is not None:
                 yield msg
-            seq = self._next_live(seq + 1)
 
     def subject_of(self, seq: int) -> str | None:
         self._check_open()
