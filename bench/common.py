@@ -34,6 +34,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def rss_mb(pid: int) -> float:
+    """Resident memory of process `pid` in MB (VmRSS; 0 for a process that has exited but not been reaped)."""
+    with open(f"/proc/{pid}/status") as status:
+        return next((int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS:")), 0.0)
+
+
 @dataclass
 class Sample:
     msgs: int  # messages the workload counts (delivered, or ingested when nothing is delivered)

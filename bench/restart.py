@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import KINDS
+from common import KINDS, rss_mb
 from tests.servers import JSBROKER, NATS_SERVER, ServerHandle, fill_stream, launch, read_info
 
 STREAM = "RESTART"
@@ -82,18 +82,13 @@ def _restart(handle: ServerHandle, n: int) -> tuple[float, float]:
     return listening, time.monotonic() - start
 
 
-def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS:"))
-
-
 def measure(kind: str, n: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix=f"restart-{kind}-") as store:
         handle = launch(kind, store_dir=Path(store))
         try:
             _create(handle.url)
             fill_stream(handle.port, f"{STREAM}.s", n, subjects=1000)
-            out: dict[str, float] = {"RSS with the messages stored MB": _rss_mb(handle.pid)}
+            out: dict[str, float] = {"RSS with the messages stored MB": rss_mb(handle.pid)}
             handle.kill()
             out["kill -9, no checkpoint: listening"], out["kill -9, no checkpoint: stream ready"] = _restart(handle, n)
             assert handle.proc is not None
@@ -102,12 +97,12 @@ def measure(kind: str, n: int) -> dict[str, float]:
             handle.proc.wait(timeout=120)
             out["stop after SIGTERM"] = time.monotonic() - start
             out["restart: listening"], out["restart: stream ready"] = _restart(handle, n)
-            out["RSS after restart MB"] = _rss_mb(handle.pid)
+            out["RSS after restart MB"] = rss_mb(handle.pid)
             more = n // 10
             fill_stream(handle.port, f"{STREAM}.s", more, subjects=1000)
             handle.kill()
             out["kill -9, N/10 since: listening"], out["kill -9, N/10 since: stream ready"] = _restart(handle, n + more)
-            out["RSS after kill -9 restart MB"] = _rss_mb(handle.pid)
+            out["RSS after kill -9 restart MB"] = rss_mb(handle.pid)
             return out
         finally:
             handle.close()

@@ -25,7 +25,7 @@ import sys
 import time
 import urllib.request
 
-import common  # noqa: F401  (puts the repository on sys.path)
+from common import rss_mb  # (common also puts the repository on sys.path)
 import nats
 
 from tests.servers import JSBROKER, KINDS, ServerHandle, launch
@@ -36,14 +36,6 @@ SIZES = (128, 1024, 16 * 1024)
 
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 async def _load(url: str, seconds: float) -> dict[str, int]:
@@ -136,21 +128,19 @@ def soak(minutes: float) -> tuple[dict[str, dict[str, object]], list[str]]:
         procs = {kind: mp.Process(target=_run, args=(h.url, seconds, queues[kind])) for kind, h in handles.items()}
         for proc in procs.values():
             proc.start()
-        rss: dict[str, list[float]] = {kind: [] for kind in KINDS}
         fds: dict[str, list[int]] = {kind: [] for kind in KINDS}
-        timeline: dict[str, list[tuple[float, float, int]]] = {kind: [] for kind in KINDS}
+        timeline: dict[str, list[tuple[float, float, int]]] = {kind: [] for kind in KINDS}  # (s, RSS MB, in_msgs)
         started = time.monotonic()
         while any(p.is_alive() for p in procs.values()):
             for kind, handle in handles.items():
-                rss[kind].append(_rss_mb(handle.pid))
                 fds[kind].append(_fds(handle.pid))
                 in_msgs = int(_varz(handle).get("in_msgs", 0))  # type: ignore[call-overload]
-                timeline[kind].append((time.monotonic() - started, rss[kind][-1], in_msgs))
+                timeline[kind].append((time.monotonic() - started, rss_mb(handle.pid), in_msgs))
             time.sleep(10)  # the sampling interval
         results = {}
         for kind, handle in handles.items():
             load = queues[kind].get(timeout=60)
-            samples = rss[kind]
+            samples = [mb for _, mb, _ in timeline[kind]]
             warm = samples[len(samples) // 3]
             results[kind] = {**load, "RSS after warm-up MB": round(warm), "RSS peak MB": round(max(samples)),
                              "RSS end MB": round(samples[-1]),
