@@ -206,11 +206,13 @@ def test_burst_of_large_messages_over_tls(pki: dict[str, Any]) -> None:
     assert out[JSBROKER] == out[NATS_SERVER] == {"delivered": count, "connected": (True, True)}
 
 
-def _peer_serial(port: int, ca: Path) -> int:
-    context = _context(ca)
+def _peer_serial(port: int, ca: Path, info_first: bool = True) -> int:
+    """The serial of the certificate served on `port` (the client port sends INFO in clear text first;
+    the HTTPS monitoring port does not)."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.makefile("rb").readline()  # INFO in clear text
-        with context.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+        if info_first:
+            sock.makefile("rb").readline()
+        with _context(ca).wrap_socket(sock, server_hostname="127.0.0.1") as tls:
             der = tls.getpeercert(binary_form=True)
     return int(x509.load_der_x509_certificate(der).serial_number)
 
@@ -255,13 +257,6 @@ def test_certificates_reload_on_sighup_without_dropping_connections(pki: dict[st
 def _https_get(port: int, path: str, context: ssl.SSLContext) -> tuple[int, dict[str, Any]]:
     with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", timeout=5, context=context) as response:
         return response.status, json.loads(response.read())
-
-
-def _monitor_serial(port: int, ca: Path) -> int:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        with _context(ca).wrap_socket(sock, server_hostname="127.0.0.1") as tls:
-            der = tls.getpeercert(binary_form=True)
-    return int(x509.load_der_x509_certificate(der).serial_number)
 
 
 def test_monitoring_over_https_with_the_client_certificate_and_no_client_certificate_asked(pki: dict[str, Any]) -> None:
@@ -320,12 +315,12 @@ def test_the_https_monitoring_certificate_reloads_with_the_client_one(pki: dict[
     key.write_bytes(first.key.read_bytes())
     port = free_port()
     with launch(JSBROKER, extra_args=["--tlscert", str(cert), "--tlskey", str(key), "-ms", str(port)]) as handle:
-        before = _monitor_serial(port, pki["ca"])
+        before = _peer_serial(port, pki["ca"], info_first=False)
         cert.write_bytes(second.cert.read_bytes())
         key.write_bytes(second.key.read_bytes())
         os.kill(handle.pid, signal.SIGHUP)
         _wait_log(handle, "TLS certificates reloaded")
-        after = _monitor_serial(port, pki["ca"])
+        after = _peer_serial(port, pki["ca"], info_first=False)
         assert _https_get(port, "/healthz", _context(pki["ca"]))[0] == 200
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=5, context=_context(pki["ca"])) as r:
             metrics = r.read().decode()
