@@ -2,10 +2,11 @@
 vs nats-server in one run.
 
 Each server gets one file stream with one durable consumer, filled with N 128-byte messages over 1,000
-subjects (acked raw PUBs, not timed); its RSS then is the memory for N stored messages. Then, each
+subjects (acked raw PUBs, not timed); its RSS before and after is the memory per stored message. Then, each
 restart timed to the client port answering INFO and to STREAM.INFO reporting every message (the store
 recovered):
-- SIGKILL right after the fill: a crash before any checkpoint (jsbroker scans every block);
+- SIGKILL right after the fill: a crash before any checkpoint (jsbroker reads each closed block's index,
+  written when it closed, and scans the active block);
 - SIGTERM: time until the process has exited (the graceful stop: flush, close, index snapshot), restart;
 - N/10 more messages, SIGKILL: a crash with what came after the last snapshot (jsbroker's usual case:
   it checkpoints every sync interval, 2 minutes by default, and replays only what was appended since).
@@ -87,8 +88,14 @@ def measure(kind: str, n: int) -> dict[str, float]:
         handle = launch(kind, store_dir=Path(store))
         try:
             _create(handle.url)
+            empty = rss_mb(handle.pid)
             fill_stream(handle.port, f"{STREAM}.s", n, subjects=1000)
-            out: dict[str, float] = {"RSS with the messages stored MB": rss_mb(handle.pid)}
+            full = rss_mb(handle.pid)
+            out: dict[str, float] = {
+                "RSS with the stream empty MB": empty,
+                "RSS with the messages stored MB": full,
+                "RSS per million stored messages MB": (full - empty) * 1e6 / n,
+            }
             handle.kill()
             out["kill -9, no checkpoint: listening"], out["kill -9, no checkpoint: stream ready"] = _restart(handle, n)
             assert handle.proc is not None
