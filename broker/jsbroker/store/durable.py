@@ -25,17 +25,21 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def replace_file(path: Path, data: bytes | Sequence[bytes | memoryview], sync_dir: bool = True) -> None:
+def replace_file(path: Path, data: bytes | Sequence[bytes | memoryview], sync_dir: bool = True,
+                 sync: bool = True) -> None:
     """Replace `path` by `data` (or its parts one after the other) atomically: `<name>.tmp` written and
     fsynced, then renamed over it (and removed again if that fails). With `sync_dir` the directory is
-    fsynced too; callers that change more files there pass False and call `fsync_dir` once themselves."""
+    fsynced too; callers that change more files there pass False and call `fsync_dir` once themselves.
+    Without `sync` nothing is fsynced: for files whose loss or tearing by a machine crash only costs time
+    (their reader checks a CRC)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             for part in [data] if isinstance(data, bytes) else data:
                 write_all(fd, part)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -43,5 +47,5 @@ def replace_file(path: Path, data: bytes | Sequence[bytes | memoryview], sync_di
         with contextlib.suppress(OSError):  # a failed replace leaves the old file and no temp file
             tmp.unlink(missing_ok=True)
         raise
-    if sync_dir:
+    if sync_dir and sync:
         fsync_dir(path.parent)

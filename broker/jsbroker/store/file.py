@@ -22,7 +22,12 @@ is either gone (emptied: its rows are dropped) or has its size and last 4 bytes,
 starts with the bytes it had (CRC), and every other block file is newer. Anything doubtful about it means
 a full scan, never a partial load.
 
-Recovery by scan (no usable snapshot): every block is scanned and every record's CRC checked.
+Block indexes: a closed block gets `NNNNNNNN.idx` (its rows, tombstones and accounting, and the CRC32 of
+the whole file, in the snapshot's format) at the commit after it closed, again after a rewrite or an erasure
+in it. Where recovery would scan a closed block, it loads the block's index instead when the block is still
+exactly those bytes; only the active block is always scanned (README.md, "Recovery").
+
+Recovery by scan (no usable snapshot or block index): every block is scanned and every record's CRC checked.
 - A bad record followed somewhere later in the same block by a valid one (found by re-synchronising on
   the next offset whose record validates): the bad bytes are skipped, the seqs missing between the
   last good message and the next one are reported in `state().lost`.
@@ -75,6 +80,7 @@ _unpack_frame, _HEADER_SIZE, _CRC_SIZE = record.MSG_FRAME.unpack_from, record.HE
 _CANDIDATE = re.compile(rb"(?s)(?=....[MDF])")  # where a record could start (for re-synchronising)
 _MAX_LOST_REPORTED = 100_000
 SNAPSHOT = "index.snap"  # in msgs/: the index as of the last checkpoint or clean close (index_snapshot.py)
+BLOCK_INDEX = ".idx"  # NNNNNNNN.idx beside NNNNNNNN.blk: that block's rows as of when it was sealed
 
 
 @dataclass(slots=True)
@@ -140,10 +146,15 @@ def _decode_adjacent(buf: bytes, seqs: list[int], hdrs: list[bytes], datas: list
 
 
 def _head_crc(path: Path, size: int) -> int:
-    """crc32 of the first `size` bytes of a file, -1 when it is shorter."""
+    """crc32 of the first `size` bytes of a file, -1 when it is shorter (read through a mapping: a heap
+    buffer of a whole block would stay in the process's RSS after it is freed)."""
     with open(path, "rb") as f:
-        head = f.read(size)
-    return zlib.crc32(head) if len(head) == size else -1
+        if os.fstat(f.fileno()).st_size < size:
+            return -1
+        if size == 0:
+            return 0
+        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
+            return zlib.crc32(mm)
 
 
 def _size_and_tail(path: Path) -> tuple[int, int]:
@@ -177,6 +188,7 @@ class FileStore(IndexedStore):
         self._dirty = False  # written, not yet fsynced
         self._dir_dirty = False  # a block file was created or removed since the last fsync
         self._doomed: list[_Block] = []  # emptied blocks to unlink at the next commit
+        self._unindexed: set[int] = set()  # closed blocks whose index file is due (new, or erased in)
         self._sparse_blocks: set[int] = set()  # mostly-removed blocks to rewrite at the next commit
         self._damaged = False  # a read found a record other than the index says: no snapshot at close
         self._checkpointed: tuple[int, int, int] | None = None  # (active block, its size, blocks) at the last
@@ -186,6 +198,9 @@ class FileStore(IndexedStore):
     # ---- blocks and writes --------------------------------------------------------------------------
     def _block_path(self, no: int) -> Path:
         return self._msgs_dir / f"{no:08d}.blk"
+
+    def _block_index_path(self, no: int) -> Path:
+        return self._msgs_dir / f"{no:08d}{BLOCK_INDEX}"
 
     def _open_active(self, blk: _Block) -> None:
         if self._wfd >= 0:
@@ -202,6 +217,8 @@ class FileStore(IndexedStore):
         old = self._active
         if old.live == 0 and old.no in self._blocks:
             self._doomed.append(old)
+        elif old.no in self._blocks:
+            self._unindexed.add(old.no)
         blk = _Block(old.no + 1, self._block_path(old.no + 1))
         self._blocks[blk.no] = blk
         self._open_active(blk)
@@ -279,6 +296,7 @@ class FileStore(IndexedStore):
             if fd is not None:
                 os.close(fd)
             blk.path.unlink(missing_ok=True)
+            self._block_index_path(no).unlink(missing_ok=True)
         self._dir_dirty = True
 
     def _rewrite_sparse(self) -> None:
@@ -310,6 +328,34 @@ class FileStore(IndexedStore):
         for i, new_offset in moved:
             self._locs[i] = self._locs[i] & _HDR_FLAG | blk.no << _LOC_SHIFT | new_offset
         blk.size, blk.tombs = offset, array("Q", keep)
+        self._write_block_index(blk)
+
+    def _index_closed(self) -> None:
+        """Write the index of each block closed (or erased in) since the last commit, once its records are
+        all written, so that an open after a crash reads it instead of scanning the block."""
+        for no in sorted(self._unindexed):
+            blk = self._blocks.get(no)
+            if blk is not None and blk is not self._active and blk.live:
+                self._write_block_index(blk)
+        self._unindexed.clear()
+
+    def _write_block_index(self, blk: _Block) -> None:
+        """`NNNNNNNN.idx`: the closed block's rows, the tombstones it holds, its accounting and the crc32 of
+        all its bytes, in the index snapshot's format; not fsynced with the directory (a lost or torn one only
+        costs a scan)."""
+        path = self._block_index_path(blk.no)
+        try:
+            parts = index_snapshot.encode_parts(self._range_image(blk.first_seq, blk.last_seq),
+                                                [self._block_image(blk, with_crc=True)])
+            try:
+                replace_file(path, parts, sync_dir=False, sync=False)
+            finally:
+                index_snapshot.release(parts)
+        except Exception as e:  # noqa: BLE001 - a missing block index only costs the next open a scan
+            log.warning("stream store %s: no index for block %d (%s: %s); a recovery would scan it",
+                        self._dir, blk.no, type(e).__name__, e)
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
 
     def _still_needed(self, seq: int, holder: int, going: set[int] | tuple[()]) -> bool:
         """Whether the tombstone for `seq` held by block `holder` still hides a message record on disk:
@@ -461,6 +507,8 @@ class FileStore(IndexedStore):
     def _erase(self, seq: int, loc: int, size: int) -> None:
         no, offset = _block_of(loc), loc & _OFFSET_MASK
         self._flush()
+        if no != self._active.no:
+            self._unindexed.add(no)  # its index holds the crc32 of the whole file
         try:
             fd = os.open(self._block_path(no), os.O_WRONLY)  # not O_APPEND: pwrite must hit the offset
             try:
@@ -491,6 +539,8 @@ class FileStore(IndexedStore):
                 self._unlink_doomed()
             if self._sparse_blocks:
                 self._rewrite_sparse()
+            if self._unindexed:  # last: re-appended tombstones may have closed a block
+                self._index_closed()
             if self._sync.always:
                 self.sync()
         except OSError as e:
@@ -548,17 +598,62 @@ class FileStore(IndexedStore):
         floor, gap = 0, False
         lost: list[int] = []
         subjects: dict[bytes, str] = {}
+        indexed = 0
         for k, no in enumerate(numbers):
+            is_tail = k == len(numbers) - 1
             blk = self._blocks.get(no)
             if blk is None:
                 blk = self._blocks[no] = _Block(no, self._block_path(no))
-            floor, gap = self._scan(blk, floor, gap, lost, subjects, is_tail=k == len(numbers) - 1)
+                if not is_tail and not gap:
+                    block_floor = self._load_block_index(blk)
+                    if block_floor is not None:
+                        floor, indexed = max(floor, block_floor), indexed + 1
+                        continue
+            floor, gap = self._scan(blk, floor, gap, lost, subjects, is_tail)
+        if indexed:
+            log.info("stream store %s: %d of %d block(s) read from their indexes, the others scanned", self._dir,
+                     indexed, len(numbers))
         for loc, size in self._finish_restore(floor):
             self._blocks[_block_of(loc)].remove(_rec_len(loc, size))
         if lost:
             self._lost = lost[:_MAX_LOST_REPORTED]
             log.warning("stream store %s: recovery lost %d message(s): seqs %s", self._dir, len(lost),
                         _ranges(lost))
+
+    def _load_block_index(self, blk: _Block) -> int | None:
+        """Take a closed block's rows from its index file instead of scanning it, when the index is whole and
+        the block still has the bytes it describes (size and crc32 of the whole file: damage inside the block
+        means a scan, which finds it record by record); returns the floor it recorded, or None (nothing
+        loaded: scan the block)."""
+        path = self._block_index_path(blk.no)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            log.warning("stream store %s: unreadable index of block %d (%s); scanning it", self._dir, blk.no, e)
+            return None
+        try:
+            image, (b,) = index_snapshot.decode(data)
+            if b.no != blk.no or blk.path.stat().st_size != b.size or _head_crc(blk.path, b.size) != b.head_crc:
+                raise index_snapshot.SnapshotError(f"the block is not the {b.size} bytes it describes")
+            self._append_index(image)
+        except Exception as e:  # noqa: BLE001 - any doubt means a scan of that block
+            log.warning("stream store %s: ignoring the index of block %d (%s: %s); scanning it", self._dir,
+                        blk.no, type(e).__name__, e)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        blk.size, blk.live, blk.live_bytes, blk.first_seq, blk.last_seq = b.size, b.live, b.live_bytes, \
+            b.first_seq, b.last_seq
+        blk.tombs = array("Q", b.tombs)
+        for seq in b.tombs:
+            gone = self._restore_delete(seq)
+            if gone is not None:
+                target = self._blocks.get(_block_of(gone[0]))
+                if target is not None:
+                    target.remove(_rec_len(*gone))
+        return image.first
 
     # ---- index snapshot (written by checkpoints and a clean close, loaded by the next open) ---------
     def _read_snapshot(self, has_blocks: bool) -> bytes | None:
@@ -678,11 +773,12 @@ class FileStore(IndexedStore):
             with contextlib.suppress(StoreError):
                 self._forget_snapshot()
 
-    def _block_image(self, blk: _Block) -> index_snapshot.BlockImage:
+    def _block_image(self, blk: _Block, with_crc: bool = False) -> index_snapshot.BlockImage:
+        """`with_crc` (always for the active block): the crc32 of the whole file too."""
         size, tail = _size_and_tail(blk.path)
         if size != blk.size:
             raise ValueError(f"block {blk.no} is {size} bytes on disk, the index says {blk.size}")
-        head_crc = _head_crc(blk.path, size) if blk is self._active else 0
+        head_crc = _head_crc(blk.path, size) if with_crc or blk is self._active else 0
         return index_snapshot.BlockImage(blk.no, size, blk.live, blk.live_bytes, blk.first_seq, blk.last_seq,
                                          tail, head_crc, blk.tombs)
 

@@ -23,6 +23,10 @@ integers little-endian; arrays are the raw machine arrays, byte-swapped on big-e
 
 Sections are whole arrays so that loading is a handful of C-level copies, even for a KV stream with a
 subject per message.
+
+A block index (`msgs/NNNNNNNN.idx`, one closed block's rows) is the same format with one block: `base` its
+first row's seq, `first` the store's floor when it was written, `last` the block's last message seq, and
+`head_crc` the crc32 of the whole block file.
 Decoding checks the magic, version, length and CRC first, then that every count adds up; anything else is
 `SnapshotError`, and the caller falls back to a full scan.
 """

@@ -219,19 +219,23 @@ class IndexedStore:
         dropped = [gone for seq in range(self._base, min(floor, self._base + len(self._sids)))
                    if (gone := self._restore_delete(seq)) is not None]
         self._last = max(self._last, floor - 1)
-        base = self._base
-        by_sid = self._subjects.by_sid
-        start = max(self._listed + 1 - base, 0)
-        for i, sid in enumerate(self._sids[start:], start):
-            if sid:
-                by_sid(sid).seqs.append(base + i)
+        self._list_rows()
         self._listed = 0
         self._subjects.drop_empty()
-        self._first = self._next_live(base) if self._msgs else 0
+        self._first = self._next_live(self._base) if self._msgs else 0
         if self._msgs:
             self._grow_to(self._last + 1)  # skips after the last message are gaps too
         self._trim()
         return dropped
+
+    def _list_rows(self) -> None:
+        """Add the rows above `_listed` to their subjects' seq lists (recovery builds them in one pass)."""
+        base, by_sid = self._base, self._subjects.by_sid
+        start = max(self._listed + 1 - base, 0)
+        for i, sid in enumerate(self._sids[start:], start):
+            if sid:
+                by_sid(sid).seqs.append(base + i)
+        self._listed = base + len(self._sids) - 1
 
     # ---- index snapshot (file store): the whole index as arrays, and back --------------------------
     def _index_image(self) -> IndexImage:
@@ -249,6 +253,59 @@ class IndexedStore:
             self._sizes, self._locs, [e.subject for e in entries],
             [e.seqs[e.head :] if e.head else e.seqs for e in entries],
             array("q", [at for at, _ in ttl]), array("Q", [seq for _, seq in ttl]), array("Q", sorted(self._never)))
+
+    def _range_image(self, lo: int, hi: int) -> IndexImage:
+        """The rows of seqs lo..hi (one sealed block's, hi its last message) with their own subject ids
+        1..n; `first` is the store's floor as of now (nothing below it exists), `last` is hi."""
+        a = min(max(lo - self._base, 0), len(self._sids))
+        b = max(min(hi + 1 - self._base, len(self._sids)), a)
+        rows = self._sids[a:b]
+        used = [sid for sid in set(rows) if sid]
+        local = dict(zip(used, range(1, len(used) + 1)))
+        local[0] = 0
+        entries = list(map(self._subjects.by_sid, used))
+        seqs = []
+        for e in entries:
+            i = bisect_left(e.seqs, lo, e.head)
+            seqs.append(e.seqs[i : bisect_left(e.seqs, hi + 1, i)])
+        sizes = self._sizes[a:b]
+        ttl = [(at, seq) for at, seq in self._ttl if lo <= seq <= hi and self._live(seq)]
+        return IndexImage(
+            self._base + a, self._first if self._msgs else self._last + 1, hi, self._ts[b - 1] if b > a else 0,
+            len(rows) - rows.count(0), sum(compress(sizes, rows)), array("I", map(local.__getitem__, rows)),
+            self._ts[a:b], sizes, self._locs[a:b], [e.subject for e in entries], seqs,
+            array("q", [at for at, _ in ttl]), array("Q", [seq for _, seq in ttl]),
+            array("Q", sorted(seq for seq in self._never if lo <= seq <= hi)))
+
+    def _append_index(self, image: IndexImage) -> None:
+        """Append the rows of a `_range_image` (recovery: a sealed block's, after every row present, their
+        per-subject lists included); ValueError, with nothing changed, when they do not come after them."""
+        rows = len(image.sids)
+        if rows and image.base <= self._last:
+            raise ValueError(f"its rows from seq {image.base} do not come after seq {self._last}")
+        if image.last < self._last:
+            raise ValueError(f"its last seq {image.last} is below seq {self._last}")
+        self._list_rows()
+        if rows:
+            if self._msgs == 0 and not self._sids:
+                self._base = image.base
+            self._grow_to(image.base)
+            intern = self._subjects.intern
+            entries = [intern(subject) for subject in image.subjects]
+            sids = [0, *(e.sid for e in entries)]
+            self._sids.extend(array("I", map(sids.__getitem__, image.sids)))
+            self._ts.extend(image.ts)
+            self._sizes.extend(image.sizes)
+            self._locs.extend(image.locs)
+            for e, seqs in zip(entries, image.subject_seqs):
+                e.seqs.extend(seqs)
+        self._msgs += image.msgs
+        self._bytes += image.bytes
+        self._last, self._last_ts = image.last, image.last_ts
+        for item in zip(image.ttl_at, image.ttl_seqs):
+            heapq.heappush(self._ttl, item)
+        self._never.update(image.never)
+        self._listed = self._base + len(self._sids) - 1
 
     def _load_index(self, image: IndexImage) -> None:
         """Take over the index of a snapshot (into a store just created); ValueError, with nothing changed,
