@@ -144,7 +144,7 @@ def test_a_store_opened_from_its_snapshot_equals_a_full_scan(tmp_path, seed, cap
         assert EXACT in caplog.text and "scanning" not in caplog.text
         assert observe(s) == observe(scanned)
         assert s.state().lost is None
-        assert accounting(s) == accounting(scanned)
+        assert live_accounting(s) == live_accounting(scanned)  # (sizes: see live_accounting)
         for no, blk in s._blocks.items():  # a snapshot keeps every tombstone a scan finds (and stale ones)
             assert set(scanned._blocks[no].tombs) <= set(blk.tombs), no
         after = rng.randrange(1 << 30)  # the same writes on both (their new timestamps differ)
@@ -202,7 +202,8 @@ def test_a_store_killed_after_a_checkpoint_replays_what_came_after_and_equals_a_
 def test_a_store_killed_before_any_checkpoint_reads_closed_blocks_from_their_indexes(tmp_path, caplog):
     """No snapshot at all: every closed block has its index file (written when it was closed, rewritten or
     erased in), so the open after a kill scans only the active block, and gives exactly what a full scan
-    gives. A damaged block (a flipped byte) or a damaged index file means that block is scanned instead."""
+    gives. A damaged block (a flipped byte) or a damaged index file means that block is scanned instead,
+    and the open writes a fresh index of every closed block that had none."""
     caplog.set_level(logging.INFO, logger="jsbroker.store.file")
     used = damaged = 0
     for seed in range(16):
@@ -230,11 +231,20 @@ def test_a_store_killed_before_any_checkpoint_reads_closed_blocks_from_their_ind
         if harm != "none":
             assert "ignoring the index of block" in caplog.text
             damaged += 1
-        if harm == "block":  # both scan it; which removed or skipped seqs count as lost may differ
-            s._lost = scanned._lost = None
+        if harm == "block":
+            # Both scan the damaged block, but they need not agree: a tombstone or floor record destroyed in
+            # it brings back a removed message in a scan of the older blocks, not in their indexes (which
+            # already had it removed). The store opens and reads whole messages; the rest is the scan's.
+            assert s.state().msgs == len(list(s.messages())), seed
+            s.close()
+            scanned.close()
+            continue
         assert observe(s) == observe(scanned), seed
         assert s.state().lost == scanned.state().lost, seed
         assert live_accounting(s) == live_accounting(scanned), seed
+        for store in (s, scanned):  # the open indexed what it scanned: the next crash need not scan it again
+            assert sorted(int(p.stem) for p in (store._dir / "msgs").glob(f"*{BLOCK_INDEX}")) == \
+                sorted(no for no, b in store._blocks.items() if b.live and b is not store._active), seed
         after = rng.randrange(1 << 30)
         random_ops(s, random.Random(after), 200)
         random_ops(scanned, random.Random(after), 200)

@@ -585,6 +585,9 @@ class FileStore(IndexedStore):
         self._open_active(next(reversed(self._blocks.values())))
         self._doomed = [b for b in self._blocks.values() if b.live == 0]
         self._sparse_blocks = {b.no for b in self._blocks.values() if b.live and self._sparse(b)}
+        if not self._lost:  # closed blocks without an index (older stores, ignored indexes) get one now
+            self._unindexed = {no for no in self._blocks
+                               if no != self._active.no and not self._block_index_path(no).exists()}
         self._enforce_limits(None)
         self._commit()
         if replayed is None and numbers:  # a full scan: the next crash must not need another one
