@@ -590,9 +590,7 @@ class FileStore(IndexedStore):
                                if no != self._active.no and not self._block_index_path(no).exists()}
         self._enforce_limits(None)
         self._commit()
-        if replayed is None and numbers:  # a full scan: the next crash must not need another one
-            self.checkpoint()
-        elif replayed == 0:
+        if replayed == 0:  # (after a scan no checkpoint is due: the commit above indexed the closed blocks)
             self._checkpointed = self._checkpoint_mark()
 
     def _scan_blocks(self, numbers: list[int]) -> None:
