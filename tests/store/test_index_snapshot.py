@@ -13,6 +13,7 @@ import shutil
 import struct
 import time
 import zlib
+from array import array
 from pathlib import Path
 
 import nats
@@ -252,6 +253,63 @@ def test_a_store_killed_before_any_checkpoint_reads_closed_blocks_from_their_ind
         s.close()
         scanned.close()
     assert used >= 6 and damaged >= 3, (used, damaged)
+
+
+def test_subject_seq_lists_widen_past_2_to_the_32(tmp_path, caplog):
+    """Per-subject seq lists hold 4-byte seqs until a stream passes seq 2^32: then that subject's list
+    widens, reads and limits go on alike, and snapshots and block indexes (8-byte seqs then) load back."""
+    caplog.set_level(logging.INFO, logger="jsbroker.store.file")
+    directory = tmp_path / "w"
+    s = open_store(directory)
+    s.skip_msgs(2**32 - 40)
+    payload = b"p" * 300  # a few records fill a 4 KB block: closed blocks (and their indexes) on both sides
+    for k in range(80):  # seqs 2^32-40 .. 2^32+39, subjects a, b, c
+        s.store_msg("abc"[k % 3], b"", payload + b"%d" % k)
+    assert {e.subject: e.seqs.typecode for e in s._subjects.matching(None)} == {"a": "Q", "b": "Q", "c": "Q"}
+    s.store_msg("d", b"", b"new")  # a new subject past 2^32 starts wide
+    want = observe(s)
+    assert want[0].msgs == 81 and want[0].last_seq == 2**32 + 40
+    assert [m.seq for m in s.load_next_msgs(2**32 + 30, ["a"], 10)] == [2**32 + 32, 2**32 + 35, 2**32 + 38]
+    s.checkpoint()
+    crash(s)
+    s = open_store(directory)  # from the snapshot (8-byte seqs)
+    assert LOADED in caplog.text and observe(s) == want
+    crash(s)
+    snapshot_path(directory).unlink()
+    caplog.clear()
+    s = open_store(directory)  # from the block indexes
+    assert "read from their indexes" in caplog.text and observe(s) == want
+    s.close()
+
+
+def as_version_2(data: bytes) -> bytes:
+    """A snapshot as version 2 wrote it: no seq_width in the head, every subject seq 8 bytes."""
+    index, blocks = index_snapshot.decode(data)
+    index.subject_seqs = [array("Q", seqs) for seqs in index.subject_seqs]
+    v3 = index_snapshot.encode(index, blocks)
+    head_end = 20 + 13 * 8  # preamble (magic, version, length), then the 13 head fields
+    body = v3[:head_end - 8] + v3[head_end:-4]
+    body = body[:8] + struct.pack("<IQ", 2, len(body) + 4) + body[20:]
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def test_a_version_2_snapshot_still_loads(tmp_path, caplog):
+    """Snapshots written before 4-byte subject seqs (version 2) load as they are: an upgrade does not scan."""
+    directory = tmp_path / "v2"
+    s = open_store(directory)
+    random_ops(s, random.Random(7), 600)
+    want = observe(s)
+    s.close()
+    path = snapshot_path(directory)
+    path.write_bytes(as_version_2(path.read_bytes()))
+    assert struct.unpack_from("<I", path.read_bytes(), 8) == (2,)
+    caplog.set_level(logging.INFO, logger="jsbroker.store.file")
+    s = open_store(directory)
+    assert EXACT in caplog.text and "scanning" not in caplog.text
+    assert observe(s) == want
+    s.store_msg("s.1", b"", b"after")  # a loaded 8-byte list takes new seqs too
+    assert s.load_last_msg("s.1").data == b"after"
+    s.close()
 
 
 def test_a_checkpoint_is_written_only_when_the_store_changed(tmp_path):

@@ -7,7 +7,7 @@ integers little-endian; arrays are the raw machine arrays, byte-swapped on big-e
 
     magic(8) b"JSIXSNAP"  version(4)  total_len(8)  the whole file, the CRC included
     head   base first last last_ts msgs bytes (8 each)
-           n_rows n_subjects names_len n_ttl n_never n_blocks (8 each)
+           n_rows n_subjects names_len n_ttl n_never n_blocks seq_width (8 each; seq_width: version 3 only)
     blocks n_blocks x (no size live live_bytes first_seq last_seq n_tombs (8 each) tail(4) head_crc(4)),
            then the tombstone seqs of each block in that order (8 each). `tail`: the block file's last 4
            bytes (the last record's CRC), 0 for a file shorter than that. `head_crc`: zlib.crc32 of the
@@ -16,7 +16,8 @@ integers little-endian; arrays are the raw machine arrays, byte-swapped on big-e
     rows   sids (4 x n_rows), ts (8 x n_rows), sizes (4 x n_rows), locs (8 x n_rows); row i is seq base+i,
            sid 0 = no message, sid k = the k-th subject below
     subjects  name lengths in characters (4 x n_subjects), seq counts (8 x n_subjects), the names one
-           after the other (UTF-8, names_len bytes), then each subject's live seqs (8 each, msgs in all)
+           after the other (UTF-8, names_len bytes), then each subject's live seqs (seq_width bytes each,
+           4 or 8; 8 in version 2; msgs in all)
     ttl    n_ttl expiry times (8 each), then their seqs (8 each): the live messages with a TTL
     never  n_never seqs (8 each): live messages whose TTL is "never"
     crc32(4)  zlib.crc32 of every byte before it
@@ -41,9 +42,9 @@ from itertools import accumulate
 from dataclasses import dataclass, field
 
 MAGIC = b"JSIXSNAP"
-VERSION = 2  # 2: head_crc (checkpoints); a version-1 snapshot is ignored (one full scan)
+VERSION = 3  # 2: head_crc (checkpoints); 3: 4-byte subject seqs; version 2 is read too, 1 ignored (a scan)
 _PREAMBLE = struct.Struct("<8sIQ")
-_HEAD = struct.Struct("<12Q")
+_HEADS = {2: struct.Struct("<12Q"), 3: struct.Struct("<13Q")}
 _BLOCK = struct.Struct("<7QII")
 _NAME_LEN = struct.Struct("<I")
 _COUNT = struct.Struct("<Q")
@@ -85,7 +86,7 @@ class IndexImage:
     sizes: array  # "I"
     locs: array  # "Q"
     subjects: list[str]
-    subject_seqs: list[array]  # "Q", live seqs per subject, ascending
+    subject_seqs: list[array]  # "I" or "Q", live seqs per subject, ascending
     ttl_at: array  # "q"
     ttl_seqs: array  # "Q"
     never: array  # "Q"
@@ -140,16 +141,21 @@ def encode_parts(index: IndexImage, blocks: list[BlockImage]) -> list[bytes | me
     """The snapshot as consecutive parts to write one after the other, most of them views of the index's
     arrays (no copy). The arrays cannot grow while a view exists: `release` the parts once written."""
     names = "".join(index.subjects).encode()
+    seq_lists = index.subject_seqs
+    wide = any(seqs.typecode != "I" for seqs in seq_lists)  # a stream past 2^32: all seqs 8 bytes wide
+    if wide:
+        seq_lists = [seqs if seqs.typecode == "Q" else array("Q", seqs) for seqs in seq_lists]
     parts: list[bytes | memoryview] = [
         b"",  # the preamble, once the length is known
-        _HEAD.pack(index.base, index.first, index.last, index.last_ts, index.msgs, index.bytes, len(index.sids),
-                   len(index.subjects), len(names), len(index.ttl_at), len(index.never), len(blocks)),
+        _HEADS[VERSION].pack(index.base, index.first, index.last, index.last_ts, index.msgs, index.bytes,
+                             len(index.sids), len(index.subjects), len(names), len(index.ttl_at), len(index.never),
+                             len(blocks), 8 if wide else 4),
         *(_BLOCK.pack(b.no, b.size, b.live, b.live_bytes, b.first_seq, b.last_seq, len(b.tombs), b.tail, b.head_crc)
           for b in blocks),
         *(_raw(b.tombs) for b in blocks),
         _raw(index.sids), _raw(index.ts), _raw(index.sizes), _raw(index.locs),
-        _raw(array("I", map(len, index.subjects))), _raw(array("Q", map(len, index.subject_seqs))), names,
-        *map(_raw, index.subject_seqs),
+        _raw(array("I", map(len, index.subjects))), _raw(array("Q", map(len, seq_lists))), names,
+        *map(_raw, seq_lists),
         _raw(index.ttl_at), _raw(index.ttl_seqs), _raw(index.never),
     ]
     total = sum(map(len, parts)) + _PREAMBLE.size + _CRC.size
@@ -175,8 +181,8 @@ def decode(data: bytes) -> tuple[IndexImage, list[BlockImage]]:
     magic, version, total = _PREAMBLE.unpack_from(data)
     if magic != MAGIC:
         raise SnapshotError("not an index snapshot (bad magic)")
-    if version != VERSION:
-        raise SnapshotError(f"unknown index snapshot version {version} (this broker reads {VERSION})")
+    if version not in _HEADS:
+        raise SnapshotError(f"unknown index snapshot version {version} (this broker reads {sorted(_HEADS)})")
     if total != len(data):
         raise SnapshotError(f"index snapshot is {len(data)} bytes, its header says {total}")
     crc_at = len(data) - _CRC.size
@@ -184,8 +190,11 @@ def decode(data: bytes) -> tuple[IndexImage, list[BlockImage]]:
     if zlib.crc32(view[:crc_at]) != _CRC.unpack_from(data, crc_at)[0]:
         raise SnapshotError("index snapshot checksum mismatch")
     r = _Reader(view[_PREAMBLE.size : crc_at])
-    base, first, last, last_ts, msgs, nbytes, n_rows, n_subjects, names_len, n_ttl, n_never, n_blocks = \
-        r.unpack(_HEAD)
+    base, first, last, last_ts, msgs, nbytes, n_rows, n_subjects, names_len, n_ttl, n_never, n_blocks, *width = \
+        r.unpack(_HEADS[version])
+    seq_code = {4: "I", 8: "Q"}.get(width[0] if width else 8)
+    if seq_code is None:
+        raise SnapshotError(f"index snapshot has seqs {width[0]} bytes wide")
     heads = [r.unpack(_BLOCK) for _ in range(n_blocks)]
     blocks = [BlockImage(no, size, live, live_bytes, first_seq, last_seq, tail, head_crc, r.array("Q", n_tombs))
               for no, size, live, live_bytes, first_seq, last_seq, n_tombs, tail, head_crc in heads]
@@ -199,7 +208,7 @@ def decode(data: bytes) -> tuple[IndexImage, list[BlockImage]]:
     if (name_ends[-1] if name_ends else 0) != len(names) or (seq_ends[-1] if seq_ends else 0) != msgs:
         raise SnapshotError(f"index snapshot counts disagree: {msgs} messages, subject names or seq lists "
                             "of other lengths")
-    seqs = r.array("Q", msgs)
+    seqs = r.array(seq_code, msgs)
     subjects = list(map(names.__getitem__, map(slice, [0, *name_ends[:-1]], name_ends)))
     subject_seqs = list(map(seqs.__getitem__, map(slice, [0, *seq_ends[:-1]], seq_ends)))
     index = IndexImage(base, first, last, last_ts, msgs, nbytes, sids, ts, sizes, locs, subjects, subject_seqs,

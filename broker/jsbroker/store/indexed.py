@@ -164,7 +164,10 @@ class IndexedStore:
             self._grow_to(seq)
         subjects = self._subjects
         entry = subjects.get(subject) or subjects.intern(subject)
-        entry.seqs.append(seq)
+        try:
+            entry.seqs.append(seq)
+        except OverflowError:
+            entry.append(seq)
         self._sids.append(entry.sid)
         self._ts.append(ts)
         self._sizes.append(size)
@@ -234,7 +237,11 @@ class IndexedStore:
         start = max(self._listed + 1 - base, 0)
         for i, sid in enumerate(self._sids[start:], start):
             if sid:
-                by_sid(sid).seqs.append(base + i)
+                entry = by_sid(sid)
+                try:
+                    entry.seqs.append(base + i)
+                except OverflowError:
+                    entry.append(base + i)
         self._listed = base + len(self._sids) - 1
 
     # ---- index snapshot (file store): the whole index as arrays, and back --------------------------
@@ -298,7 +305,7 @@ class IndexedStore:
             self._sizes.extend(image.sizes)
             self._locs.extend(image.locs)
             for e, seqs in zip(entries, image.subject_seqs):
-                e.seqs.extend(seqs)
+                e.extend(seqs)
         self._msgs += image.msgs
         self._bytes += image.bytes
         self._last, self._last_ts = image.last, image.last_ts

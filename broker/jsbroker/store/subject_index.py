@@ -26,15 +26,38 @@ def any_all(subject_filters: list[str]) -> bool:
 
 
 class SubjectEntry:
-    """One subject's live seqs; `seqs[head:]` are valid (removals at the front only move `head`)."""
+    """One subject's live seqs; `seqs[head:]` are valid (removals at the front only move `head`). The list
+    is an array of 4-byte seqs until a seq needs more (a stream past 2^32 messages): appends that raise
+    OverflowError call `widen()` and append again (a try costs nothing on the hot path until it raises)."""
 
     __slots__ = ("subject", "sid", "seqs", "head")
 
     def __init__(self, subject: str, sid: int, seqs: array[int] | None = None) -> None:
         self.subject = subject
         self.sid = sid
-        self.seqs = array("Q") if seqs is None else seqs
+        self.seqs = array("I") if seqs is None else seqs
         self.head = 0
+
+    def widen(self) -> None:
+        """Make room for seqs of 2^32 and above."""
+        self.seqs = array("Q", self.seqs)
+
+    def append(self, seq: int) -> None:
+        try:
+            self.seqs.append(seq)
+        except OverflowError:
+            self.widen()
+            self.seqs.append(seq)
+
+    def extend(self, seqs: array[int]) -> None:
+        """Append ascending seqs (another list's, either width)."""
+        if seqs.typecode != self.seqs.typecode:
+            if self.seqs.typecode == "I" and (not seqs or seqs[-1] >> 32 == 0):
+                seqs = array("I", seqs)
+            else:
+                self.widen()
+                seqs = array("Q", seqs)
+        self.seqs.extend(seqs)
 
     @property
     def count(self) -> int:
@@ -131,7 +154,7 @@ class SubjectIndex:
     def add(self, subject: str, seq: int) -> int:
         """Append `seq` (the newest) to the subject's list; returns its sid."""
         entry = self.intern(subject)
-        entry.seqs.append(seq)
+        entry.append(seq)
         return entry.sid
 
     def remove(self, sid: int, seq: int) -> SubjectEntry:
