@@ -1,8 +1,8 @@
 """StreamStore semantics shared by the memory and file stores, over a compact in-memory index.
 
 Owns everything a store decides without looking at message bodies: sequence bookkeeping (first/last,
-gaps, skips), per-message metadata in parallel arrays (subject id, timestamp, size, location: 28 bytes
-a message), the per-subject index, the limits (max_msgs, max_bytes, max_msgs_per_subject, max_age,
+gaps, skips), per-message metadata in parallel arrays (subject id, timestamp, size, location: 24 bytes
+a message), the per-subject index (4 more: subject seq lists), the limits (max_msgs, max_bytes, max_msgs_per_subject, max_age,
 per-message TTL; always discard-old), purge rules and filtered lookups. A backend subclass keeps the
 bodies and persists changes through a handful of hooks (`_put`, `_get`, `_drop`, `_drop_all`,
 `_log_delete`, `_log_floor`, `_commit`); the index never does I/O itself.
