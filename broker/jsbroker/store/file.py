@@ -157,6 +157,13 @@ def _head_crc(path: Path, size: int) -> int:
             return zlib.crc32(mm)
 
 
+def _mapped(path: Path) -> mmap.mmap:
+    """A read-only mapping of a whole file (not a heap copy: recovery reads one per block, and freed heap
+    stays in the RSS). It is unmapped once nothing refers to it, or to a view of it, any more."""
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
 def _size_and_tail(path: Path) -> tuple[int, int]:
     """A block file's size and its last 4 bytes (the last record's CRC) as an int, 0 when shorter."""
     fd = os.open(path, os.O_RDONLY)
@@ -628,10 +635,10 @@ class FileStore(IndexedStore):
         loaded: scan the block)."""
         path = self._block_index_path(blk.no)
         try:
-            data = path.read_bytes()
+            data = _mapped(path)
         except FileNotFoundError:
             return None
-        except OSError as e:
+        except (OSError, ValueError) as e:
             log.warning("stream store %s: unreadable index of block %d (%s); scanning it", self._dir, blk.no, e)
             return None
         try:
