@@ -16,6 +16,22 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
+_IOV_MAX = 1024  # parts per writev (Linux's IOV_MAX)
+
+
+def write_parts(fd: int, parts: Sequence[bytes | memoryview]) -> None:
+    """Write the parts one after the other, up to _IOV_MAX per writev (a snapshot has one per subject)."""
+    for i in range(0, len(parts), _IOV_MAX):
+        batch = parts[i : i + _IOV_MAX]
+        done = os.writev(fd, batch)
+        for part in batch:  # a short writev: the rest part by part
+            if done >= len(part):
+                done -= len(part)
+                continue
+            write_all(fd, memoryview(part)[done:])
+            done = 0
+
+
 def fsync_dir(path: Path) -> None:
     """Make renames, creations and removals in `path` durable."""
     fd = os.open(path, os.O_RDONLY)
@@ -36,8 +52,10 @@ def replace_file(path: Path, data: bytes | Sequence[bytes | memoryview], sync_di
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            for part in [data] if isinstance(data, bytes) else data:
-                write_all(fd, part)
+            if isinstance(data, bytes):
+                write_all(fd, data)
+            else:
+                write_parts(fd, data)
             if sync:
                 os.fsync(fd)
         finally:
