@@ -41,6 +41,8 @@ from array import array
 from itertools import accumulate
 from dataclasses import dataclass, field
 
+from .record import Buffer
+
 MAGIC = b"JSIXSNAP"
 VERSION = 3  # 2: head_crc (checkpoints); 3: 4-byte subject seqs; version 2 is read too, 1 ignored (a scan)
 _PREAMBLE = struct.Struct("<8sIQ")
@@ -174,7 +176,7 @@ def release(parts: list[bytes | memoryview]) -> None:
             part.release()
 
 
-def decode(data: bytes) -> tuple[IndexImage, list[BlockImage]]:
+def decode(data: Buffer) -> tuple[IndexImage, list[BlockImage]]:
     """The index and blocks of a snapshot, or SnapshotError when it is not whole, valid and consistent."""
     if len(data) < _PREAMBLE.size + _CRC.size:
         raise SnapshotError(f"index snapshot too short ({len(data)} bytes)")
