@@ -656,12 +656,20 @@ class FileStore(IndexedStore):
             b.first_seq, b.last_seq
         blk.tombs = array("Q", b.tombs)
         for seq in b.tombs:
-            gone = self._restore_delete(seq)
-            if gone is not None:
-                target = self._blocks.get(_block_of(gone[0]))
-                if target is not None:
-                    target.remove(_rec_len(*gone))
+            self._restore_tombstone(seq)
         return image.first
+
+    def _restore_tombstone(self, seq: int) -> int | None:
+        """Recovery met a tombstone: forget the row and take it off its block's accounting; returns the block
+        that held the message, None when it was not live."""
+        gone = self._restore_delete(seq)
+        if gone is None:
+            return None
+        no = _block_of(gone[0])
+        target = self._blocks.get(no)
+        if target is not None:
+            target.remove(_rec_len(*gone))
+        return no
 
     # ---- index snapshot (written by checkpoints and a clean close, loaded by the next open) ---------
     def _read_snapshot(self, has_blocks: bool) -> bytes | None:
@@ -831,13 +839,9 @@ class FileStore(IndexedStore):
                         blk.add(seq, length)
                     gap = False
                 elif kind == record.DELETE:
-                    gone = self._restore_delete(seq)
-                    if gone is not None:
-                        target = self._blocks.get(_block_of(gone[0]))
-                        if target is not None:
-                            target.remove(_rec_len(*gone))
-                        if _block_of(gone[0]) != blk.no:
-                            blk.tombs.append(seq)
+                    target = self._restore_tombstone(seq)
+                    if target is not None and target != blk.no:
+                        blk.tombs.append(seq)
                 else:  # FLOOR
                     floor = max(floor, aux)
                     if seq >= self._last:
