@@ -190,8 +190,11 @@ class Consumer:
     # ---- lifecycle -------------------------------------------------------------------------------
 
     def start(self, state: ConsumerState | None = None) -> None:
-        """Pick the starting sequence (or resume from stored state) and start receiving."""
-        if state is not None and (state.delivered_consumer_seq or state.delivered_stream_seq or state.pending):
+        """Pick the starting sequence, or resume from the stored state of a consumer that existed before a
+        restart, and start receiving. The start is resolved once, at creation, and stored at once: a
+        consumer created on an empty stream starts at sequence 1 and stays there after a restart (as in
+        nats-server), instead of resolving its deliver policy again against the stream as it is then."""
+        if state is not None:
             self._apply_state(state)
         else:
             self._select_start()
