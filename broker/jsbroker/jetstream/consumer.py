@@ -127,7 +127,8 @@ class Consumer:
         self.dseq = 1
         self.adflr = 0
         self.asflr = 0
-        self.npc = 0
+        self.npc = 0  # num_pending, a running count like nats-server's (see `_recount_pending`)
+        self.npf = 0  # the stream sequence the count is valid through
         self.pending: dict[int, list[int]] = {}
         self.rdc: dict[int, int] = {}
         self.rdq: deque[int] = deque()
@@ -338,8 +339,22 @@ class Consumer:
         # After a restart everything unacked is due for redelivery once its ack wait has passed.
 
     def _recount_pending(self) -> None:
+        """nats-server's streamNumPending: count from the store, valid through the stream's last sequence
+        (`npf`); from then on the count runs (`on_stored`, deliveries, `on_removed`) until the next recount
+        (start, a filter update, a purge, a reset), and INFO only clamps it (`_checked_pending`)."""
+        store = self.stream.store
         lps = self.cfg.deliver_policy == "last_per_subject"
-        self.npc = self.stream.store.num_pending(self.sseq, self.filters or None, lps)
+        self.npc = store.num_pending(self.sseq, self.filters or None, lps)
+        self.npf = store.state().last_seq
+
+    def _checked_pending(self) -> int:
+        """nats-server's checkNumPending: never more than the messages there are from `sseq` on."""
+        st = self.stream.store.state()
+        if self.sseq > st.last_seq:
+            self.npc = 0
+        elif self.npc > 0:
+            self.npc = min(self.npc, st.msgs, st.last_seq - self.sseq + 1)
+        return max(self.npc, 0)
 
     # ---- stream hooks ----------------------------------------------------------------------------
 
@@ -358,12 +373,19 @@ class Consumer:
         return seq >= self.sseq or seq in self.pending
 
     def on_stored(self, seq: int, subject: str) -> None:
-        if self.closed:
+        if self.closed or not self.wants(subject):
             return
-        if seq >= self.sseq and self.wants(subject):
+        if seq > self.npf:  # counted by nats-server even below `sseq` (its processStreamSignal)
             self.npc += 1
+        if seq >= self.sseq:
             if (self.active if self.cfg.is_push else len(self.waiting)):  # type: ignore[arg-type]
                 self._kick()
+
+    def on_removed(self, seq: int, subject: str) -> None:
+        """One message left the stream (deleted, acked away, a limit, expiry): nats-server's
+        decStreamPending for the count of messages still to deliver."""
+        if not self.closed and seq >= self.sseq and self.wants(subject):
+            self.npc -= 1
 
     def on_stream_purged(self) -> None:
         """nats-server's `consumer.purge` for a purge that may be narrower than this consumer: move
@@ -568,8 +590,9 @@ class Consumer:
         msg = self._next_new()
         if msg is None:
             self._stall = "eof"
-            self.sseq = max(self.sseq, store.state().last_seq + 1)
-            self.npc = 0
+            last = store.state().last_seq
+            self.sseq = max(self.sseq, last + 1)
+            self.npc, self.npf = 0, last
             return None
         self.sseq = msg.seq + 1
         return msg, 1
@@ -1209,7 +1232,7 @@ class Consumer:
         """ConsumerInfo as nats-server reports it (without "type"); LIST leaves out the server's
         dynamic metadata (`_nats.level`, `_nats.ver`) as nats-server does."""
         self._settle_acks()
-        self._recount_pending()
+        num_pending = self._checked_pending()
         if self.waiting is not None:
             self._sweep(end_of_stream=False)
         delivered_dseq, delivered_sseq, floor_dseq, floor_sseq = self.store.floors()
@@ -1233,7 +1256,7 @@ class Consumer:
             "num_ack_pending": len(self.pending),
             "num_redelivered": 0 if self.cfg.max_deliver == 1 else len(self.rdc),
             "num_waiting": len(self.waiting) if self.waiting is not None else 0,
-            "num_pending": max(self.npc, 0),
+            "num_pending": num_pending,
         }
         if self.cfg.is_push and self.active:
             out["push_bound"] = True

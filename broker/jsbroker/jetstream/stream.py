@@ -52,6 +52,8 @@ class ConsumerHook(Protocol):
 
     def needs(self, seq: int) -> bool: ...
 
+    def on_removed(self, seq: int, subject: str) -> None: ...
+
     def on_stream_purged(self) -> None: ...
 
     def stop(self) -> None: ...
@@ -94,6 +96,7 @@ class Stream:
         # until `_release` (run by the core before any output) has written them (None: memory streams).
         self._held: list[tuple[str, bytes]] | None = [] if config.storage == "file" else None
         self._release_armed = False
+        store.set_on_remove(self._on_removed)  # limits and expiry remove messages inside the store
         self._apply_config()
         state = store.state()
         self.last_seq = state.last_seq
@@ -252,7 +255,19 @@ class Stream:
             return
         subject = self.store.subject_of(seq)
         if subject is not None and not self._needed(seq, subject, list(self.consumers.values())):
-            self.store.remove_msg(seq)
+            self._remove(seq, subject)
+
+    def _remove(self, seq: int, subject: str, erase: bool = False) -> bool:
+        """Remove one message and tell the consumers (the store reports its own removals, limits and
+        expiry, through `_on_removed`)."""
+        if not self.store.remove_msg(seq, erase=erase):
+            return False
+        self._on_removed(seq, subject)
+        return True
+
+    def _on_removed(self, seq: int, subject: str) -> None:
+        for consumer in self.consumers.values():
+            consumer.on_removed(seq, subject)
 
     @staticmethod
     def _needed(seq: int, subject: str, consumers: list[ConsumerHook]) -> bool:
@@ -263,9 +278,9 @@ class Stream:
     def _drop_unneeded(self) -> None:
         """After a consumer left an interest/workqueue stream: remove what nobody needs any more."""
         consumers = list(self.consumers.values())
-        doomed = [seq for seq, subject in self.store.seqs() if not self._needed(seq, subject, consumers)]
-        for seq in doomed:
-            self.store.remove_msg(seq)
+        doomed = [(seq, subject) for seq, subject in self.store.seqs() if not self._needed(seq, subject, consumers)]
+        for seq, subject in doomed:
+            self._remove(seq, subject)
 
     # -- publish ----------------------------------------------------------------------------------------
 
@@ -430,11 +445,9 @@ class Stream:
         return self.last_seq
 
     def _rollup(self, subject: str, kind: str, new_seq: int) -> None:
-        keep = 1 if new_seq else 0
-        if kind == "sub":
-            self.store.purge(subject, keep=keep)
-        else:
-            self.store.purge(None, keep=keep)
+        """A rollup is a purge (nats-server's purgeLocked): the consumers move past what it removed."""
+        self.store.purge(subject if kind == "sub" else None, keep=1 if new_seq else 0)
+        self._purged()
 
     # -- expiry -----------------------------------------------------------------------------------------
 
@@ -468,9 +481,12 @@ class Stream:
             raise errors.STREAM_PURGE_FAILED(err="stream purge not permitted")
         purged = self.store.purge(subject_filter or None, up_to_seq=seq, keep=keep)
         self.last_seq = max(self.last_seq, self.store.state().last_seq)
+        self._purged()
+        return purged
+
+    def _purged(self) -> None:
         for consumer in self.consumers.values():
             consumer.on_stream_purged()
-        return purged
 
     def delete_msg(self, seq: int, erase: bool) -> None:
         if self.config.sealed:
@@ -479,7 +495,8 @@ class Stream:
             raise errors.STREAM_MSG_DELETE_FAILED(err="message delete not permitted")
         if self.config.storage == "file" and seq > self.store.state().last_seq:
             raise errors.STREAM_MSG_DELETE_FAILED(err="stream store EOF")  # nats-server's filestore says so
-        if not self.store.remove_msg(seq, erase=erase):
+        subject = self.store.subject_of(seq)
+        if subject is None or not self._remove(seq, subject, erase=erase):
             raise errors.SEQUENCE_NOT_FOUND(seq=seq)
 
     def info_state(self, deleted_details: bool = False) -> dict[str, Any]:
