@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--metrics-port", type=int, metavar="PORT",
                      help="Prometheus /metrics port, 0 = off (env JSOPERATOR_METRICS_PORT; default 8080)")
     run.add_argument("--health-port", type=int, metavar="PORT",
-                     help="/healthz liveness port, 0 = off (env JSOPERATOR_HEALTH_PORT; default 8081)")
+                     help="liveness /healthz and readiness /readyz port, 0 = off (env JSOPERATOR_HEALTH_PORT; default 8081)")
     run.add_argument("--log-level", help="DEBUG, INFO, WARNING, ... (env JSOPERATOR_LOG_LEVEL; default INFO)")
     run.add_argument("--log-format", choices=["json", "plain"], help="(env JSOPERATOR_LOG_FORMAT; default json)")
     sub.add_parser("crds", help="print the CustomResourceDefinitions (YAML) generated from the models")
@@ -78,7 +78,9 @@ async def run(settings: settings_mod.Settings) -> None:
     pool = connection.Pool(timeout=settings.request_timeout)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, settings)
-    health.register(registry, pool)
+    probes = health.Health(pool, settings.namespaces)
+    if settings.health_port:
+        await probes.serve(settings.health_port)
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)
     try:
@@ -89,10 +91,10 @@ async def run(settings: settings_mod.Settings) -> None:
             identity=cast(Any, _identity()),  # kopf's Identity: a NewType of str it does not export
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
-            liveness_endpoint=health.endpoint(settings.health_port),
             memo=kopf.Memo(settings=settings, pool=pool, managed={}),
         )
     finally:
+        await probes.close()
         await pool.close()
 
 

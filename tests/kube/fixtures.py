@@ -7,6 +7,7 @@
   it fails. A start failure is always an error.
 - ``kube_namespace`` (function): the name of a fresh namespace (namespaces are never cleaned up:
   nothing finishes deleting them without a controller-manager).
+- ``service_account_kubeconfig()``: a kubeconfig acting as a ServiceAccount (RBAC applies, as in a pod).
 
 Under pytest-xdist each worker would start its own control plane (~0.5 GB RAM, ~10-60 s of CPU).
 Mark every envtest-using test ``@pytest.mark.xdist_group("kube")`` (the suite runs with
@@ -17,9 +18,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import kubernetes.client
 import pytest
+import yaml
 
 from tests.kube import assets
 from jsoperator.localcluster.envtest import EnvTest
@@ -48,3 +51,21 @@ def kube_namespace(envtest: EnvTest) -> str:
             kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=name))
         )
     return name
+
+
+def service_account_kubeconfig(env: EnvTest, namespace: str, name: str, path: Path) -> Path:
+    """Write to `path` a kubeconfig that authenticates as ServiceAccount `namespace/name` (created when
+    missing) with a fresh token: the API access a pod running as that account has, RBAC included."""
+    with env.api_client() as client:
+        core = kubernetes.client.CoreV1Api(client)
+        try:
+            core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+        except kubernetes.client.ApiException as exc:
+            assert exc.status == 409, exc
+        token = core.create_namespaced_service_account_token(
+            name, namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+    config = yaml.safe_load(env.kubeconfig.read_text())
+    config["users"] = [{"name": f"{namespace}-{name}", "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = f"{namespace}-{name}"
+    path.write_text(yaml.safe_dump(config))
+    return path
