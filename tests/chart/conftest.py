@@ -1,1 +1,1 @@
-from tests.kube.fixtures import envtest  # noqa: F401  (the dry-run apply tests)
+from tests.kube.fixtures import envtest, kube_namespace  # noqa: F401  (dry-run applies, the CRD upgrade)
