@@ -53,7 +53,8 @@ def test_both_kinds_have_checks_and_argocd_cm_carries_the_same_lua():
 
 
 def test_gitops_examples_point_at_folders_of_this_repository():
-    paths = [d["spec"]["source"]["path"] for d in yaml.safe_load_all((ARGOCD / "application.yaml").read_text())]
+    paths = [d["spec"]["source"]["path"] for app in sorted(ARGOCD.glob("application*.yaml"))
+             for d in yaml.safe_load_all(app.read_text())]
     paths += [d["spec"]["path"] for d in yaml.safe_load_all((ROOT / "deploy" / "flux" / "jetstream-kopf.yaml").read_text())
               if d["kind"] == "Kustomization"]
     assert paths and all((ROOT / p).is_dir() for p in paths), paths

@@ -102,12 +102,58 @@ def test_defaults_run_the_broker_statefulset_and_point_the_operator_at_it(helm_b
     assert deploy["spec"]["strategy"] == {"type": "Recreate"} and deploy["spec"]["replicas"] == 1
     [operator] = deploy["spec"]["template"]["spec"]["containers"]
     variables = env(operator)
-    assert variables["JSOPERATOR_SERVERS"] == f"nats://jk-jetstream-kopf-broker.{NAMESPACE}.svc:4222"
-    secret = one(docs, "Secret")["metadata"]["name"]
+    # The broker's namespace is the operator pod's own, so a rendered manifest works in any namespace.
+    assert list(variables)[:2] == ["POD_NAMESPACE", "JSOPERATOR_SERVERS"]
+    assert variables["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert variables["JSOPERATOR_SERVERS"] == "nats://jk-jetstream-kopf-broker.$(POD_NAMESPACE).svc:4222"
+    assert operator["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert operator["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    secret = "jk-jetstream-kopf-broker-auth"
     assert variables["JSOPERATOR_TOKEN"]["secretKeyRef"] == {"name": secret, "key": "token"}
     assert env(broker)["JSBROKER_AUTH_TOKEN"]["secretKeyRef"] == {"name": secret, "key": "token"}
     rules = one(docs, "ClusterRole")["rules"]
     assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]} in rules
+
+
+def test_no_secret_is_rendered_and_the_broker_creates_its_token_at_first_start(helm_bin):
+    docs = render(helm_bin, [])
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    [init] = pod["initContainers"]
+    assert init["command"][:2] == ["python", "-c"] and init["command"][2] == (CHART / "files" / "ensure-token.py").read_text()
+    assert init["command"][3:5] == ["jk-jetstream-kopf-broker-auth", "token"]
+    # Only the init container holds the ServiceAccount's token; the broker has no API access.
+    assert pod["serviceAccountName"] == "jk-jetstream-kopf-broker" and pod["automountServiceAccountToken"] is False
+    assert [m["name"] for m in init["volumeMounts"]] == ["kube-api-access"]
+    assert "kube-api-access" not in [m["name"] for m in pod["containers"][0]["volumeMounts"]]
+    role = one(docs, "Role", "jk-jetstream-kopf-broker-auth")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["jk-jetstream-kopf-broker-auth"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]
+    assert one(docs, "RoleBinding")["subjects"] == [{"kind": "ServiceAccount", "name": "jk-jetstream-kopf-broker"}]
+
+    # A Secret of the user's: no init container, no account, no Role.
+    docs = render(helm_bin, ["broker.auth.existingSecret=mine"])
+    pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    assert "initContainers" not in pod and "serviceAccountName" not in pod
+    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding", "Secret")]
+    assert env(pod["containers"][0])["JSBROKER_AUTH_TOKEN"]["secretKeyRef"] == {"name": "mine", "key": "token"}
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_helm_template_twice_gives_identical_output(helm_bin, name):
+    """What Argo CD relies on: it renders with `helm template` at every sync; a difference would be applied."""
+    args = ["template", "jk", str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION]
+    for value in VALUE_SETS[name]:
+        args += ["--set", value]
+    first, second = run_helm(helm_bin, *args), run_helm(helm_bin, *args)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout
+
+
+def test_no_template_looks_up_the_cluster():
+    """`lookup` returns nothing under `helm template` (Argo CD), so nothing may depend on it."""
+    assert [p.name for p in (CHART / "templates").iterdir() if "lookup" in p.read_text()] == []
 
 
 def test_the_rendered_broker_configuration_is_what_jsbroker_reads(helm_bin, tmp_path):
@@ -148,7 +194,7 @@ def test_broker_tls_serves_the_secret_and_the_operator_trusts_its_ca(helm_bin, t
     assert {"name": "tls", "mountPath": "/etc/jsbroker/tls", "readOnly": True} in broker_pod["containers"][0]["volumeMounts"]
     operator_pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     variables = env(operator_pod["containers"][0])
-    assert variables["JSOPERATOR_SERVERS"] == f"tls://jk-jetstream-kopf-broker.{NAMESPACE}.svc:4222"
+    assert variables["JSOPERATOR_SERVERS"] == "tls://jk-jetstream-kopf-broker.$(POD_NAMESPACE).svc:4222"
     assert (variables["JSOPERATOR_TLS_CA"], variables["JSOPERATOR_TLS_CERT"], variables["JSOPERATOR_TLS_KEY"]) == (
         "/etc/jsoperator/tls/ca.crt", "/etc/jsoperator/client/tls.crt", "/etc/jsoperator/client/tls.key")
     volumes = {v["name"]: v["secret"] for v in operator_pod["volumes"] if "secret" in v}
@@ -180,7 +226,8 @@ def test_external_nats_has_no_broker_and_passes_the_secrets(helm_bin):
 
 def test_watched_namespaces_get_roles_and_no_cluster_wide_access_to_resources(helm_bin):
     docs = render(helm_bin, VALUE_SETS["namespaced"])
-    assert sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == "Role") == ["jk-team-a", "jk-team-b"]
+    assert sorted(d["metadata"]["namespace"] for d in docs
+                  if d["kind"] == "Role" and d["metadata"]["name"] == "jk-jetstream-kopf-operator") == ["jk-team-a", "jk-team-b"]
     cluster = {r for rule in one(docs, "ClusterRole")["rules"] for r in rule["resources"]}
     assert cluster == {"customresourcedefinitions", "namespaces"}
     [operator] = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
@@ -189,8 +236,16 @@ def test_watched_namespaces_get_roles_and_no_cluster_wide_access_to_resources(he
 
 @pytest.mark.parametrize("value,message", [
     ("broker.replicas=3", "at '/broker/replicas'"),
-    ("broker.enabled=false", "at '/nats/url'"),
-    ("broker.config.maxPayload=lots", "at '/broker/config/maxPayload'"),
+    ("broker.enabled=false", "at '/nats/url': value must be 'the NATS servers, e.g. nats://nats.nats.svc:4222 "
+                             "(broker.enabled=false needs nats.url)'"),
+    ("broker.resources.limits.memory=banana",
+     "at '/broker/resources/limits/memory': value must be 'a Kubernetes quantity such as 256Mi, 1Gi, 500m or 0.5'"),
+    ("operator.resources.requests.cpu=lots",
+     "at '/operator/resources/requests/cpu': value must be 'a Kubernetes quantity such as 256Mi, 1Gi, 500m or 0.5'"),
+    ("broker.resources.limit.memory=1Gi", "additional properties 'limit' not allowed"),
+    ("broker.persistence.size=big", "at '/broker/persistence/size': value must be 'a Kubernetes quantity"),
+    ("broker.config.maxPayload=lots", "at '/broker/config/maxPayload': value must be 'a byte size such as"),
+    ("broker.config.writeDeadline=10x", "at '/broker/config/writeDeadline': value must be 'a duration such as"),
     ("operator.logFormat=xml", "at '/operator/logFormat'"),
     ("operator.watchNamespaces={Bad_NS}", "at '/operator/watchNamespaces/0'"),
     ("brokr.enabled=true", "additional properties 'brokr' not allowed"),
@@ -201,6 +256,15 @@ def test_watched_namespaces_get_roles_and_no_cluster_wide_access_to_resources(he
 def test_bad_values_fail_with_a_message_naming_them(helm_bin, value, message):
     done = run_helm(helm_bin, "template", "jk", str(CHART), "--kube-version", KUBE_VERSION, "--set", value)
     assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("value", [
+    "broker.resources.limits.memory=512Mi", "broker.resources.limits.memory=1e9", "operator.resources.requests.cpu=0.5",
+    "operator.resources.requests.cpu=250m", "broker.resources.limits.nvidia\\.com/gpu=1", "broker.persistence.size=1.5Ti",
+    "broker.enabled=false,nats.url=nats://a:4222"])
+def test_good_values_pass_the_schema(helm_bin, value):
+    done = run_helm(helm_bin, "template", "jk", str(CHART), "--kube-version", KUBE_VERSION, "--set", value)
+    assert done.returncode == 0, done.stderr
 
 
 def dry_run_apply(envtest: Any, docs: list[dict[str, Any]], default_namespace: str) -> None:

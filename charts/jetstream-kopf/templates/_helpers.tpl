@@ -50,12 +50,21 @@ app.kubernetes.io/component: {{ .component }}
 {{ default (printf "%s-auth" (include "jk.brokerName" .)) .Values.broker.auth.existingSecret }}
 {{- end -}}
 
-{{/* The NATS URL the operator uses by default: the in-chart broker's client Service, or nats.url. */}}
+{{/* "true" when the broker's first start creates the token Secret (not rendered: `helm template` stays stable). */}}
+{{- define "jk.brokerCreatesToken" -}}
+{{- if and .Values.broker.enabled .Values.broker.auth.enabled (not .Values.broker.auth.existingSecret) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The NATS URL the operator uses by default: the in-chart broker's client Service, or nats.url. `namespace`:
+the broker's namespace as the URL names it ($(POD_NAMESPACE) in the operator's env, so a rendered
+manifest works in whatever namespace it is applied to). */}}
 {{- define "jk.natsUrl" -}}
-{{- if .Values.broker.enabled -}}
-{{ ternary "tls" "nats" .Values.broker.tls.enabled }}://{{ include "jk.brokerName" . }}.{{ .Release.Namespace }}.svc:{{ .Values.broker.service.port }}
+{{- if .root.Values.broker.enabled -}}
+{{ ternary "tls" "nats" .root.Values.broker.tls.enabled }}://{{ include "jk.brokerName" .root }}.{{ .namespace }}.svc:{{ .root.Values.broker.service.port }}
 {{- else -}}
-{{ required "nats.url is required when broker.enabled is false" .Values.nats.url }}
+{{ required "nats.url is required when broker.enabled is false" .root.Values.nats.url }}
 {{- end -}}
 {{- end -}}
 
