@@ -6,7 +6,7 @@ kubeconfig (kind, from scripts/e2e-kind.sh), seen by the end-to-end body as an `
 - ``e2e_target`` (session): $JSOPERATOR_E2E_KUBECONFIG (with $JSOPERATOR_E2E_LOAD_IMAGE, a command
   the image tag is appended to, and $JSOPERATOR_E2E_HOST_ADDRESS) or else the local cluster.
 - ``e2e_image`` (session): $JSOPERATOR_E2E_IMAGE, or the image tests/image builds.
-- ``helm``: Helm's own engine (tests/chart/go_tools).
+- ``helm``, ``kustomize``: the Go-built tools (tests/chart/go_tools).
 
 Mark tests ``pytest.mark.cluster`` and ``pytest.mark.xdist_group("image")``: the image build and the
 cluster both happen once, on the worker that also runs tests/image.
@@ -64,10 +64,19 @@ def e2e_image(request: pytest.FixtureRequest) -> str:
     return image
 
 
-@pytest.fixture(scope="session")
-def helm() -> Path:
-    found = go_tools.HELM.find()
+def _go_tool(tool: go_tools.Tool) -> Path:
+    found = tool.find()
     if found is None:
-        _unavailable("helm is not built: run `python3 -m tests.chart.go_tools ensure`")
+        _unavailable(f"{tool.name} is not built: run `python3 -m tests.chart.go_tools ensure`")
     assert found is not None
     return found
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    return _go_tool(go_tools.HELM)
+
+
+@pytest.fixture(scope="session")
+def kustomize() -> Path:
+    return _go_tool(go_tools.KUSTOMIZE)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from typing import Any
 
 import kubernetes.client
 import kubernetes.config
+import kubernetes.dynamic
 import kubernetes.utils
 import nats
 import yaml
@@ -533,3 +535,96 @@ def with_broker_tls(target: Target, image: str, helm: Path, workdir: Path, names
     else:
         raise AssertionError("a client without a certificate was let in")
     run.helm.uninstall()
+
+
+# The kustomize base in another namespace ------------------------------------------------------------
+
+OVERLAY = REPO / "deploy" / "overlays" / "other-namespace"
+OVERLAY_NAMESPACE = "team-x"  # what deploy/overlays/other-namespace sets
+BASE_PODS = "app.kubernetes.io/instance=jetstream-kopf,app.kubernetes.io/component="
+
+
+def _kustomize(kustomize: Path, workdir: Path, name: str, image: str, namespace: str | None,
+               base: Path) -> list[dict[str, Any]]:
+    """`kustomize build` of an overlay in `workdir/name` over `base`, with the test image (and `namespace`)."""
+    repository, tag = image.rsplit(":", 1)
+    folder = workdir / name
+    folder.mkdir()
+    overlay: dict[str, Any] = {"resources": [os.path.relpath(base, folder)],
+                               "images": [{"name": "jetstream-kopf", "newName": repository, "newTag": tag}]}
+    if namespace:
+        overlay["namespace"] = namespace
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    done = subprocess.run([str(kustomize), "build", str(folder)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def _apply(kube: Kube, docs: list[dict[str, Any]]) -> None:
+    """Server-side apply, namespaces first (what `kubectl apply --server-side -k` does)."""
+    dyn = kubernetes.dynamic.DynamicClient(kube.client)
+    for doc in sorted(docs, key=lambda d: d["kind"] != "Namespace"):
+        api = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        api.server_side_apply(body=doc, name=doc["metadata"]["name"], namespace=doc["metadata"].get("namespace"),
+                              field_manager="e2e", force_conflicts=True)
+
+
+def with_kustomize_overlay(target: Target, image: str, kustomize: Path, workdir: Path) -> None:
+    """deploy/base through deploy/overlays/other-namespace in namespace team-x: the broker creates its token
+    Secret, the operator is Ready (it can list its resources) and reaches the broker through its pod's
+    namespace, ORDERS is Synced and a client publishes. Before it, the issue's mistake: the base with a
+    plain `namespace:` (team-y) gives an operator pod that runs but is never Ready, and says why."""
+    target.load_image(image)
+    kube = Kube(target.kubeconfig)
+    _apply(kube, [doc for path in sorted((REPO / "crds").glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())])
+
+    # The plain `namespace:` overlay, operator only (its token Secret made by hand).
+    plain = [d for d in _kustomize(kustomize, workdir, "plain", image, "team-y", REPO / "deploy" / "base")
+             if d["kind"] in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment")
+             and "broker" not in d["metadata"]["name"]]
+    _apply(kube, [d for d in plain if d["kind"] == "Namespace"])
+    kube.core.create_namespaced_secret("team-y", {"metadata": {"name": "jetstream-kopf-broker-auth"},
+                                                  "stringData": {"token": "unused"}})
+    _apply(kube, plain)
+    operator = poll(lambda: next(iter(kube.pods("team-y", BASE_PODS + "operator")), None), timeout=STARTUP,
+                    what="the team-y operator pod")
+    message = "not ready: cannot list streams.jsoperator.io at the cluster scope: 403 Forbidden"
+    poll(lambda: message in _log(kube, "team-y", operator.metadata.name), timeout=STARTUP,
+         what=f"the team-y operator logging {message!r}")
+    pod = kube.core.read_namespaced_pod(operator.metadata.name, "team-y")
+    assert pod.status.phase == "Running" and not pod.status.container_statuses[0].ready, pod.status
+
+    # deploy/overlays/other-namespace as shipped (only the image changed).
+    _apply(kube, _kustomize(kustomize, workdir, "team-x", image, None, OVERLAY))
+    ns = OVERLAY_NAMESPACE
+    for component in ("broker", "operator"):
+        _assert_started_cleanly(poll(lambda: kube.ready_pod(ns, BASE_PODS + component), timeout=STARTUP,
+                                     what=f"a Ready {component} pod in {ns}"))
+    token = kube.core.read_namespaced_secret("jetstream-kopf-broker-auth", ns)
+    assert token.metadata.labels == {"app.kubernetes.io/name": "jetstream-kopf",
+                                     "app.kubernetes.io/component": "broker-auth"}
+    kube.create(ns, *yaml.safe_load_all(EXAMPLE.read_text()))
+    kube.wait_synced(ns, EXAMPLE_OBJECTS, timeout=STARTUP)
+    client_env = [{"name": "NATS_URL", "value": f"nats://jetstream-kopf-broker.{ns}.svc:4222"},
+                  {"name": "NATS_TOKEN", "valueFrom": {"secretKeyRef": {"name": "jetstream-kopf-broker-auth",
+                                                                        "key": "token"}}}]
+    assert kube.run_client(ns, image, client_env, "publish", "ORDERS.received", "2", "info", "ORDERS") == [
+        {"published": [1, 2]}, {"messages": 2, "last_seq": 2, "consumers": {}}]
+
+    # Clean up: the resources first (the operator releases them), then the namespaces and cluster objects.
+    for kind, name in reversed(EXAMPLE_OBJECTS):
+        kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURALS[kind], name)
+    for kind, name in EXAMPLE_OBJECTS:
+        poll(lambda: _missing(lambda: kube.resource(ns, kind, name)), timeout=PROMPT, what=f"{kind} {name} deleted")
+    rbac = kubernetes.client.RbacAuthorizationV1Api(kube.client)
+    rbac.delete_cluster_role_binding("jetstream-kopf-operator")
+    rbac.delete_cluster_role("jetstream-kopf-operator")
+    for namespace in ("team-y", ns):
+        kube.core.delete_namespace(namespace)
+
+
+def _log(kube: Kube, namespace: str, pod: str) -> str:
+    try:
+        return str(kube.core.read_namespaced_pod_log(pod, namespace))
+    except ApiException:  # not started yet
+        return ""

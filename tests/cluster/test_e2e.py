@@ -36,3 +36,9 @@ def test_chart_with_its_broker_over_mutual_tls(e2e_target: e2e.Target, e2e_image
                                                tmp_path: Path) -> None:
     with e2e.diagnosed(e2e_target, e2e.TLS_NAMESPACE):
         e2e.with_broker_tls(e2e_target, e2e_image, helm, tmp_path)
+
+
+def test_kustomize_base_in_another_namespace(e2e_target: e2e.Target, e2e_image: str, kustomize: Path,
+                                            tmp_path: Path) -> None:
+    with e2e.diagnosed(e2e_target, e2e.OVERLAY_NAMESPACE):
+        e2e.with_kustomize_overlay(e2e_target, e2e_image, kustomize, tmp_path)
