@@ -14,7 +14,8 @@ the nodes, and the address at which pods reach this machine), so the local one-n
    restarts nothing;
 5. `helm uninstall` (+ the chart README's cleanup) leaves exactly what the README says.
 Step 6 of the issue is `with_external_nats`: the same with `broker.enabled=false` and a real
-nats-server on this machine behind a selector-less Service.
+nats-server on this machine behind a selector-less Service. `with_kustomize_overlay` installs
+deploy/base through deploy/overlays/other-namespace instead of Helm (issue 24: the base in any namespace).
 """
 
 from __future__ import annotations
