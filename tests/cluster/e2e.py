@@ -629,3 +629,73 @@ def _log(kube: Kube, namespace: str, pod: str) -> str:
         return str(kube.core.read_namespaced_pod_log(pod, namespace))
     except ApiException:  # not started yet
         return ""
+
+
+# The chart as Argo CD deploys it --------------------------------------------------------------------
+
+ARGO_NAMESPACE, ARGO_RELEASE = "jk-argo", "argo"
+
+
+def with_helm_template_syncs(target: Target, image: str, helm: Path, workdir: Path) -> None:
+    """What Argo CD does with the chart: `helm template`, applied server-side, at every sync. Two renders are
+    identical; the second sync changes no workload and keeps the token the broker created at its first
+    start; a broker restart keeps it too, and ORDERS stays Synced throughout (the operator's token is the
+    broker's)."""
+    target.load_image(image)
+    kube = Kube(target.kubeconfig)
+    ns, pods = ARGO_NAMESPACE, f"app.kubernetes.io/instance={ARGO_RELEASE},app.kubernetes.io/component="
+    values = workdir / "argo-values.yaml"
+    values.write_text(yaml.safe_dump(_values(image)))
+    version = kubernetes.client.VersionApi(kube.client).get_code().git_version  # Argo CD passes the cluster's
+
+    def render() -> str:
+        done = subprocess.run([str(helm), "template", ARGO_RELEASE, str(CHART), "--namespace", ns, "--values",
+                               str(values), "--kube-version", version], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def sync(text: str) -> None:
+        _apply(kube, [{**doc, "metadata": {"namespace": ns, **doc["metadata"]}} if doc["kind"] not in (
+            "ClusterRole", "ClusterRoleBinding") else doc for doc in yaml.safe_load_all(text) if doc])
+
+    def token() -> str:
+        return str(kube.core.read_namespaced_secret(f"{ARGO_RELEASE}-jetstream-kopf-broker-auth", ns).data["token"])
+
+    def workloads() -> list[tuple[str, int, list[tuple[str, str, int]]]]:
+        return sorted((w.metadata.name, w.metadata.generation, sorted(
+            (p.metadata.name, p.metadata.uid, sum(s.restart_count for s in p.status.container_statuses or []))
+            for p in kube.pods(ns, pods + ("broker" if "broker" in w.metadata.name else "operator"))))
+            for w in [*kube.apps.list_namespaced_stateful_set(ns).items, *kube.apps.list_namespaced_deployment(ns).items])
+
+    _apply(kube, [doc for path in sorted((REPO / "crds").glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())])
+    _apply(kube, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}])
+    first = render()
+    assert "kind: Secret" not in first
+    sync(first)
+    for component in ("broker", "operator"):
+        poll(lambda: kube.ready_pod(ns, pods + component), timeout=STARTUP, what=f"a Ready {component} pod in {ns}")
+    kube.create(ns, *yaml.safe_load_all(EXAMPLE.read_text()))
+    kube.wait_synced(ns, EXAMPLE_OBJECTS, timeout=STARTUP)
+    created, before = token(), workloads()
+
+    second = render()
+    assert second == first
+    sync(second)
+    assert (token(), workloads()) == (created, before)
+
+    broker = kube.ready_pod(ns, pods + "broker")
+    assert broker is not None
+    kube.core.delete_namespaced_pod(broker.metadata.name, ns)
+    poll(lambda: (lambda p: p is not None and p.metadata.uid != broker.metadata.uid)(kube.ready_pod(ns, pods + "broker")),
+         timeout=STARTUP, what="the broker pod back")
+    assert token() == created
+    kube.wait_synced(ns, EXAMPLE_OBJECTS, timeout=STARTUP)
+
+    for kind, name in reversed(EXAMPLE_OBJECTS):
+        kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURALS[kind], name)
+    for kind, name in EXAMPLE_OBJECTS:
+        poll(lambda: _missing(lambda: kube.resource(ns, kind, name)), timeout=PROMPT, what=f"{kind} {name} deleted")
+    rbac = kubernetes.client.RbacAuthorizationV1Api(kube.client)
+    rbac.delete_cluster_role_binding(f"{ARGO_RELEASE}-jetstream-kopf-operator")
+    rbac.delete_cluster_role(f"{ARGO_RELEASE}-jetstream-kopf-operator")
+    kube.core.delete_namespace(ns)

@@ -42,3 +42,9 @@ def test_kustomize_base_in_another_namespace(e2e_target: e2e.Target, e2e_image: 
                                             tmp_path: Path) -> None:
     with e2e.diagnosed(e2e_target, e2e.OVERLAY_NAMESPACE):
         e2e.with_kustomize_overlay(e2e_target, e2e_image, kustomize, tmp_path)
+
+
+def test_chart_rendered_by_helm_template_at_every_sync(e2e_target: e2e.Target, e2e_image: str, helm: Path,
+                                                     tmp_path: Path) -> None:
+    with e2e.diagnosed(e2e_target, e2e.ARGO_NAMESPACE):
+        e2e.with_helm_template_syncs(e2e_target, e2e_image, helm, tmp_path)
