@@ -23,8 +23,9 @@ import kubernetes.config
 from kubernetes.client.exceptions import ApiException
 
 from . import connection
+from .crdgen import GROUP, KINDS, VERSION
 
-GROUP, VERSION, PLURALS = "jsoperator.io", "v1alpha1", ("streams", "consumers")
+PLURALS = tuple(kind.lower() + "s" for kind in KINDS)
 _GLOB = set("*?[")
 logger = logging.getLogger(__name__)
 
