@@ -87,6 +87,7 @@ class InternalBus(Protocol):
     def has_interest(self, subject: str, queue: str | None = None) -> bool:
         """Whether a publish to this literal subject would reach anyone (in `queue` when given)."""
 
-    def watch_interest(self, subject: str, listener: InterestListener) -> InterestWatch:
-        """Call `listener` whenever interest in this literal subject appears or disappears (push
-        consumers deliver only while their deliver subject has interest)."""
+    def watch_interest(self, subject: str, listener: InterestListener, queue: str | None = None) -> InterestWatch:
+        """Call `listener` whenever interest in this literal subject (in `queue` when given) appears or
+        disappears (push consumers deliver only while their deliver subject, in their deliver group, has
+        interest)."""

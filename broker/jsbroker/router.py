@@ -60,8 +60,8 @@ class Router:
         if self._watches:
             self._check_watches(sub.subject)
 
-    def watch(self, subject: str, listener: InterestListener) -> "Watch":
-        w = Watch(self, subject, listener, self.has_interest(subject))
+    def watch(self, subject: str, listener: InterestListener, queue: str | None = None) -> "Watch":
+        w = Watch(self, subject, listener, self.has_interest(subject, queue), queue)
         self._watches.setdefault(subject, []).append(w)
         return w
 
@@ -69,8 +69,8 @@ class Router:
         for subject, watches in list(self._watches.items()):
             if not subject_matches(changed, subject):
                 continue
-            now = self.has_interest(subject)
             for w in list(watches):
+                now = self.has_interest(subject, w.queue)
                 if w.state != now:
                     w.state = now
                     w.listener(now)
@@ -398,8 +398,9 @@ class Router:
 
 
 class Watch:
-    def __init__(self, router: Router, subject: str, listener: InterestListener, state: bool) -> None:
-        self.router, self.subject, self.listener, self.state = router, subject, listener, state
+    def __init__(self, router: Router, subject: str, listener: InterestListener, state: bool,
+                 queue: str | None = None) -> None:
+        self.router, self.subject, self.listener, self.state, self.queue = router, subject, listener, state, queue
 
     def cancel(self) -> None:
         watches = self.router._watches.get(self.subject)

@@ -336,6 +336,6 @@ class Broker:
     def has_interest(self, subject: str, queue: str | None = None) -> bool:
         return self.router.has_interest(subject, queue)
 
-    def watch_interest(self, subject: str, listener: InterestListener) -> Watch:
-        return self.router.watch(subject, listener)
+    def watch_interest(self, subject: str, listener: InterestListener, queue: str | None = None) -> Watch:
+        return self.router.watch(subject, listener, queue)
 

@@ -208,8 +208,7 @@ class Consumer:
             if self.cfg.flow_control:
                 sub = bus.subscribe_internal(f"{FC_PREFIX}{stream}.{self.name}.*", self._on_flow_control)
                 self._subs.items.append(sub)
-            self.active = bus.has_interest(self.cfg.deliver_subject)
-            self._subs.watch = bus.watch_interest(self.cfg.deliver_subject, self._on_interest)
+            self._watch_interest()
             if self.cfg.idle_heartbeat:
                 self._t_hb.arm(self.cfg.idle_heartbeat)
             if not self.active:
@@ -266,11 +265,10 @@ class Consumer:
         self._configure()
         if self.waiting is not None:
             self.waiting.max = cfg.max_waiting
-        if cfg.deliver_subject != old.deliver_subject and cfg.is_push:
+        if (cfg.deliver_subject, cfg.deliver_group) != (old.deliver_subject, old.deliver_group) and cfg.is_push:
             if self._subs.watch is not None:
                 self._subs.watch.cancel()
-            self.active = self.bus.has_interest(cfg.deliver_subject)
-            self._subs.watch = self.bus.watch_interest(cfg.deliver_subject, self._on_interest)
+            self._watch_interest()
         if self.filters != old.filters:
             self._recount_pending()
         self.save_meta()
@@ -1111,6 +1109,13 @@ class Consumer:
         return True
 
     # ---- push: interest, heartbeats, flow control --------------------------------------------------
+
+    def _watch_interest(self) -> None:
+        """A push consumer is active while its deliver subject has interest: with a deliver group, a
+        subscriber in that queue group (a plain subscriber alone does not count, as in nats-server)."""
+        subject, group = self.cfg.deliver_subject, self.cfg.deliver_group or None
+        self.active = self.bus.has_interest(subject, group)
+        self._subs.watch = self.bus.watch_interest(subject, self._on_interest, group)
 
     def _on_interest(self, has_interest: bool) -> None:
         if self.closed:

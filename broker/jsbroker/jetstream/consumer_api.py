@@ -35,10 +35,6 @@ MAX_DURATION = 2**63 - 1  # Go's time.Duration saturates here
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
 _NAME_ALPHABET = string.ascii_letters + string.digits
-PRIORITY_UNSUPPORTED = (
-    "priority groups are not supported by jsbroker: remove priority_policy, priority_groups and "
-    "priority_timeout from the consumer config"
-)
 
 
 def stream_facts(stream: Stream) -> StreamFacts:
@@ -112,8 +108,7 @@ def add_consumer(js: JetStream, stream: Stream, cfg: ConsumerConfig, action: str
     consumer_config.set_static_metadata(cfg)
     consumer_config.fill_defaults(cfg, facts, pedantic)
     consumer_config.validate(cfg, facts)
-    if cfg.priority_policy != "none":
-        raise errors.CONSUMER_CREATE(err=PRIORITY_UNSUPPORTED)
+    consumer_config.refuse_unsupported(cfg)
     wanted = cfg.durable_name or cfg.name
     existing = stream.consumers.get(wanted) if wanted else None
     if isinstance(existing, Consumer):

@@ -90,6 +90,7 @@ class ConsumerConfig:
     num_replicas: int = 0
     mem_storage: bool = False
     direct: bool = False
+    sourcing: bool = False
     metadata: dict[str, str] = field(default_factory=dict)
     pause_until: str | None = None
     priority_groups: list[str] = field(default_factory=list)
@@ -297,6 +298,24 @@ def set_static_metadata(cfg: ConsumerConfig) -> None:
 
 
 # ---- validation ----------------------------------------------------------------------------------
+
+# The ConsumerConfig fields nats-server knows and jsbroker refuses (10012): field -> why and what to do.
+# (priority_groups and priority_timeout come with a priority_policy: without one nats-server refuses them.)
+UNSUPPORTED: dict[str, str] = {
+    "sample_freq": "ack sampling advisories are not supported by jsbroker yet; leave sample_freq unset",
+    "direct": "direct consumers serve mirrors and sources, which jsbroker does not support; leave direct unset",
+    "sourcing": "sourcing consumers serve stream sources, which jsbroker does not support; leave sourcing unset",
+    "priority_policy": "priority groups are not supported by jsbroker yet; remove priority_policy, priority_groups "
+                       "and priority_timeout from the consumer config",
+}
+
+
+def refuse_unsupported(cfg: ConsumerConfig) -> None:
+    """Refuse a (validated) config asking for a feature jsbroker does not have, naming the field."""
+    for key, text in UNSUPPORTED.items():
+        if getattr(cfg, key) not in ("", "none", False):
+            raise errors.CONSUMER_CREATE(err=f"{key}: {text}")
+
 
 
 def validate(cfg: ConsumerConfig, stream: StreamFacts) -> None:

@@ -5,8 +5,10 @@ defaults and checks it as nats-server's `checkStreamCfg` does, in the same order
 gets the same error. `check_update(old, new)` adds the rules of a STREAM.UPDATE. `StreamConfig.to_json()`
 is the config as responses and the persisted metadata carry it (omit-empty fields left out as Go does).
 
-Mirrors, sources, counters, atomic/batch publishing and message schedules are not implemented: such
-configs are refused with 10052 and a sentence saying so.
+Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
+(mirrors, sources, subject transforms, republish, subject delete markers, counters, atomic/batch
+publishing, message schedules, persist modes) are refused with 10052 naming the field and what to do.
+`placement` and `compression` are stored and echoed: on a single server they change nothing a client sees.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class StreamConfig:
     num_replicas: int = 1
     no_ack: bool = False
     duplicate_window: int = DEFAULT_DUPLICATE_WINDOW  # ns
-    compression: str = "none"
+    compression: str = "none"  # stored and echoed: the messages read back are the same either way
     first_seq: int = 0
     allow_direct: bool = False
     mirror_direct: bool = False
@@ -72,11 +74,8 @@ class StreamConfig:
     deny_purge: bool = False
     allow_rollup_hdrs: bool = False
     allow_msg_ttl: bool = False
-    subject_delete_marker_ttl: int = 0  # ns
-    # Stored and echoed as given (validated shapes, no behaviour in a single server):
+    # Stored and echoed as given (validated shape): one server has no replicas to place.
     placement: dict[str, Any] | None = None
-    republish: dict[str, Any] | None = None
-    subject_transform: dict[str, Any] | None = None
     consumer_limits: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
 
@@ -100,18 +99,12 @@ class StreamConfig:
         out["compression"] = self.compression
         if self.first_seq:
             out["first_seq"] = self.first_seq
-        if self.subject_transform:
-            out["subject_transform"] = self.subject_transform
-        if self.republish:
-            out["republish"] = self.republish
         out.update(allow_direct=self.allow_direct, mirror_direct=self.mirror_direct)
         if self.discard_new_per_subject:
             out["discard_new_per_subject"] = True
         out.update(sealed=self.sealed, deny_delete=self.deny_delete, deny_purge=self.deny_purge,
                    allow_rollup_hdrs=self.allow_rollup_hdrs, consumer_limits=self.consumer_limits,
                    allow_msg_ttl=self.allow_msg_ttl)
-        if self.subject_delete_marker_ttl:
-            out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
         metadata = dict(self.metadata)
         if dynamic_metadata:
             metadata.update({LEVEL_KEY: str(API_LEVEL), VERSION_KEY: VERSION})
@@ -169,10 +162,7 @@ def _decode(raw: dict[str, Any]) -> StreamConfig:
         deny_purge=get_bool(raw, "deny_purge"),
         allow_rollup_hdrs=get_bool(raw, "allow_rollup_hdrs"),
         allow_msg_ttl=get_bool(raw, "allow_msg_ttl"),
-        subject_delete_marker_ttl=get_int(raw, "subject_delete_marker_ttl"),
         placement=_placement(raw),
-        republish=_republish(raw),
-        subject_transform=_subject_transform(raw),
         consumer_limits=_consumer_limits(raw),
         metadata=get_str_map(raw, "metadata"),
     )
@@ -201,23 +191,6 @@ def _placement(raw: dict[str, Any]) -> dict[str, Any] | None:
     return out or None
 
 
-def _republish(raw: dict[str, Any]) -> dict[str, Any] | None:
-    obj = get_object(raw, "republish")
-    if obj is None:
-        return None
-    out: dict[str, Any] = {"src": get_str(obj, "src"), "dest": get_str(obj, "dest")}
-    if get_bool(obj, "headers_only"):
-        out["headers_only"] = True
-    return out
-
-
-def _subject_transform(raw: dict[str, Any]) -> dict[str, Any] | None:
-    obj = get_object(raw, "subject_transform")
-    if obj is None:
-        return None
-    return {"src": get_str(obj, "src"), "dest": get_str(obj, "dest")}
-
-
 def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
     obj = get_object(raw, "consumer_limits") or {}
     out: dict[str, Any] = {}
@@ -228,25 +201,37 @@ def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The StreamConfig fields nats-server knows and jsbroker refuses (10052): field -> why and what to do.
+UNSUPPORTED: dict[str, str] = {
+    "mirror": "mirrors are not supported by jsbroker yet; publish into the stream instead",
+    "sources": "sources are not supported by jsbroker yet; publish into the stream instead",
+    "subject_transform": "subject transforms are not supported by jsbroker yet; publish on the subjects to "
+                         "store, or leave subject_transform unset",
+    "republish": "republish is not supported by jsbroker yet; read the stream with a push consumer instead",
+    "subject_delete_marker_ttl": "subject delete markers are not supported by jsbroker yet; leave "
+                                 "subject_delete_marker_ttl unset (per-message TTLs work with allow_msg_ttl)",
+    "allow_msg_counter": "message counters are not supported by jsbroker yet; leave allow_msg_counter unset",
+    "allow_atomic": "atomic batch publishing is not supported by jsbroker yet; leave allow_atomic unset",
+    "allow_batched": "batch publishing is not supported by jsbroker yet; leave allow_batched unset",
+    "allow_msg_schedules": "message schedules are not supported by jsbroker yet; leave allow_msg_schedules unset",
+    "persist_mode": "persist modes other than default are not supported by jsbroker yet; leave persist_mode unset",
+}
+_UNSET = (None, False, 0, "", "default", {}, [])
+
+
 def _refuse_unsupported(raw: dict[str, Any], cfg: StreamConfig) -> None:
     mirror = get_object(raw, "mirror")
-    sources = raw.get("sources")
     if mirror is not None:
         if cfg.first_seq:
             raise errors.MIRROR_WITH_FIRST_SEQ()
         if cfg.subjects:
             raise errors.MIRROR_WITH_SUBJECTS()
-        if sources:
+        if raw.get("sources"):
             raise errors.MIRROR_WITH_SOURCES()
-    if mirror is not None or sources:
-        raise errors.STREAM_INVALID_CONFIG(
-            err="mirrors and sources are not supported by jsbroker yet; publish into the stream instead")
-    for key, what in (("allow_msg_counter", "message counters"), ("allow_atomic", "atomic batch publishing"),
-                      ("allow_batched", "batch publishing"), ("allow_msg_schedules", "message schedules")):
-        if get_bool(raw, key):
-            raise errors.STREAM_INVALID_CONFIG(err=f"{what} ({key}) are not supported by jsbroker yet")
-    if get_str(raw, "persist_mode") not in ("", "default"):
-        raise errors.STREAM_INVALID_CONFIG(err="persist_mode other than default is not supported by jsbroker")
+        raise errors.STREAM_INVALID_CONFIG(err=f"mirror: {UNSUPPORTED['mirror']}")
+    for key, text in UNSUPPORTED.items():
+        if raw.get(key) not in _UNSET:
+            raise errors.STREAM_INVALID_CONFIG(err=f"{key}: {text}")
 
 
 def _invalid(text: str) -> errors.ApiError:
@@ -293,19 +278,8 @@ def _validate(cfg: StreamConfig, pedantic: bool = False) -> StreamConfig:
     if cfg.deny_purge and cfg.allow_rollup_hdrs:
         raise _invalid("roll-ups require the purge permission")
     _check_discard_new_per_subject(cfg)
-    if cfg.subject_delete_marker_ttl > 0:
-        if cfg.subject_delete_marker_ttl < 1_000_000_000:
-            raise _invalid("subject delete marker TTL must be at least 1 second")
-        if pedantic and not cfg.allow_msg_ttl:
-            raise _invalid("subject delete marker cannot be set if message TTLs are disabled")
-        if pedantic and not cfg.allow_rollup_hdrs:
-            raise _invalid("subject delete marker cannot be set if roll-ups are disabled")
-        cfg = dataclasses.replace(cfg, allow_msg_ttl=True, allow_rollup_hdrs=True, deny_purge=False)
-    elif cfg.subject_delete_marker_ttl < 0:
-        raise _invalid("subject delete marker TTL must not be negative")
     cfg = dataclasses.replace(cfg, subjects=cfg.subjects or (cfg.name,))
     _check_subjects(cfg)
-    cfg = _check_republish(cfg, pedantic)
     return dataclasses.replace(cfg, metadata=_stored_metadata(cfg))
 
 
@@ -343,41 +317,13 @@ def _check_subjects(cfg: StreamConfig) -> None:
         seen.add(subj)
 
 
-def _check_republish(cfg: StreamConfig, pedantic: bool) -> StreamConfig:
-    republish = cfg.republish
-    if not republish:
-        return cfg
-    if not republish["src"]:
-        if pedantic:
-            raise errors.PEDANTIC(err="republish source can not be empty")
-        republish = {**republish, "src": ">"}
-        cfg = dataclasses.replace(cfg, republish=republish)
-    src, dest = republish["src"], republish["dest"]
-    if any(subjects.subjects_overlap(dest, subj) for subj in cfg.subjects):
-        raise _invalid("stream configuration for republish destination forms a cycle")
-    if not _valid_transform(src, dest):
-        raise _invalid(f"stream configuration for republish with transform from '{src}' to '{dest}' not valid")
-    return cfg
-
-
-def _valid_transform(src: str, dest: str) -> bool:
-    """Plain-wildcard subject mapping rules: dest `*` tokens take src `*` tokens in order, dest `>` needs
-    a src `>` (mustache functions like {{wildcard(1)}} are accepted as literal tokens)."""
-    if not subjects.is_valid_subject(src) or not subjects.is_valid_subject(dest):
-        return False
-    src_tokens, dest_tokens = src.split("."), dest.split(".")
-    if dest_tokens.count("*") > src_tokens.count("*"):
-        return False
-    return dest_tokens[-1] != ">" or src_tokens[-1] == ">"
-
-
 def _user_metadata(metadata: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in metadata.items() if k not in (REQ_LEVEL_KEY, LEVEL_KEY, VERSION_KEY)}
 
 
 def _stored_metadata(cfg: StreamConfig) -> dict[str, str]:
     """User metadata plus the API level the config needs (1 for per-message TTLs), as nats-server keeps."""
-    level = 1 if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0 else 0
+    level = 1 if cfg.allow_msg_ttl else 0
     return {**_user_metadata(cfg.metadata), REQ_LEVEL_KEY: str(level)}
 
 
