@@ -31,7 +31,7 @@ from jsbroker import subjects
 from jsbroker.config import VERSION
 from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreError, next_pending
 
-from . import ack, advisories, errors, headers, pull
+from . import ack, advisories, errors, headers, pull, rate
 from .requests import API_LEVEL, api_level_supported
 from .consumer_config import ConsumerConfig
 from .times import format_duration, now_ns, rfc3339
@@ -49,6 +49,10 @@ FC_PREFIX = "$JS.FC."
 FC_WINDOW_START = 2 * 1024 * 1024  # maxpb: flow control starts with this window...
 FC_WINDOW_LIMIT = 32 * 1024 * 1024  # ...and doubles on each response up to this
 ACK_WAIT_SLACK = 1_000_000  # 1 ms, as nats-server's ackWaitDelay
+# rate_limit_bps: the burst without a stream max_msg_size is the max payload (the default one: the server's
+# max_payload setting is not known here), and the ack reply's tokens after its prefix are about this long.
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+ACK_REPLY_TAIL = 30
 RUN_BUDGET = 4096  # messages per delivery pass before yielding the loop
 READ_AHEAD_FIRST, READ_AHEAD_MAX = 8, 256  # new messages read per store call in a pass: doubling up to max
 # Deliveries handed to the core at once: 8, then doubling up to 128 within a pass. The core writes each
@@ -146,8 +150,7 @@ class Consumer:
         self._last_out = 0  # mono ns of the last delivery (push idle heartbeat)
         self._hold_until = 0  # mono ns: replay original / rate limit
         self._replay_ts = 0  # stored ts of the last replayed message
-        self._rate_tokens = 0.0
-        self._rate_at = 0
+        self._rate_held = False  # the held message has its rate reservation
         self._kicked = False
         self._stall = ""  # why the last pass stopped: "eof" or "maxp"
         self._ahead: deque[StoredMsg] = deque()  # new messages read ahead in this delivery pass
@@ -180,6 +183,7 @@ class Consumer:
         self._ack_none = cfg.ack_policy == "none"
         self._ack_all = cfg.ack_policy in ("all", "flow_control")
         self._holds = cfg.is_push and (cfg.replay_policy == "original" or bool(cfg.rate_limit_bps))
+        self._limiter = rate.limiter(cfg.rate_limit_bps, self.stream.config.max_msg_size, DEFAULT_MAX_PAYLOAD)
         self._headers_only = cfg.headers_only
 
     @property
@@ -250,8 +254,9 @@ class Consumer:
         advisories.action(self.bus, self.stream.name, self.name, created=False)
 
     def save_meta(self) -> None:
-        """Persist the config next to the state so the consumer comes back after a restart."""
-        directory = self.stream.consumer_dir(self.name)
+        """Persist the config next to the state so the consumer comes back after a restart; a memory
+        consumer (`mem_storage`) keeps nothing on disk and is gone after one, as in nats-server."""
+        directory = None if self.cfg.mem_storage else self.stream.consumer_dir(self.name)
         if directory:
             meta = {"name": self.name, "created": self.created_ns, "config": self.cfg.to_json()}
             storage.save_meta(directory, json.dumps(meta).encode())
@@ -638,15 +643,13 @@ class Consumer:
             delay = msg.ts - self._replay_ts
             if delay <= 1_000_000 or self._hold_until:
                 delay = 0
-        if self.cfg.rate_limit_bps and not delay:
-            bits = (len(msg.subject) + len(msg.hdr) + len(msg.data)) * 8
-            elapsed = (now - self._rate_at) / 1e9 if self._rate_at else 0.0
-            self._rate_at = now
-            self._rate_tokens = min(self._rate_tokens + elapsed * self.cfg.rate_limit_bps, self.cfg.rate_limit_bps)
-            self._rate_tokens -= bits
-            if self._rate_tokens < 0:
-                delay = int(-self._rate_tokens / self.cfg.rate_limit_bps * 1e9)
-                self._rate_tokens = 0.0
+        if self._limiter is not None and not delay:
+            if self._rate_held:  # reserved when it was held: it goes now
+                self._rate_held = False
+            else:  # the size nats-server counts: subject, ack reply (about), headers, payload
+                size = len(msg.subject) + len(self._ack_prefix) + ACK_REPLY_TAIL + len(msg.hdr) + len(msg.data)
+                delay = self._limiter.reserve(size, now)
+                self._rate_held = delay > 0
         self._hold_until = 0
         if delay > 0:
             self._hold_until = now + delay

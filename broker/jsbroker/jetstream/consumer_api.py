@@ -47,6 +47,7 @@ def stream_facts(stream: Stream) -> StreamFacts:
         max_msgs_per_subject=cfg.max_msgs_per_subject,
         limit_max_ack_pending=int(limits.get("max_ack_pending") or 0),
         limit_inactive_threshold=int(limits.get("inactive_threshold") or 0),
+        subjects=cfg.subjects,
     )
 
 

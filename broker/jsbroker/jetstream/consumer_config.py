@@ -49,6 +49,7 @@ class StreamFacts:
     max_msgs_per_subject: int = -1
     limit_max_ack_pending: int = 0  # stream consumer_limits
     limit_inactive_threshold: int = 0
+    subjects: tuple[str, ...] = ()  # a push consumer may not deliver into these (a cycle)
 
 
 def valid_group_name(group: str) -> bool:
@@ -341,7 +342,7 @@ def validate(cfg: ConsumerConfig, stream: StreamFacts) -> None:
     if len(cfg.description) > MAX_DESCRIPTION_LEN:
         raise errors.CONSUMER_DESCRIPTION_TOO_LONG(max=MAX_DESCRIPTION_LEN)
     if cfg.deliver_subject:
-        _check_push(cfg)
+        _check_push(cfg, stream)
     else:
         _check_pull(cfg, stream)
     if stream.limit_max_ack_pending > 0 and cfg.max_ack_pending > stream.limit_max_ack_pending:
@@ -383,11 +384,13 @@ def _check_ack_flow_control(cfg: ConsumerConfig) -> None:
         raise errors.CONSUMER_ACK_FC_REQUIRES_NO_MAX_DELIVER()
 
 
-def _check_push(cfg: ConsumerConfig) -> None:
+def _check_push(cfg: ConsumerConfig, stream: StreamFacts) -> None:
     if not subjects.is_literal(cfg.deliver_subject):
         raise errors.CONSUMER_DELIVER_TO_WILDCARDS()
     if not subjects.is_valid_subject(cfg.deliver_subject):
         raise errors.CONSUMER_INVALID_DELIVER_SUBJECT()
+    if any(subjects.subject_matches(s, cfg.deliver_subject) for s in stream.subjects):
+        raise errors.CONSUMER_DELIVER_CYCLE()
     if cfg.max_waiting != 0:
         raise errors.CONSUMER_PUSH_MAX_WAITING()
     if cfg.max_ack_pending > 0 and cfg.ack_policy == "none":

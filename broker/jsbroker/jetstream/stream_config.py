@@ -94,7 +94,7 @@ class StreamConfig:
             out["no_ack"] = True
         if self.duplicate_window:
             out["duplicate_window"] = self.duplicate_window
-        if self.placement:
+        if self.placement is not None:
             out["placement"] = self.placement
         out["compression"] = self.compression
         if self.first_seq:
@@ -188,7 +188,8 @@ def _placement(raw: dict[str, Any]) -> dict[str, Any] | None:
         out["tags"] = get_str_list(obj, "tags")
     if get_str(obj, "preferred"):
         raise errors.STREAM_INVALID_CONFIG(err="preferred server not permitted in placement")
-    return out or None
+    # Go keeps a placement whose tags were given, even empty ({"tags": []} is echoed as {}).
+    return out if out or isinstance(obj.get("tags"), list) else None
 
 
 def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
