@@ -88,7 +88,7 @@ class Connection(asyncio.Protocol):
         self.blockers: set[Connection] = set()
         self.drain_callbacks: list[Callable[[], None]] = []  # internal producers waiting for this output to drain
         self.pings_out = 0
-        self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
+        self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0  # messages and their header + payload bytes
         self.started = broker.loop.time()
         self.peer: tuple[str, int] = ("", 0)
         self._timer: asyncio.TimerHandle | None = None
@@ -156,7 +156,6 @@ class Connection(asyncio.Protocol):
         if self._handshake is not None and not self._tls_up:
             self._before_tls(data)
             return
-        self.in_bytes += len(data)
         router = self.router
         router.reading = self
         try:

@@ -42,7 +42,6 @@ class Router:
         self._held: list[Subscription] = []  # batched internal subscriptions holding messages
         self._before_output: list[Callable[[], None]] = []  # one-shot callbacks of the next flush
         self._watches: dict[str, list[Watch]] = {}
-        self.in_msgs = self.out_msgs = 0
         self.slow_consumers = 0
 
     # -- subscriptions ------------------------------------------------------------------------------
@@ -115,9 +114,9 @@ class Router:
         (JetStream deliveries carry the message's original subject)."""
         key = target or subject
         result = self._cache_get(key) or self.sublist.match(key)
-        self.in_msgs += 1
-        if pub is not None:
+        if pub is not None:  # a client's message: counted as nats-server does, header and payload bytes
             pub.in_msgs += 1
+            pub.in_bytes += len(data) - 2
         if result is EMPTY:
             if reply and pub is not None and pub.no_responders:
                 self._no_responders(pub, subject, reply)
@@ -153,8 +152,10 @@ class Router:
                     plain_tail = b" %s %d\r\n" % (reply, size - hdr_len) if reply else b" %d\r\n" % (size - hdr_len)
             if hdr_len >= 0 and not c.headers:
                 c.out += (b"MSG ", subject, sub.head, plain_tail, plain_data)
+                c.out_bytes += size - hdr_len
             else:
                 c.out += (verb, subject, sub.head, tail, data)
+                c.out_bytes += size
             if not c.dirty:
                 c.dirty = True
                 pending.append(c)
@@ -163,7 +164,6 @@ class Router:
             sub.delivered += 1
             if sub.max_msgs and sub.delivered >= sub.max_msgs:
                 self._expire(sub)
-        self.out_msgs += delivered
         if pending and self.reading is None and not self._flush_scheduled:
             self._flush_scheduled = True
             self.broker.loop.call_soon(self.flush)
@@ -191,7 +191,6 @@ class Router:
                     queued += 1
                     continue
             self.route(pub, subject, None, -1, b"\r\n")
-        self.in_msgs += queued
         pub.in_msgs += queued
 
     def deliver(self, target: bytes, msgs: Sequence[Delivery]) -> bool:
@@ -207,7 +206,7 @@ class Router:
                 delivered |= self.route(None, subject.encode(), reply.encode(), hl, hdr + data + b"\r\n", target)
             return delivered
         n = len(msgs)
-        self.in_msgs += n
+        size = sum(len(hdr) + len(data) for _, _, hdr, data in msgs)
         for sub in plain:
             c = sub.client
             sid = sub.sid.decode()
@@ -221,11 +220,11 @@ class Router:
                 add(data)
                 add(b"\r\n")
             c.out_msgs += n
+            c.out_bytes += size
             sub.delivered += n
             if not c.dirty:
                 c.dirty = True
                 self.pending.append(c)
-        self.out_msgs += n * len(plain)
         if plain and self.reading is None:
             for s in plain:
                 if len(s.client.out) >= _EAGER_PARTS:
@@ -349,7 +348,6 @@ class Router:
             return
         data = b"".join(c.out)
         c.out.clear()
-        c.out_bytes += len(data)
         transport = c.transport
         transport.write(data)  # type: ignore[union-attr]
         if c.congested:

@@ -34,6 +34,10 @@ def _limit(value: int) -> int | str:
     return value if value >= 0 else "unlimited"
 
 
+def _traffic(conn: Connection) -> tuple[int, int, int, int]:
+    return conn.in_msgs, conn.in_bytes, conn.out_msgs, conn.out_bytes
+
+
 def new_server_id() -> str:
     """A nats-server-like id: 'N' + 55 base32 characters."""
     return "N" + "".join(secrets.choice(_B32) for _ in range(55))
@@ -63,6 +67,7 @@ class Broker:
         self.js_settings = config.jetstream  # with the temp store dir filled in once started
         self.start_time = 0.0
         self.total_connections = 0
+        self._closed_traffic = (0, 0, 0, 0)  # in_msgs, in_bytes, out_msgs, out_bytes of closed connections
         self._next_cid = 0
         self._server: asyncio.AbstractServer | None = None
         self._monitor: Any = None
@@ -264,9 +269,15 @@ class Broker:
     def unregister(self, conn: Connection) -> None:
         if self.clients.pop(conn.cid, None) is None:
             return
+        self._closed_traffic = tuple(map(sum, zip(self._closed_traffic, _traffic(conn))))  # type: ignore[assignment]
         for sub in list(conn.subs.values()):
             self.router.remove(sub)
         conn.subs.clear()
+
+    def traffic(self) -> dict[str, int]:
+        """Messages and bytes (headers + payloads) from and to clients since the start, closed ones too."""
+        totals = tuple(map(sum, zip(self._closed_traffic, *(_traffic(c) for c in self.clients.values()))))
+        return dict(zip(("in_msgs", "in_bytes", "out_msgs", "out_bytes"), totals))
 
     def _info_fields(self) -> dict[str, Any]:
         cfg = self.config
