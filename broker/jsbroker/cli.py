@@ -1,8 +1,10 @@
 """The `jsbroker` command: nats-server-style flags over an optional TOML config file, then run.
 
-Flags win over the config file, which wins over defaults. SIGTERM/SIGINT stop the broker lame-duck
-style (stop accepting, flush pending output, close clients, stop JetStream) and exit 0. SIGHUP reloads
-the TLS certificate files (see tls.py).
+Flags win over the config file, which wins over defaults. SIGTERM/SIGINT stop the broker (stop
+accepting, flush pending output, close clients, stop JetStream) and exit 0. SIGUSR2 enters lame duck
+mode (lameduck.py; SIGTERM is then ignored, as by nats-server, SIGINT still stops at once). SIGHUP
+reloads the TLS certificate files (see tls.py). `--signal <command>=<pid>` sends one of these to a
+running jsbroker (signals.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import asyncio
 import ctypes
 import gc
+import os
 import signal
 import sys
 from dataclasses import replace
@@ -18,7 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__, logs
-from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings, TlsSettings, load_file, parse_size
+from .config import (VERSION, BrokerConfig, ConfigError, JetStreamSettings, TlsSettings, load_file, parse_duration,
+                     parse_size)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tlscacert", type=Path, help="CA certificates (PEM) that client certificates are verified against")
     p.add_argument("--tlsverify", action="store_true", help="enable TLS and require verified client certificates")
     p.add_argument("--max_payload", help="maximum message payload (bytes or e.g. 1MB; default 1MB, max 8MB)")
+    p.add_argument("-P", "--pid", dest="pid_file", type=Path, help="write the process id to this file")
+    p.add_argument("-sl", "--signal", metavar="COMMAND=PID",
+                   help="send ldm, quit, term, stop or reload to a running jsbroker (PID: a pid or a pid file)")
+    p.add_argument("--lame_duck_duration", help="lame duck mode closes the clients over this long (default 2m, min 30s)")
+    p.add_argument("--lame_duck_grace_period", help="lame duck mode waits this long before closing (default 10s)")
     p.add_argument("-c", "--config", type=Path, help="TOML configuration file (see broker/README.md)")
     p.add_argument("-l", "--log", "--log_file", dest="log_file", type=Path, help="log to this file instead of stderr")
     p.add_argument("-D", "--debug", action="store_true", help="debug logging")
@@ -53,10 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     cfg = load_file(args.config) if args.config else BrokerConfig()
     top: dict[str, Any] = {}
-    for name in ("host", "port", "http_port", "https_port", "server_name", "log_file"):
+    for name in ("host", "port", "http_port", "https_port", "server_name", "log_file", "pid_file"):
         value = getattr(args, name)
         if value is not None:
             top[name] = value
+    for name in ("lame_duck_duration", "lame_duck_grace_period"):
+        if getattr(args, name) is not None:
+            top[name] = parse_duration(getattr(args, name), f"--{name}")
     if args.max_payload is not None:
         top["max_payload"] = parse_size(args.max_payload, "--max_payload")
     if args.trace:
@@ -118,10 +130,27 @@ async def serve(config: BrokerConfig) -> None:
     broker = Broker(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    lame_duck: list[asyncio.Task[None]] = []
+
+    async def lame_duck_then_stop() -> None:
+        await broker.lame_duck()
+        stop.set()
+
+    def on_term() -> None:
+        if not broker.lame_duck_mode:  # nats-server lets a lame duck finish
+            stop.set()
+
+    def on_usr2() -> None:
+        if not lame_duck:
+            lame_duck.append(loop.create_task(lame_duck_then_stop()))
+
+    loop.add_signal_handler(signal.SIGTERM, on_term)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGUSR2, on_usr2)
     loop.add_signal_handler(signal.SIGHUP, broker.reload)
     await broker.start()
+    if config.pid_file is not None:
+        config.pid_file.write_text(f"{os.getpid()}")
     # Process-wide tuning, so only here and not in an embedded Broker: start-up objects live forever,
     # keep them out of every collection, and collect young objects less often.
     gc.collect()
@@ -131,11 +160,24 @@ async def serve(config: BrokerConfig) -> None:
     try:
         await stop.wait()
     finally:
+        for task in lame_duck:
+            task.cancel()
         await broker.stop()
+        if config.pid_file is not None:
+            config.pid_file.unlink(missing_ok=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.signal is not None:
+        from .signals import SignalError, send
+
+        try:
+            send(args.signal)
+        except SignalError as e:
+            print(f"jsbroker: {e}", file=sys.stderr)
+            return 1
+        return 0
     try:
         config = config_from_args(args)
     except ConfigError as e:

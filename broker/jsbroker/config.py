@@ -19,6 +19,7 @@ from .subjects import is_valid_subject
 
 VERSION = "2.15.1"  # the nats-server version whose behaviour we follow; nats-py needs >= 2.9
 MAX_PAYLOAD_LIMIT = 8 * 1024 * 1024
+MIN_LAME_DUCK_DURATION = 30.0  # nats-server refuses a shorter lame_duck_duration
 
 
 class ConfigError(ValueError):
@@ -129,6 +130,9 @@ class BrokerConfig:
     jetstream: JetStreamSettings | None = field(default_factory=lambda: JetStreamSettings(store_dir=None))
     log_level: str = "info"  # start-up banner and lifecycle; per-client events are debug
     log_file: Path | None = None
+    pid_file: Path | None = None  # the process id is written here (for `jsbroker --signal <cmd>=<file>`)
+    lame_duck_duration: float = 120.0  # SIGUSR2: clients are closed over this long...
+    lame_duck_grace_period: float = 10.0  # ...after telling them and waiting this long
 
     @classmethod
     def build(cls, **kw: Any) -> "BrokerConfig":
@@ -161,6 +165,12 @@ class BrokerConfig:
             raise ConfigError(f"user {self.auth.user!r} is given both as authorization.user and in authorization.users")
         if (self.auth.user is None) != (self.auth.password is None):
             raise ConfigError("user and password must be given together")
+        if self.lame_duck_duration < MIN_LAME_DUCK_DURATION:
+            raise ConfigError(f"invalid lame_duck_duration of {self.lame_duck_duration:g}s, "
+                              f"minimum is {MIN_LAME_DUCK_DURATION:g} seconds")
+        if not 0 <= self.lame_duck_grace_period < self.lame_duck_duration:
+            raise ConfigError(f"invalid lame_duck_grace_period of {self.lame_duck_grace_period:g}s: it needs to be "
+                              f"positive and less than lame_duck_duration ({self.lame_duck_duration:g}s)")
 
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s|m|h)?\s*$")
@@ -192,6 +202,7 @@ _TOP_KEYS = {
     "host": str, "listen": str, "port": int, "http_port": int, "https_port": int, "http_host": str, "server_name": str,
     "max_payload": "size", "max_control_line": "size", "max_pending": "size", "max_connections": int,
     "ping_interval": "duration", "ping_max": int, "write_deadline": "duration", "log_level": str, "log_file": Path,
+    "pid_file": Path, "lame_duck_duration": "duration", "lame_duck_grace_period": "duration",
 }
 
 

@@ -76,6 +76,7 @@ class Connection(asyncio.Protocol):
         self.headers = False
         self.no_responders = False
         self.connected = False
+        self.protocol = 0
         self.name = ""
         self.lang = ""
         self.version = ""
@@ -333,6 +334,7 @@ class Connection(asyncio.Protocol):
         self.name = str(opts.get("name", ""))
         self.lang = str(opts.get("lang", ""))
         self.version = str(opts.get("version", ""))
+        self.protocol = proto  # 1: the client takes INFO updates (lame duck mode's)
         self.origin = Origin(self.cid, self.headers)
         fast = not self.verbose and not self.pedantic and self.perms is None
         self.parser.on_pub = partial(self.router.route, self) if fast else self.on_msg

@@ -84,6 +84,8 @@ class Monitor:
         # state, so `js-enabled-only` / `js-server-only` answer the same.
         if self.broker.recovering:
             return self._unavailable(request, "JetStream is recovering its store")
+        if self.broker.lame_duck_mode:
+            return self._unavailable(request, "the server is in lame duck mode: clients are being let go")
         if not self.broker.serving:
             return self._unavailable(request, "the server is starting: clients are not accepted yet")
         return self._json(request, {"status": "ok"})

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence, cast
 
-from . import __version__
+from . import __version__, lameduck
 from .config import VERSION, BrokerConfig, ConfigError
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
@@ -79,6 +79,7 @@ class Broker:
         self._tls_watch: asyncio.Task[None] | None = None
         self.recovering = False  # JetStream is reading its store (start); /healthz says 503
         self.serving = False  # the client listener accepts connections; otherwise /healthz says 503
+        self.lame_duck_mode = False  # entered with `lame_duck()`: no new clients, the others are let go
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -202,6 +203,32 @@ class Broker:
             if self.tls.changed():
                 self.reload()
 
+    async def lame_duck(self) -> None:
+        """nats-server's lame duck mode (see lameduck.py); the caller stops the broker when it returns."""
+        if self.lame_duck_mode or self._server is None:
+            return
+        self.lame_duck_mode = True
+        cfg = self.config
+        self.log.info("entering lame duck mode, stop accepting new clients")
+        self._server.close()
+        self.serving = False
+        if self.jetstream is not None:
+            await self.jetstream.stop()
+            self.jetstream = None
+        clients = list(self.clients.values())
+        if not clients:
+            return
+        for c in clients:
+            if c.protocol >= 1 and c.connected:
+                c.send(self.info_line(c, ldm=True))
+        await asyncio.sleep(cfg.lame_duck_grace_period)
+        self.log.info("closing existing clients", count=len(clients))
+        pauses = lameduck.pauses(len(clients), cfg.lame_duck_duration, cfg.lame_duck_grace_period)
+        for c, pause in zip(clients, [*pauses, 0.0]):
+            c.close(None)
+            if pause:
+                await asyncio.sleep(pause)
+
     async def stop(self) -> None:
         """Lame-duck style: stop accepting, flush pending output, close connections, stop services."""
         if self._tls_watch is not None:
@@ -301,12 +328,14 @@ class Broker:
                 info["domain"] = cfg.jetstream.domain
         return info
 
-    def info_line(self, conn: Connection) -> bytes:
+    def info_line(self, conn: Connection, ldm: bool = False) -> bytes:
         import json
 
         info = dict(self._info_base, client_id=conn.cid, client_ip=conn.peer[0] or "127.0.0.1")
         if conn.nonce:
             info["nonce"] = conn.nonce
+        if ldm:
+            info["ldm"] = True
         info["api_lvl"] = API_LEVEL
         return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b" \r\n"
 
