@@ -95,7 +95,8 @@ def test_defaults_run_the_broker_statefulset_and_point_the_operator_at_it(helm_b
     [broker] = pod["containers"]
     assert pod["securityContext"]["runAsNonRoot"] and broker["securityContext"]["readOnlyRootFilesystem"]
     assert broker["readinessProbe"]["httpGet"]["path"] == "/healthz?js-enabled-only=true"
-    assert pod["terminationGracePeriodSeconds"] == 30
+    assert pod["terminationGracePeriodSeconds"] == 60
+    assert broker["lifecycle"]["preStop"]["exec"]["command"] == ["jsbroker", "--signal", "ldm=/data/jsbroker.pid"]
     assert one(docs, "Service", "jk-jetstream-kopf-broker-headless")["spec"]["publishNotReadyAddresses"] is True
 
     deploy = one(docs, "Deployment")
@@ -164,6 +165,8 @@ def test_the_rendered_broker_configuration_is_what_jsbroker_reads(helm_bin, tmp_
     path.write_text(one(docs, "ConfigMap")["data"]["jsbroker.toml"])
     cfg = load_file(path)
     assert (cfg.port, cfg.http_port, cfg.max_pending, cfg.ping_max) == (4222, 8222, 32 << 20, 3)
+    # the pid file preStop's `jsbroker --signal ldm=` reads, on the writable data volume
+    assert (str(cfg.pid_file), cfg.lame_duck_duration, cfg.lame_duck_grace_period) == ("/data/jsbroker.pid", 30, 1)
     assert cfg.jetstream is not None
     assert (str(cfg.jetstream.store_dir), cfg.jetstream.sync_always, cfg.jetstream.max_storage,
             cfg.jetstream.domain) == ("/data", True, 10 << 30, "hub")
