@@ -35,6 +35,10 @@ class AccountLimits:
     max_file: int = -1
     max_streams: int = -1
     max_consumers: int = -1
+    max_ack_pending: int = -1  # a consumer's max_ack_pending may not exceed it; the default is capped by it
+    max_bytes_required: bool = False  # every stream must set max_bytes
+    memory_max_stream_bytes: int = -1  # a memory / file stream's max_bytes may not exceed these
+    store_max_stream_bytes: int = -1
 
 
 @dataclass(frozen=True)
@@ -392,19 +396,27 @@ def _jetstream(section: Any, base: JetStreamSettings | None, source: str) -> Jet
     return replace(js, **kw)
 
 
+_ACCOUNT_SIZES = ("max_mem", "max_file", "memory_max_stream_bytes", "store_max_stream_bytes")
+_ACCOUNT_COUNTS = ("max_streams", "max_consumers", "max_ack_pending")
+
+
 def _account_limits(section: Any, where: str) -> AccountLimits:
-    known = {"max_mem", "max_file", "max_streams", "max_consumers"}
+    known = {*_ACCOUNT_SIZES, *_ACCOUNT_COUNTS, "max_bytes_required"}
     if not isinstance(section, dict) or set(section) - known:
         raise ConfigError(f"{where}: a table with {', '.join(sorted(known))} (nats-server's account jetstream keys)")
-    kw: dict[str, int] = {}
-    for key in ("max_mem", "max_file"):
+    kw: dict[str, Any] = {}
+    for key in _ACCOUNT_SIZES:
         if key in section:
             kw[key] = parse_size(section[key], f"{where}.{key}")
-    for key in ("max_streams", "max_consumers"):
+    for key in _ACCOUNT_COUNTS:
         if key in section:
             if not isinstance(section[key], int) or isinstance(section[key], bool):
                 raise ConfigError(f"{where}.{key}: a whole number (-1: unlimited)")
             kw[key] = section[key]
+    if "max_bytes_required" in section:
+        if not isinstance(section["max_bytes_required"], bool):
+            raise ConfigError(f"{where}.max_bytes_required: true or false")
+        kw["max_bytes_required"] = section["max_bytes_required"]
     return AccountLimits(**kw)
 
 

@@ -77,3 +77,56 @@ def test_bad_account_limits_fail_at_start(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "jsbroker", "-p", "0", "-c", str(config)], capture_output=True,
                           text=True, timeout=30)
     assert done.returncode == 2 and "jetstream.account.max_streams: a whole number" in done.stderr, done.stderr
+
+
+MORE_LIMITS = {"max_ack_pending": 50, "max_bytes_required": True, "memory_max_stream_bytes": 1 << 20,
+               "store_max_stream_bytes": 2 << 20}
+
+
+async def _more_scenario(url: str) -> list[Any]:
+    nc = await nats.connect(url, user="a", password="a")
+
+    async def api(subject: str, body: Any = None) -> Any:
+        reply = await nc.request("$JS.API." + subject, json.dumps(body).encode() if body is not None else b"", timeout=5)
+        answer = json.loads(reply.data)
+        if "error" in answer:
+            return answer["error"]["err_code"], answer["error"]["description"]
+        return answer.get("config", {}).get("max_ack_pending", "ok")
+
+    limits = json.loads((await nc.request("$JS.API.INFO", b"", timeout=5)).data)["limits"]
+    out: list[Any] = [limits]
+    for cfg in ({"name": "F"}, {"name": "F", "max_bytes": 3 << 20}, {"name": "F", "max_bytes": 2 << 20},
+                {"name": "M", "storage": "memory", "max_bytes": 2 << 20},
+                {"name": "M", "storage": "memory", "max_bytes": 1 << 20}):
+        out.append(await api(f"STREAM.CREATE.{cfg['name']}", {"subjects": [f"{cfg['name']}.>"], **cfg}))
+    out.append(await api("STREAM.UPDATE.F", {"name": "F", "subjects": ["F.>"], "max_bytes": 3 << 20}))
+    out.append(await api("STREAM.UPDATE.F", {"name": "F", "subjects": ["F.>"]}))
+    for name, extra in (("D", {}), ("X", {"max_ack_pending": 60}), ("Y", {"max_ack_pending": 40}),
+                        ("N", {"ack_policy": "none"})):
+        config = {"durable_name": name, "ack_policy": "explicit", **extra}
+        out.append(await api(f"CONSUMER.CREATE.F.{name}", {"stream_name": "F", "config": config}))
+    await nc.close()
+    return out
+
+
+def test_more_account_limits_like_nats_server(tmp_path: Path) -> None:
+    """max_ack_pending, max_bytes_required and the memory / store max stream bytes of the account."""
+    ours = tmp_path / "jsbroker.toml"
+    ours.write_text("[authorization]\nuser = \"a\"\npassword = \"a\"\n\n[jetstream.account]\n"
+                    + "".join(f"{k} = {json.dumps(v)}\n" for k, v in MORE_LIMITS.items()))
+    theirs = tmp_path / "nats-server.json"
+    theirs.write_text(json.dumps({"accounts": {"A": {"jetstream": MORE_LIMITS, "users": [{"user": "a", "password": "a"}]}}}))
+    configs = {JSBROKER: ours, NATS_SERVER: theirs}
+
+    def run(kind: str) -> list[Any]:
+        with launch(kind, extra_args=["-c", str(configs[kind])]) as handle:
+            return asyncio.run(_more_scenario(handle.url))
+
+    out = {kind: run(kind) for kind in KINDS}
+    required = (10113, "account requires a stream config to have max bytes set")
+    exceeded = (10122, "stream max bytes exceeds account limit max stream bytes")
+    assert out[JSBROKER] == out[NATS_SERVER] == [
+        {"max_memory": -1, "max_storage": -1, "max_streams": -1, "max_consumers": -1, "max_ack_pending": 50,
+         "memory_max_stream_bytes": 1 << 20, "storage_max_stream_bytes": 2 << 20, "max_bytes_required": True},
+        required, exceeded, "ok", exceeded, "ok", exceeded, required,
+        50, (10121, "consumer max ack pending exceeds system limit of 50"), 40, "ok"]  # ack none: none shown

@@ -37,7 +37,7 @@ LIST_LIMIT = 256
 _NAME_ALPHABET = string.ascii_letters + string.digits
 
 
-def stream_facts(stream: Stream) -> StreamFacts:
+def stream_facts(stream: Stream, account_max_ack_pending: int = 0) -> StreamFacts:
     cfg = stream.config
     limits = cfg.consumer_limits or {}
     return StreamFacts(
@@ -48,6 +48,7 @@ def stream_facts(stream: Stream) -> StreamFacts:
         limit_max_ack_pending=int(limits.get("max_ack_pending") or 0),
         limit_inactive_threshold=int(limits.get("inactive_threshold") or 0),
         subjects=cfg.subjects,
+        account_max_ack_pending=account_max_ack_pending,
     )
 
 
@@ -105,7 +106,7 @@ def consumer_create(req: Request) -> dict[str, Any]:
 
 def add_consumer(js: JetStream, stream: Stream, cfg: ConsumerConfig, action: str = "", pedantic: bool = False) -> Consumer:
     """Create, or update in place, a consumer from a request config (nats-server's rules and order)."""
-    facts = stream_facts(stream)
+    facts = stream_facts(stream, js.max_ack_pending)
     consumer_config.set_static_metadata(cfg)
     consumer_config.fill_defaults(cfg, facts, pedantic)
     consumer_config.validate(cfg, facts)

@@ -49,6 +49,7 @@ class StreamFacts:
     max_msgs_per_subject: int = -1
     limit_max_ack_pending: int = 0  # stream consumer_limits
     limit_inactive_threshold: int = 0
+    account_max_ack_pending: int = 0  # the account's jetstream max_ack_pending
     subjects: tuple[str, ...] = ()  # a push consumer may not deliver into these (a cycle)
 
 
@@ -270,7 +271,8 @@ def fill_defaults(cfg: ConsumerConfig, stream: StreamFacts, pedantic: bool = Fal
             raise errors.PEDANTIC(err="inactive_threshold must be set if it's configured in stream limits")
         cfg.inactive_threshold = stream.limit_inactive_threshold
     if cfg.max_ack_pending == 0 and cfg.ack_policy != "none":
-        cfg.max_ack_pending = MAX_ACK_PENDING_DEFAULT
+        account = stream.account_max_ack_pending
+        cfg.max_ack_pending = min(MAX_ACK_PENDING_DEFAULT, account) if account > 0 else MAX_ACK_PENDING_DEFAULT
     if cfg.priority_policy == "pinned_client" and cfg.priority_timeout == 0:
         cfg.priority_timeout = PINNED_TTL_DEFAULT
     if cfg.ack_policy == "flow_control" and not pedantic:
@@ -345,6 +347,8 @@ def validate(cfg: ConsumerConfig, stream: StreamFacts) -> None:
         _check_push(cfg, stream)
     else:
         _check_pull(cfg, stream)
+    if stream.account_max_ack_pending > 0 and cfg.max_ack_pending > stream.account_max_ack_pending:
+        raise errors.CONSUMER_MAX_PENDING_ACK_EXCESS(limit=stream.account_max_ack_pending)
     if stream.limit_max_ack_pending > 0 and cfg.max_ack_pending > stream.limit_max_ack_pending:
         raise errors.CONSUMER_MAX_PENDING_ACK_EXCESS(limit=stream.limit_max_ack_pending)
     if stream.limit_inactive_threshold > 0 and cfg.inactive_threshold > stream.limit_inactive_threshold:

@@ -120,6 +120,7 @@ class JetStream:
         return stream
 
     def create_stream(self, cfg: StreamConfig) -> Stream:
+        self._check_max_bytes(cfg)
         if cfg.num_replicas > 1:
             raise errors.STREAM_REPLICAS_NOT_SUPPORTED()
         existing = self.streams.get(cfg.name)
@@ -144,6 +145,7 @@ class JetStream:
 
     def update_stream(self, cfg: StreamConfig) -> Stream:
         stream = self.lookup(cfg.name)
+        self._check_max_bytes(cfg)
         cfg = stream_config.check_update(stream.config, cfg)
         self._check_reservation(cfg, stream)
         self._check_overlap(cfg, stream)
@@ -179,6 +181,15 @@ class JetStream:
         account = self.settings.account
         return account.max_mem if storage == "memory" else account.max_file
 
+    def _check_max_bytes(self, cfg: StreamConfig) -> None:
+        """The account's max_bytes_required and memory / store max stream bytes (nats-server's checkStreamCfg)."""
+        account = self.settings.account
+        limit = account.memory_max_stream_bytes if cfg.storage == "memory" else account.store_max_stream_bytes
+        if account.max_bytes_required and cfg.max_bytes <= 0:
+            raise errors.STREAM_MAX_BYTES_REQUIRED()
+        if limit > 0 and cfg.max_bytes > limit:
+            raise errors.STREAM_MAX_STREAM_BYTES_EXCEEDED()
+
     def _check_reservation(self, cfg: StreamConfig, own: Stream | None) -> None:
         """A stream's max_bytes is reserved against the account's and the server's memory / storage limits
         (nats-server's checkAllLimits): the reservations together may not exceed the smaller one."""
@@ -204,6 +215,11 @@ class JetStream:
     def max_consumers(self) -> int:
         """Consumers each stream may have under the account's limit (0 or -1: unlimited)."""
         return self.settings.account.max_consumers
+
+    @property
+    def max_ack_pending(self) -> int:
+        """The account's limit of a consumer's max_ack_pending (0 or -1: unlimited)."""
+        return self.settings.account.max_ack_pending
 
     def _directory(self, name: str) -> Path:
         if self._store_dir is None:
@@ -243,8 +259,10 @@ class JetStream:
             # the account's limits (the server-wide max_memory / max_storage are not account limits)
             "limits": {"max_memory": account.max_mem, "max_storage": account.max_file,
                        "max_streams": account.max_streams, "max_consumers": account.max_consumers,
-                       "max_ack_pending": -1, "memory_max_stream_bytes": -1,
-                       "storage_max_stream_bytes": -1, "max_bytes_required": False},
+                       "max_ack_pending": account.max_ack_pending,
+                       "memory_max_stream_bytes": account.memory_max_stream_bytes,
+                       "storage_max_stream_bytes": account.store_max_stream_bytes,
+                       "max_bytes_required": account.max_bytes_required},
         }
         if self.domain:
             body["domain"] = self.domain
