@@ -38,6 +38,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.cli",
         "jsbroker.tls",
         "jsbroker.permissions",
+        "jsbroker.lameduck",
+        "jsbroker.signals",
     ),
     "jetstream": ("jsbroker.jetstream", "jsbroker.jetstream.*"),
     "store": ("jsbroker.store", "jsbroker.store.*"),

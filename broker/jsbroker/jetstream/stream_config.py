@@ -217,7 +217,7 @@ UNSUPPORTED: dict[str, str] = {
     "allow_msg_schedules": "message schedules are not supported by jsbroker yet; leave allow_msg_schedules unset",
     "persist_mode": "persist modes other than default are not supported by jsbroker yet; leave persist_mode unset",
 }
-_UNSET = (None, False, 0, "", "default", {}, [])
+_UNSET: tuple[object, ...] = (None, False, 0, "", "default", {}, [])
 
 
 def _refuse_unsupported(raw: dict[str, Any], cfg: StreamConfig) -> None:
