@@ -80,3 +80,26 @@ def differential(nats_server: ServerHandle, jsbroker_server: ServerHandle, uniqu
 
     return run
 
+
+
+@pytest.fixture
+def on_both(nats_server: ServerHandle, jsbroker_server: ServerHandle, unique: Callable[[str], str]
+            ) -> Callable[..., Awaitable[tuple[Any, Any]]]:
+    """`ours, theirs = await on_both(scenario, "P")`: `await scenario(url, name)` against jsbroker and
+    nats-server at once, with the same name unique to the test."""
+
+    async def run(scenario: Callable[[str, str], Awaitable[Any]], prefix: str) -> tuple[Any, Any]:
+        name = unique(prefix)
+        theirs, ours = await asyncio.gather(scenario(nats_server.url, name), scenario(jsbroker_server.url, name))
+        return ours, theirs
+
+    return run
+
+
+async def stream_with(nc: Any, name: str, n: int, **config: Any) -> Any:
+    """A stream `name` on `name.>` holding `n` messages m0, m1, ... on `name.a`; returns the JetStream context."""
+    js = nc.jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"], **config)
+    for i in range(n):
+        await js.publish(f"{name}.a", b"m%d" % i)
+    return js

@@ -21,6 +21,7 @@ import nats
 import pytest
 
 from jsbroker.jetstream import consumer_config, stream_config
+from tests.jetstream.conftest import stream_with
 from tests.servers import KINDS, ServerHandle, launch
 
 HONOURED, STORED, REFUSED = "honoured", "stored", "refused"
@@ -221,10 +222,7 @@ async def _deliver_group(url: str, name: str) -> list[Any]:
     """A push consumer with a deliver group, a plain subscriber, then a queue subscriber in the group."""
     nc = await nats.connect(url)
     try:
-        js = nc.jetstream()
-        await js.add_stream(name=name, subjects=[f"{name}.>"])
-        for i in range(3):
-            await js.publish(f"{name}.a", b"m%d" % i)
+        js = await stream_with(nc, name, 3)
         plain = await nc.subscribe(f"{name}-deliver")
         await _api(nc, f"$JS.API.CONSUMER.CREATE.{name}.D", {"stream_name": name, "config": {
             "name": "D", "deliver_subject": f"{name}-deliver", "deliver_group": "G", "ack_policy": "none"}})
@@ -243,10 +241,8 @@ async def _deliver_group(url: str, name: str) -> list[Any]:
         await nc.close()
 
 
-async def test_deliver_group_needs_a_queue_subscriber(nats_server: ServerHandle, jsbroker_server: ServerHandle,
-                                                      unique: Any) -> None:
-    name = unique("G")
-    theirs, ours = await asyncio.gather(_deliver_group(nats_server.url, name), _deliver_group(jsbroker_server.url, name))
+async def test_deliver_group_needs_a_queue_subscriber(on_both: Any) -> None:
+    ours, theirs = await on_both(_deliver_group, "G")
     assert ours == theirs == ["plain subscriber alone: nothing", (False, 0), [b"m0", b"m1", b"m2"]]
 
 
@@ -300,13 +296,10 @@ async def _rate_limited(url: str, name: str) -> list[float]:
         await nc.close()
 
 
-async def test_rate_limit_lets_a_burst_through_then_spaces_deliveries(nats_server: ServerHandle,
-                                                                      jsbroker_server: ServerHandle,
-                                                                      unique: Any) -> None:
+async def test_rate_limit_lets_a_burst_through_then_spaces_deliveries(on_both: Any) -> None:
     """nats-server's bucket holds one max message (100 KB) and starts full: two 50 KB messages go at once,
     then one every 0.5 s. Only lower bounds are asserted (a busy machine only makes things later)."""
-    name = unique("R")
-    for arrivals in await asyncio.gather(_rate_limited(nats_server.url, name), _rate_limited(jsbroker_server.url, name)):
+    for arrivals in await on_both(_rate_limited, "R"):
         gaps = [b - a for a, b in zip(arrivals[1:], arrivals[2:])]
         assert all(gap > 0.4 for gap in gaps), arrivals
         assert arrivals[-1] > 1.9, arrivals

@@ -8,13 +8,12 @@ expiry, so it times out as usual on both servers.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import nats
 
-from tests.servers import ServerHandle
+from tests.jetstream.conftest import stream_with
 
 S = 1_000_000_000
 BODIES = [
@@ -29,10 +28,7 @@ BODIES = [
 async def _scenario(url: str, name: str) -> list[Any]:
     nc = await nats.connect(url)
     try:
-        js = nc.jetstream()
-        await js.add_stream(name=name, subjects=[f"{name}.>"])
-        for i in range(7):
-            await js.publish(f"{name}.a", b"m%d" % i)
+        js = await stream_with(nc, name, 7)
         sub = await js.pull_subscribe(f"{name}.a", durable="C", stream=name)
         out: list[Any] = []
         for _ in range(3):  # 5, 2, then nothing left
@@ -56,10 +52,8 @@ async def _scenario(url: str, name: str) -> list[Any]:
         await nc.close()
 
 
-async def test_heartbeat_rules_match_nats_server(nats_server: ServerHandle, jsbroker_server: ServerHandle,
-                                                 unique: Any) -> None:
-    name = unique("H")
-    theirs, ours = await asyncio.gather(_scenario(nats_server.url, name), _scenario(jsbroker_server.url, name))
+async def test_heartbeat_rules_match_nats_server(on_both: Any) -> None:
+    ours, theirs = await on_both(_scenario, "H")
     too_large = ["400", "Bad Request - heartbeat value too large"]
     assert ours == theirs == [
         [b"m0", b"m1", b"m2", b"m3", b"m4"], [b"m5", b"m6"], "timeout",
