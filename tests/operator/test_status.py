@@ -181,3 +181,26 @@ async def test_server_errors_become_conditions(
     finally:
         for subject, _ in setup:
             await api(nc, "STREAM.DELETE." + subject.rsplit(".", 1)[1])
+
+
+async def test_a_field_jsbroker_refuses_stalls_the_resource_naming_it(jsbroker_server: Any) -> None:
+    """A Stream spec with subjectTransform against jsbroker: its 10052 refusal becomes Stalled, the message
+    naming the field and what to do."""
+    import nats
+
+    from jsoperator import mapping
+    from jsoperator.models import StreamSpec
+
+    config = mapping.stream_config(StreamSpec.model_validate(
+        {"subjects": ["tr.in.>"], "subjectTransform": {"src": "tr.in.>", "dest": "tr.stored.>"}}), "TR")
+    client = await nats.connect(jsbroker_server.url)
+    try:
+        error = (await api(client, "STREAM.CREATE.TR", config))["error"]
+    finally:
+        await client.close()
+    outcome = status.api_error(error["code"], error["err_code"], error["description"], action="create stream")
+    patch = status.build(None, generation=1, outcome=outcome, now=T0)
+    assert conditions(patch) == {"Ready": ("False", "JetStreamError"), "Reconciling": ("False", "JetStreamError"),
+                                 "Stalled": ("True", "JetStreamError")}
+    message = status.condition(patch, "Ready")["message"]  # type: ignore[index]
+    assert "10052" in message and "subject_transform: subject transforms are not supported by jsbroker" in message
