@@ -81,7 +81,7 @@ CONSUMER_FIELDS: dict[str, tuple[str, Any]] = {
     "filter_subjects": (HONOURED, "test_consumer_policies::POLICIES[filter_multi]"),
     "replay_policy": (HONOURED, "test_push_delivery::test_replay_original_keeps_spacing"),
     "rate_limit_bps": (HONOURED, "test_config_fields::test_rate_limit_lets_a_burst_through_then_spaces_deliveries"),
-    "sample_freq": (REFUSED, "50%"),
+    "sample_freq": (HONOURED, "test_config_fields::test_sampled_acks_are_reported_like_nats_server"),
     "max_waiting": (HONOURED, "test_pull_delivery::test_max_waiting_and_push_heartbeat_free_pull"),
     "max_ack_pending": (HONOURED, "test_pull_delivery::test_max_ack_pending_and_requests_pending"),
     "flow_control": (HONOURED, "test_push_delivery::test_flow_control_stalls_until_answered"),
@@ -303,3 +303,41 @@ async def test_rate_limit_lets_a_burst_through_then_spaces_deliveries(on_both: A
         gaps = [b - a for a, b in zip(arrivals[1:], arrivals[2:])]
         assert all(gap > 0.4 for gap in gaps), arrivals
         assert arrivals[-1] > 1.9, arrivals
+
+
+async def _sampled_acks(url: str, name: str) -> list[Any]:
+    """A pull consumer sampling every ack (100%): three messages fetched, two acked, one nak'ed then
+    acked on its redelivery, one terminated; the ack metrics, without their ids, times and durations."""
+    nc = await nats.connect(url)
+    try:
+        js = await stream_with(nc, name, 4)
+        metrics = await nc.subscribe(f"$JS.EVENT.METRIC.CONSUMER.ACK.{name}.C")
+        await _api(nc, f"$JS.API.CONSUMER.CREATE.{name}.C", {"stream_name": name, "config": {
+            "durable_name": "C", "ack_policy": "explicit", "sample_freq": "100%"}})
+        sub = await js.pull_subscribe_bind("C", name)
+        first = await sub.fetch(4, timeout=5)
+        await first[0].ack_sync()
+        await first[1].ack_sync()
+        await first[2].nak()
+        await first[3].term()
+        again = await sub.fetch(1, timeout=5)
+        await again[0].ack_sync()
+        out = []
+        for _ in range(3):
+            body = json.loads((await metrics.next_msg(5)).data)
+            assert body.pop("ack_time") > 0 and body.pop("id") and body.pop("timestamp")
+            out.append(body)
+        await js.delete_stream(name)
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_sampled_acks_are_reported_like_nats_server(on_both: Any) -> None:
+    ours, theirs = await on_both(_sampled_acks, "M")
+    common = {"type": "io.nats.jetstream.metric.v1.consumer_ack", "consumer": "C"}
+    assert [{k: v for k, v in m.items() if k != "stream"} for m in ours] == [
+        {**common, "consumer_seq": 1, "stream_seq": 1, "deliveries": 1},
+        {**common, "consumer_seq": 2, "stream_seq": 2, "deliveries": 1},
+        {**common, "consumer_seq": 5, "stream_seq": 3, "deliveries": 2}]  # the redelivery; the term is not sampled
+    assert ours == theirs

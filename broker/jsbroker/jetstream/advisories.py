@@ -1,4 +1,5 @@
-"""Consumer advisories published on `$JS.EVENT.ADVISORY.CONSUMER.*` (`jetstream_events.go` shapes).
+"""Consumer advisories published on `$JS.EVENT.ADVISORY.CONSUMER.*`, and the sampled ack metrics on
+`$JS.EVENT.METRIC.CONSUMER.ACK.*` (`jetstream_events.go` shapes).
 
 Advisories are optional for clients, so one is built only when somebody listens on its subject: the
 JSON costs nothing on the hot path of a consumer nobody monitors.
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
 
 PREFIX = "$JS.EVENT.ADVISORY.CONSUMER."
 _TYPE = "io.nats.jetstream.advisory.v1."
+METRIC_ACK_PREFIX = "$JS.EVENT.METRIC.CONSUMER.ACK."
+_METRIC_TYPE = "io.nats.jetstream.metric.v1."
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -24,10 +27,10 @@ def _event_id() -> str:
     return "".join(secrets.choice(_ALPHABET) for _ in range(22))
 
 
-def _send(bus: InternalBus, subject: str, kind: str, fields: dict[str, Any]) -> None:
+def _send(bus: InternalBus, subject: str, kind: str, fields: dict[str, Any], schema: str = _TYPE) -> None:
     if not bus.has_interest(subject):
         return
-    body = {"type": _TYPE + kind, "id": _event_id(), "timestamp": rfc3339(now_ns()), **fields}
+    body = {"type": schema + kind, "id": _event_id(), "timestamp": rfc3339(now_ns()), **fields}
     bus.publish(subject, None, b"", json.dumps(body, separators=(",", ":")).encode())
 
 
@@ -47,6 +50,14 @@ def terminated(bus: InternalBus, stream: str, consumer: str, stream_seq: int, co
     _send(bus, f"{PREFIX}MSG_TERMINATED.{stream}.{consumer}", "terminated",
           {"stream": stream, "consumer": consumer, "consumer_seq": consumer_seq, "stream_seq": stream_seq,
            "deliveries": deliveries, "reason": reason})
+
+
+def ack_metric(bus: InternalBus, stream: str, consumer: str, stream_seq: int, consumer_seq: int,
+               deliveries: int, ack_time_ns: int) -> None:
+    """A sampled ack (`sample_freq`): how long after its delivery a message was acknowledged."""
+    _send(bus, f"{METRIC_ACK_PREFIX}{stream}.{consumer}", "consumer_ack",
+          {"stream": stream, "consumer": consumer, "consumer_seq": consumer_seq, "stream_seq": stream_seq,
+           "ack_time": ack_time_ns, "deliveries": deliveries}, _METRIC_TYPE)
 
 
 def action(bus: InternalBus, stream: str, consumer: str, created: bool) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import shutil
 import time
 from collections import deque
@@ -185,6 +186,8 @@ class Consumer:
         self._holds = cfg.is_push and (cfg.replay_policy == "original" or bool(cfg.rate_limit_bps))
         self._limiter = rate.limiter(cfg.rate_limit_bps, self.stream.config.max_msg_size, DEFAULT_MAX_PAYLOAD)
         self._headers_only = cfg.headers_only
+        # sample_freq ("50%" or "50"): the share of explicit acks reported as ack metrics
+        self._sample = int(cfg.sample_freq.removesuffix("%") or 0) if cfg.ack_policy == "explicit" else 0
 
     @property
     def _interest_retention(self) -> bool:
@@ -887,10 +890,10 @@ class Consumer:
         common case, an explicit-ack consumer acking pending messages with no redeliveries about, takes
         one loop, one store call and one clock read; the rest `_ack`."""
         parse = ack.parse_subject
-        if self._ack_none or self._ack_all or self.rdc or self.rdq:
+        if self._ack_none or self._ack_all or self.rdc or self.rdq or self._sample:
             for subject in subjects:
                 if (target := parse(subject)) is not None and target[1] < below:
-                    self._ack(target[1], target[2])
+                    self._ack(target[1], target[2], target[0])
             return
         pending, next_sseq = self.pending, below
         freed = self.maxp > 0 and len(pending) >= self.maxp
@@ -925,9 +928,9 @@ class Consumer:
         answer = sseq != 0
         kind = body.kind
         if kind is ack.AckKind.ACK:
-            answer = self._ack(sseq, dseq) and answer
+            answer = self._ack(sseq, dseq, dc) and answer
         elif kind is ack.AckKind.NEXT:
-            self._ack(sseq, dseq)
+            self._ack(sseq, dseq, dc)
             if reply:
                 self.pull_request(reply, b"", body.next_request)
             answer = False
@@ -964,8 +967,9 @@ class Consumer:
         for reply in replies:
             self.bus.publish(reply, None, b"", b"")
 
-    def _ack(self, sseq: int, dseq: int) -> bool:
-        """Process an ack; returns whether nats-server would answer an ack_sync reply."""
+    def _ack(self, sseq: int, dseq: int, dc: int = 0) -> bool:
+        """Process an ack; returns whether nats-server would answer an ack_sync reply. `dc`: the delivery
+        count of the ack subject, given for the acks nats-server samples (`sample_freq`)."""
         if sseq == 0 or sseq >= self.sseq:
             return False
         if self._ack_none:
@@ -976,11 +980,18 @@ class Consumer:
                 return True
             self._ack_up_to(sseq, dseq)
         else:
+            if dc and self._sample and sseq in self.pending and self._sampled():
+                advisories.ack_metric(self.bus, self.stream.name, self.name, sseq, dseq, dc,
+                                      now_ns() - self.pending[sseq][1])
             self._ack_single(sseq, dseq)
         self.last_acked_ns = now_ns()
         if freed:
             self._kick()
         return True
+
+    def _sampled(self) -> bool:
+        """nats-server's draw: every ack at 100% or more, else when a number below 100 is <= the percentage."""
+        return self._sample >= 100 or random.randrange(100) <= self._sample
 
     def _ack_single(self, sseq: int, dseq: int) -> None:
         p = self.pending.pop(sseq, None)
