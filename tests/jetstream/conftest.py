@@ -85,12 +85,20 @@ def differential(nats_server: ServerHandle, jsbroker_server: ServerHandle, uniqu
 @pytest.fixture
 def on_both(nats_server: ServerHandle, jsbroker_server: ServerHandle, unique: Callable[[str], str]
             ) -> Callable[..., Awaitable[tuple[Any, Any]]]:
-    """`ours, theirs = await on_both(scenario, "P")`: `await scenario(url, name)` against jsbroker and
-    nats-server at once, with the same name unique to the test."""
+    """`ours, theirs = await on_both(scenario, "P")`: `await scenario(nc, name)` against jsbroker and
+    nats-server at once, each with a client of its own (closed after) and the same name unique to the test;
+    a scenario deletes its stream `name` itself."""
 
-    async def run(scenario: Callable[[str, str], Awaitable[Any]], prefix: str) -> tuple[Any, Any]:
+    async def one(url: str, scenario: Callable[[Any, str], Awaitable[Any]], name: str) -> Any:
+        nc = await nats.connect(url)
+        try:
+            return await scenario(nc, name)
+        finally:
+            await nc.close()
+
+    async def run(scenario: Callable[[Any, str], Awaitable[Any]], prefix: str) -> tuple[Any, Any]:
         name = unique(prefix)
-        theirs, ours = await asyncio.gather(scenario(nats_server.url, name), scenario(jsbroker_server.url, name))
+        theirs, ours = await asyncio.gather(one(nats_server.url, scenario, name), one(jsbroker_server.url, scenario, name))
         return ours, theirs
 
     return run

@@ -218,27 +218,23 @@ async def test_scenario_matches_nats_server(differential: Any, name: str) -> Non
     assert ours == theirs
 
 
-async def _deliver_group(url: str, name: str) -> list[Any]:
+async def _deliver_group(nc: Any, name: str) -> list[Any]:
     """A push consumer with a deliver group, a plain subscriber, then a queue subscriber in the group."""
-    nc = await nats.connect(url)
+    js = await stream_with(nc, name, 3)
+    plain = await nc.subscribe(f"{name}-deliver")
+    await _api(nc, f"$JS.API.CONSUMER.CREATE.{name}.D", {"stream_name": name, "config": {
+        "name": "D", "deliver_subject": f"{name}-deliver", "deliver_group": "G", "ack_policy": "none"}})
+    out: list[Any] = []
     try:
-        js = await stream_with(nc, name, 3)
-        plain = await nc.subscribe(f"{name}-deliver")
-        await _api(nc, f"$JS.API.CONSUMER.CREATE.{name}.D", {"stream_name": name, "config": {
-            "name": "D", "deliver_subject": f"{name}-deliver", "deliver_group": "G", "ack_policy": "none"}})
-        out: list[Any] = []
-        try:
-            out.append((await plain.next_msg(0.5)).data)
-        except nats.errors.TimeoutError:
-            out.append("plain subscriber alone: nothing")
-        info = await _api(nc, f"$JS.API.CONSUMER.INFO.{name}.D")
-        out.append((info.get("push_bound", False), info["delivered"]["stream_seq"]))
-        queue = await nc.subscribe(f"{name}-deliver", queue="G")
-        out.append([(await queue.next_msg(5)).data for _ in range(3)])
-        await js.delete_stream(name)
-        return out
-    finally:
-        await nc.close()
+        out.append((await plain.next_msg(0.5)).data)
+    except nats.errors.TimeoutError:
+        out.append("plain subscriber alone: nothing")
+    info = await _api(nc, f"$JS.API.CONSUMER.INFO.{name}.D")
+    out.append((info.get("push_bound", False), info["delivered"]["stream_seq"]))
+    queue = await nc.subscribe(f"{name}-deliver", queue="G")
+    out.append([(await queue.next_msg(5)).data for _ in range(3)])
+    await js.delete_stream(name)
+    return out
 
 
 async def test_deliver_group_needs_a_queue_subscriber(on_both: Any) -> None:
@@ -273,27 +269,23 @@ def test_mem_storage_consumer_is_gone_after_a_restart() -> None:
     assert out == {kind: ["FILE"] for kind in KINDS}
 
 
-async def _rate_limited(url: str, name: str) -> list[float]:
+async def _rate_limited(nc: Any, name: str) -> list[float]:
     """Six 50 KB messages to a push consumer limited to 100 KB/s on a stream with 100 KB max messages:
     the arrival time of each (s)."""
-    nc = await nats.connect(url)
-    try:
-        js = nc.jetstream()
-        await js.add_stream(name=name, subjects=[f"{name}.>"], max_msg_size=100_000)
-        for _ in range(6):
-            await js.publish(f"{name}.a", bytes(50_000))
-        sub = await nc.subscribe(f"{name}-deliver")
-        start = time.monotonic()
-        await _api(nc, f"$JS.API.CONSUMER.CREATE.{name}.R", {"stream_name": name, "config": {
-            "name": "R", "deliver_subject": f"{name}-deliver", "rate_limit_bps": 800_000}})
-        arrivals = []
-        for _ in range(6):
-            await sub.next_msg(10)
-            arrivals.append(time.monotonic() - start)
-        await js.delete_stream(name)
-        return arrivals
-    finally:
-        await nc.close()
+    js = nc.jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"], max_msg_size=100_000)
+    for _ in range(6):
+        await js.publish(f"{name}.a", bytes(50_000))
+    sub = await nc.subscribe(f"{name}-deliver")
+    start = time.monotonic()
+    await _api(nc, f"$JS.API.CONSUMER.CREATE.{name}.R", {"stream_name": name, "config": {
+        "name": "R", "deliver_subject": f"{name}-deliver", "rate_limit_bps": 800_000}})
+    arrivals = []
+    for _ in range(6):
+        await sub.next_msg(10)
+        arrivals.append(time.monotonic() - start)
+    await js.delete_stream(name)
+    return arrivals
 
 
 async def test_rate_limit_lets_a_burst_through_then_spaces_deliveries(on_both: Any) -> None:
@@ -305,32 +297,28 @@ async def test_rate_limit_lets_a_burst_through_then_spaces_deliveries(on_both: A
         assert arrivals[-1] > 1.9, arrivals
 
 
-async def _sampled_acks(url: str, name: str) -> list[Any]:
+async def _sampled_acks(nc: Any, name: str) -> list[Any]:
     """A pull consumer sampling every ack (100%): three messages fetched, two acked, one nak'ed then
     acked on its redelivery, one terminated; the ack metrics, without their ids, times and durations."""
-    nc = await nats.connect(url)
-    try:
-        js = await stream_with(nc, name, 4)
-        metrics = await nc.subscribe(f"$JS.EVENT.METRIC.CONSUMER.ACK.{name}.C")
-        await _api(nc, f"$JS.API.CONSUMER.CREATE.{name}.C", {"stream_name": name, "config": {
-            "durable_name": "C", "ack_policy": "explicit", "sample_freq": "100%"}})
-        sub = await js.pull_subscribe_bind("C", name)
-        first = await sub.fetch(4, timeout=5)
-        await first[0].ack_sync()
-        await first[1].ack_sync()
-        await first[2].nak()
-        await first[3].term()
-        again = await sub.fetch(1, timeout=5)
-        await again[0].ack_sync()
-        out = []
-        for _ in range(3):
-            body = json.loads((await metrics.next_msg(5)).data)
-            assert body.pop("ack_time") > 0 and body.pop("id") and body.pop("timestamp")
-            out.append(body)
-        await js.delete_stream(name)
-        return out
-    finally:
-        await nc.close()
+    js = await stream_with(nc, name, 4)
+    metrics = await nc.subscribe(f"$JS.EVENT.METRIC.CONSUMER.ACK.{name}.C")
+    await _api(nc, f"$JS.API.CONSUMER.CREATE.{name}.C", {"stream_name": name, "config": {
+        "durable_name": "C", "ack_policy": "explicit", "sample_freq": "100%"}})
+    sub = await js.pull_subscribe_bind("C", name)
+    first = await sub.fetch(4, timeout=5)
+    await first[0].ack_sync()
+    await first[1].ack_sync()
+    await first[2].nak()
+    await first[3].term()
+    again = await sub.fetch(1, timeout=5)
+    await again[0].ack_sync()
+    out = []
+    for _ in range(3):
+        body = json.loads((await metrics.next_msg(5)).data)
+        assert body.pop("ack_time") > 0 and body.pop("id") and body.pop("timestamp")
+        out.append(body)
+    await js.delete_stream(name)
+    return out
 
 
 async def test_sampled_acks_are_reported_like_nats_server(on_both: Any) -> None:

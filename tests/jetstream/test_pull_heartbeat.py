@@ -25,31 +25,27 @@ BODIES = [
 ]
 
 
-async def _scenario(url: str, name: str) -> list[Any]:
-    nc = await nats.connect(url)
-    try:
-        js = await stream_with(nc, name, 7)
-        sub = await js.pull_subscribe(f"{name}.a", durable="C", stream=name)
-        out: list[Any] = []
-        for _ in range(3):  # 5, 2, then nothing left
-            try:
-                msgs = await sub.fetch(5, timeout=1, heartbeat=0.2)
-                for m in msgs:
-                    await m.ack()
-                out.append([m.data for m in msgs])
-            except nats.errors.TimeoutError:
-                out.append("timeout")
-        inbox = nc.new_inbox()
-        replies = await nc.subscribe(inbox)
-        for body in BODIES:  # the first answer to each request on the drained consumer
-            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{name}.C", json.dumps(body).encode(), reply=inbox)
-            msg = await replies.next_msg(3)
-            out.append((msg.headers or {}).get("Status"))
-            out.append((msg.headers or {}).get("Description"))
-        await js.delete_stream(name)
-        return out
-    finally:
-        await nc.close()
+async def _scenario(nc: Any, name: str) -> list[Any]:
+    js = await stream_with(nc, name, 7)
+    sub = await js.pull_subscribe(f"{name}.a", durable="C", stream=name)
+    out: list[Any] = []
+    for _ in range(3):  # 5, 2, then nothing left
+        try:
+            msgs = await sub.fetch(5, timeout=1, heartbeat=0.2)
+            for m in msgs:
+                await m.ack()
+            out.append([m.data for m in msgs])
+        except nats.errors.TimeoutError:
+            out.append("timeout")
+    inbox = nc.new_inbox()
+    replies = await nc.subscribe(inbox)
+    for body in BODIES:  # the first answer to each request on the drained consumer
+        await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{name}.C", json.dumps(body).encode(), reply=inbox)
+        msg = await replies.next_msg(3)
+        out.append((msg.headers or {}).get("Status"))
+        out.append((msg.headers or {}).get("Description"))
+    await js.delete_stream(name)
+    return out
 
 
 async def test_heartbeat_rules_match_nats_server(on_both: Any) -> None:
