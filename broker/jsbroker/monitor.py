@@ -1,5 +1,6 @@
-"""The monitoring HTTP endpoint (aiohttp): /healthz, /varz, /connz, /jsz as read-only JSON views, and
-/metrics (Prometheus text, see metrics.py).
+"""The monitoring HTTP endpoint (http_server.py): /healthz, /varz, /connz, /jsz as read-only JSON views,
+and /metrics (Prometheus text, see metrics.py; imported at the first scrape, as prometheus_client costs a
+start ~30 ms).
 
 Field names and shapes follow nats-server 2.15.1's monitoring endpoints for the basics (checked against
 its responses); values jsbroker has no equivalent for (routes, gateways, leaf nodes) are zero or empty.
@@ -17,11 +18,8 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-import prometheus_client
-from aiohttp import web
-
-from . import metrics
 from .config import VERSION
+from .http_server import HttpServer, Request, Response
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -53,32 +51,23 @@ class Monitor:
         self.broker = broker
         self.started = time.time()
         self.requests: dict[str, int] = {}
-        self._runner: web.AppRunner | None = None
-        self._metrics = metrics.registry(broker)
+        self._metrics: Any = None  # the Prometheus registry, made at the first scrape
+        self._http = HttpServer({"/healthz": self.healthz, "/varz": self.varz, "/connz": self.connz, "/jsz": self.jsz,
+                                 "/metrics": self.metrics}, broker.log)
 
     async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
-        app = web.Application()
-        for path, handler in (("/healthz", self.healthz), ("/varz", self.varz), ("/connz", self.connz), ("/jsz", self.jsz),
-                              ("/metrics", self.metrics)):
-            app.router.add_get(path, handler)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True, ssl_context=ssl_context)
-        await site.start()
-        return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return await self._http.listen(host, port, ssl_context)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._http.close()
 
-    def _json(self, request: web.Request, body: dict[str, Any], status: int = 200) -> web.Response:
+    def _json(self, request: Request, body: dict[str, Any], status: int = 200) -> Response:
         self.requests[request.path] = self.requests.get(request.path, 0) + 1
-        return web.Response(text=json.dumps(body, indent=2), status=status, content_type="application/json")
+        return Response(json.dumps(body, indent=2).encode(), status)
 
     # -- endpoints ----------------------------------------------------------------------------------
 
-    async def healthz(self, request: web.Request) -> web.Response:
+    def healthz(self, request: Request) -> Response:
         # 503 (nats-server's error shape) until the client listener accepts connections: while the store
         # is recovered, and in the moment after. JetStream is in-process and has no separate failure
         # state, so `js-enabled-only` / `js-server-only` answer the same.
@@ -90,15 +79,20 @@ class Monitor:
             return self._unavailable(request, "the server is starting: clients are not accepted yet")
         return self._json(request, {"status": "ok"})
 
-    def _unavailable(self, request: web.Request, error: str) -> web.Response:
+    def _unavailable(self, request: Request, error: str) -> Response:
         return self._json(request, {"status": "unavailable", "status_code": 503, "error": error}, status=503)
 
-    async def metrics(self, request: web.Request) -> web.Response:
-        self.requests[request.path] = self.requests.get(request.path, 0) + 1
-        body = prometheus_client.generate_latest(self._metrics)
-        return web.Response(body=body, headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
+    def metrics(self, request: Request) -> Response:
+        import prometheus_client
 
-    async def varz(self, request: web.Request) -> web.Response:
+        from . import metrics
+
+        self.requests[request.path] = self.requests.get(request.path, 0) + 1
+        if self._metrics is None:
+            self._metrics = metrics.registry(self.broker)
+        return Response(prometheus_client.generate_latest(self._metrics), content_type=prometheus_client.CONTENT_TYPE_LATEST)
+
+    def varz(self, request: Request) -> Response:
         b, cfg, r = self.broker, self.broker.config, self.broker.router
         usage = resource.getrusage(resource.RUSAGE_SELF)
         body: dict[str, Any] = {
@@ -163,7 +157,7 @@ class Monitor:
         )
         return self._json(request, body)
 
-    async def connz(self, request: web.Request) -> web.Response:
+    def connz(self, request: Request) -> Response:
         b = self.broker
         want_subs = request.query.get("subs", "") in ("1", "true", "detail")
         offset = int(request.query.get("offset", 0) or 0)
@@ -206,7 +200,7 @@ class Monitor:
         }
         return self._json(request, body)
 
-    async def jsz(self, request: web.Request) -> web.Response:
+    def jsz(self, request: Request) -> Response:
         b = self.broker
         base: dict[str, Any] = {
             "memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0, "accounts": 0, "ha_assets": 0,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -12,6 +14,7 @@ import nats
 import pytest
 
 from tests.differential import normalise
+from tests.servers import JSBROKER
 
 pytestmark = pytest.mark.xdist_group("broker-monitor")
 
@@ -90,18 +93,14 @@ def test_jsz_basics(server):
 def test_healthz_answers_503_while_the_store_recovers(tmp_path):
     """After a crash the store is rebuilt from its blocks; meanwhile /healthz says 503 and why (a refused
     connection would tell a probe nothing), then 200 once clients are served."""
-    import subprocess
-
-    from tests.servers import JSBROKER, fill_stream, launch, read_info
+    from tests.servers import fill_stream, launch, read_info
 
     handle = launch(JSBROKER, store_dir=tmp_path, http=True)
     try:
         asyncio.run(_add_stream(handle.url, "RECOVER", ["recover.>"]))
         fill_stream(handle.port, "recover.x", 150_000)
         handle.kill()
-        with open(handle.log_path, "ab") as log:
-            handle.proc = subprocess.Popen(handle.command(), stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True)
+        handle.spawn()
         seen: list[tuple[int, dict]] = []
         deadline = time.monotonic() + 60
         while not seen or seen[-1][0] != 200:
@@ -126,3 +125,59 @@ async def _add_stream(url: str, name: str, subjects: list[str]) -> None:
     nc = await nats.connect(url)
     await nc.jetstream().add_stream(name=name, subjects=subjects)
     await nc.close()
+
+
+def _exchange(port: int, raw: bytes) -> bytes:
+    """Send `raw` on a new connection to the monitoring port; everything until the server closes it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(raw)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+        return out
+
+
+def test_methods_head_and_errors_like_nats_server(server):
+    """nats-server's monitoring answers any method, HEAD with the headers only, an unknown path with Go's
+    404 text, a request that is not HTTP with 400 and a close; each request on a kept-alive connection."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=10)
+    seen = {}
+    for method, path in (("POST", "/healthz"), ("HEAD", "/varz"), ("GET", "/nope"), ("GET", "/healthz")):
+        connection.request(method, path)
+        response = connection.getresponse()
+        body = response.read()
+        seen[method, path] = (response.status, response.getheader("Content-Type"),
+                              response.getheader("Access-Control-Allow-Origin"), body if path != "/varz" else len(body))
+    connection.close()
+    assert seen == {
+        ("POST", "/healthz"): (200, "application/json", "*", seen["POST", "/healthz"][3]),
+        ("HEAD", "/varz"): (200, "application/json", "*", 0),
+        ("GET", "/nope"): (404, "text/plain; charset=utf-8", None, b"404 page not found\n"),
+        ("GET", "/healthz"): seen["POST", "/healthz"],
+    }, seen
+    assert json.loads(seen["POST", "/healthz"][3]) == {"status": "ok"}
+    assert _exchange(server.http_port, b"GARBAGE\r\n\r\n").startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+def test_an_endless_request_head_is_refused_and_others_are_served(jsbroker_server):
+    """A request head still unfinished past 16 KiB gets 431 and a close (memory stays bounded); the next
+    client is answered as usual."""
+    raw = b"GET /varz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 1_000_000
+    assert _exchange(jsbroker_server.http_port, raw).startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+    assert get(jsbroker_server, "/healthz") == (200, {"status": "ok"})
+
+
+def test_monitoring_answers_as_soon_as_clients_are_accepted(server_factory):
+    """The monitoring port comes up before the client port: once INFO arrives, /healthz says 200 at once."""
+    handle = server_factory(JSBROKER, http=True)  # returns as soon as a client reads INFO
+    assert get(handle, "/healthz") == (200, {"status": "ok"})
+
+
+def test_a_kept_alive_monitoring_connection_does_not_hold_up_the_stop(server_factory):
+    handle = server_factory(JSBROKER, http=True)
+    connection = http.client.HTTPConnection("127.0.0.1", handle.http_port, timeout=10)
+    connection.request("GET", "/varz")
+    assert connection.getresponse().read().startswith(b"{")
+    assert handle.stop(timeout=10) == 0  # a graceful exit: not killed after the timeout
+    assert connection.sock.recv(1) == b""  # closed by the server
+    connection.close()
