@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import gc
 import os
 import signal
@@ -117,11 +116,27 @@ def fix_mmap_threshold(size: int = 128 * 1024) -> bool:
     buffer is freed, after which buffers of that size (index arrays, snapshot parts, big payloads) come
     from the heap, which fragments and does not shrink: a 30-minute soak's RSS stepped from 125 to 200 MB;
     with the threshold fixed it stayed within 128-133 MB. Returns whether it applied (glibc only)."""
+    import ctypes  # after the start-up: it is on no client's path
+
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, size))
+
+
+SETTLE_AFTER = 1.0  # seconds after the start: the first clients (reconnecting ones) are served by then
+
+
+def settle() -> None:
+    """Process-wide tuning, so only in the command and not in an embedded Broker, once the start is over
+    (a collection right away would hold up the first clients' INFO by ~10 ms): start-up objects live
+    forever, keep them out of every collection, and collect young objects less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+    gc.enable()
+    fix_mmap_threshold()
 
 
 async def serve(config: BrokerConfig) -> None:
@@ -151,12 +166,7 @@ async def serve(config: BrokerConfig) -> None:
     await broker.start()
     if config.pid_file is not None:
         config.pid_file.write_text(f"{os.getpid()}")
-    # Process-wide tuning, so only here and not in an embedded Broker: start-up objects live forever,
-    # keep them out of every collection, and collect young objects less often.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 20)
-    fix_mmap_threshold()
+    loop.call_later(SETTLE_AFTER, settle)
     try:
         await stop.wait()
     finally:
@@ -192,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         else:
             run = uvloop.run
+    gc.disable()  # the start (imports, the store's recovery) makes little garbage: no collections until settle()
     try:
         run(serve(config))
     except ConfigError as e:  # found at start: a TLS file that cannot be read or used
@@ -201,4 +212,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jsbroker: cannot listen on {config.host}:{config.port} (or the monitoring port): {e.strerror or e}; "
               "pick a free port with -p/-m", file=sys.stderr)
         return 1
+    finally:
+        gc.enable()
     return 0

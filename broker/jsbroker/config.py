@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -213,6 +212,8 @@ _TOP_KEYS = {
 def load_file(path: Path, base: BrokerConfig | None = None) -> BrokerConfig:
     """Read a TOML config file (format documented in broker/README.md) over `base`; a `.json` file holds
     the same settings as JSON (nats-server reads JSON too, so one file can serve both for shared keys)."""
+    import tomllib  # only with a config file: not every start pays for the parser
+
     try:
         text = Path(path).read_text()
         data = json.loads(text) if Path(path).suffix == ".json" else tomllib.loads(text)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import secrets
+import os
 
 _PREFIX_USER = 20 << 3  # the "U" of a user's public key
 _CRC16_POLY = 0x1021
@@ -42,7 +42,7 @@ def user_public_key(text: str) -> bytes:
 
 def new_nonce() -> str:
     """What INFO carries for the client to sign (nats-server's size and alphabet)."""
-    return base64.urlsafe_b64encode(secrets.token_bytes(11)).rstrip(b"=").decode()
+    return base64.urlsafe_b64encode(os.urandom(11)).rstrip(b"=").decode()
 
 
 def signed(public_key: bytes, nonce: str, signature: str) -> bool:

@@ -8,13 +8,11 @@ implements. Delivery itself belongs to `router.py`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
-import secrets
-import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from . import __version__, lameduck
 from .config import VERSION, BrokerConfig, ConfigError
@@ -23,9 +21,10 @@ from .internal import BatchHandler, Delivery, InterestListener, InternalHandler,
 from .logs import Logger, get_logger
 from .router import Router, Watch
 from .sublist import Subscription
-from .tls import TlsContext
 
-_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+if TYPE_CHECKING:  # imported at start with TLS on: the ssl context code is on no other path
+    from .tls import TlsContext
+
 API_LEVEL = 5
 
 
@@ -39,8 +38,8 @@ def _traffic(conn: Connection) -> tuple[int, int, int, int]:
 
 
 def new_server_id() -> str:
-    """A nats-server-like id: 'N' + 55 base32 characters."""
-    return "N" + "".join(secrets.choice(_B32) for _ in range(55))
+    """A nats-server-like id: 'N' + 55 base32 characters (35 random bytes are 56 of them)."""
+    return "N" + base64.b32encode(os.urandom(35)).decode()[:55]
 
 
 class Broker:
@@ -111,6 +110,8 @@ class Broker:
                       name=self.config.server_name, id=self.server_id, pid=os.getpid())
         cfg = self.config
         if cfg.tls is not None:
+            from .tls import TlsContext
+
             self.tls = TlsContext.load(cfg.tls)
             if cfg.tls.reload_interval > 0:
                 self._tls_watch = self.loop.create_task(self._watch_tls(cfg.tls.reload_interval))
@@ -174,6 +175,8 @@ class Broker:
             self.log.warning("jetstream service not installed, running core only")
             return
         if js.store_dir is None:
+            import tempfile
+
             self._tmp_store = tempfile.mkdtemp(prefix="jsbroker-")
             js = replace(js, store_dir=Path(self._tmp_store))
         Path(js.store_dir).mkdir(parents=True, exist_ok=True)  # type: ignore[arg-type]
@@ -249,6 +252,8 @@ class Broker:
             await self._monitor.stop()
             self._monitor = None
         if self._tmp_store is not None:
+            import shutil
+
             shutil.rmtree(self._tmp_store, ignore_errors=True)
             self._tmp_store = None
         self.log.info("server stopped")

@@ -182,3 +182,34 @@ def test_the_command_returns_freed_buffers_to_the_os(mode):
         assert out[0] == "True" and int(out[1]) >= 45, out
     else:
         assert int(out[1]) <= 5, out
+
+
+# Runs the command and prints the modules it imported once it serves clients, then exits.
+STARTED = r"""
+import os, sys
+from jsbroker import cli, server
+start = server.Broker.start
+async def started(self):
+    await start(self)
+    print(" ".join(sorted(sys.modules)), flush=True)
+    os._exit(0)
+server.Broker.start = started
+cli.main(sys.argv[1:])
+"""
+# Only some configurations or requests need these; each costs a start milliseconds (aiohttp 130-300).
+LAZY = {"aiohttp", "cryptography", "prometheus_client", "h11", "tomllib", "ctypes", "jsbroker.tls", "jsbroker.metrics"}
+
+
+@pytest.mark.parametrize("flags", [["-m", "0"], ["-m", "0", "-c", "CONFIG"]])
+def test_a_plain_start_does_not_import_what_it_does_not_use(tmp_path, flags):
+    """With the monitoring port on (every pod has it) and JetStream, a start imports neither TLS, nkey or
+    Prometheus code nor an HTTP library: the first scrape, the first request or the configuration does."""
+    config = tmp_path / "jsbroker.toml"
+    config.write_text('server_name = "lazy"\n')
+    done = subprocess.run([sys.executable, "-c", STARTED, "-a", "127.0.0.1", "-p", "0", "-sd", str(tmp_path / "store"),
+                           *(str(config) if f == "CONFIG" else f for f in flags)],
+                          capture_output=True, text=True, timeout=60)
+    modules = set(done.stdout.split())
+    assert {"jsbroker.jetstream.service", "jsbroker.monitor"} <= modules, done.stderr[-2000:]  # it did start
+    imported = {m.split(".")[0] if m.split(".")[0] in LAZY else m for m in modules} & LAZY
+    assert imported == ({"tomllib"} if "-c" in flags else set())  # the control: a config file needs its parser
