@@ -115,8 +115,15 @@ class Broker:
             self.tls = TlsContext.load(cfg.tls)
             if cfg.tls.reload_interval > 0:
                 self._tls_watch = self.loop.create_task(self._watch_tls(cfg.tls.reload_interval))
-        # Monitoring first: during the store's recovery /healthz answers 503 (probes see why, not a refusal).
         monitor_port = self._monitor_port()
+        # The client port bound first (a port in use fails the start at once), accepting last; it yields to
+        # the loop (as every create_server does) before the monitoring port exists, so an empty store's
+        # start gets to accepting clients without answering a monitoring request in between.
+        self._server = await self.loop.create_server(
+            self._new_connection, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        # Monitoring next: during the store's recovery /healthz answers 503 (probes see why, not a refusal).
         if monitor_port is not None:
             from .monitor import Monitor
 
@@ -126,11 +133,7 @@ class Broker:
         self.recovering = True
         await self._start_jetstream()
         self.recovering = False
-        # Bound first, accepting last; /healthz turns 200 only once clients can connect.
-        self._server = await self.loop.create_server(
-            self._new_connection, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
+        # /healthz turns 200 only once clients can connect.
         self._info_base = self._info_fields()
         await self._server.start_serving()
         self.serving = True
