@@ -1,57 +1,152 @@
-"""Restart benchmark: how long a broker with a full file stream takes to stop and to come back, jsbroker
-vs nats-server in one run.
+"""Start-up and restart benchmark: jsbroker vs nats-server in one run, alternating, medians and ratios.
 
-Each server gets one file stream with one durable consumer, filled with N 128-byte messages over 1,000
-subjects (acked raw PUBs, not timed); its RSS before and after is the memory per stored message. Then, each
-restart timed to the client port answering INFO and to STREAM.INFO reporting every message (the store
-recovered):
-- SIGKILL right after the fill: a crash before any checkpoint (jsbroker reads each closed block's index,
-  written when it closed, and scans the active block);
-- SIGTERM: time until the process has exited (the graceful stop: flush, close, index snapshot), restart;
-- N/10 more messages, SIGKILL: a crash with what came after the last snapshot (jsbroker's usual case:
-  it checkpoints every sync interval, 2 minutes by default, and replays only what was appended since).
+1. Start-up of an empty server, as the chart's pod runs it (JetStream on, an empty store dir), with the
+   monitoring port off and on: exec -> the INFO line as a client reads it, exec -> /healthz answering 200,
+   and the server's CPU time until then (it is killed at once and reaped: rusage, exact where wall-clock
+   time on a shared machine is not).
+2. Restart of a server holding one file stream of N 128-byte messages over 1,000 subjects with one durable,
+   monitoring on, each timed from exec to INFO, to /healthz 200 and to "stream ready" (STREAM.INFO
+   answers with every message: the store is recovered), with the server's CPU time by then (/proc, in
+   10 ms ticks):
+   - kill -9 right after the fill: a crash before any checkpoint (jsbroker reads each closed block's
+     index, written when it closed, and scans the active block); one sample per run;
+   - each repetition: SIGTERM (time until the process has exited: flush, close, index snapshot), start;
+     then N/100 more messages, kill -9 (a crash with writes after the last checkpoint), start.
+   RSS with the stream empty, full, and after the restarts.
 
-    python3 bench/restart.py            # 1,000,000 messages
-    python3 bench/restart.py --quick    # 200,000 messages
+    python3 bench/restart.py                 # 300,000 messages, 7 start-ups and 5 restarts per server
+    python3 bench/restart.py --quick         # 50,000 messages, 3 and 2
+    python3 bench/restart.py -n 1000000 --reps 3 --only restart
+
+nats-server is the one installed next to this interpreter (tests/servers.py), jsbroker this checkout's
+`python -m jsbroker` with its bytecode cached, as the image has it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import resource
 import signal
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
-from common import KINDS, rss_mb
-from tests.servers import JSBROKER, NATS_SERVER, ServerHandle, fill_stream, launch, read_info
+from common import KINDS, cpu_seconds, rss_mb
+from tests.servers import JSBROKER, NATS_SERVER, ServerHandle, fill_stream, free_port, launch, read_info
 
 STREAM = "RESTART"
+TIMEOUT = 600.0  # seconds a start may take before the benchmark gives up
 
 
-def _stream_ready(url: str, n: int, timeout: float = 600) -> None:
-    """Until STREAM.INFO answers with all n messages (JetStream has recovered the store)."""
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=1) as response:
+            return bool(response.status == 200)
+    except (OSError, urllib.error.HTTPError):  # not listening yet, or 503 while starting
+        return False
+
+
+def _info(port: int) -> bool:
+    try:
+        read_info(port, timeout=1.0)
+        return True
+    except OSError:
+        return False
+
+
+def _stream_messages(url: str) -> int:
+    """STREAM.INFO's message count; -1 while the server cannot answer it."""
     import nats
 
-    async def poll() -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                nc = await nats.connect(url, allow_reconnect=False, connect_timeout=2)
-                try:
-                    if (await nc.jetstream(timeout=5).stream_info(STREAM)).state.messages == n:
-                        return
-                finally:
-                    await nc.close()
-            except Exception:  # not up yet, or JetStream still recovering
-                if time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.01)  # poll interval
+    async def ask() -> int:
+        try:
+            nc = await nats.connect(url, allow_reconnect=False, connect_timeout=2)
+        except Exception:
+            return -1
+        try:
+            return int((await nc.jetstream(timeout=5).stream_info(STREAM)).state.messages)
+        except Exception:  # JetStream still recovering
+            return -1
+        finally:
+            await nc.close()
 
-    asyncio.run(poll())
+    return asyncio.run(ask())
+
+
+def _timed_start(handle: ServerHandle, stream_messages: int | None = None) -> dict[str, float]:
+    """Start the server; seconds from exec until INFO, /healthz 200 (with monitoring) and, given
+    `stream_messages`, until STREAM.INFO reports that many."""
+    start = time.monotonic()
+    proc = handle.spawn()
+    waiting = {"INFO": lambda: _info(handle.port)}
+    if handle.http_url is not None:
+        waiting["/healthz"] = lambda: _healthy(handle.http_url or "")
+    if stream_messages is not None:
+        waiting["stream ready"] = lambda: _stream_messages(handle.url) == stream_messages
+    out: dict[str, float] = {}
+    while waiting:
+        for what, ready in list(waiting.items()):
+            if (what == "stream ready" and "INFO" in waiting) or not ready():
+                continue
+            out[what] = time.monotonic() - start
+            del waiting[what]
+        if proc.poll() is not None:
+            raise RuntimeError(f"{handle.kind} exited with {proc.returncode}:\n{handle.log_tail()}")
+        if time.monotonic() - start > TIMEOUT:
+            raise TimeoutError(f"{handle.kind}: {sorted(waiting)} not ready after {TIMEOUT:.0f} s")
+        time.sleep(0.001)  # poll interval
+    return out
+
+
+def _kill_and_reap(handle: ServerHandle) -> float:
+    """SIGKILL the server and wait for it; the CPU seconds it used (this process's only child then)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    handle.kill()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def startup(kind: str, monitoring: bool) -> dict[str, float]:
+    """One start of an empty server: exec -> INFO (and /healthz), and its CPU seconds until then."""
+    with tempfile.TemporaryDirectory(prefix=f"startup-{kind}-") as store:
+        handle = ServerHandle(kind=kind, port=free_port(), store_dir=Path(store),
+                              http_port=free_port() if monitoring else None)
+        try:
+            out = _timed_start(handle)
+            out["CPU"] = _kill_and_reap(handle)
+            return out
+        finally:
+            handle.close()
+
+
+# The floor for any Python server: this interpreter, asyncio on uvloop, a listener that sends one line.
+BARE_LISTENER = """
+import asyncio, sys, uvloop
+async def main():
+    def hello(reader, writer):
+        writer.write(b"INFO {} \\r\\n")
+    await asyncio.start_server(hello, "127.0.0.1", int(sys.argv[1]))
+    await asyncio.Event().wait()
+uvloop.run(main())
+"""
+
+
+def bare_listener() -> dict[str, float]:
+    """exec -> INFO and CPU seconds of BARE_LISTENER (the same as a server's start-up, without the server)."""
+    handle = ServerHandle(kind=JSBROKER, port=free_port(), store_dir=None)
+    handle.command = lambda: [sys.executable, "-c", BARE_LISTENER, str(handle.port)]  # type: ignore[method-assign]
+    try:
+        out = _timed_start(handle)
+        out["CPU"] = _kill_and_reap(handle)
+        return out
+    finally:
+        handle.close()
 
 
 def _create(url: str) -> None:
@@ -67,67 +162,104 @@ def _create(url: str) -> None:
     asyncio.run(create())
 
 
-def _restart(handle: ServerHandle, n: int) -> tuple[float, float]:
-    """Start the server again; seconds until INFO, and until the stream answers with n messages."""
-    start = time.monotonic()
-    with open(handle.log_path, "ab") as log:
-        handle.proc = subprocess.Popen(handle.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    while True:
-        try:
-            read_info(handle.port, timeout=1.0)
-            break
-        except OSError:
-            time.sleep(0.005)  # poll interval
-    listening = time.monotonic() - start
-    _stream_ready(handle.url, n)
-    return listening, time.monotonic() - start
+class Restarts:
+    """One server with the full stream, restarted again and again."""
+
+    def __init__(self, kind: str, n: int, store: Path) -> None:
+        self.handle = launch(kind, store_dir=store, http=True)
+        self.n = n
+        _create(self.handle.url)
+        self.rss = {"RSS with the stream empty MB": rss_mb(self.handle.pid)}
+        fill_stream(self.handle.port, f"{STREAM}.s", n, subjects=1000)
+        self.rss["RSS with the messages stored MB"] = rss_mb(self.handle.pid)
+
+    def crash_after_fill(self) -> dict[str, float]:
+        self.handle.kill()
+        out = _timed_start(self.handle, self.n)
+        out["CPU"] = cpu_seconds(self.handle.pid)
+        return out
+
+    def sigterm(self) -> dict[str, float]:
+        proc = self.handle.proc
+        assert proc is not None
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        stopped = time.monotonic() - start
+        out = _timed_start(self.handle, self.n)
+        out["CPU"] = cpu_seconds(self.handle.pid)
+        out["stop"] = stopped
+        self.rss["RSS after a SIGTERM restart MB"] = rss_mb(self.handle.pid)
+        return out
+
+    def crash(self) -> dict[str, float]:
+        more = max(self.n // 100, 1)
+        fill_stream(self.handle.port, f"{STREAM}.s", more, subjects=1000)
+        self.n += more
+        self.handle.kill()
+        out = _timed_start(self.handle, self.n)
+        out["CPU"] = cpu_seconds(self.handle.pid)
+        self.rss["RSS after a kill -9 restart MB"] = rss_mb(self.handle.pid)
+        return out
 
 
-def measure(kind: str, n: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix=f"restart-{kind}-") as store:
-        handle = launch(kind, store_dir=Path(store))
-        try:
-            _create(handle.url)
-            empty = rss_mb(handle.pid)
-            fill_stream(handle.port, f"{STREAM}.s", n, subjects=1000)
-            full = rss_mb(handle.pid)
-            out: dict[str, float] = {
-                "RSS with the stream empty MB": empty,
-                "RSS with the messages stored MB": full,
-                "RSS per million stored messages MB": (full - empty) * 1e6 / n,
-            }
-            handle.kill()
-            out["kill -9, no checkpoint: listening"], out["kill -9, no checkpoint: stream ready"] = _restart(handle, n)
-            assert handle.proc is not None
-            start = time.monotonic()
-            handle.proc.send_signal(signal.SIGTERM)
-            handle.proc.wait(timeout=120)
-            out["stop after SIGTERM"] = time.monotonic() - start
-            out["restart: listening"], out["restart: stream ready"] = _restart(handle, n)
-            out["RSS after restart MB"] = rss_mb(handle.pid)
-            more = n // 10
-            fill_stream(handle.port, f"{STREAM}.s", more, subjects=1000)
-            handle.kill()
-            out["kill -9, N/10 since: listening"], out["kill -9, N/10 since: stream ready"] = _restart(handle, n + more)
-            out["RSS after kill -9 restart MB"] = rss_mb(handle.pid)
-            return out
-        finally:
-            handle.close()
+def _order(rep: int) -> tuple[str, ...]:
+    return KINDS if rep % 2 == 0 else KINDS[::-1]
+
+
+ORDER = ("INFO", "/healthz", "stream ready", "stop", "CPU")
+
+
+def _collect(rows: dict[str, dict[str, list[float]]], label: str, kind: str, sample: dict[str, float]) -> None:
+    for what, value in sorted(sample.items(), key=lambda item: ORDER.index(item[0])):
+        rows.setdefault(f"{label}: {what}", {k: [] for k in KINDS})[kind].append(value)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="200,000 messages instead of 1,000,000")
-    parser.add_argument("-n", type=int, help="messages in the stream")
+    parser.add_argument("--quick", action="store_true", help="50,000 messages, fewer repetitions")
+    parser.add_argument("-n", type=int, help="messages in the stream (default 300,000)")
+    parser.add_argument("--reps", type=int, help="restarts per server (default 5; start-ups: reps + 2)")
+    parser.add_argument("--only", choices=("startup", "restart"), help="run one of the two parts")
     args = parser.parse_args()
-    n = args.n or (200_000 if args.quick else 1_000_000)
-    results = {kind: measure(kind, n) for kind in KINDS}
-    jsb, ref = results[JSBROKER], results[NATS_SERVER]
-    print(f"\n{n:,} x 128 B over 1,000 subjects in one file stream with one durable (seconds, MB)\n")
-    print(f"| | {JSBROKER} | {NATS_SERVER} | ratio |")
-    print("|---|---:|---:|---:|")
-    for key in jsb:
-        print(f"| {key} | {jsb[key]:.2f} | {ref[key]:.2f} | {jsb[key] / max(ref[key], 1e-3):.1f}x |")
+    n = args.n or (50_000 if args.quick else 300_000)
+    reps = args.reps or (2 if args.quick else 5)
+    rows: dict[str, dict[str, list[float]]] = {}
+    floor: list[dict[str, float]] = []
+    if args.only != "restart":
+        for rep in range(reps + 2):
+            for kind in _order(rep):
+                for monitoring in (False, True):
+                    _collect(rows, f"empty start, monitoring {'on' if monitoring else 'off'}", kind,
+                             startup(kind, monitoring))
+            floor.append(bare_listener())
+    if args.only != "startup":
+        with tempfile.TemporaryDirectory(prefix="restart-") as root:
+            servers = {kind: Restarts(kind, n, Path(root) / kind) for kind in KINDS}
+            try:
+                for kind in KINDS:
+                    _collect(rows, "kill -9 right after the fill", kind, servers[kind].crash_after_fill())
+                for rep in range(reps):
+                    for kind in _order(rep):
+                        _collect(rows, "SIGTERM, restart", kind, servers[kind].sigterm())
+                        _collect(rows, f"{n // 100:,} more, kill -9, restart", kind, servers[kind].crash())
+                for kind in KINDS:
+                    for what, value in servers[kind].rss.items():
+                        rows.setdefault(what, {k: [] for k in KINDS})[kind].append(value)
+            finally:
+                for server in servers.values():
+                    server.handle.close()
+    load = os.getloadavg()
+    print(f"\nmedians (seconds, MB); stream: {n:,} x 128 B over 1,000 subjects, one durable; "
+          f"load average at the end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs\n")
+    print(f"| | {JSBROKER} | {NATS_SERVER} | ratio | samples |")
+    print("|---|---:|---:|---:|---:|")
+    for what, samples in rows.items():
+        jsb, ref = (statistics.median(samples[k]) for k in (JSBROKER, NATS_SERVER))
+        print(f"| {what} | {jsb:.3f} | {ref:.3f} | {jsb / max(ref, 1e-3):.1f}x | {len(samples[JSBROKER])} |")
+    if floor:
+        print(f"\nThe floor, a bare asyncio listener on uvloop in this interpreter: INFO after "
+              f"{statistics.median(f['INFO'] for f in floor):.3f} s, CPU {statistics.median(f['CPU'] for f in floor):.3f} s")
     return 0
 
 
