@@ -34,6 +34,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.sublist",
         "jsbroker.server",
         "jsbroker.monitor",
+        "jsbroker.http_server",
+        "jsbroker.http_connection",
         "jsbroker.metrics",
         "jsbroker.cli",
         "jsbroker.tls",
