@@ -104,25 +104,25 @@ def _timed_start(handle: ServerHandle, stream_messages: int | None = None) -> di
     return out
 
 
-def _kill_and_reap(handle: ServerHandle) -> float:
-    """SIGKILL the server and wait for it; the CPU seconds it used (this process's only child then)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    handle.kill()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+def _start_once(handle: ServerHandle) -> dict[str, float]:
+    """Start, time it, SIGKILL and reap at once: also the CPU seconds it used (rusage of this process's
+    children, of which it is the only one then)."""
+    try:
+        out = _timed_start(handle)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        handle.kill()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out["CPU"] = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        return out
+    finally:
+        handle.close()
 
 
 def startup(kind: str, monitoring: bool) -> dict[str, float]:
     """One start of an empty server: exec -> INFO (and /healthz), and its CPU seconds until then."""
     with tempfile.TemporaryDirectory(prefix=f"startup-{kind}-") as store:
-        handle = ServerHandle(kind=kind, port=free_port(), store_dir=Path(store),
-                              http_port=free_port() if monitoring else None)
-        try:
-            out = _timed_start(handle)
-            out["CPU"] = _kill_and_reap(handle)
-            return out
-        finally:
-            handle.close()
+        return _start_once(ServerHandle(kind=kind, port=free_port(), store_dir=Path(store),
+                                        http_port=free_port() if monitoring else None))
 
 
 # The floor for any Python server: this interpreter, asyncio on uvloop, a listener that sends one line.
@@ -141,12 +141,7 @@ def bare_listener() -> dict[str, float]:
     """exec -> INFO and CPU seconds of BARE_LISTENER (the same as a server's start-up, without the server)."""
     handle = ServerHandle(kind=JSBROKER, port=free_port(), store_dir=None)
     handle.command = lambda: [sys.executable, "-c", BARE_LISTENER, str(handle.port)]  # type: ignore[method-assign]
-    try:
-        out = _timed_start(handle)
-        out["CPU"] = _kill_and_reap(handle)
-        return out
-    finally:
-        handle.close()
+    return _start_once(handle)
 
 
 def _create(url: str) -> None:
