@@ -8,10 +8,11 @@
    monitoring on, each timed from exec to INFO, to /healthz 200 and to "stream ready" (STREAM.INFO
    answers with every message: the store is recovered), with the server's CPU time by then (/proc, in
    10 ms ticks):
+   each repetition:
    - kill -9 right after the fill: a crash before any checkpoint (jsbroker reads each closed block's
-     index, written when it closed, and scans the active block); one sample per run;
-   - each repetition: SIGTERM (time until the process has exited: flush, close, index snapshot), start;
-     then N/100 more messages, kill -9 (a crash with writes after the last checkpoint), start.
+     index, written when it closed, and scans the active block), started on a copy of that store;
+   - SIGTERM (time until the process has exited: flush, close, index snapshot), start;
+   - N/100 more messages, kill -9 (a crash with writes after the last checkpoint), start.
    RSS with the stream empty, full, and after the restarts.
 
     python3 bench/restart.py                 # 300,000 messages, 7 start-ups and 5 restarts per server
@@ -28,6 +29,7 @@ import argparse
 import asyncio
 import os
 import resource
+import shutil
 import signal
 import statistics
 import sys
@@ -161,15 +163,23 @@ class Restarts:
     """One server with the full stream, restarted again and again."""
 
     def __init__(self, kind: str, n: int, store: Path) -> None:
-        self.handle = launch(kind, store_dir=store, http=True)
-        self.n = n
+        self.handle = launch(kind, store_dir=store / "live", http=True)
+        self.n = self.filled = n
         _create(self.handle.url)
         self.rss = {"RSS with the stream empty MB": rss_mb(self.handle.pid)}
         fill_stream(self.handle.port, f"{STREAM}.s", n, subjects=1000)
         self.rss["RSS with the messages stored MB"] = rss_mb(self.handle.pid)
+        self.handle.kill()
+        self.crashed = store / "crashed"  # the store as the kill -9 right after the fill left it
+        shutil.copytree(store / "live", self.crashed)
 
     def crash_after_fill(self) -> dict[str, float]:
+        """Start on a copy of the store as the kill -9 right after the fill left it."""
         self.handle.kill()
+        assert self.handle.store_dir is not None
+        shutil.rmtree(self.handle.store_dir)
+        shutil.copytree(self.crashed, self.handle.store_dir)
+        self.n = self.filled
         out = _timed_start(self.handle, self.n)
         out["CPU"] = cpu_seconds(self.handle.pid)
         return out
@@ -232,10 +242,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="restart-") as root:
             servers = {kind: Restarts(kind, n, Path(root) / kind) for kind in KINDS}
             try:
-                for kind in KINDS:
-                    _collect(rows, "kill -9 right after the fill", kind, servers[kind].crash_after_fill())
                 for rep in range(reps):
                     for kind in _order(rep):
+                        _collect(rows, "kill -9 right after the fill", kind, servers[kind].crash_after_fill())
                         _collect(rows, "SIGTERM, restart", kind, servers[kind].sigterm())
                         _collect(rows, f"{n // 100:,} more, kill -9, restart", kind, servers[kind].crash())
                 for kind in KINDS:
