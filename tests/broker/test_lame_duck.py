@@ -18,13 +18,13 @@ import pytest
 
 from jsbroker import lameduck
 from jsbroker.config import BrokerConfig, ConfigError
-from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
+from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch, nats_server_binary
 
 CONFIG = {"lame_duck_duration": "30s", "lame_duck_grace_period": "1s"}
 
 
 def _signal_command(kind: str, spec: str) -> list[str]:
-    return [NATS_SERVER, "--signal", spec] if kind == NATS_SERVER else [sys.executable, "-m", "jsbroker", "--signal", spec]
+    return [nats_server_binary(), "--signal", spec] if kind == NATS_SERVER else [sys.executable, "-m", "jsbroker", "--signal", spec]
 
 
 def _refused(port: int) -> bool:
