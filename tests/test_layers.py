@@ -81,6 +81,7 @@ PURE = frozenset(
         "jsbroker.jetstream.errors",
         "jsbroker.jetstream.consumer_config",
         "jsbroker.jetstream.stream_config",
+        "jsbroker.jetstream.subject_transform",
         "jsbroker.jetstream.requests",
         "jsbroker.store.base",
         "jsbroker.store.record",

@@ -184,7 +184,7 @@ async def test_server_errors_become_conditions(
 
 
 async def test_a_field_jsbroker_refuses_stalls_the_resource_naming_it(jsbroker_server: Any) -> None:
-    """A Stream spec with subjectTransform against jsbroker: its 10052 refusal becomes Stalled, the message
+    """A Stream spec with allowMsgCounter against jsbroker: its 10052 refusal becomes Stalled, the message
     naming the field and what to do."""
     import nats
 
@@ -192,7 +192,7 @@ async def test_a_field_jsbroker_refuses_stalls_the_resource_naming_it(jsbroker_s
     from jsoperator.models import StreamSpec
 
     config = mapping.stream_config(StreamSpec.model_validate(
-        {"subjects": ["tr.in.>"], "subjectTransform": {"src": "tr.in.>", "dest": "tr.stored.>"}}), "TR")
+        {"subjects": ["tr.in.>"], "allowMsgCounter": True}), "TR")
     client = await nats.connect(jsbroker_server.url)
     try:
         error = (await api(client, "STREAM.CREATE.TR", config))["error"]
@@ -203,4 +203,4 @@ async def test_a_field_jsbroker_refuses_stalls_the_resource_naming_it(jsbroker_s
     assert conditions(patch) == {"Ready": ("False", "JetStreamError"), "Reconciling": ("False", "JetStreamError"),
                                  "Stalled": ("True", "JetStreamError")}
     message = status.condition(patch, "Ready")["message"]  # type: ignore[index]
-    assert "10052" in message and "subject_transform: subject transforms are not supported by jsbroker" in message
+    assert "10052" in message and "allow_msg_counter: message counters are not supported by jsbroker" in message

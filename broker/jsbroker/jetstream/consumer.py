@@ -501,7 +501,7 @@ class Consumer:
             reply = ack.reply_subject(self._ack_prefix, dc, msg.seq, self.dseq, msg.ts, max(self.npc, 0))
             hdr, data = msg.hdr, msg.data
             if self._headers_only:
-                hdr, data = headers.append(hdr, [("Nats-Msg-Size", str(len(data)))]), b""
+                hdr, data = headers.append(hdr, [(headers.MSG_SIZE, str(len(data)))]), b""
             size = 0  # what a byte limit (push flow control, a pull's max_bytes) counts
             if push:
                 target, left_n, left_b = self.cfg.deliver_subject, 1, 0

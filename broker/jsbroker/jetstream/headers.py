@@ -31,6 +31,7 @@ SEQUENCE = "Nats-Sequence"
 TIME_STAMP = "Nats-Time-Stamp"
 NUM_PENDING = "Nats-Num-Pending"
 LAST_SEQUENCE = "Nats-Last-Sequence"
+MSG_SIZE = "Nats-Msg-Size"  # a headers-only republish or consumer delivery: the size of the body left out
 UP_TO_SEQUENCE = "Nats-UpTo-Sequence"
 STREAM_IDENTITY = "Nats-Stream-Identity"
 

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from jsbroker import store as storage
+from jsbroker import subjects
 from jsbroker.jetstream import api, errors, headers, requests, times
 from jsbroker.jetstream.dedupe import MsgIdWindow
-from jsbroker.jetstream.stream_config import StreamConfig
+from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform
 from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
 
 if TYPE_CHECKING:
@@ -168,9 +169,11 @@ class Stream:
         self._discard_new = cfg.discard == "new"
         self._acks = not cfg.no_ack
         self._max_age = cfg.max_age
+        self._transform = input_transform(cfg)
+        self._republish = republish_transform(cfg)
         # A message without headers can only be refused by these; without them it takes the fast path.
         self._plain_ok = not (cfg.sealed or self._interest or self._discard_new or cfg.max_msg_size >= 0
-                              or self._exhausted is not None)
+                              or self._exhausted is not None or self._republish is not None)
         prefix = '{"stream":' + _json_str(cfg.name) + (',"domain":' + _json_str(self._domain) if self._domain else "")
         self._ack_prefix = (prefix + ',"seq":').encode()
         self._err_suffix = (',"stream":' + _json_str(cfg.name) + ',"seq":0}').encode()
@@ -285,6 +288,8 @@ class Stream:
     # -- publish ----------------------------------------------------------------------------------------
 
     def _on_publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+        if self._transform is not None:  # a subject the transform's source does not match is kept as is
+            subject = self._transform.apply(subject) or subject
         try:
             if not hdr and self._plain_ok:  # the common case: no headers, no check that could refuse it
                 if self._held is None:
@@ -358,6 +363,8 @@ class Stream:
             raise errors.MESSAGE_TTL_INVALID()
         if self._discard_new:
             self._check_discard_new(subject, hdr, payload, rollup)
+        republish_to = self._republish.apply(subject) if self._republish is not None else None
+        previous = self.store.load_last_msg(subject) if republish_to else None
         seq, ts = self.store.store_msg(subject, hdr, payload, ttl * _NS if ttl > 0 else ttl)
         self.last_seq = seq
         self.last_msg_id = msg_id
@@ -365,6 +372,8 @@ class Stream:
             self._dedupe.add(msg_id, seq, ts)
         if rollup:
             self._rollup(subject, rollup, seq)
+        if republish_to and subjects.is_valid_publish_subject(republish_to):  # nats-server drops invalid ones
+            self._republish_msg(republish_to, StoredMsg(seq, subject, hdr, payload, ts), previous.seq if previous else 0)
         if ttl > 0:
             self._arm_expiry(ts + min(ttl * _NS, cfg.max_age or ttl * _NS))
         elif cfg.max_age and ttl == 0:
@@ -372,6 +381,17 @@ class Stream:
         for consumer in self.consumers.values():
             consumer.on_stored(seq, subject)
         return seq, False
+
+    def _republish_msg(self, to: str, msg: StoredMsg, last_seq: int) -> None:
+        """Send a stored message on to its republish subject with nats-server's headers (Nats-Last-Sequence:
+        the subject's previous message, for gap detection; headers_only: the size instead of the body)."""
+        pairs = [(headers.STREAM, self.name), (headers.SUBJECT, msg.subject), (headers.SEQUENCE, str(msg.seq)),
+                 (headers.TIME_STAMP, times.rfc3339(msg.ts)), (headers.LAST_SEQUENCE, str(last_seq))]
+        payload = msg.data
+        if self.config.republish and self.config.republish.get("headers_only"):
+            pairs.append((headers.MSG_SIZE, str(len(payload))))
+            payload = b""
+        self.bus.publish(to, None, headers.append(msg.hdr, pairs), payload)
 
     def _check_headers(self, subject: str, hdr: bytes) -> tuple[str, str, int, int]:
         """The header checks up to the rollup: (msg id, rollup, ttl seconds or -1 never / -2 invalid,

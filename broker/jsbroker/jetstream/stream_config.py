@@ -6,8 +6,8 @@ gets the same error. `check_update(old, new)` adds the rules of a STREAM.UPDATE.
 is the config as responses and the persisted metadata carry it (omit-empty fields left out as Go does).
 
 Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
-(mirrors, sources, subject transforms, republish, subject delete markers, counters, atomic/batch
-publishing, message schedules, persist modes) are refused with 10052 naming the field and what to do.
+(mirrors, sources, subject delete markers, counters, atomic/batch publishing, message schedules,
+persist modes) are refused with 10052 naming the field and what to do.
 `placement` and `compression` are stored and echoed: on a single server they change nothing a client sees.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from jsbroker import subjects
 from jsbroker.config import VERSION
-from jsbroker.jetstream import errors
+from jsbroker.jetstream import errors, subject_transform
 from jsbroker.jetstream.requests import (
     API_LEVEL,
     get_bool,
@@ -74,6 +74,8 @@ class StreamConfig:
     deny_purge: bool = False
     allow_rollup_hdrs: bool = False
     allow_msg_ttl: bool = False
+    republish: dict[str, Any] | None = None  # {src, dest[, headers_only]}
+    subject_transform: dict[str, Any] | None = None  # {src, dest}
     # Stored and echoed as given (validated shape): one server has no replicas to place.
     placement: dict[str, Any] | None = None
     consumer_limits: dict[str, Any] = field(default_factory=dict)
@@ -99,6 +101,10 @@ class StreamConfig:
         out["compression"] = self.compression
         if self.first_seq:
             out["first_seq"] = self.first_seq
+        if self.subject_transform:
+            out["subject_transform"] = self.subject_transform
+        if self.republish:
+            out["republish"] = self.republish
         out.update(allow_direct=self.allow_direct, mirror_direct=self.mirror_direct)
         if self.discard_new_per_subject:
             out["discard_new_per_subject"] = True
@@ -163,6 +169,8 @@ def _decode(raw: dict[str, Any]) -> StreamConfig:
         allow_rollup_hdrs=get_bool(raw, "allow_rollup_hdrs"),
         allow_msg_ttl=get_bool(raw, "allow_msg_ttl"),
         placement=_placement(raw),
+        republish=_republish(raw),
+        subject_transform=_subject_transform(raw),
         consumer_limits=_consumer_limits(raw),
         metadata=get_str_map(raw, "metadata"),
     )
@@ -192,6 +200,23 @@ def _placement(raw: dict[str, Any]) -> dict[str, Any] | None:
     return out if out or isinstance(obj.get("tags"), list) else None
 
 
+def _republish(raw: dict[str, Any]) -> dict[str, Any] | None:
+    obj = get_object(raw, "republish")
+    if obj is None:
+        return None
+    out: dict[str, Any] = {"src": get_str(obj, "src"), "dest": get_str(obj, "dest")}
+    if get_bool(obj, "headers_only"):
+        out["headers_only"] = True
+    return out
+
+
+def _subject_transform(raw: dict[str, Any]) -> dict[str, Any] | None:
+    obj = get_object(raw, "subject_transform")
+    if obj is None:
+        return None
+    return {"src": get_str(obj, "src"), "dest": get_str(obj, "dest")}
+
+
 def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
     obj = get_object(raw, "consumer_limits") or {}
     out: dict[str, Any] = {}
@@ -206,9 +231,6 @@ def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
 UNSUPPORTED: dict[str, str] = {
     "mirror": "mirrors are not supported by jsbroker yet; publish into the stream instead",
     "sources": "sources are not supported by jsbroker yet; publish into the stream instead",
-    "subject_transform": "subject transforms are not supported by jsbroker yet; publish on the subjects to "
-                         "store, or leave subject_transform unset",
-    "republish": "republish is not supported by jsbroker yet; read the stream with a push consumer instead",
     "subject_delete_marker_ttl": "subject delete markers are not supported by jsbroker yet; leave "
                                  "subject_delete_marker_ttl unset (per-message TTLs work with allow_msg_ttl)",
     "allow_msg_counter": "message counters are not supported by jsbroker yet; leave allow_msg_counter unset",
@@ -281,6 +303,8 @@ def _validate(cfg: StreamConfig, pedantic: bool = False) -> StreamConfig:
     _check_discard_new_per_subject(cfg)
     cfg = dataclasses.replace(cfg, subjects=cfg.subjects or (cfg.name,))
     _check_subjects(cfg)
+    _check_subject_transform(cfg)
+    cfg = _check_republish(cfg, pedantic)
     return dataclasses.replace(cfg, metadata=_stored_metadata(cfg))
 
 
@@ -316,6 +340,58 @@ def _check_subjects(cfg: StreamConfig) -> None:
             if subjects.subjects_overlap(other, subj):
                 raise _invalid(f'subject "{subj}" overlaps with "{other}"')
         seen.add(subj)
+
+
+def _check_subject_transform(cfg: StreamConfig) -> None:
+    if cfg.subject_transform is not None:
+        input_transform(cfg)
+
+
+def input_transform(cfg: StreamConfig) -> subject_transform.Transform | None:
+    """The stream's `subject_transform` applied to what is published into it (None: none configured)."""
+    if cfg.subject_transform is None:
+        return None
+    try:
+        return subject_transform.parse(cfg.subject_transform["src"], cfg.subject_transform["dest"])
+    except subject_transform.InvalidSource as exc:
+        raise errors.STREAM_TRANSFORM_INVALID_SOURCE(err=str(exc)) from None
+    except subject_transform.InvalidDestination as exc:
+        raise errors.STREAM_TRANSFORM_INVALID_DESTINATION(err=str(exc)) from None
+
+
+def _check_republish(cfg: StreamConfig, pedantic: bool) -> StreamConfig:
+    republish = cfg.republish
+    if not republish:
+        return cfg
+    if not republish["src"]:
+        if pedantic:
+            raise errors.PEDANTIC(err="republish source can not be empty")
+        republish = {**republish, "src": ">"}
+    transform = cfg.subject_transform
+    if (republish["src"] == republish["dest"] == ">" and transform and len(cfg.subjects) == 1
+            and transform["src"] == cfg.subjects[0]):
+        # nats-server: '>' to '>' republishes what the transform made of the stream's one subject.
+        if pedantic:
+            raise errors.PEDANTIC(err="implicit republish based on subject transform")
+        republish = {**republish, "src": transform["dest"], "dest": transform["dest"]}
+    cfg = dataclasses.replace(cfg, republish=republish)
+    src, dest = republish["src"], republish["dest"]
+    if any(subjects.subjects_overlap(dest, subj) for subj in cfg.subjects):
+        raise _invalid("stream configuration for republish destination forms a cycle")
+    if republish_transform(cfg) is None and dest:
+        raise _invalid(f"stream configuration for republish with transform from '{src}' to '{dest}' not valid")
+    return cfg
+
+
+def republish_transform(cfg: StreamConfig) -> subject_transform.Transform | None:
+    """The transform from a stored message's subject to its republish subject (None: no republish, or
+    an invalid one, which `_check_republish` refuses)."""
+    if not cfg.republish:
+        return None
+    try:
+        return subject_transform.parse(cfg.republish["src"] or ">", cfg.republish["dest"], check_tokens=False)
+    except ValueError:
+        return None
 
 
 def _user_metadata(metadata: dict[str, str]) -> dict[str, str]:
