@@ -48,7 +48,7 @@ STREAM_FIELDS: dict[str, tuple[str, Any]] = {
     "compression": (STORED, "test_config_fields::SCENARIOS[placement_and_compression_stored]"),
     "first_seq": (HONOURED, "test_publish::CASES[first_seq]"),
     "subject_transform": (HONOURED, "test_subject_transform::test_transformed_subjects_are_stored_counted_and_filtered_as_nats_server"),
-    "republish": (HONOURED, "test_subject_transform::test_an_implicit_republish_sends_the_transformed_subjects"),
+    "republish": (HONOURED, "test_republish::test_republished_messages_carry_nats_server_headers"),
     "allow_direct": (HONOURED, "test_stream_api::CASES[direct_get_variants]"),
     "mirror_direct": (HONOURED, "test_stream_api::CASES[create_mirror_direct_without_mirror]"),
     "discard_new_per_subject": (HONOURED, "test_publish::CASES[discard_new_per_subject]"),

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 MAX_HEADER_SIZE = 65535
+_MAX_REPUBLISH_DEPTH = 16
 _NS = 1_000_000_000
 
 
@@ -63,6 +64,10 @@ class ConsumerHook(Protocol):
 class Stream:
     """A stream and its store.
 
+    A republish is published at once, so it reaches subscribers before the pub ack as on nats-server;
+    a chain of streams republishing into one another (bounded only by the growing headers, 10097, as
+    on nats-server) continues on later loop turns past `_MAX_REPUBLISH_DEPTH` instead of recursing.
+
     Consumer hook points (stable; jetstream/consumer.py codes against them):
     - `add_consumer(c)` / `remove_consumer(c)`: register a consumer object. It provides `c.name`,
       `c.on_stored(seq, subject)` (called after every stored message), `c.wants(subject)` (its filter
@@ -73,6 +78,8 @@ class Stream:
     - `store`, `config`, `name`, `consumers` (name -> consumer), `consumer_dir(name)` (a directory for a
       durable consumer's state, None for memory streams), `bus` (the InternalBus), `created_ns`.
     """
+
+    _republish_depth = 0  # republishes in progress on the stack, across streams
 
     def __init__(self, bus: InternalBus, config: StreamConfig, store: StreamStore, directory: Path | None,
                  created_ns: int, domain: str | None = None,
@@ -391,7 +398,15 @@ class Stream:
         if self.config.republish and self.config.republish.get("headers_only"):
             pairs.append((headers.MSG_SIZE, str(len(payload))))
             payload = b""
-        self.bus.publish(to, None, headers.append(msg.hdr, pairs), payload)
+        hdr = headers.append(msg.hdr, pairs)
+        if Stream._republish_depth >= _MAX_REPUBLISH_DEPTH:  # streams republishing into each other
+            self.bus.loop.call_soon(self.bus.publish, to, None, hdr, payload)
+            return
+        Stream._republish_depth += 1
+        try:
+            self.bus.publish(to, None, hdr, payload)  # before the pub ack, as nats-server queues them
+        finally:
+            Stream._republish_depth -= 1
 
     def _check_headers(self, subject: str, hdr: bytes) -> tuple[str, str, int, int]:
         """The header checks up to the rollup: (msg id, rollup, ttl seconds or -1 never / -2 invalid,
