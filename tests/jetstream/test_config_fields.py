@@ -58,7 +58,7 @@ STREAM_FIELDS: dict[str, tuple[str, Any]] = {
     "allow_rollup_hdrs": (HONOURED, "test_publish::CASES[rollup_sub_and_all]"),
     "consumer_limits": (HONOURED, "test_config_fields::SCENARIOS[max_consumers_and_consumer_limits]"),
     "allow_msg_ttl": (HONOURED, "test_publish::test_per_message_ttl_expires"),
-    "subject_delete_marker_ttl": (REFUSED, 60_000_000_000),
+    "subject_delete_marker_ttl": (HONOURED, "test_delete_markers::test_max_age_leaves_a_marker_for_each_subject_as_nats_server"),
     "allow_msg_counter": (REFUSED, True),
     "allow_atomic": (REFUSED, True),
     "allow_msg_schedules": (REFUSED, True),

@@ -267,6 +267,22 @@ def test_ttl_and_never(factory):
     assert [m.seq for m in s.messages()] == [2] and s.next_expiry() is None
 
 
+def test_take_expired_hands_over_without_removing(factory):
+    """The subject delete marker path: the due seqs (TTL and max_age, in seq order, never-TTLs exempt)
+    come back without being removed; their TTL entries go with them."""
+    s = factory.open(StoreLimits(max_age_ns=100 * SEC))
+    s.store_msg("a", b"", b"")
+    s.store_msg("b", b"", b"", ttl_ns=5 * SEC)
+    s.store_msg("c", b"", b"", ttl_ns=-1)
+    s.store_msg("d", b"", b"", ttl_ns=1 * SEC)
+    t, t4 = s.load_msg(1).ts, s.load_msg(4).ts
+    assert s.take_expired(t) == []
+    assert s.take_expired(t4 + 5 * SEC) == [2, 4]
+    assert s.state().msgs == 4 and s.take_expired(t4 + 5 * SEC) == []  # handed over once
+    assert s.take_expired(t + 200 * SEC) == [1, 2, 4]  # max_age still sees them; "never" is exempt
+    assert s.remove_msg(2) and s.take_expired(t + 200 * SEC) == [1, 4]
+
+
 def test_first_seq_at_or_after_time(factory):
     s = factory.open()
     fill(s, ["a"], 5)

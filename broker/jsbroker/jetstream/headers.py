@@ -21,6 +21,9 @@ EXPECTED_LAST_SUBJ_SEQ_SUBJ = "Nats-Expected-Last-Subject-Sequence-Subject"
 EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 ROLLUP = "Nats-Rollup"
 TTL = "Nats-TTL"
+# subject delete markers (ADR-43): the server's message replacing a subject's last expired one
+MARKER_REASON = "Nats-Marker-Reason"
+KV_OPERATION = "KV-Operation"  # a KV purge ("PURGE") also counts as a marker
 REQUIRED_API_LEVEL = "Nats-Required-Api-Level"
 # the status DIRECT.GET and MSG.NEXT answer when that level is above ours (the JSON API answers 10185)
 API_LEVEL_TOO_HIGH = b"NATS/1.0 412 Required Api Level\r\n\r\n"
@@ -72,6 +75,14 @@ def build(pairs: Iterable[tuple[str, str]] = (), status: int = 0, description: s
         first += f" {status}" + (f" {description}" if description else "")
     body = "".join(f"{key}: {value}\r\n" for key, value in pairs)
     return f"{first}\r\n{body}\r\n".encode()
+
+
+def without(hdr: bytes, key: str) -> bytes:
+    """`hdr` with every `key` line removed (the block stays a block, possibly with no header left)."""
+    if get(hdr, key) is None:
+        return hdr
+    needle = key.encode() + b":"
+    return b"\r\n".join(line for line in hdr.split(b"\r\n") if not line.startswith(needle))
 
 
 def append(hdr: bytes, pairs: Iterable[tuple[str, str]]) -> bytes:

@@ -176,6 +176,7 @@ class Stream:
         self._discard_new = cfg.discard == "new"
         self._acks = not cfg.no_ack
         self._max_age = cfg.max_age
+        self._marker_ttl = cfg.subject_delete_marker_ttl // _NS  # whole seconds, as nats-server counts them
         self._transform = input_transform(cfg)
         self._republish = republish_transform(cfg)
         # A message without headers can only be refused by these; without them it takes the fast path.
@@ -368,6 +369,10 @@ class Stream:
             return self._skip(msg_id, subject, rollup), False
         if ttl < 0 and ttl != -1:
             raise errors.MESSAGE_TTL_INVALID()
+        if 0 < ttl < self._marker_ttl and cfg.max_msgs_per_subject != 1:
+            # nats-server: a message must outlive the marker that may replace it; the header says so.
+            ttl = self._marker_ttl
+            hdr = headers.append(headers.without(hdr, headers.TTL), ((headers.TTL, str(ttl)),))
         if self._discard_new:
             self._check_discard_new(subject, hdr, payload, rollup)
         republish_to = self._republish.apply(subject) if self._republish is not None else None
@@ -502,10 +507,37 @@ class Stream:
         if self._closed:
             return
         try:
-            self.store.expire(times.now_ns())
+            if self._marker_ttl:
+                self._expire_with_markers(times.now_ns())
+            else:
+                self.store.expire(times.now_ns())
         except Exception:
             log.exception("stream expiry failed", extra={"stream": self.name})
         self._arm_expiry(self.store.next_expiry())
+
+    def _expire_with_markers(self, now_ns: int) -> None:
+        """Subject delete markers (ADR-43): an expiring message that is the last of its subject (and no
+        marker itself) is replaced by a marker, a message nats-server writes with a roll-up of the
+        subject; the others are removed."""
+        for seq in self.store.take_expired(now_ns):
+            msg = self.store.load_msg(seq)
+            if msg is None:
+                continue
+            if self.store.subjects_state(msg.subject).get(msg.subject) == 1 and not _is_marker(msg.hdr):
+                self._write_marker(msg)
+            else:
+                self._remove(seq, msg.subject)
+
+    def _write_marker(self, expired: StoredMsg) -> None:
+        hdr = headers.build(((headers.MARKER_REASON, "MaxAge"),
+                             (headers.TTL, times.format_duration(self._marker_ttl * _NS)), (headers.ROLLUP, "sub")))
+        subject = self._transform.apply(expired.subject) or expired.subject if self._transform else expired.subject
+        try:
+            self.process(subject, hdr, b"")  # the stream's own publish path, as nats-server's
+        except (errors.ApiError, StoreError, OSError) as exc:  # the message must still go
+            log.warning("subject delete marker not written", extra={"stream": self.name, "error": str(exc)})
+        if self.store.subject_of(expired.seq) is not None:
+            self._remove(expired.seq, expired.subject)
 
     # -- admin operations (called by stream_api) -------------------------------------------------------
 
@@ -743,6 +775,12 @@ def _last_at_or_before(store: StreamStore, subject: str, up_to: int, start: int)
         best = msg
         msg = store.load_next_msg(msg.seq + 1, subject)
     return best
+
+
+def _is_marker(hdr: bytes) -> bool:
+    """A subject delete marker, or a KV purge (which stands for one): replaced by nothing when it expires."""
+    return bool(hdr) and (bool(headers.get(hdr, headers.MARKER_REASON))
+                          or headers.get(hdr, headers.KV_OPERATION) == "PURGE")
 
 
 def _json_str(text: str) -> str:

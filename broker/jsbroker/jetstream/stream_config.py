@@ -6,8 +6,8 @@ gets the same error. `check_update(old, new)` adds the rules of a STREAM.UPDATE.
 is the config as responses and the persisted metadata carry it (omit-empty fields left out as Go does).
 
 Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
-(mirrors, sources, subject delete markers, counters, atomic/batch publishing, message schedules,
-persist modes) are refused with 10052 naming the field and what to do.
+(mirrors, sources, counters, atomic/batch publishing, message schedules, persist modes) are refused
+with 10052 naming the field and what to do.
 `placement` and `compression` are stored and echoed: on a single server they change nothing a client sees.
 """
 
@@ -74,6 +74,7 @@ class StreamConfig:
     deny_purge: bool = False
     allow_rollup_hdrs: bool = False
     allow_msg_ttl: bool = False
+    subject_delete_marker_ttl: int = 0  # ns
     republish: dict[str, Any] | None = None  # {src, dest[, headers_only]}
     subject_transform: dict[str, Any] | None = None  # {src, dest}
     # Stored and echoed as given (validated shape): one server has no replicas to place.
@@ -111,6 +112,8 @@ class StreamConfig:
         out.update(sealed=self.sealed, deny_delete=self.deny_delete, deny_purge=self.deny_purge,
                    allow_rollup_hdrs=self.allow_rollup_hdrs, consumer_limits=self.consumer_limits,
                    allow_msg_ttl=self.allow_msg_ttl)
+        if self.subject_delete_marker_ttl:
+            out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
         metadata = dict(self.metadata)
         if dynamic_metadata:
             metadata.update({LEVEL_KEY: str(API_LEVEL), VERSION_KEY: VERSION})
@@ -168,6 +171,7 @@ def _decode(raw: dict[str, Any]) -> StreamConfig:
         deny_purge=get_bool(raw, "deny_purge"),
         allow_rollup_hdrs=get_bool(raw, "allow_rollup_hdrs"),
         allow_msg_ttl=get_bool(raw, "allow_msg_ttl"),
+        subject_delete_marker_ttl=get_int(raw, "subject_delete_marker_ttl"),
         placement=_placement(raw),
         republish=_republish(raw),
         subject_transform=_subject_transform(raw),
@@ -231,8 +235,6 @@ def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
 UNSUPPORTED: dict[str, str] = {
     "mirror": "mirrors are not supported by jsbroker yet; publish into the stream instead",
     "sources": "sources are not supported by jsbroker yet; publish into the stream instead",
-    "subject_delete_marker_ttl": "subject delete markers are not supported by jsbroker yet; leave "
-                                 "subject_delete_marker_ttl unset (per-message TTLs work with allow_msg_ttl)",
     "allow_msg_counter": "message counters are not supported by jsbroker yet; leave allow_msg_counter unset",
     "allow_atomic": "atomic batch publishing is not supported by jsbroker yet; leave allow_atomic unset",
     "allow_batched": "batch publishing is not supported by jsbroker yet; leave allow_batched unset",
@@ -301,6 +303,16 @@ def _validate(cfg: StreamConfig, pedantic: bool = False) -> StreamConfig:
     if cfg.deny_purge and cfg.allow_rollup_hdrs:
         raise _invalid("roll-ups require the purge permission")
     _check_discard_new_per_subject(cfg)
+    if cfg.subject_delete_marker_ttl > 0:
+        if cfg.subject_delete_marker_ttl < 1_000_000_000:
+            raise _invalid("subject delete marker TTL must be at least 1 second")
+        if pedantic and not cfg.allow_msg_ttl:
+            raise _invalid("subject delete marker cannot be set if message TTLs are disabled")
+        if pedantic and not cfg.allow_rollup_hdrs:
+            raise _invalid("subject delete marker cannot be set if roll-ups are disabled")
+        cfg = dataclasses.replace(cfg, allow_msg_ttl=True, allow_rollup_hdrs=True, deny_purge=False)
+    elif cfg.subject_delete_marker_ttl < 0:
+        raise _invalid("subject delete marker TTL must not be negative")
     cfg = dataclasses.replace(cfg, subjects=cfg.subjects or (cfg.name,))
     _check_subjects(cfg)
     _check_subject_transform(cfg)
@@ -400,7 +412,7 @@ def _user_metadata(metadata: dict[str, str]) -> dict[str, str]:
 
 def _stored_metadata(cfg: StreamConfig) -> dict[str, str]:
     """User metadata plus the API level the config needs (1 for per-message TTLs), as nats-server keeps."""
-    level = 1 if cfg.allow_msg_ttl else 0
+    level = 1 if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0 else 0
     return {**_user_metadata(cfg.metadata), REQ_LEVEL_KEY: str(level)}
 
 

@@ -218,6 +218,11 @@ class StreamStore(Protocol):
         """Remove messages past max_age / their TTL at `now_ns`; returns how many. The stream calls this
         from a timer (`next_expiry()` says when), so expiry does not depend on new publishes."""
 
+    def take_expired(self, now_ns: int) -> list[int]:
+        """The seqs past max_age / their TTL at `now_ns`, in order, without removing them: the caller
+        removes each (their TTL entries are handed over). A stream with subject delete markers expires
+        this way, replacing a subject's last message by a marker instead of removing it."""
+
     def next_expiry(self) -> int | None:
         """ns timestamp of the next age/TTL expiry, or None."""
 

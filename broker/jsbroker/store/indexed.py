@@ -739,21 +739,26 @@ class IndexedStore:
         self._commit()
 
     def expire(self, now_ns: int) -> int:
+        removed = sum(self._remove(seq, notify=True) for seq in self.take_expired(now_ns))
+        if removed:
+            self._commit()
+        return removed
+
+    def take_expired(self, now_ns: int) -> list[int]:
         self._check_open()
-        removed = 0
+        due = set()
         while self._ttl and self._ttl[0][0] <= now_ns:
-            removed += self._remove(heapq.heappop(self._ttl)[1], notify=True)
+            seq = heapq.heappop(self._ttl)[1]
+            if self._live(seq):
+                due.add(seq)
         if self._limits.max_age_ns > 0:
             cutoff = now_ns - self._limits.max_age_ns
             seq = self._first
             while seq and self._ts[seq - self._base] <= cutoff:
-                after = self._next_live(seq + 1)
                 if seq not in self._never:
-                    removed += self._remove(seq, notify=True)
-                seq = after
-        if removed:
-            self._commit()
-        return removed
+                    due.add(seq)
+                seq = self._next_live(seq + 1)
+        return sorted(due)
 
     def next_expiry(self) -> int | None:
         self._check_open()
