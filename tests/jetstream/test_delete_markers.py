@@ -15,6 +15,7 @@ import pytest
 from nats.js.api import KeyValueConfig
 
 from tests.jetstream.test_consumer_support import scenario_pair
+from tests.polling import poll_async
 
 S = 1_000_000_000
 
@@ -22,18 +23,6 @@ S = 1_000_000_000
 @pytest.fixture
 def urls(nats_server, jsbroker_server) -> dict[str, str]:
     return {"jsbroker": jsbroker_server.url, "nats-server": nats_server.url}
-
-
-async def _until(check: Any, what: str, timeout: float = 10.0) -> Any:
-    """Poll an async check until it returns something truthy (the expiry timers run on their own)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def _messages(nc: Any, stream: str, prefix: str) -> tuple[Any, list[Any]]:
@@ -51,7 +40,8 @@ async def _messages(nc: Any, stream: str, prefix: str) -> tuple[Any, list[Any]]:
 @pytest.mark.parametrize("storage", ["file", "memory"])
 async def test_max_age_leaves_a_marker_for_each_subject_as_nats_server(urls, unique, storage: str) -> None:
     async def fn(nc: Any, s: str) -> Any:
-        cfg = {"name": s, "subjects": [f"{s}.>"], "storage": storage, "max_age": S, "subject_delete_marker_ttl": S}
+        cfg = {"name": s, "subjects": [f"{s}.>"], "storage": storage, "max_age": 2 * S,
+               "subject_delete_marker_ttl": 2 * S}  # a marker lives 2 s: time enough to be seen on a busy machine
         created = json.loads((await nc.request(f"$JS.API.STREAM.CREATE.{s}", json.dumps(cfg).encode())).data)
         for subject in ("a", "a", "b"):
             await nc.request(f"{s}.{subject}", b"x")
@@ -60,15 +50,15 @@ async def test_max_age_leaves_a_marker_for_each_subject_as_nats_server(urls, uni
             state, msgs = await _messages(nc, s, s)
             return (state, msgs) if state[0] == 2 and state[1] == 4 else None
 
-        seen = await _until(markers, "the two markers")
-        gone = await _until(lambda: _state_is(nc, s, 0), "the markers to expire")
+        seen = await poll_async(markers, timeout=10, what="the two markers")
+        gone = await poll_async(lambda: _state_is(nc, s, 0), timeout=10, what="the markers to expire")
         await nc.request(f"$JS.API.STREAM.DELETE.{s}", b"")
         c = created["config"]
         return (c["allow_msg_ttl"], c["allow_rollup_hdrs"], c["subject_delete_marker_ttl"]), seen, gone
 
     out = await scenario_pair(urls, fn, unique("M"))
     assert out["jsbroker"] == out["nats-server"]
-    marker = "NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: 1s\r\nNats-Rollup: sub\r\n\r\n"
+    marker = "NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: 2s\r\nNats-Rollup: sub\r\n\r\n"
     assert out["jsbroker"][1] == ((2, 4, 5), [(4, "{S}.a", marker), (5, "{S}.b", marker)])
 
 
@@ -93,8 +83,8 @@ async def test_per_message_ttls_leave_markers_and_are_raised_to_the_marker_ttl_a
             state, msgs = await _messages(nc, s, s)
             return (state, msgs) if state[2] >= seq else None
 
-        first_marker = await _until(lambda: after(6), "the marker of a")
-        second_marker = await _until(lambda: after(7), "the marker of d")
+        first_marker = await poll_async(lambda: after(6), timeout=10, what="the marker of a")
+        second_marker = await poll_async(lambda: after(7), timeout=10, what="the marker of d")
         await nc.request(f"$JS.API.STREAM.DELETE.{s}", b"")
         return stored, first_marker[1][-1], second_marker[1][-1]
 
@@ -171,7 +161,7 @@ async def _restart_transcript(handle: Any, kill: bool) -> list[Any]:
     handle.start()
     nc = await nats.connect(handle.url)
     try:
-        state, msgs = await _until(lambda: _markers_written(nc), "the markers after the restart")
+        state, msgs = await poll_async(lambda: _markers_written(nc), timeout=10, what="the markers after the restart")
         return [state, msgs]
     finally:
         await nc.close()

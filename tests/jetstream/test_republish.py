@@ -14,6 +14,7 @@ import pytest
 from nats.js.api import KeyValueConfig, RePublish
 
 from tests.jetstream.test_consumer_support import scenario_pair
+from tests.polling import poll_async
 
 
 @pytest.fixture
@@ -39,22 +40,8 @@ async def _collect(nc: Any, subject: str) -> tuple[Any, list[Any]]:
     return sub, got
 
 
-async def _until(check: Any, what: str, timeout: float = 5.0) -> None:
-    """Poll an async or plain check on the loop until it holds (tests/polling.py's rule, for coroutines)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def _wait_for(got: list[Any], count: int) -> None:
-    await _until(lambda: len(got) >= count, f"{count} republished messages")
+    await poll_async(lambda: len(got) >= count, timeout=5, what=f"{count} republished messages")
 
 
 @pytest.mark.parametrize("headers_only", [False, True])
@@ -145,7 +132,7 @@ async def test_the_republish_reaches_another_stream_and_skips_invalid_subjects(u
                             republish=RePublish(src=f"{s}.in.*", dest=f"{s}.out.{{{{split(1,-)}}}}"))
         for subject in (f"{s}.in.a-b", f"{s}.in.--", f"{s}.in.c"):
             await js.publish(subject, b"x")
-        await _until(lambda: _count(js, f"{s}_B", 2), "2 messages in the second stream")
+        await poll_async(lambda: _count(js, f"{s}_B", 2), timeout=5, what="2 messages in the second stream")
         got = [(m.subject.replace(s, "{S}"), m.headers["Nats-Sequence"])
                for m in [await js.get_msg(f"{s}_B", seq) for seq in (1, 2)]]
         info = await js.stream_info(f"{s}_B")
@@ -189,7 +176,7 @@ async def test_republish_keeps_working_after_a_restart(server_factory) -> None:
 
 async def test_streams_republishing_into_each_other_stop_at_the_header_limit_as_nats_server(urls, unique) -> None:
     """A loop the cycle check cannot see (two streams): each hop adds the republish headers until the
-    header limit (10097) drops it, after the same number of hops on both servers; the broker stays up."""
+    header limit (10097) drops it, after as many hops as on nats-server; the broker stays up."""
     async def fn(nc: Any, s: str) -> Any:
         js = nc.jetstream()
         for me, other in (("a", "b"), ("b", "a")):
@@ -202,12 +189,14 @@ async def test_streams_republishing_into_each_other_stop_at_the_header_limit_as_
             await asyncio.sleep(0.2)
             return counts == [(await js.stream_info(f"{s}_{me}")).state.messages for me in "ab"]
 
-        await _until(settled, "the loop to stop", timeout=10)
+        await poll_async(settled, timeout=10, what="the loop to stop")
         counts = [(await js.stream_info(f"{s}_{me}")).state.messages for me in "ab"]
         for me in "ab":
             await js.delete_stream(f"{s}_{me}")
         return counts
 
     out = await scenario_pair(urls, fn, unique("L"))
-    assert out["jsbroker"] == out["nats-server"]
-    assert out["jsbroker"][0] > 100
+    # Nats-Time-Stamp drops trailing zeros, so the hop that crosses the limit varies by a few on both.
+    ours, theirs = out["jsbroker"], out["nats-server"]
+    assert abs(sum(ours) - sum(theirs)) <= 6 and abs(ours[0] - ours[1]) <= 1, out
+    assert ours[0] > 100

@@ -6,13 +6,14 @@ the duplicate window, discard-new decisions, rollups, per-message TTL, interest/
 max_age/TTL expiry timer, pub acks (byte templates, no JSON encoder on the hot path) and DIRECT.GET.
 It talks to storage only through `jsbroker.store.base.StreamStore`.
 
-Publish checks, in the order nats-server applies them (`processJetStreamMsgWithBatch`):
-sealed (10109) -> Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
+Publish checks, in the order nats-server applies them (`processJetStreamMsgWithBatch`), after the
+stream's `subject_transform` mapped the subject: sealed (10109) -> Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
 Nats-Expected-Last-Subject-Sequence[-Subject] (10071, 10193) -> Nats-Expected-Last-Sequence (10071) ->
 Nats-Msg-Id duplicate (ack with "duplicate") -> Nats-Expected-Last-Msg-Id (10070) -> Nats-Rollup (10111)
 -> max_msg_size (10054) -> header size (10097) -> account or server memory/storage used up (10002, 10023) ->
 interest retention without interest (not stored, the
-sequence still moves) -> Nats-TTL value (10165) -> discard new limits (10077) -> store -> rollup purge.
+sequence still moves) -> Nats-TTL value (10165) -> raised to the delete marker TTL -> discard new limits
+(10077) -> store -> rollup purge -> republish -> pub ack.
 """
 
 from __future__ import annotations
