@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import random
 from typing import Any
 
 import nats
@@ -179,3 +180,50 @@ async def test_markers_are_written_for_what_expired_during_a_restart(server_fact
     ours = await _restart_transcript(server_factory("jsbroker"), kill)
     assert ours == theirs
     assert [m[:2] for m in ours[1]] == [(4, "m.a"), (5, "m.b")]
+
+
+async def _random_transcript(handle: Any, seed: int) -> list[Any]:
+    """Random publishes (with and without TTLs), deletes, subject purges and one restart (SIGTERM or
+    kill -9) on a stream with delete markers; then wait until every TTL'd message and marker is gone
+    and return what is left (the markers were seen on the way: last_seq counts them)."""
+    rng = random.Random(seed)
+    # TTLs are raised to the 3 s marker TTL: the 30 operations and the restart finish before any expires
+    cfg = {"name": "R", "subjects": ["r.>"], "allow_msg_ttl": True, "subject_delete_marker_ttl": 3 * S}
+    nc = await nats.connect(handle.url)
+    await nc.request("$JS.API.STREAM.CREATE.R", json.dumps(cfg).encode())
+    restart_at = rng.randrange(5, 25)
+    acks = []
+    for step in range(30):
+        if step == restart_at:
+            await nc.close()
+            handle.kill() if rng.random() < 0.5 else handle.stop()
+            handle.start()
+            nc = await nats.connect(handle.url)
+        op, subject = rng.random(), f"r.{rng.choice('abc')}"
+        if op < 0.7:
+            ttl = rng.choice([None, None, "1", "2s", "4", "never"])
+            reply = await nc.request(subject, b"x", headers={"Nats-TTL": ttl} if ttl else None)
+        elif op < 0.85:
+            seq = rng.randrange(1, step + 2)
+            reply = await nc.request("$JS.API.STREAM.MSG.DELETE.R", json.dumps({"seq": seq}).encode())
+        else:
+            reply = await nc.request("$JS.API.STREAM.PURGE.R", json.dumps({"filter": subject}).encode())
+        acks.append(json.loads(reply.data).get("error", {}).get("err_code", "ok"))
+
+    async def settled() -> Any:
+        state, msgs = await _messages(nc, "R", "\0")
+        return (state, msgs) if all("Nats-TTL" not in h or "never" in h for _, _, h in msgs) else None
+
+    try:
+        state, msgs = await poll_async(settled, timeout=20, what="every TTL'd message and marker gone")
+        return [acks, state, msgs]
+    finally:
+        await nc.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_random_operations_with_a_restart_leave_the_state_nats_server_leaves(server_factory, seed: int) -> None:
+    theirs = await _random_transcript(server_factory("nats-server"), seed)
+    ours = await _random_transcript(server_factory("jsbroker"), seed)
+    assert ours == theirs
