@@ -521,13 +521,15 @@ class Stream:
         marker itself) is replaced by a marker, a message nats-server writes with a roll-up of the
         subject; the others are removed."""
         for seq in self.store.take_expired(now_ns):
-            msg = self.store.load_msg(seq)
-            if msg is None:
+            subject = self.store.subject_of(seq)
+            if subject is None:
                 continue
-            if self.store.subjects_state(msg.subject).get(msg.subject) == 1 and not _is_marker(msg.hdr):
+            last = self.store.subjects_state(subject).get(subject) == 1
+            msg = self.store.load_msg(seq) if last else None  # only a subject's last one is read
+            if msg is not None and not _is_marker(msg.hdr):
                 self._write_marker(msg)
             else:
-                self._remove(seq, msg.subject)
+                self._remove(seq, subject)
 
     def _write_marker(self, expired: StoredMsg) -> None:
         hdr = headers.build(((headers.MARKER_REASON, "MaxAge"),
