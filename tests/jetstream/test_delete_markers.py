@@ -210,9 +210,11 @@ async def _random_transcript(handle: Any, seed: int) -> list[Any]:
             reply = await nc.request("$JS.API.STREAM.PURGE.R", json.dumps({"filter": subject}).encode())
         acks.append(json.loads(reply.data).get("error", {}).get("err_code", "ok"))
 
-    async def settled() -> Any:
+    async def settled() -> Any:  # a consistent snapshot: the state did not move while the messages were read
         state, msgs = await _messages(nc, "R", "\0")
-        return (state, msgs) if all("Nats-TTL" not in h or "never" in h for _, _, h in msgs) else None
+        again, _ = await _messages(nc, "R", "\0")
+        done = all("Nats-TTL" not in h or "never" in h for _, _, h in msgs)
+        return (state, msgs) if done and state == again and state[0] == len(msgs) else None
 
     try:
         state, msgs = await poll_async(settled, timeout=20, what="every TTL'd message and marker gone")
