@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import multiprocessing as mp
 import socket
 import threading
@@ -29,9 +30,16 @@ INFLIGHT = 10_000
 _names = itertools.count()
 
 
-def _stream(url: str, storage: str, delete: str | None = None) -> str:
-    """Create a fresh stream (or delete `delete`) from a short-lived client; returns its name."""
+def _stream(url: str, storage: str, delete: str | None = None, features: str = "") -> str:
+    """Create a fresh stream (or delete `delete`) from a short-lived client; returns its name.
+    `features`: "transform" maps `<name>.*` to `<name>.t.*`; "republish" also republishes each stored
+    message to `out.<name>.>` (nobody listens, as a cache nobody reads yet)."""
     name = f"BENCH{next(_names)}"
+    extra: dict[str, object] = {}
+    if "transform" in features:
+        extra["subject_transform"] = {"src": name + ".*", "dest": name + ".t.{{wildcard(1)}}"}
+    if "republish" in features:
+        extra["republish"] = {"src": ">", "dest": f"out.{name}.>"}
 
     async def main() -> None:
         import nats
@@ -41,7 +49,8 @@ def _stream(url: str, storage: str, delete: str | None = None) -> str:
         if delete:
             await js.delete_stream(delete)
         else:
-            await js.add_stream(name=name, subjects=[name + ".>"], storage=storage)
+            cfg = {"name": name, "subjects": [name + ".>"], "storage": storage, **extra}
+            await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(cfg).encode())
         await nc.close()
 
     asyncio.run(main())
@@ -83,11 +92,11 @@ def nats_py(storage: str, use_async: bool, size: int = SIZE) -> Callable[[str, i
     return run
 
 
-def raw_acked(storage: str) -> Callable[[str, int], tuple[int, float]]:
+def raw_acked(storage: str, features: str = "") -> Callable[[str, int], tuple[int, float]]:
     """Server-bound: one raw socket publishes with a reply subject, keeping <= INFLIGHT acks outstanding."""
 
     def run(url: str, n: int) -> tuple[int, float]:
-        name = _stream(url, storage)
+        name = _stream(url, storage, features=features)
         port = int(url.rsplit(":", 1)[1])
         s = socket.create_connection(("127.0.0.1", port))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -149,6 +158,9 @@ WORKLOADS: list[Workload] = [
     ("nats-py async publish, file, 16 KB", timed(nats_py("file", True, 16 * 1024)), 10_000),
     ("raw acked publish 10k in flight, file", timed(raw_acked("file")), 300_000),
     ("raw acked publish 10k in flight, memory", timed(raw_acked("memory")), 300_000),
+    ("raw acked publish 10k in flight, file, subject transform", timed(raw_acked("file", "transform")), 300_000),
+    ("raw acked publish 10k in flight, file, transform + republish", timed(raw_acked("file", "transform republish")),
+     300_000),
 ]
 
 

@@ -7,9 +7,10 @@ Used by the subject index, the stores (subject filters) and JetStream config che
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
-_WHITESPACE = frozenset(" \t\r\n\f\v")
+_WHITESPACE_RE = re.compile(r"[ \t\r\n\f\v]")
 
 
 def tokens(subject: str) -> list[str]:
@@ -18,15 +19,13 @@ def tokens(subject: str) -> list[str]:
 
 def is_valid_subject(subject: str) -> bool:
     """A subject a client may subscribe to (wildcards allowed in their proper places)."""
-    if not subject:
+    if not subject or _WHITESPACE_RE.search(subject):
         return False
     toks = subject.split(".")
-    last = len(toks) - 1
-    for i, tok in enumerate(toks):
-        if not tok or any(c in _WHITESPACE for c in tok):
-            return False
-        if ">" in tok and (tok != ">" or i != last):
-            return False
+    if "" in toks:
+        return False
+    if ">" in subject:  # only as the whole last token
+        return toks[-1] == ">" and subject.count(">") == 1
     return True
 
 

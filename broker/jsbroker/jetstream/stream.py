@@ -182,7 +182,7 @@ class Stream:
         self._republish = republish_transform(cfg)
         # A message without headers can only be refused by these; without them it takes the fast path.
         self._plain_ok = not (cfg.sealed or self._interest or self._discard_new or cfg.max_msg_size >= 0
-                              or self._exhausted is not None or self._republish is not None)
+                              or self._exhausted is not None)
         prefix = '{"stream":' + _json_str(cfg.name) + (',"domain":' + _json_str(self._domain) if self._domain else "")
         self._ack_prefix = (prefix + ',"seq":').encode()
         self._err_suffix = (',"stream":' + _json_str(cfg.name) + ',"seq":0}').encode()
@@ -301,6 +301,7 @@ class Stream:
             subject = self._transform.apply(subject) or subject
         try:
             if not hdr and self._plain_ok:  # the common case: no headers, no check that could refuse it
+                republish = self._republish_target(subject) if self._republish is not None else None
                 if self._held is None:
                     seq, ts = self.store.store_msg(subject, b"", payload, 0)
                 else:
@@ -310,6 +311,8 @@ class Stream:
                         self.bus.before_output(self._release)
                 self.last_seq = seq
                 self.last_msg_id = ""
+                if republish is not None:
+                    self._republish_msg(republish[0], StoredMsg(seq, subject, b"", payload, ts), republish[1])
                 if self._max_age:
                     self._arm_expiry(ts + self._max_age)
                 if self.consumers:
@@ -376,8 +379,7 @@ class Stream:
             hdr = headers.append(headers.without(hdr, headers.TTL), ((headers.TTL, str(ttl)),))
         if self._discard_new:
             self._check_discard_new(subject, hdr, payload, rollup)
-        republish_to = self._republish.apply(subject) if self._republish is not None else None
-        previous = self.store.load_last_msg(subject) if republish_to else None
+        republish = self._republish_target(subject) if self._republish is not None else None
         seq, ts = self.store.store_msg(subject, hdr, payload, ttl * _NS if ttl > 0 else ttl)
         self.last_seq = seq
         self.last_msg_id = msg_id
@@ -385,8 +387,8 @@ class Stream:
             self._dedupe.add(msg_id, seq, ts)
         if rollup:
             self._rollup(subject, rollup, seq)
-        if republish_to and subjects.is_valid_publish_subject(republish_to):  # nats-server drops invalid ones
-            self._republish_msg(republish_to, StoredMsg(seq, subject, hdr, payload, ts), previous.seq if previous else 0)
+        if republish is not None:
+            self._republish_msg(republish[0], StoredMsg(seq, subject, hdr, payload, ts), republish[1])
         if ttl > 0:
             self._arm_expiry(ts + min(ttl * _NS, cfg.max_age or ttl * _NS))
         elif cfg.max_age and ttl == 0:
@@ -394,6 +396,15 @@ class Stream:
         for consumer in self.consumers.values():
             consumer.on_stored(seq, subject)
         return seq, False
+
+    def _republish_target(self, subject: str) -> tuple[str, int] | None:
+        """Before a message on `subject` is stored: its republish subject and the subject's previous seq
+        (None: `src` does not match, or the mapped subject is no valid publish subject, which nats-server
+        drops)."""
+        to = self._republish.apply(subject) if self._republish is not None else None
+        if to is None or not subjects.is_valid_publish_subject(to):
+            return None
+        return to, self.store.last_seq(subject)
 
     def _republish_msg(self, to: str, msg: StoredMsg, last_seq: int) -> None:
         """Send a stored message on to its republish subject with nats-server's headers (Nats-Last-Sequence:
@@ -428,8 +439,7 @@ class Stream:
         last_subj_seq = headers.get(hdr, headers.EXPECTED_LAST_SUBJ_SEQ)
         last_subj = headers.get(hdr, headers.EXPECTED_LAST_SUBJ_SEQ_SUBJ)
         if last_subj_seq is not None:
-            last = self.store.load_last_msg(last_subj or subject)
-            found = last.seq if last else 0
+            found = self.store.last_seq(last_subj or subject)
             if _as_uint(last_subj_seq) != found:
                 raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=found)
         elif last_subj:

@@ -208,7 +208,8 @@ def _build(src: str, dest: str) -> Transform:
             # nats-server maps an index below 1 to the subject's first token.
             positions = tuple(star_at[n - 1] if 1 <= n <= stars else 0 for n in numbers)
             out.append(_Token(tok, func, positions, number, delimiter))
-    return Transform(src, dest, tuple(src_toks), tuple(out), dest_tail)
+    literals = tuple((i, tok) for i, tok in enumerate(src_toks) if tok not in ("*", ">"))
+    return Transform(src, dest, tuple(src_toks), tuple(out), dest_tail, literals)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,14 +219,19 @@ class Transform:
     src_tokens: tuple[str, ...]
     dest_tokens: tuple[_Token, ...]
     tail: bool  # `>` ends both: the subject's remaining tokens are appended
+    literals: tuple[tuple[int, str], ...]  # (position, token) of the source's literal tokens
 
     def apply(self, subject: str) -> str | None:
         """The mapped subject, or None when `subject` is not a literal subject matching `src`."""
         if self.src == ">" and self.dest == ">":
             return subject
         toks = subject.split(".")
-        if any(not t or t in ("*", ">") for t in toks) or not _matches(self.src_tokens, toks):
+        size = len(self.src_tokens)
+        if (len(toks) < size if self.tail else len(toks) != size) or "" in toks or "*" in toks or ">" in toks:
             return None
+        for i, literal in self.literals:
+            if toks[i] != literal:
+                return None
         parts: list[str] = []
         for tok in self.dest_tokens:
             if not tok.func:
@@ -239,16 +245,6 @@ class Transform:
             rest = ".".join(toks[len(self.src_tokens) - 1:])
             mapped = f"{mapped}.{rest}" if parts else rest
         return mapped
-
-
-def _matches(pattern: tuple[str, ...], toks: list[str]) -> bool:
-    if pattern[-1] == ">":
-        if len(toks) < len(pattern):
-            return False
-        pattern = pattern[:-1]
-    elif len(toks) != len(pattern):
-        return False
-    return all(p == "*" or p == t for p, t in zip(pattern, toks))
 
 
 def _fnv1a32(data: bytes) -> int:

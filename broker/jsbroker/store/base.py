@@ -173,6 +173,9 @@ class StreamStore(Protocol):
     def load_last_msg(self, subject_filter: str) -> StoredMsg | None:
         """The newest message matching the filter (wildcards allowed)."""
 
+    def last_seq(self, subject_filter: str) -> int:
+        """The seq of `load_last_msg(subject_filter)`, from the index alone (0: none)."""
+
     def first_seq_at_or_after_time(self, ts: int) -> int:
         """The first stored seq whose ts >= the given time; last_seq + 1 when none."""
 

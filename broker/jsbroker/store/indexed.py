@@ -603,14 +603,16 @@ class IndexedStore:
         return list(map(_new_msg, zip(got, subjects, hdrs, datas, map(self._ts.__getitem__, rows))))
 
     def load_last_msg(self, subject_filter: str) -> StoredMsg | None:
+        seq = self.last_seq(subject_filter)
+        return self.load_msg(seq) if seq else None
+
+    def last_seq(self, subject_filter: str) -> int:
         self._check_open()
         if self._msgs == 0:
-            return None
+            return 0
         if is_all(subject_filter):
-            seq = self._prev_live(self._last)
-        else:
-            seq = max((e.last for e in self._subjects.matching(subject_filter)), default=0)
-        return self.load_msg(seq) if seq else None
+            return self._prev_live(self._last)
+        return max((e.last for e in self._subjects.matching(subject_filter)), default=0)
 
     def first_seq_at_or_after_time(self, ts: int) -> int:
         self._check_open()
