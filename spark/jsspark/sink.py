@@ -158,7 +158,7 @@ class JetStreamBatchWriter(DataSourceArrowWriter):
         self.job = opts.id_prefix or uuid.uuid4().hex  # made on the driver: every task (and retry) shares it
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
-        return asyncio.run(_publish(self.opts, f"{self.job}:{_partition()}", iterator))
+        return client.run(_publish(self.opts, f"{self.job}:{_partition()}", iterator))
 
 
 class JetStreamStreamWriter(DataSourceStreamArrowWriter):
@@ -171,7 +171,7 @@ class JetStreamStreamWriter(DataSourceStreamArrowWriter):
         query = (context.getLocalProperty("sql.streaming.queryId") if context else None) or "query"
         batch = (context.getLocalProperty("streaming.sql.batchId") if context else None) or "0"
         prefix = f"{self.opts.id_prefix or query}:{batch}:{_partition()}"
-        return asyncio.run(_publish(self.opts, prefix, iterator))
+        return client.run(_publish(self.opts, prefix, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to do: every message was acknowledged by the stream before its task ended."""

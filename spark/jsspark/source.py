@@ -11,7 +11,6 @@ fills each progress's `latestOffset`, and the lag is its `seq` minus `endOffset`
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterator
@@ -55,18 +54,18 @@ class JetStreamDataSource(DataSource):
 
 
 def _state(opts: SourceOptions) -> StreamState:
-    return asyncio.run(client.stream_state(opts, opts.stream))
+    return client.run(client.stream_state(opts, opts.stream))
 
 
 def _start(opts: SourceOptions, state: StreamState) -> int:
     if opts.starting_timestamp is not None:
-        return asyncio.run(client.seq_at_time(opts, opts.stream, opts.starting_timestamp))
+        return client.run(client.seq_at_time(opts, opts.stream, opts.starting_timestamp))
     return offsets.resolve(opts.starting_offsets, state)
 
 
 def _end(opts: SourceOptions, state: StreamState) -> int:
     if opts.ending_timestamp is not None:
-        return asyncio.run(client.seq_at_time(opts, opts.stream, opts.ending_timestamp))
+        return client.run(client.seq_at_time(opts, opts.stream, opts.ending_timestamp))
     return offsets.resolve(opts.ending_offsets, state)
 
 
@@ -77,7 +76,7 @@ def _partitions(opts: SourceOptions, start: int, end: int) -> list[SequenceRange
 def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, SequenceRange):
         return  # Spark reads one empty partition of its own when there are none
-    chunks = asyncio.run(client.read_range(opts, opts.stream, opts.subjects, partition.first, partition.last,
+    chunks = client.run(client.read_range(opts, opts.stream, opts.subjects, partition.first, partition.last,
                                            opts.fetch_batch_size, opts.include_headers))
     for rows in chunks:
         yield arrow.record_batch(opts.stream, rows, opts.include_headers)
@@ -184,7 +183,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if not self.opts.consumer:
             return
         try:
-            asyncio.run(client.mirror_progress(self.opts, self.opts.stream, self.opts.consumer,
+            client.run(client.mirror_progress(self.opts, self.opts.stream, self.opts.consumer,
                                                Position.from_offset(self.opts.stream, end).seq))
         except Exception as exc:  # noqa: BLE001 - a display aid must not fail the query
             log.warning("could not mirror progress to consumer %s of stream %s: %s", self.opts.consumer,
