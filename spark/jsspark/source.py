@@ -113,7 +113,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.opts = opts
         self._until: int | None = None  # availableNow: the last sequence when the run started
         self._latest: Position | None = None  # the stream's end when latestOffset last looked
-        self._last_trigger = 0.0  # monotonic time of the last micro-batch minOffsetsPerTrigger let through
+        self._last_trigger: float | None = None  # monotonic time of the last batch minOffsetsPerTrigger let through
 
     def initialOffset(self) -> dict[str, Any]:
         state = _state(self.opts)
@@ -150,7 +150,8 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         batch (as Kafka's source). availableNow reads what there is: nothing more is coming."""
         least = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_offsets_per_trigger
         now = time.monotonic()
-        if not least or self._until is not None or now - self._last_trigger >= self.opts.max_trigger_delay:
+        waited = now - self._last_trigger if self._last_trigger is not None else self.opts.max_trigger_delay
+        if not least or self._until is not None or waited >= self.opts.max_trigger_delay:
             self._last_trigger = now
             return False
         if available < least:
