@@ -190,7 +190,8 @@ def write_rows(spark, url: str, writes: int, rows: list) -> tuple[float, float]:
 
     sink(100, 2)  # warm: the Python workers start
     for partitions in (1, 2):
-        rows.append((f"Spark sink, {partitions} partition(s)", writes, timed(lambda: sink(writes, partitions)), "write"))
+        seconds = timed(lambda: sink(writes, partitions))
+        rows.append((f"Spark sink, {partitions} partition(s)", writes, seconds, "write"))
     return columns, headers
 
 

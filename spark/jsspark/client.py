@@ -74,7 +74,7 @@ def _cause(exc: BaseException, conn: Connection) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _url(nc: Client) -> str:
+def server_url(nc: Client) -> str:
     """The server a client is connected to, without credentials."""
     url = nc.connected_url
     return f"{url.scheme}://{url.hostname}:{url.port}" if url else "?"
@@ -89,7 +89,7 @@ async def connect(conn: Connection) -> Client:
 
     async def on_error(exc: Exception) -> None:
         if nc.is_connected:
-            log.warning("nats %s: %s", _url(nc), _cause(exc, conn))
+            log.warning("nats %s: %s", server_url(nc), _cause(exc, conn))
             return
         failures.append(exc)
         if budget is None and len(failures) == 1:
@@ -116,18 +116,18 @@ async def _api(nc: Client, conn: Connection, subject: str, stream: str, payload:
     try:
         reply = await nc.request(subject, payload, timeout=conn.request_timeout)
     except nats.errors.NoRespondersError:
-        raise JetStreamError(f"stream {stream}: no JetStream at {_url(nc)} (is JetStream enabled for this "
+        raise JetStreamError(f"stream {stream}: no JetStream at {server_url(nc)} (is JetStream enabled for this "
                              "account?)") from None
     except nats.errors.TimeoutError:
-        raise JetStreamError(f"stream {stream}: {_url(nc)} did not answer a {what} request within requestTimeout="
+        raise JetStreamError(f"stream {stream}: {server_url(nc)} did not answer a {what} request within requestTimeout="
                              f"{conn.request_timeout:g} s") from None
     body: dict[str, Any] = json.loads(reply.data)
     error = body.get("error")
     if error:
         if error.get("err_code") == _STREAM_NOT_FOUND:
-            raise JetStreamError(f"stream {stream} not found on {_url(nc)}: create it, or fix the stream option "
+            raise JetStreamError(f"stream {stream} not found on {server_url(nc)}: create it, or fix the stream option "
                                  "(or servers, if it lives on another server or account)")
-        raise JetStreamError(f"stream {stream} on {_url(nc)}: {error.get('description')} "
+        raise JetStreamError(f"stream {stream} on {server_url(nc)}: {error.get('description')} "
                              f"(code {error.get('code')}, err_code {error.get('err_code')})")
     return body
 
@@ -180,7 +180,7 @@ async def seq_at_time(conn: Connection, stream: str, epoch_ms: int) -> int:
             try:
                 first = await sub.next_msg(timeout=conn.request_timeout)
             except nats.errors.TimeoutError:
-                raise JetStreamError(f"stream {stream}: {_url(nc)} did not answer a pull request within "
+                raise JetStreamError(f"stream {stream}: {server_url(nc)} did not answer a pull request within "
                                      f"requestTimeout={conn.request_timeout:g} s") from None
             if first.reply:
                 return _ack_fields(first.reply)[0]
@@ -213,7 +213,7 @@ async def read_range(conn: Connection, stream: str, subjects: tuple[str, ...], f
     fills the columns: no per-message queue or metadata objects (the stream sequence, time and pending
     count are read straight from the ack subject)."""
     nc = await connect(conn)
-    url = _url(nc)
+    url = server_url(nc)
     name = f"jsspark-{uuid.uuid4().hex[:16]}"
     config = ConsumerConfig(
         name=name, deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first, ack_policy=AckPolicy.NONE,

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import nats
 import pyarrow as pa
 from nats.aio.msg import Msg
 from pyspark import TaskContext
@@ -110,6 +111,7 @@ class _Acks:
 
 async def _publish(opts: SinkOptions, prefix: str, batches: Iterator[pa.RecordBatch]) -> Written:
     nc = await client.connect(opts)
+    url = client.server_url(nc)
     acks = _Acks(opts.max_in_flight)
     inbox = nc.new_inbox()
     try:
@@ -118,7 +120,11 @@ async def _publish(opts: SinkOptions, prefix: str, batches: Iterator[pa.RecordBa
         for batch in batches:
             for subject, data, headers in _messages(opts, prefix, batch, row):
                 await acks.slot(opts.ack_timeout)
-                await nc.publish(subject, data, reply=f"{inbox}.{row}", headers=headers)
+                try:
+                    await nc.publish(subject, data, reply=f"{inbox}.{row}", headers=headers)
+                except nats.errors.ConnectionClosedError:
+                    raise PublishError(f"lost the connection to {url} after {acks.acked} acknowledged "
+                                       "publishes (reconnectAttempts allows reconnecting)") from None
                 row += 1
         await acks.settled(opts.ack_timeout)
         if acks.failure:

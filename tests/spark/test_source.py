@@ -227,7 +227,8 @@ def test_min_offsets_per_trigger_waits_and_progress_reports_the_latest_offset(sp
     def latest() -> int:
         progress = query.lastProgress
         offset = progress and progress["sources"][0]["latestOffset"]
-        return json.loads(offset)[name]["seq"] if isinstance(offset, str) else (offset or {}).get(name, {}).get("seq", 0)
+        offset = json.loads(offset) if isinstance(offset, str) else offset or {}
+        return offset.get(name, {}).get("seq", 0)
 
     try:
         poll(lambda: sizes == [5], timeout=120, what="the first batch (as Kafka's, not delayed)")
