@@ -53,7 +53,7 @@ def _check_columns(opts: SinkOptions, schema: StructType) -> None:
 
 def _headers(value: Any) -> dict[str, str]:
     """A map cell (Arrow gives a list of (key, value) pairs) as nats-py headers: the last of a list."""
-    return {k: (v[-1] if isinstance(v, list) else v) for k, v in value if v}
+    return {k: (v[-1] if isinstance(v, list) else v) for k, v in value if v is not None and v != []}
 
 
 class _Acks:
