@@ -12,7 +12,8 @@ then, each timed on its own:
 - where a sink task's time goes besides publishing: Arrow columns to Python values, and building each
   message's headers (Nats-Msg-Id), timed alone on the same rows.
 Spark runs `local[2]` on this machine's 2 cores; the session is started (and warmed by one small read
-and one small write) before anything is timed. Rows/s; ratios against the baseline.
+and one small write) before anything is timed. The writes run `--reps` times, interleaved, so a busy
+machine slows each alike (medians). Rows/s; ratios against the baseline.
 
     python3 bench/spark_connector.py                 # 1M messages
     python3 bench/spark_connector.py --quick         # 200k messages
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -60,7 +62,7 @@ def nats_py_ordered_read(url: str, n: int) -> float:
     return time.perf_counter() - start
 
 
-def nats_py_publish(url: str, n: int) -> float:
+def nats_py_publish(url: str, n: int, rep: int = 0) -> float:
     async def main() -> None:
         import nats
 
@@ -68,7 +70,7 @@ def nats_py_publish(url: str, n: int) -> float:
         js = nc.jetstream()
         await js.add_stream(name="BENCHOUT1", subjects=["benchout1.>"])
         for i in range(n):
-            await js.publish_async("benchout1.x", b"x" * 128, headers={"Nats-Msg-Id": f"p{i}"})
+            await js.publish_async("benchout1.x", b"x" * 128, headers={"Nats-Msg-Id": f"p{rep}:{i}"})
         await js.publish_async_completed()
         await nc.close()
 
@@ -77,7 +79,7 @@ def nats_py_publish(url: str, n: int) -> float:
     return time.perf_counter() - start
 
 
-def jsspark_publish(url: str, n: int) -> tuple[float, float, float]:
+def jsspark_publish(url: str, n: int, rep: int = 0) -> tuple[float, float, float]:
     """jsspark's publisher on one Arrow batch of n rows, without Spark: (publish, to_pylist, headers) s."""
     import pyarrow as pa
 
@@ -88,7 +90,7 @@ def jsspark_publish(url: str, n: int) -> tuple[float, float, float]:
     opts = parse(SinkOptions, {"servers": url})
     run_async(_stream(url, "BENCHOUT3", "benchout3.>"))
     start = time.perf_counter()
-    client.run(sink._publish(opts, "bench", iter([batch])))
+    client.run(sink._publish(opts, f"bench{rep}", iter([batch])))
     publish = time.perf_counter() - start
     start = time.perf_counter()
     batch.column("data").cast(pa.binary()).to_pylist(), batch.column("subject").to_pylist()
@@ -114,6 +116,7 @@ def main() -> None:
     ap.add_argument("--trigger", type=int, default=200_000, help="streaming: sequences per micro-batch")
     ap.add_argument("--writes", type=int, help="messages written (default N/10)")
     ap.add_argument("--only", choices=("read", "write"), help="only the reads or only the writes")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of the writes (medians; default 3)")
     args = ap.parse_args()
     n = 200_000 if args.quick else args.n
     writes = args.writes or n // 10
@@ -133,7 +136,7 @@ def main() -> None:
         if args.only != "write":
             read_rows(spark, server.url, n, args.trigger, tmp, rows)
         if args.only != "read":
-            breakdown = write_rows(spark, server.url, writes, rows)
+            breakdown = write_rows(spark, server.url, writes, args.reps, rows)
         spark.stop()
 
     base = {kind: count / seconds for name, count, seconds, kind in rows if "baseline" in name}
@@ -178,10 +181,8 @@ def read_rows(spark, url: str, n: int, trigger: int, tmp: str, rows: list) -> No
     rows.append((f"Spark streaming read (availableNow, {trigger:,}/batch)", n, timed(stream), "read"))
 
 
-def write_rows(spark, url: str, writes: int, rows: list) -> tuple[float, float]:  # noqa: ANN001
-    rows.append(("nats-py async publish with acks (baseline)", writes, nats_py_publish(url, writes), "write"))
-    publish, columns, headers = jsspark_publish(url, writes)
-    rows.append(("jsspark publisher without Spark (one Arrow batch)", writes, publish, "write"))
+def write_rows(spark, url: str, writes: int, reps: int, rows: list) -> tuple[float, float]:  # noqa: ANN001
+    """The write workloads `reps` times, interleaved (a busy machine slows them alike); medians."""
     run_async(_stream(url, "BENCHOUT2", "benchout2.>"))
 
     def sink(count: int, partitions: int) -> None:
@@ -189,9 +190,15 @@ def write_rows(spark, url: str, writes: int, rows: list) -> tuple[float, float]:
         frame.repartition(partitions).write.format("jetstream").mode("append").option("servers", url).save()
 
     sink(100, 2)  # warm: the Python workers start
-    for partitions in (1, 2):
-        seconds = timed(lambda: sink(writes, partitions))
-        rows.append((f"Spark sink, {partitions} partition(s)", writes, seconds, "write"))
+    times: dict[str, list[float]] = {}
+    for rep in range(reps):
+        times.setdefault("nats-py async publish with acks (baseline)", []).append(nats_py_publish(url, writes, rep))
+        publish, columns, headers = jsspark_publish(url, writes, rep)
+        times.setdefault("jsspark publisher without Spark (one Arrow batch)", []).append(publish)
+        for partitions in (1, 2):
+            seconds = timed(lambda: sink(writes, partitions))
+            times.setdefault(f"Spark sink, {partitions} partition(s)", []).append(seconds)
+    rows.extend((name, writes, statistics.median(ts), "write") for name, ts in times.items())
     return columns, headers
 
 

@@ -127,7 +127,7 @@ class SourceOptions(Connection):
 class SinkOptions(Connection):
     subject: str | None = None
     id_prefix: str | None = Field(None, alias="idprefix")
-    max_in_flight: int = Field(1000, gt=0, alias="maxinflight")
+    max_in_flight: int = Field(4000, gt=0, alias="maxinflight")  # nats-py's publish_async default
     ack_timeout: float = Field(10.0, gt=0, alias="acktimeout")
 
 
