@@ -31,7 +31,13 @@ log = logging.getLogger("jsspark")
 
 
 class JetStreamDataSource(DataSource):
-    """`spark.read.format("jetstream")`, `readStream`, `write` and `writeStream`; options in spark/README.md."""
+    """NATS JetStream as a Spark source and sink, `format("jetstream")` (options in spark/README.md).
+
+    >>> spark.dataSource.register(JetStreamDataSource)
+    >>> (spark.read.format("jetstream").option("servers", "nats://127.0.0.1:4222").option("stream", "ORDERS")
+    ...  .load().select("subject", "seq", "data"))
+    DataFrame[subject: string, seq: bigint, data: binary]
+    """
 
     @classmethod
     def name(cls) -> str:
