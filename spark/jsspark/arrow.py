@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .reader import Rows
+from .client import Rows
 
 SCHEMA = "stream STRING, subject STRING, seq BIGINT, data BINARY, timestamp TIMESTAMP"
 HEADERS_SCHEMA = SCHEMA + ", headers MAP<STRING, ARRAY<STRING>>"

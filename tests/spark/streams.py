@@ -66,7 +66,7 @@ def stored(url: str, stream: str) -> list[tuple[str, bytes, str | None]]:
                 msg = await js.get_msg(stream, seq)
             except nats.js.errors.NotFoundError:
                 continue
-            out.append((msg.subject, msg.data, (msg.headers or {}).get("Nats-Msg-Id")))
+            out.append((msg.subject, msg.data or b"", (msg.headers or {}).get("Nats-Msg-Id")))  # nats-py: None when empty
         await nc.close()
         return out
     return run(main())

@@ -69,3 +69,13 @@ def test_a_frame_without_data_or_subject_is_refused_before_any_job(spark, server
         write(spark.createDataFrame([("s",)], "subject STRING"), server)
     with pytest.raises(Exception, match="needs a `subject` column or the `subject` option"):
         write(spark.createDataFrame([(b"d",)], "data BINARY"), server)
+
+
+def test_string_data_and_string_headers(spark, server, unique):
+    name = unique("SKD")
+    make_stream(server.url, name, 0)
+    df = spark.createDataFrame([("ä text", {"kind": "a", "empty": ""}), (None, None)],
+                               "data STRING, headers MAP<STRING, STRING>")
+    write(df.coalesce(1), server, subject=f"{name}.s", idPrefix="strings")
+    assert stored(server.url, name) == [(f"{name}.s", "ä text".encode(), "strings:0:0"),
+                                        (f"{name}.s", b"", "strings:0:1")]

@@ -5,6 +5,7 @@ restart from the checkpoint without loss or duplicates), and bad options failing
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import time
 import pytest
 
 from jsspark.options import OptionsError
+from tests.polling import poll
 from tests.spark.streams import delete_msgs, make_stream, publish, purge_below
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(600)]
@@ -209,3 +211,32 @@ def test_a_consumer_mirrors_committed_progress_and_a_reset_does_not_replay_the_q
     assert counts == [10, 10, 5, 2]  # the reset replayed nothing: the checkpoint is the source of truth
     floor, pending = asyncio.run(consumer("info"))
     assert floor >= 25 and pending == 27 - floor  # and the query's next commits put the mirror right again
+
+
+def test_min_offsets_per_trigger_waits_and_progress_reports_the_latest_offset(spark, server, unique, tmp_path):
+    name = unique("SPM")
+    make_stream(server.url, name, 5)
+    sizes: list[int] = []
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100")  # progress of idle triggers too
+    query = (spark.readStream.format("jetstream").option("servers", server.url).option("stream", name)
+             .option("minOffsetsPerTrigger", "10").option("maxTriggerDelay", "1h").load()
+             .writeStream.foreachBatch(lambda df, _: sizes.append(df.count()))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="100 milliseconds")
+             .start())
+
+    def latest() -> int:
+        progress = query.lastProgress
+        offset = progress and progress["sources"][0]["latestOffset"]
+        offset = json.loads(offset) if isinstance(offset, str) else offset or {}
+        return offset.get(name, {}).get("seq", 0)
+
+    try:
+        poll(lambda: sizes == [5], timeout=120, what="the first batch (as Kafka's, not delayed)")
+        publish(server.url, f"{name}.a", [b"x"] * 3)
+        poll(lambda: latest() == 9, timeout=120, what="progress to show the stream's end, sequence 9")
+        assert sizes == [5]  # 3 new sequences < minOffsetsPerTrigger: no batch
+        publish(server.url, f"{name}.a", [b"y"] * 7)
+        poll(lambda: sizes == [5, 10], timeout=120, what="a batch of the 10 sequences")
+    finally:
+        query.stop()
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
