@@ -45,6 +45,29 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "jetstream": ("jsbroker.jetstream", "jsbroker.jetstream.*"),
     "store": ("jsbroker.store", "jsbroker.store.*"),
+    # jsoperator: pure model -> I/O edges (NATS, Kubernetes API, metrics) -> reconcile core -> the kopf layer.
+    "op-model": (
+        "jsoperator",
+        "jsoperator.units",
+        "jsoperator.models",
+        "jsoperator.mapping",
+        "jsoperator.plan",
+        "jsoperator.status",
+        "jsoperator.annotations",
+        "jsoperator.events",
+        "jsoperator.settings",
+    ),
+    "op-io": ("jsoperator.jsclient", "jsoperator.credentials", "jsoperator.metrics"),
+    "op-core": ("jsoperator.reconcile", "jsoperator.reset"),
+    "op-kopf": (
+        "jsoperator.handlers",
+        "jsoperator.handlers.*",
+        "jsoperator.state_storage",
+        "jsoperator.health",
+        "jsoperator.cli",
+        "jsoperator.__main__",
+    ),
+    "op-tools": ("jsoperator.crdgen", "jsoperator.demo", "jsoperator.localcluster", "jsoperator.localcluster.*"),
 }
 
 # importer layer -> the other layers it may import (its own layer is always allowed).
@@ -55,7 +78,15 @@ ALLOWED: dict[str, frozenset[str]] = {
     "core": frozenset({"protocol", "helpers", "internal"}),
     "jetstream": frozenset({"helpers", "internal", "store"}),  # the core only through jsbroker.internal
     "store": frozenset({"helpers"}),  # reports upward only through callbacks
+    "op-model": frozenset(),
+    "op-io": frozenset({"op-model"}),
+    "op-core": frozenset({"op-model", "op-io"}),  # knows nothing of kopf: the handlers apply its Results
+    "op-kopf": frozenset({"op-model", "op-io", "op-core", "op-tools"}),  # the command also renders CRDs, runs the demo
+    "op-tools": frozenset({"op-model"}),
 }
+
+# Libraries only some layers may import: kopf stays in the operator's kopf layer.
+LIBRARY_LAYERS: dict[str, frozenset[str]] = {"kopf": frozenset({"op-kopf"})}
 
 # (importer, imported) pairs allowed across layers although the table above forbids them.
 EXCEPTIONS: dict[tuple[str, str], str] = {
@@ -173,8 +204,11 @@ def broken_rules(imp: Import) -> list[str]:
         rules.append(f"the parts are independent: {_part(imp.module)} never imports {top}")
     src, dst = layer_of(imp.module), layer_of(imp.target)
     if src and dst and src != dst and dst not in ALLOWED[src] and (imp.module, imp.target) not in EXCEPTIONS:
-        may = ", ".join(sorted(ALLOWED[src])) or "nothing else in jsbroker"
+        may = ", ".join(sorted(ALLOWED[src])) or f"nothing else in {_part(imp.module)}"
         rules.append(f"layer {src} may import only {may} (not {dst})")
+    for library, layers in LIBRARY_LAYERS.items():
+        if _in(imp.target, library) and src is not None and src not in layers:
+            rules.append(f"only layers {', '.join(sorted(layers))} import {library} (not {src})")
     if src == "jetstream" and dst == "store" and imp.target not in STORE_ENTRY_POINTS:
         rules.append("jetstream reaches storage only through jsbroker.store and jsbroker.store.base")
     if imp.module in PURE:
@@ -215,11 +249,11 @@ def imports() -> list[Import]:
     return repo_imports()
 
 
-def test_every_module_is_parsed_and_every_jsbroker_module_has_a_layer(imports):
+def test_every_module_is_parsed_and_every_jsbroker_and_jsoperator_module_has_a_layer(imports):
     modules = {imp.module for imp in imports}
     assert {"jsbroker.server", "jsbroker.jetstream.consumer", "jsbroker.store.file", "jsoperator.reconcile"} <= modules
     every = {module_name(f)[0] for d in PACKAGE_DIRS for f in d.rglob("*.py")}
-    unplaced = sorted(m for m in every if _part(m) == "jsbroker" and layer_of(m) is None)
+    unplaced = sorted(m for m in every if _part(m) in ("jsbroker", "jsoperator") and layer_of(m) is None)
     assert unplaced == [], f"add these modules to LAYERS in tests/test_layers.py: {unplaced}"
     assert sorted(PURE - every) == [], "PURE names modules that do not exist"
 
@@ -279,6 +313,10 @@ def test_imports_are_resolved_including_relative_type_only_and_local_ones():
         ("jsoperator.models", "import kopf", "pure module imports no I/O library"),
         ("jsoperator.reconcile", "from jsbroker.jetstream import errors", "jsoperator never imports jsbroker"),
         ("jsbroker.server", "import jsoperator.models", "jsbroker never imports jsoperator"),
+        ("jsoperator.reconcile", "from .handlers import credentials", "layer op-core may import only op-io, op-model"),
+        ("jsoperator.reconcile", "import kopf", "only layers op-kopf import kopf"),
+        ("jsoperator.jsclient", "import jsoperator.reconcile", "layer op-io may import only op-model"),
+        ("jsoperator.settings", "import kopf", "only layers op-kopf import kopf"),
         ("jsoperator.cli", "from operator.jsoperator import models", "`operator/` is a folder"),
         ("jsoperator.cli", "from operator import jsoperator", "`operator/` is a folder"),
         ("jsbroker.cli", "import broker.jsbroker.config", "`broker/` is a folder"),

@@ -73,9 +73,9 @@ async def run(settings: settings_mod.Settings) -> None:
     """Run kopf with our handlers until SIGINT/SIGTERM."""
     import kopf
 
-    from . import connection, handlers, health, metrics
+    from . import jsclient, handlers, health, metrics
 
-    pool = connection.Pool(timeout=settings.request_timeout)
+    pool = jsclient.Pool(timeout=settings.request_timeout)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, settings)
     probes = health.Health(pool, settings.namespaces)
@@ -86,7 +86,7 @@ async def run(settings: settings_mod.Settings) -> None:
     try:
         await kopf.operator(
             registry=registry,
-            settings=settings_mod.kopf_settings(settings),
+            settings=handlers.kopf_settings(settings),
             standalone=True,
             identity=cast(Any, _identity()),  # kopf's Identity: a NewType of str it does not export
             clusterwide=not settings.namespaces,

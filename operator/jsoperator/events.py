@@ -1,4 +1,4 @@
-"""Kubernetes Events posted on our resources: the reasons, and posting through kopf.
+"""Kubernetes Events posted on our resources: their reasons and shape (handlers/ posts them through kopf).
 
 Reasons are CamelCase constants so `kubectl get events --field-selector reason=...` works.
 """
@@ -6,9 +6,7 @@ Reasons are CamelCase constants so `kubectl get events --field-selector reason=.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
-
-import kopf
+from typing import Literal
 
 CREATED, UPDATED, ADOPTED, DRIFT_REPAIRED = "Created", "Updated", "Adopted", "DriftRepaired"
 DELETED, LEFT_ON_SERVER, DELETE_BLOCKED = "Deleted", "LeftOnServer", "DeleteBlocked"
@@ -22,6 +20,3 @@ class Event:
     reason: str
     message: str
 
-
-def post(body: Any, event: Event) -> None:
-    kopf.event(body, type=event.type, reason=event.reason, message=event.message)

@@ -22,7 +22,7 @@ import kubernetes.client
 import kubernetes.config
 from kubernetes.client.exceptions import ApiException
 
-from . import connection
+from . import jsclient
 from .crdgen import GROUP, KINDS, VERSION
 
 PLURALS = tuple(kind.lower() + "s" for kind in KINDS)
@@ -81,7 +81,7 @@ def problems(namespaces: Sequence[str]) -> list[str]:
 class Health:
     """The two endpoints; `serve()` starts them, `close()` stops them."""
 
-    def __init__(self, pool: connection.Pool, namespaces: Sequence[str]) -> None:
+    def __init__(self, pool: jsclient.Pool, namespaces: Sequence[str]) -> None:
         self._pool, self._namespaces = pool, tuple(namespaces)
         self._last: list[str] | None = None
         self._runner: aiohttp.web.AppRunner | None = None

@@ -2,7 +2,7 @@
 resource -> spec model -> JetStream config -> plan -> API calls -> Result (status patch, Events, retry).
 
 Decisions live in pure modules (annotations, plan, status); this module sequences the I/O
-(Secrets via handlers.credentials, JetStream via connection) and turns every failure into a Result.
+(Secrets via credentials, JetStream via jsclient) and turns every failure into a Result.
 It knows nothing about kopf: the handlers apply the Result.
 """
 
@@ -14,8 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from . import annotations as annotation
-from . import connection, events, mapping, metrics, models, plan, reset, status
-from .handlers import credentials
+from . import credentials, events, jsclient, mapping, metrics, models, plan, reset, status
 from .settings import Settings
 
 Kind = Literal["Stream", "Consumer"]
@@ -68,11 +67,11 @@ class Runtime:
     """The operator-wide things a reconciliation uses."""
 
     settings: Settings
-    pool: connection.Pool
+    pool: jsclient.Pool
 
-    async def broker(self, resource: Resource, spec: models.ConnectionSpec | None) -> connection.Broker:
+    async def client(self, resource: Resource, spec: models.ConnectionSpec | None) -> jsclient.JetStreamClient:
         settings = await credentials.resolve(spec, resource.namespace, self.settings)
-        return await self.pool.broker(settings)
+        return await self.pool.client(settings)
 
 
 def _now() -> datetime:
@@ -108,9 +107,9 @@ async def reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, exec
             return _failed(resource, status.invalid_spec(str(exc)))
         except credentials.CredentialsError as exc:
             return _failed(resource, status.credentials_not_found(str(exc)))
-        except connection.BrokerUnavailable as exc:
+        except jsclient.BrokerUnavailable as exc:
             return _failed(resource, status.broker_unavailable(str(exc)))
-        except connection.ApiError as exc:
+        except jsclient.ApiError as exc:
             return _failed(resource, status.api_error(exc.code, exc.err_code, exc.description))
 
 
@@ -127,7 +126,7 @@ async def _reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, exe
 async def _reconcile_stream(resource: Resource, runtime: Runtime, trigger: Trigger) -> Result:
     spec = models.parse_spec(models.StreamSpec, resource.spec)
     desired = mapping.stream_config(spec, resource.name)
-    broker = await runtime.broker(resource, spec.connection)
+    broker = await runtime.client(resource, spec.connection)
     try:
         done = await _converge_stream(broker, desired)
     except _Blocked as exc:
@@ -143,7 +142,7 @@ async def _reconcile_consumer(
     spec = models.parse_spec(models.ConsumerSpec, resource.spec)
     pending = annotation.pending_reset(resource.annotations, resource.status.get("lastReset"))
     desired = mapping.consumer_config(spec, resource.name)
-    broker = await runtime.broker(resource, spec.connection)
+    broker = await runtime.client(resource, spec.connection)
     try:
         done = await _converge_consumer(broker, spec.stream_name, desired)
     except _Blocked as exc:
@@ -202,7 +201,7 @@ class _StreamMissing(Exception):
     pass
 
 
-async def _converge_stream(broker: connection.Broker, desired: mapping.Config) -> _Converged:
+async def _converge_stream(broker: jsclient.JetStreamClient, desired: mapping.Config) -> _Converged:
     info = await broker.stream_info(desired["name"])
     p = plan.plan_stream(desired, info["config"] if info else None)
     if p.blocked:
@@ -220,7 +219,7 @@ async def _converge_stream(broker: connection.Broker, desired: mapping.Config) -
     return _Converged("created", info, p)
 
 
-async def _converge_consumer(broker: connection.Broker, stream: str, desired: mapping.Config) -> _Converged:
+async def _converge_consumer(broker: jsclient.JetStreamClient, stream: str, desired: mapping.Config) -> _Converged:
     info = await broker.consumer_info(stream, desired["durable_name"])
     if info is None and await broker.stream_info(stream) is None:
         raise _StreamMissing(
@@ -258,16 +257,16 @@ async def delete(resource: Resource, runtime: Runtime, consumers_left: list[str]
         return Result(_patch(resource, outcome), evs, retry=True, done=False, message=message)
     try:
         conn = models.ConnectionSpec.model_validate(resource.spec.get("connection") or {})
-        broker = await runtime.broker(resource, conn)
+        broker = await runtime.client(resource, conn)
         if resource.kind == "Stream":
             existed = await broker.delete_stream(resource.server_name())
         else:
             existed = await broker.delete_consumer(resource.stream_name(), resource.server_name())
-    except (connection.BrokerUnavailable, credentials.CredentialsError) as exc:
+    except (jsclient.BrokerUnavailable, credentials.CredentialsError) as exc:
         outcome = status.broker_unavailable(str(exc))
         message = f"cannot delete the {kind} yet: {exc}; retrying (annotate {annotation.MANAGED}=false to let go)"
         return Result(_patch(resource, outcome), [], retry=True, done=False, message=message)
-    except connection.ApiError as exc:
+    except jsclient.ApiError as exc:
         outcome = status.api_error(exc.code, exc.err_code, exc.description, action=f"deleting the {kind}")
         evs = [events.Event("Warning", events.FAILED, outcome.message)]
         return Result(_patch(resource, outcome), evs, retry=True, done=False, message=outcome.message)

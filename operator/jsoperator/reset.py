@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from . import annotations as annotation
-from . import connection, events, metrics, status
+from . import jsclient, events, metrics, status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Executed:
     info: dict[str, Any] | None  # ConsumerInfo after a successful reset
 
 
-async def target_sequence(broker: connection.Broker, stream: str, request: annotation.ResetRequest) -> int:
+async def target_sequence(broker: jsclient.JetStreamClient, stream: str, request: annotation.ResetRequest) -> int:
     """The stream sequence to reset to; 0 means the consumer's ack floor (the server resolves it)."""
     if request.kind == "sequence":
         assert request.sequence is not None
@@ -41,14 +41,14 @@ async def target_sequence(broker: connection.Broker, stream: str, request: annot
 
 
 async def execute(
-    broker: connection.Broker, stream: str, consumer: str, request: annotation.ResetRequest, now: datetime
+    broker: jsclient.JetStreamClient, stream: str, consumer: str, request: annotation.ResetRequest, now: datetime
 ) -> Executed:
     try:
         seq = await target_sequence(broker, stream, request)
         reply = await broker.reset_consumer(stream, consumer, seq)
-    except (connection.ApiError, connection.ResetUnsupported) as exc:
+    except (jsclient.ApiError, jsclient.ResetUnsupported) as exc:
         message = f"{request.request} failed: {exc}"
-        if isinstance(exc, connection.InvalidReset):
+        if isinstance(exc, jsclient.InvalidReset):
             message += " (the consumer's deliverPolicy does not allow this target; see operator/README.md)"
         metrics.RESETS.labels("Failed").inc()
         return Executed(

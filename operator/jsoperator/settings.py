@@ -1,5 +1,5 @@
-"""Operator settings: one frozen dataclass filled from CLI flags and `JSOPERATOR_*` environment variables,
-and the kopf `OperatorSettings` derived from it (kopf's state under its own prefix, finalizer, quiet events).
+"""Operator settings: one frozen dataclass filled from CLI flags and `JSOPERATOR_*` environment variables
+(kopf's own settings are derived from it in handlers/, the kopf layer).
 
 Precedence: CLI flag, then environment variable, then the default below.
 """
@@ -11,10 +11,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
-import kopf
-
 from . import annotations as annotation
-from . import state_storage
 
 FINALIZER = annotation.PREFIX + "finalizer"
 
@@ -110,17 +107,3 @@ def load(flags: Mapping[str, object], environ: Mapping[str, str] = os.environ) -
         if values.get(port) == 0:
             values[port] = None
     return Settings(**values)  # type: ignore[arg-type]
-
-
-def kopf_settings(settings: Settings) -> kopf.OperatorSettings:
-    """kopf's own settings: state under `state.jsoperator.io` annotations (so changes of the users'
-    `jsoperator.io/` annotations are changes to kopf), Events only when we post them."""
-    ks = kopf.OperatorSettings()
-    ks.persistence.finalizer = FINALIZER
-    ks.persistence.progress_storage = state_storage.progress_storage()
-    ks.persistence.diffbase_storage = state_storage.DiffBaseStorage()
-    ks.posting.loggers = False
-    ks.posting.level = logging.INFO
-    ks.watching.server_timeout = 300
-    ks.networking.request_timeout = 30
-    return ks

@@ -8,7 +8,7 @@ import json
 import nats
 import pytest
 
-from jsoperator import annotations, connection, reset
+from jsoperator import annotations, jsclient, reset
 from tests import servers
 
 pytestmark = pytest.mark.timeout(60)
@@ -17,7 +17,7 @@ NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
 
 @pytest.fixture
 async def pool():
-    p = connection.Pool(timeout=1.0, connect_timeout=1.0)
+    p = jsclient.Pool(timeout=1.0, connect_timeout=1.0)
     yield p
     await p.close()
 
@@ -29,7 +29,7 @@ def request(name: str, value: str) -> annotations.ResetRequest:
 
 
 async def test_time_after_the_last_message_targets_the_next_sequence(broker, pool):
-    b = await pool.broker(connection.ConnectionSettings(servers=(broker.url,)))
+    b = await pool.client(jsclient.ConnectionSettings(servers=(broker.url,)))
     await b.create_stream({"name": "T", "subjects": ["t.>"], "storage": "memory"})
     await b.put_consumer("T", {"durable_name": "c", "ack_policy": "explicit"}, "create")
     nc = await nats.connect(broker.url)
@@ -50,7 +50,7 @@ async def test_time_after_the_last_message_targets_the_next_sequence(broker, poo
 
 
 async def test_policy_error_is_a_failed_record(broker, pool):
-    b = await pool.broker(connection.ConnectionSettings(servers=(broker.url,)))
+    b = await pool.client(jsclient.ConnectionSettings(servers=(broker.url,)))
     await b.create_stream({"name": "P", "subjects": ["p.>"], "storage": "memory"})
     await b.put_consumer("P", {"durable_name": "c", "deliver_policy": "last"}, "create")
     done = await reset.execute(b, "P", "c", request(annotations.RESET_TO_SEQUENCE, "5@x"), NOW)
@@ -71,7 +71,7 @@ async def test_server_without_reset_api_is_a_failed_record(pool):
         await nc.subscribe("$JS.API.>", cb=api)
         await nc.flush()
         try:
-            b = await pool.broker(connection.ConnectionSettings(servers=(core.url,)))
+            b = await pool.client(jsclient.ConnectionSettings(servers=(core.url,)))
             done = await reset.execute(b, "S", "c", request(annotations.RESET_TO_SEQUENCE, "0"), NOW)
         finally:
             await nc.close()

@@ -8,7 +8,7 @@ import sys
 import kopf
 import pytest
 
-from jsoperator import settings
+from jsoperator import handlers, settings
 
 
 def test_defaults_without_flags_or_env():
@@ -47,7 +47,7 @@ def test_invalid_settings_say_what_to_fix(flags, env, message):
 
 
 def test_kopf_state_lives_under_its_own_prefix_not_the_users_annotations():
-    ks = settings.kopf_settings(settings.load({}, environ={}))
+    ks = handlers.kopf_settings(settings.load({}, environ={}))
     assert ks.persistence.finalizer == "jsoperator.io/finalizer"
     assert isinstance(ks.persistence.progress_storage, kopf.AnnotationsProgressStorage)
     assert ks.persistence.progress_storage.prefix == "state.jsoperator.io"

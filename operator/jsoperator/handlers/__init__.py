@@ -1,4 +1,5 @@
-"""kopf handlers for Stream and Consumer resources: thin glue from kopf's kwargs to `reconcile` and back.
+"""The kopf layer: handlers for Stream and Consumer resources (thin glue from kopf's kwargs to `reconcile`
+and back) and kopf's own settings. Only this package (and the command that starts kopf) imports kopf.
 
 `register(registry, settings)` puts every handler on one registry, so no module-level state or
 decorator side effects exist at import time.
@@ -6,11 +7,13 @@ decorator side effects exist at import time.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import kopf
 
-from ..settings import Settings
+from .. import state_storage
+from ..settings import FINALIZER, Settings
 
 
 def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
@@ -23,3 +26,17 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
 
     streams.register(registry, settings)
     consumers.register(registry, settings)
+
+
+def kopf_settings(settings: Settings) -> kopf.OperatorSettings:
+    """kopf's own settings: state under `state.jsoperator.io` annotations (so changes of the users'
+    `jsoperator.io/` annotations are changes to kopf), Events only when we post them."""
+    ks = kopf.OperatorSettings()
+    ks.persistence.finalizer = FINALIZER
+    ks.persistence.progress_storage = state_storage.progress_storage()
+    ks.persistence.diffbase_storage = state_storage.DiffBaseStorage()
+    ks.posting.loggers = False
+    ks.posting.level = logging.INFO
+    ks.watching.server_timeout = 300
+    ks.networking.request_timeout = 30
+    return ks

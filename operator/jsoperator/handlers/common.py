@@ -10,7 +10,7 @@ from typing import Any
 
 import kopf
 
-from .. import events, metrics, reconcile, state_storage
+from .. import metrics, reconcile, state_storage
 from ..settings import Settings
 
 GROUP, VERSION = "jsoperator.io", "v1alpha1"
@@ -50,7 +50,7 @@ def _apply(result: reconcile.Result, body: kopf.Body, patch: kopf.Patch) -> None
         patch.status.update(result.status)
     where = {"object": f"{body['metadata']['namespace']}/{body['metadata']['name']}", "kind": body.get("kind")}
     for event in result.events:
-        events.post(body, event)
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
         level = logging.WARNING if event.type == "Warning" else logging.INFO
         log.log(level, event.message, extra={**where, "reason": event.reason})
 

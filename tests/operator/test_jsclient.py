@@ -1,4 +1,4 @@
-"""jsoperator.connection against real brokers: JetStream calls, typed errors, reset, outages."""
+"""jsoperator.jsclient against real brokers: JetStream calls, typed errors, reset, outages."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ import json
 import nats
 import pytest
 
-from jsoperator import connection
+from jsoperator import jsclient
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def settings_for(url: str, **kw) -> connection.ConnectionSettings:
-    return connection.ConnectionSettings(servers=(url,), **kw)
+def settings_for(url: str, **kw) -> jsclient.ConnectionSettings:
+    return jsclient.ConnectionSettings(servers=(url,), **kw)
 
 
 @pytest.fixture
 async def pool():
-    p = connection.Pool(timeout=1.0, connect_timeout=1.0)
+    p = jsclient.Pool(timeout=1.0, connect_timeout=1.0)
     yield p
     await p.close()
 
@@ -46,7 +46,7 @@ async def _fetch_one(url: str, stream: str, durable: str) -> tuple[int, int]:
 
 
 async def test_stream_lifecycle_and_typed_errors(broker, pool):
-    b = await pool.broker(settings_for(broker.url))
+    b = await pool.client(settings_for(broker.url))
     assert await b.stream_info("ORDERS") is None
     info = await b.create_stream({"name": "ORDERS", "subjects": ["orders.>"], "storage": "memory"})
     assert info["config"]["subjects"] == ["orders.>"]
@@ -54,10 +54,10 @@ async def test_stream_lifecycle_and_typed_errors(broker, pool):
     assert sorted(info["config"]["subjects"]) == ["o.>", "orders.>"]
     assert (await b.stream_info("ORDERS"))["config"]["name"] == "ORDERS"
 
-    with pytest.raises(connection.ApiError) as err:  # storage is immutable
+    with pytest.raises(jsclient.ApiError) as err:  # storage is immutable
         await b.update_stream({"name": "ORDERS", "subjects": ["orders.>"], "storage": "file"})
     assert err.value.err_code == 10052 and "storage" in err.value.description
-    with pytest.raises(connection.ApiError) as err:  # overlapping subjects
+    with pytest.raises(jsclient.ApiError) as err:  # overlapping subjects
         await b.create_stream({"name": "OTHER", "subjects": ["orders.x"], "storage": "memory"})
     assert err.value.err_code == 10065
 
@@ -67,7 +67,7 @@ async def test_stream_lifecycle_and_typed_errors(broker, pool):
 
 
 async def test_consumer_lifecycle(broker, pool):
-    b = await pool.broker(settings_for(broker.url))
+    b = await pool.client(settings_for(broker.url))
     await b.create_stream({"name": "S", "subjects": ["s.>"], "storage": "memory"})
     assert await b.consumer_info("S", "c") is None
     assert await b.consumer_info("NOPE", "c") is None  # missing stream: also "not there"
@@ -76,10 +76,10 @@ async def test_consumer_lifecycle(broker, pool):
     assert info["config"]["max_deliver"] == 5
     info = await b.put_consumer("S", {**cfg, "max_deliver": 7}, "update")
     assert info["config"]["max_deliver"] == 7
-    with pytest.raises(connection.ApiError) as err:  # ack policy is immutable
+    with pytest.raises(jsclient.ApiError) as err:  # ack policy is immutable
         await b.put_consumer("S", {**cfg, "ack_policy": "all"}, "update")
     assert err.value.err_code == 10012
-    with pytest.raises(connection.ApiError) as err:  # update of a missing consumer
+    with pytest.raises(jsclient.ApiError) as err:  # update of a missing consumer
         await b.put_consumer("S", {"durable_name": "ghost"}, "update")
     assert err.value.err_code == 10149
     paused = await b.pause_consumer("S", "c", {"pause_until": "2100-01-01T00:00:00Z"})
@@ -90,7 +90,7 @@ async def test_consumer_lifecycle(broker, pool):
 
 
 async def test_reset_to_sequence_and_ack_floor(broker, pool):
-    b = await pool.broker(settings_for(broker.url))
+    b = await pool.client(settings_for(broker.url))
     await b.create_stream({"name": "R", "subjects": ["r.>"], "storage": "memory"})
     await b.put_consumer("R", {"durable_name": "c", "ack_policy": "explicit"}, "create")
     await _publish(broker.url, "r.x", 5)
@@ -106,19 +106,19 @@ async def test_reset_to_sequence_and_ack_floor(broker, pool):
 
 
 async def test_reset_policy_error_and_missing_consumer(broker, pool):
-    b = await pool.broker(settings_for(broker.url))
+    b = await pool.client(settings_for(broker.url))
     await b.create_stream({"name": "P", "subjects": ["p.>"], "storage": "memory"})
     await b.put_consumer("P", {"durable_name": "new", "deliver_policy": "new", "ack_policy": "explicit"}, "create")
-    with pytest.raises(connection.InvalidReset) as err:
+    with pytest.raises(jsclient.InvalidReset) as err:
         await b.reset_consumer("P", "new", 2)
     assert err.value.err_code == 10204 and "invalid reset" in err.value.description
-    with pytest.raises(connection.NotFound) as err:  # checked first: no misleading timeout
+    with pytest.raises(jsclient.NotFound) as err:  # checked first: no misleading timeout
         await b.reset_consumer("P", "ghost", 1)
     assert err.value.err_code == 10014
 
 
 async def test_first_seq_at_time(broker, pool):
-    b = await pool.broker(settings_for(broker.url))
+    b = await pool.client(settings_for(broker.url))
     await b.create_stream({"name": "T", "subjects": ["t.>"], "storage": "memory"})
     await _publish(broker.url, "t.a", 3)
     middle = datetime.datetime.now(datetime.timezone.utc)
@@ -144,8 +144,8 @@ async def test_reset_without_server_support_is_reported_clearly(pool):
 
         await nc.subscribe("$JS.API.>", cb=api)
         await nc.flush()
-        b = await pool.broker(settings_for(core.url))
-        with pytest.raises(connection.ResetUnsupported, match=r"nats-server >= 2.14 needed"):
+        b = await pool.client(settings_for(core.url))
+        with pytest.raises(jsclient.ResetUnsupported, match=r"nats-server >= 2.14 needed"):
             await b.reset_consumer("S", "c", 3)
     finally:
         await nc.close()
@@ -157,28 +157,28 @@ async def test_no_jetstream_and_no_server_are_broker_unavailable(pool):
 
     core = servers.launch("nats-server", jetstream=False)
     try:
-        b = await pool.broker(settings_for(core.url))
-        with pytest.raises(connection.BrokerUnavailable, match="is JetStream enabled"):
+        b = await pool.client(settings_for(core.url))
+        with pytest.raises(jsclient.BrokerUnavailable, match="is JetStream enabled"):
             await b.stream_info("S")
     finally:
         core.close()
-    with pytest.raises(connection.BrokerUnavailable, match="cannot connect"):
-        await pool.broker(settings_for("nats://127.0.0.1:1"))
+    with pytest.raises(jsclient.BrokerUnavailable, match="cannot connect"):
+        await pool.client(settings_for("nats://127.0.0.1:1"))
 
 
 async def test_outage_then_recovery_on_the_same_pool(broker, pool):
     settings = settings_for(broker.url)
-    b = await pool.broker(settings)
+    b = await pool.client(settings)
     await b.create_stream({"name": "O", "subjects": ["o.>"]})  # file storage survives the restart
     broker.kill()
-    with pytest.raises(connection.BrokerUnavailable):
-        await (await pool.broker(settings)).stream_info("O")
+    with pytest.raises(jsclient.BrokerUnavailable):
+        await (await pool.client(settings)).stream_info("O")
 
     async def reason() -> str:  # once the client noticed the loss, requests say so (not "buffer limit")
         while True:
             try:
-                await (await pool.broker(settings)).stream_info("O")
-            except connection.BrokerUnavailable as exc:
+                await (await pool.client(settings)).stream_info("O")
+            except jsclient.BrokerUnavailable as exc:
                 if "reconnecting" in str(exc):
                     return str(exc)
             await asyncio.sleep(0.05)  # poll interval
@@ -189,8 +189,8 @@ async def test_outage_then_recovery_on_the_same_pool(broker, pool):
     async def back() -> dict | None:
         while True:
             try:
-                return await (await pool.broker(settings)).stream_info("O")
-            except connection.BrokerUnavailable:
+                return await (await pool.client(settings)).stream_info("O")
+            except jsclient.BrokerUnavailable:
                 await asyncio.sleep(0.1)
 
     info = await asyncio.wait_for(back(), timeout=20)
@@ -198,12 +198,12 @@ async def test_outage_then_recovery_on_the_same_pool(broker, pool):
 
 
 async def test_idle_connections_are_closed(broker):
-    pool = connection.Pool(timeout=1.0, connect_timeout=1.0, idle_close=0.0)
+    pool = jsclient.Pool(timeout=1.0, connect_timeout=1.0, idle_close=0.0)
     try:
-        first = await pool.broker(settings_for(broker.url))
-        await pool.broker(settings_for(broker.url, js_domain="other"))  # any later use sweeps idle ones
+        first = await pool.client(settings_for(broker.url))
+        await pool.client(settings_for(broker.url, js_domain="other"))  # any later use sweeps idle ones
         assert first._nc.is_closed
-        again = await pool.broker(settings_for(broker.url))
+        again = await pool.client(settings_for(broker.url))
         assert not again._nc.is_closed and await again.stream_info("none") is None
     finally:
         await pool.close()

@@ -17,8 +17,8 @@ import kubernetes.client
 import kubernetes.config
 from kubernetes.client.exceptions import ApiException
 
-from .. import connection, models
-from ..settings import Settings
+from . import jsclient, models
+from .settings import Settings
 
 
 class CredentialsError(Exception):
@@ -54,13 +54,13 @@ def _read_file(path: str | None) -> str | None:
     return Path(path).read_text() if path else None
 
 
-async def _operator_defaults(settings: Settings) -> connection.ConnectionSettings:
+async def _operator_defaults(settings: Settings) -> jsclient.ConnectionSettings:
     creds = _read_file(settings.creds_file)
     if settings.creds_secret:
         ref, _, key = settings.creds_secret.partition(":")
         namespace, _, name = ref.partition("/")
         creds = await _secret_value(namespace, name, key or "creds", "--creds-secret")
-    return connection.ConnectionSettings(
+    return jsclient.ConnectionSettings(
         servers=settings.servers,
         creds=creds,
         token=settings.token,
@@ -73,7 +73,7 @@ async def _operator_defaults(settings: Settings) -> connection.ConnectionSetting
     )
 
 
-async def resolve(spec: models.ConnectionSpec | None, namespace: str, settings: Settings) -> connection.ConnectionSettings:
+async def resolve(spec: models.ConnectionSpec | None, namespace: str, settings: Settings) -> jsclient.ConnectionSettings:
     """The connection for one resource: its own spec.connection, else the operator's settings."""
     spec = spec or models.ConnectionSpec.model_validate({})
     own_servers = tuple(spec.servers or ()) or settings.servers
@@ -93,7 +93,7 @@ async def resolve(spec: models.ConnectionSpec | None, namespace: str, settings: 
         tls_ca = await _optional(namespace, t.name, t.ca_key)
         tls_cert = await _optional(namespace, t.name, t.cert_key)
         tls_key = await _optional(namespace, t.name, t.key_key)
-    return connection.ConnectionSettings(
+    return jsclient.ConnectionSettings(
         servers=own_servers,
         creds=await secret(spec.credentials_secret_ref, "credentialsSecretRef"),
         token=await secret(spec.token_secret_ref, "tokenSecretRef"),

@@ -118,7 +118,7 @@ def _load_cert_chain(ctx: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
         ctx.load_cert_chain(cert_path, key_path)
 
 
-class Broker:
+class JetStreamClient:
     """JetStream API calls over one pooled connection."""
 
     def __init__(self, nc: Client, settings: ConnectionSettings, timeout: float) -> None:
@@ -237,11 +237,11 @@ class Pool:
         # One lock per connection: a broker that is slow to answer never delays the others.
         self._locks: dict[ConnectionSettings, asyncio.Lock] = {}
 
-    async def broker(self, settings: ConnectionSettings) -> Broker:
+    async def client(self, settings: ConnectionSettings) -> JetStreamClient:
         now = time.monotonic()
         self._last_used[settings] = now
         await self._close_idle(now)
-        return Broker(await self._client(settings), settings, self._timeout)
+        return JetStreamClient(await self._client(settings), settings, self._timeout)
 
     async def _close_idle(self, now: float) -> None:
         idle = [key for key, used in self._last_used.items() if now - used > self._idle_close]
