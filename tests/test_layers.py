@@ -57,8 +57,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsoperator.events",
         "jsoperator.settings",
     ),
-    "op-io": ("jsoperator.jsclient", "jsoperator.credentials", "jsoperator.metrics"),
-    "op-core": ("jsoperator.reconcile", "jsoperator.reset"),
+    "op-io": ("jsoperator.jsclient", "jsoperator.kubeapi", "jsoperator.credentials", "jsoperator.metrics"),
+    "op-core": ("jsoperator.reconcile", "jsoperator.reset", "jsoperator.scheduler", "jsoperator.release"),
     "op-kopf": (
         "jsoperator.handlers",
         "jsoperator.handlers.*",

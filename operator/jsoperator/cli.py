@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -16,33 +17,47 @@ from . import __version__, demo
 from . import settings as settings_mod
 
 
+def _connection_flags(p: argparse.ArgumentParser) -> None:
+    """How to reach JetStream and which namespaces: shared by `run` and `release`."""
+    p.add_argument("--servers", type=settings_mod.split_csv, metavar="URL[,URL]",
+                   help="default NATS servers (env JSOPERATOR_SERVERS; default nats://127.0.0.1:4222)")
+    p.add_argument("--creds", dest="creds_file", metavar="FILE", help="NATS .creds file (env JSOPERATOR_CREDS)")
+    p.add_argument("--creds-secret", metavar="NS/NAME[:KEY]",
+                   help="Secret holding a .creds file, key default 'creds' (env JSOPERATOR_CREDS_SECRET)")
+    p.add_argument("--user", help="NATS user (env JSOPERATOR_USER; password only via JSOPERATOR_PASSWORD)")
+    p.add_argument("--tls-ca", dest="tls_ca_file", metavar="FILE", help="CA bundle (env JSOPERATOR_TLS_CA)")
+    p.add_argument("--tls-cert", dest="tls_cert_file", metavar="FILE", help="client cert (env JSOPERATOR_TLS_CERT)")
+    p.add_argument("--tls-key", dest="tls_key_file", metavar="FILE", help="client key (env JSOPERATOR_TLS_KEY)")
+    p.add_argument("--js-domain", help="JetStream domain (env JSOPERATOR_JS_DOMAIN)")
+    p.add_argument("--namespace", dest="namespaces", action="append", default=[], metavar="NS",
+                   help="watch this namespace (repeatable; env JSOPERATOR_NAMESPACES; default all)")
+    p.add_argument("--request-timeout", type=float, metavar="SECONDS",
+                   help="JetStream API reply timeout (env JSOPERATOR_REQUEST_TIMEOUT; default 3)")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jsoperator", description="Kopf operator for JetStream Stream/Consumer CRs.")
     p.add_argument("--version", action="version", version=f"jsoperator {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the operator (flags override JSOPERATOR_* environment variables)")
-    run.add_argument("--servers", type=settings_mod.split_csv, metavar="URL[,URL]",
-                     help="default NATS servers (env JSOPERATOR_SERVERS; default nats://127.0.0.1:4222)")
-    run.add_argument("--creds", dest="creds_file", metavar="FILE", help="NATS .creds file (env JSOPERATOR_CREDS)")
-    run.add_argument("--creds-secret", metavar="NS/NAME[:KEY]",
-                     help="Secret holding a .creds file, key default 'creds' (env JSOPERATOR_CREDS_SECRET)")
-    run.add_argument("--user", help="NATS user (env JSOPERATOR_USER; password only via JSOPERATOR_PASSWORD)")
-    run.add_argument("--tls-ca", dest="tls_ca_file", metavar="FILE", help="CA bundle (env JSOPERATOR_TLS_CA)")
-    run.add_argument("--tls-cert", dest="tls_cert_file", metavar="FILE", help="client cert (env JSOPERATOR_TLS_CERT)")
-    run.add_argument("--tls-key", dest="tls_key_file", metavar="FILE", help="client key (env JSOPERATOR_TLS_KEY)")
-    run.add_argument("--js-domain", help="JetStream domain (env JSOPERATOR_JS_DOMAIN)")
-    run.add_argument("--namespace", dest="namespaces", action="append", default=[], metavar="NS",
-                     help="watch this namespace (repeatable; env JSOPERATOR_NAMESPACES; default all)")
+    _connection_flags(run)
     run.add_argument("--drift-interval", type=float, metavar="SECONDS",
                      help="seconds between drift checks (env JSOPERATOR_DRIFT_INTERVAL; default 60)")
-    run.add_argument("--request-timeout", type=float, metavar="SECONDS",
-                     help="JetStream API reply timeout (env JSOPERATOR_REQUEST_TIMEOUT; default 3)")
+    run.add_argument("--no-finalizers", dest="finalizers", action="store_const", const=False,
+                     help="put no finalizers on resources: deleting one deletes its server object best effort "
+                     "(env JSOPERATOR_FINALIZERS=false)")
     run.add_argument("--metrics-port", type=int, metavar="PORT",
                      help="Prometheus /metrics port, 0 = off (env JSOPERATOR_METRICS_PORT; default 8080)")
     run.add_argument("--health-port", type=int, metavar="PORT",
                      help="liveness /healthz and readiness /readyz port, 0 = off (env JSOPERATOR_HEALTH_PORT; default 8081)")
     run.add_argument("--log-level", help="DEBUG, INFO, WARNING, ... (env JSOPERATOR_LOG_LEVEL; default INFO)")
     run.add_argument("--log-format", choices=["json", "plain"], help="(env JSOPERATOR_LOG_FORMAT; default json)")
+    rel = sub.add_parser("release", help="remove jsoperator's finalizers (deleting or keeping server objects of "
+                         "resources being deleted as their deletionPolicy says): run when the operator goes away")
+    rel.add_argument("--stop", metavar="NS/DEPLOYMENT", help="first scale the operator's Deployment to zero")
+    rel.add_argument("--force", action="store_true",
+                     help="let go of resources being deleted even when their server cannot be reached")
+    _connection_flags(rel)
     sub.add_parser("crds", help="print the CustomResourceDefinitions (YAML) generated from the models")
     demo.add_parser(sub)
     return p
@@ -57,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         sys.stdout.write(crdgen.render())
         return 0
-    flags = {k: v for k, v in vars(args).items() if k != "command"}
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "stop", "force")}
     flags["namespaces"] = tuple(flags["namespaces"])
     try:
         settings = settings_mod.load(flags)
@@ -65,6 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jsoperator: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings)
+    if args.command == "release":
+        from . import release
+
+        return asyncio.run(release.release(settings, stop=args.stop, force=args.force, out=sys.stdout))
     asyncio.run(run(settings))
     return 0
 
@@ -73,7 +92,7 @@ async def run(settings: settings_mod.Settings) -> None:
     """Run kopf with our handlers until SIGINT/SIGTERM."""
     import kopf
 
-    from . import jsclient, handlers, health, metrics
+    from . import handlers, health, jsclient, metrics, reconcile, scheduler
 
     pool = jsclient.Pool(timeout=settings.request_timeout)
     registry = kopf.OperatorRegistry()
@@ -83,6 +102,10 @@ async def run(settings: settings_mod.Settings) -> None:
         await probes.serve(settings.health_port)
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)
+    sched = scheduler.Scheduler(settings.drift_interval)
+    runtime = reconcile.Runtime(settings=settings, pool=pool)
+    background: set[asyncio.Task[None]] = set()  # best-effort deletes without finalizers
+    serving = asyncio.create_task(sched.serve(handlers.scheduled(runtime)))
     try:
         await kopf.operator(
             registry=registry,
@@ -91,9 +114,13 @@ async def run(settings: settings_mod.Settings) -> None:
             identity=cast(Any, _identity()),  # kopf's Identity: a NewType of str it does not export
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
-            memo=kopf.Memo(settings=settings, pool=pool, managed={}),
+            memo=kopf.Memo(settings=settings, pool=pool, scheduler=sched, background=background),
         )
     finally:
+        serving.cancel()
+        for task in (serving, *background):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await probes.close()
         await pool.close()
 

@@ -24,6 +24,7 @@ from jsoperator.models import (
     ConnectionSpec,
     ConsumerSpec,
     ConsumerStatus,
+    POLICY_CLASH,
     SecretKeyRef,
     StreamSpec,
     StreamStatus,
@@ -165,6 +166,11 @@ STREAM_RULES = [
         "message": "allowMsgSchedules needs roll-ups: leave allowRollupHdrs unset or true and denyPurge unset or false",
     },
 ]
+POLICY_RULE = {
+    "rule": "!(has(self.preventDelete) && self.preventDelete && has(self.deletionPolicy) && "
+    "self.deletionPolicy == 'delete')",
+    "message": POLICY_CLASH,
+}
 CONSUMER_RULES = [
     {
         "rule": "has(self.optStartSeq) == (has(self.deliverPolicy) && self.deliverPolicy == 'byStartSequence')",
@@ -192,7 +198,7 @@ def _spec_rules(kind: str) -> list[dict[str, str]]:
         else (plan.CONSUMER_IMMUTABLE, mapping.CONSUMER_DEFAULTS, CONSUMER_RULES, "durable_name")
     )
     transitions = [_transition_rule(key, rule, defaults, kind) for key, rule in table.items() if key != name_key]
-    return static + transitions
+    return static + [POLICY_RULE] + transitions
 
 
 # -- CRDs -------------------------------------------------------------------------------------------

@@ -7,17 +7,11 @@ to the operator's own servers; a resource naming other servers brings its own Se
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import dataclasses
-import functools
 from pathlib import Path
 
-import kubernetes.client
-import kubernetes.config
-from kubernetes.client.exceptions import ApiException
-
-from . import jsclient, models
+from . import jsclient, kubeapi, models
 from .settings import Settings
 
 
@@ -25,23 +19,10 @@ class CredentialsError(Exception):
     """A referenced Secret or key is missing; the message says which one to create or fix."""
 
 
-@functools.cache
-def _core_api() -> kubernetes.client.CoreV1Api:
-    try:
-        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
-    return kubernetes.client.CoreV1Api()
-
-
 async def _secret_value(namespace: str, name: str, key: str, field: str) -> str:
-    def read() -> dict[str, str]:
-        data = _core_api().read_namespaced_secret(name, namespace).data or {}
-        return {key: str(value) for key, value in data.items()}  # base64 text
-
     try:
-        data = await asyncio.to_thread(read)
-    except ApiException as exc:
+        data = await kubeapi.secret_data(namespace, name)
+    except kubeapi.ApiException as exc:
         if exc.status == 404:
             raise CredentialsError(f"{field}: Secret {namespace}/{name} not found; create it or fix the name") from None
         raise CredentialsError(f"{field}: cannot read Secret {namespace}/{name}: {exc.reason}") from None

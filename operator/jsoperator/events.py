@@ -12,6 +12,7 @@ CREATED, UPDATED, ADOPTED, DRIFT_REPAIRED = "Created", "Updated", "Adopted", "Dr
 DELETED, LEFT_ON_SERVER, DELETE_BLOCKED = "Deleted", "LeftOnServer", "DeleteBlocked"
 RESET_SUCCEEDED, RESET_FAILED = "ResetSucceeded", "ResetFailed"
 FAILED = "ReconcileFailed"
+DEPRECATED = "Deprecated"
 
 
 @dataclasses.dataclass(frozen=True)

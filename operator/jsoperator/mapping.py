@@ -38,7 +38,9 @@ WIRE_NAMES = {
     "deliver_prefix": "deliver",
 }
 # Spec fields that steer the operator and never reach the server config.
-OPERATOR_FIELDS = frozenset({"prevent_delete", "connection", "stream_name"})
+OPERATOR_FIELDS = frozenset(
+    {"adoption_policy", "deletion_policy", "prevent_delete", "connection", "stream_name"}
+)
 # Enum values spelled camelCase in the CRD (Kubernetes style) and snake_case on the wire.
 ENUM_VALUES = {
     "byStartSequence": "by_start_sequence",

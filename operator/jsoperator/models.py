@@ -100,6 +100,34 @@ Metadata = Annotated[
 ]
 
 
+AdoptionPolicy = Literal["never", "adopt", "adoptOrCreate"]
+DeletionPolicy = Literal["delete", "retain"]
+
+
+def effective_deletion_policy(deletion_policy: DeletionPolicy | None, prevent_delete: bool | None) -> DeletionPolicy:
+    """deletionPolicy, else the deprecated preventDelete (true: retain), else delete."""
+    return deletion_policy or ("retain" if prevent_delete else "delete")
+
+
+def _policy_fields(what: str) -> Any:
+    """The lifecycle policy fields shared by Stream and Consumer (declared at the end of each spec)."""
+    adoption = Field(
+        None,
+        description=f"Operator: what to do with a server {what} of this name that this resource did not create: "
+        f"never (Stalled, reason AdoptionRefused), adopt (take it over; never create one), adoptOrCreate (default).",
+    )
+    deletion = Field(
+        None,
+        description=f"Operator: on deletion of this resource, delete (default) or retain the server {what}.",
+    )
+    prevent = Field(None, description="Deprecated: use deletionPolicy: retain (true means retain).")
+    return adoption, deletion, prevent
+
+
+_STREAM_POLICIES = _policy_fields("stream")
+_CONSUMER_POLICIES = _policy_fields("consumer")
+
+
 class _Spec(BaseModel):
     """Base of every spec model: camelCase aliases, unknown fields refused."""
 
@@ -298,10 +326,15 @@ class StreamSpec(_Spec):
         None, description="async acknowledges before the write is flushed. Server default: default. Immutable."
     )
     metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
-    prevent_delete: bool | None = Field(
-        None, description="Operator: keep the server stream when this resource is deleted."
-    )
+    adoption_policy: AdoptionPolicy | None = _STREAM_POLICIES[0]
+    deletion_policy: DeletionPolicy | None = _STREAM_POLICIES[1]
+    prevent_delete: bool | None = _STREAM_POLICIES[2]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
+
+    @model_validator(mode="after")
+    def _policies_agree(self) -> StreamSpec:
+        _check_policies(self.deletion_policy, self.prevent_delete)
+        return self
 
     @model_validator(mode="after")
     def _mirror_rules(self) -> StreamSpec:
@@ -331,6 +364,14 @@ class StreamSpec(_Spec):
         if self.subject_delete_marker_ttl and self.allow_msg_ttl is False:
             raise ValueError("subjectDeleteMarkerTtl needs per-message TTLs: leave allowMsgTtl unset or true")
         return self
+
+
+def _check_policies(deletion_policy: DeletionPolicy | None, prevent_delete: bool | None) -> None:
+    if prevent_delete and deletion_policy == "delete":
+        raise ValueError(POLICY_CLASH)
+
+
+POLICY_CLASH = "preventDelete: true (deprecated) contradicts deletionPolicy: delete; remove preventDelete"
 
 
 # -- consumer ---------------------------------------------------------------------------------------
@@ -395,10 +436,15 @@ class ConsumerSpec(_Spec):
     )
     priority_policy: PriorityPolicy | None = Field(None, description="Priority group policy. Server default: none.")
     priority_timeout: Duration | None = Field(None, description="Pin timeout for pinnedClient. Server default: 2m.")
-    prevent_delete: bool | None = Field(
-        None, description="Operator: keep the server consumer when this resource is deleted."
-    )
+    adoption_policy: AdoptionPolicy | None = _CONSUMER_POLICIES[0]
+    deletion_policy: DeletionPolicy | None = _CONSUMER_POLICIES[1]
+    prevent_delete: bool | None = _CONSUMER_POLICIES[2]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
+
+    @model_validator(mode="after")
+    def _policies_agree(self) -> ConsumerSpec:
+        _check_policies(self.deletion_policy, self.prevent_delete)
+        return self
 
     @model_validator(mode="after")
     def _start_options_match_policy(self) -> ConsumerSpec:

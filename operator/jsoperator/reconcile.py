@@ -18,7 +18,7 @@ from . import credentials, events, jsclient, mapping, metrics, models, plan, res
 from .settings import Settings
 
 Kind = Literal["Stream", "Consumer"]
-Trigger = Literal["create", "update", "resume", "timer"]
+Trigger = Literal["create", "update", "resume", "timer", "signal"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +60,7 @@ class Result:
     retry: bool = False
     done: bool = True  # deletion only: the finalizer may go
     message: str = ""
+    reached: jsclient.ConnectionSettings | None = None  # the connection used, when one was opened
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,14 +127,14 @@ async def _reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, exe
 async def _reconcile_stream(resource: Resource, runtime: Runtime, trigger: Trigger) -> Result:
     spec = models.parse_spec(models.StreamSpec, resource.spec)
     desired = mapping.stream_config(spec, resource.name)
-    broker = await runtime.client(resource, spec.connection)
+    client = await runtime.client(resource, spec.connection)
     try:
-        done = await _converge_stream(broker, desired)
+        done = await _converge_stream(client, desired)
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
-    evs = _change_events(resource, "stream", done, trigger)
+    evs = _change_events(resource, "stream", done, trigger) + _deprecations(spec, trigger)
     return Result(_patch(resource, status.synced(_synced_message("stream", done)),
-                         observed=status.stream_state(done.info)), evs)
+                         observed=status.stream_state(done.info)), evs, reached=client.settings)
 
 
 async def _reconcile_consumer(
@@ -142,9 +143,9 @@ async def _reconcile_consumer(
     spec = models.parse_spec(models.ConsumerSpec, resource.spec)
     pending = annotation.pending_reset(resource.annotations, resource.status.get("lastReset"))
     desired = mapping.consumer_config(spec, resource.name)
-    broker = await runtime.client(resource, spec.connection)
+    client = await runtime.client(resource, spec.connection)
     try:
-        done = await _converge_consumer(broker, spec.stream_name, desired)
+        done = await _converge_consumer(client, spec.stream_name, desired)
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
     except _StreamMissing as exc:
@@ -152,13 +153,24 @@ async def _reconcile_consumer(
     evs = _change_events(resource, "consumer", done, trigger)
     info, extra = done.info, {}
     if pending is not None and pending.request not in executed:
-        ran = await reset.execute(broker, spec.stream_name, desired["durable_name"], pending, _now())
+        ran = await reset.execute(client, spec.stream_name, desired["durable_name"], pending, _now())
         executed.add(pending.request)
         evs.append(ran.event)
         extra["lastReset"] = ran.last_reset
-        info = ran.info or await broker.consumer_info(spec.stream_name, desired["durable_name"]) or info
+        info = ran.info or await client.consumer_info(spec.stream_name, desired["durable_name"]) or info
     observed = {**status.consumer_state(info), **extra}
-    return Result(_patch(resource, status.synced(_synced_message("consumer", done)), observed=observed), evs)
+    evs += _deprecations(spec, trigger)
+    return Result(_patch(resource, status.synced(_synced_message("consumer", done)), observed=observed), evs,
+                  reached=client.settings)
+
+
+def _deprecations(spec: models.StreamSpec | models.ConsumerSpec, trigger: Trigger) -> list[events.Event]:
+    """A Warning for deprecated fields, when the spec is (re)read: not at every drift check."""
+    if spec.prevent_delete is None or trigger in ("timer", "signal"):
+        return []
+    policy = models.effective_deletion_policy(spec.deletion_policy, spec.prevent_delete)
+    message = f"spec.preventDelete is deprecated and will be removed: write deletionPolicy: {policy} instead"
+    return [events.Event("Warning", events.DEPRECATED, message)]
 
 
 def _synced_message(kind: str, done: _Converged) -> str:
@@ -173,7 +185,7 @@ def _change_events(resource: Resource, kind: str, done: _Converged, trigger: Tri
         if first_time:
             return [events.Event("Normal", events.ADOPTED, f"adopted the existing {what}: it matches the spec")]
         return []
-    if trigger == "timer":
+    if trigger in ("timer", "signal"):
         repair = "recreated it" if done.action == "created" else f"put back {', '.join(done.plan.drift)}"
         metrics.DRIFT_REPAIRS.labels(resource.kind).inc()
         return [events.Event("Normal", events.DRIFT_REPAIRED, f"{what} changed on the server: {repair}")]
@@ -201,8 +213,8 @@ class _StreamMissing(Exception):
     pass
 
 
-async def _converge_stream(broker: jsclient.JetStreamClient, desired: mapping.Config) -> _Converged:
-    info = await broker.stream_info(desired["name"])
+async def _converge_stream(client: jsclient.JetStreamClient, desired: mapping.Config) -> _Converged:
+    info = await client.stream_info(desired["name"])
     p = plan.plan_stream(desired, info["config"] if info else None)
     if p.blocked:
         raise _Blocked(p.message("stream"))
@@ -210,18 +222,18 @@ async def _converge_stream(broker: jsclient.JetStreamClient, desired: mapping.Co
         assert info is not None
         return _Converged("unchanged", info, p)
     if p.action == "update":
-        return _Converged("updated", await broker.update_stream(p.config), p)
-    info = await broker.create_stream(p.config)
+        return _Converged("updated", await client.update_stream(p.config), p)
+    info = await client.create_stream(p.config)
     if p.followup:  # sealed: the server only takes it as an update after the create
         second = plan.plan_stream(desired, info["config"])
         if second.action == "update":
-            info = await broker.update_stream(second.config)
+            info = await client.update_stream(second.config)
     return _Converged("created", info, p)
 
 
-async def _converge_consumer(broker: jsclient.JetStreamClient, stream: str, desired: mapping.Config) -> _Converged:
-    info = await broker.consumer_info(stream, desired["durable_name"])
-    if info is None and await broker.stream_info(stream) is None:
+async def _converge_consumer(client: jsclient.JetStreamClient, stream: str, desired: mapping.Config) -> _Converged:
+    info = await client.consumer_info(stream, desired["durable_name"])
+    if info is None and await client.stream_info(stream) is None:
         raise _StreamMissing(
             f"stream {stream} does not exist on the server; the consumer is created as soon as it does"
         )
@@ -231,18 +243,22 @@ async def _converge_consumer(broker: jsclient.JetStreamClient, stream: str, desi
     if p.action == "none":
         assert info is not None
         return _Converged("unchanged", info, p)
-    info = await broker.put_consumer(stream, p.config, "create" if info is None else "update")
+    info = await client.put_consumer(stream, p.config, "create" if info is None else "update")
     if p.pause is not None:  # the server ignores pause_until on update: pause/resume is its own call
-        await broker.pause_consumer(stream, desired["durable_name"], p.pause)
-        info = await broker.consumer_info(stream, desired["durable_name"]) or info
+        await client.pause_consumer(stream, desired["durable_name"], p.pause)
+        info = await client.consumer_info(stream, desired["durable_name"]) or info
     return _Converged("created" if p.action == "create" else "updated", info, p)
 
 
 # -- delete ---------------------------------------------------------------------------------------
 
 
-async def delete(resource: Resource, runtime: Runtime, consumers_left: list[str]) -> Result:
-    """Delete the server object unless kept; `consumers_left` are Consumer resources of this Stream."""
+async def delete(resource: Resource, runtime: Runtime, consumers_left: list[str], *, give_up: str = "") -> Result:
+    """Delete the server object unless kept; `consumers_left` are Consumer resources of this Stream.
+
+    `give_up` (why) lets the resource go when the server cannot be reached or its Secrets are gone (its
+    namespace is being deleted, or `jsoperator release --force`), leaving the server object in place.
+    """
     kind = resource.kind.lower()
     keep = _kept_because(resource)
     if keep:
@@ -257,12 +273,15 @@ async def delete(resource: Resource, runtime: Runtime, consumers_left: list[str]
         return Result(_patch(resource, outcome), evs, retry=True, done=False, message=message)
     try:
         conn = models.ConnectionSpec.model_validate(resource.spec.get("connection") or {})
-        broker = await runtime.client(resource, conn)
+        client = await runtime.client(resource, conn)
         if resource.kind == "Stream":
-            existed = await broker.delete_stream(resource.server_name())
+            existed = await client.delete_stream(resource.server_name())
         else:
-            existed = await broker.delete_consumer(resource.stream_name(), resource.server_name())
+            existed = await client.delete_consumer(resource.stream_name(), resource.server_name())
     except (jsclient.BrokerUnavailable, credentials.CredentialsError) as exc:
+        if give_up:
+            message = f"{kind} {resource.server_name()} left on the server: {give_up}, and {exc}"
+            return Result({}, [events.Event("Warning", events.LEFT_ON_SERVER, message)], message=message)
         outcome = status.broker_unavailable(str(exc))
         message = f"cannot delete the {kind} yet: {exc}; retrying (annotate {annotation.MANAGED}=false to let go)"
         return Result(_patch(resource, outcome), [], retry=True, done=False, message=message)
@@ -282,6 +301,7 @@ def _kept_because(resource: Resource) -> str:
             return f"{annotation.PAUSE} is true"
     except annotation.AnnotationError as exc:
         return f"{exc} (not deleting while unsure)"
-    if resource.spec.get("preventDelete"):
-        return "spec.preventDelete is true"
+    policy, prevent = resource.spec.get("deletionPolicy"), resource.spec.get("preventDelete")
+    if models.effective_deletion_policy(policy, prevent) == "retain":
+        return "spec.deletionPolicy is retain" if policy else "spec.preventDelete is true"
     return ""

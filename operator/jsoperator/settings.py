@@ -41,6 +41,8 @@ class Settings:
     """Seconds between drift checks of each resource against the server."""
     request_timeout: float = 3.0
     """Seconds to wait for one JetStream API reply."""
+    finalizers: bool = True
+    """Hold each resource with a finalizer until its server object is deleted or kept (False: best effort)."""
     metrics_port: int | None = 8080
     health_port: int | None = 8081
     log_level: str = "INFO"
@@ -63,6 +65,14 @@ class Settings:
             raise SettingsError("--tls-cert and --tls-key go together")
 
 
+def parse_bool(value: str) -> bool:
+    """`true`/`false` (any case), as Kubernetes manifests write them."""
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError("write true or false")
+    return lowered == "true"
+
+
 def split_csv(value: str) -> tuple[str, ...]:
     """`a, b,,c` -> ("a", "b", "c"): the form of --servers and JSOPERATOR_NAMESPACES."""
     return tuple(s.strip() for s in value.split(",") if s.strip())
@@ -83,6 +93,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "namespaces": ("JSOPERATOR_NAMESPACES", split_csv),
     "drift_interval": ("JSOPERATOR_DRIFT_INTERVAL", float),
     "request_timeout": ("JSOPERATOR_REQUEST_TIMEOUT", float),
+    "finalizers": ("JSOPERATOR_FINALIZERS", parse_bool),
     "metrics_port": ("JSOPERATOR_METRICS_PORT", int),
     "health_port": ("JSOPERATOR_HEALTH_PORT", int),
     "log_level": ("JSOPERATOR_LOG_LEVEL", str),

@@ -41,6 +41,7 @@ DRIFT_INTERVAL = 1.5
 BROKERS = ["nats-server", "jsbroker"]
 NAMESPACE_PREFIX = "jsop-"
 DRIFT_NAMESPACE_PREFIX = "jsopdrift-"
+NOFINALIZER_NAMESPACE_PREFIX = "jsopnofin-"
 PROMPT = 5.0  # seconds within which an event-driven change (spec or annotation) must show
 
 
@@ -122,8 +123,8 @@ class Operator:
     """A `jsoperator run` subprocess with its log file."""
 
     def __init__(self, envtest: Any, log: Path, drift_interval: float = EVENT_DRIVEN_DRIFT_INTERVAL,
-                 namespace_prefix: str | None = NAMESPACE_PREFIX) -> None:
-        """`namespace_prefix`: watch only namespaces starting with it (None: cluster-wide)."""
+                 namespace_prefix: str | None = NAMESPACE_PREFIX, extra: tuple[str, ...] = ()) -> None:
+        """`namespace_prefix`: watch only namespaces starting with it (None: cluster-wide); `extra`: more flags."""
         self.log = log
         self.namespace_prefix = namespace_prefix
         self.metrics_port, self.health_port = free_port(), free_port()
@@ -139,6 +140,7 @@ class Operator:
             "--metrics-port", str(self.metrics_port),
             "--health-port", str(self.health_port),
             "--log-level", "INFO",
+            *extra,
         ]
         self.proc = self._spawn()
 
@@ -167,13 +169,19 @@ class Operator:
                 spec = {"subjects": ["probe.>"], "connection": {"servers": ["nats://127.0.0.1:1"]}}
                 kube.create("Stream", "probe", spec, annotations={"jsoperator.io/managed": "false"})
                 try:
-                    kube.wait("Stream", "probe", lambda obj: obj["metadata"].get("finalizers"), timeout=5)
+                    kube.wait("Stream", "probe", self.serves, timeout=5)
                 except AssertionError:
                     return False  # that namespace fell into the window; the next one will not
                 kube.release_all()
                 return True
 
             poll(probe_served, timeout=60, what="jsoperator serving a new namespace")
+
+    def serves(self, obj: dict) -> bool:
+        """The operator has handled this object (its finalizer, or without finalizers its status)."""
+        if "--no-finalizers" in self._cmd:
+            return bool((obj.get("status") or {}).get("conditions"))
+        return bool(obj["metadata"].get("finalizers"))
 
     def http(self, port: int, path: str) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
@@ -341,6 +349,18 @@ def _namespace(envtest: Any, operator: Operator) -> Iterator[Kube]:
 def kube(envtest: Any, operator: Operator) -> Iterator[Kube]:
     """Served by the event-driven operator (drift timer of an hour)."""
     yield from _namespace(envtest, operator)
+
+
+@pytest.fixture(scope="session")
+def nofinalizer_operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    log = tmp_path_factory.mktemp("jsoperator-nofin") / "operator.log"
+    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, NOFINALIZER_NAMESPACE_PREFIX, ("--no-finalizers",)))
+
+
+@pytest.fixture
+def nofinalizer_kube(envtest: Any, nofinalizer_operator: Operator) -> Iterator[Kube]:
+    """Served by an operator running with --no-finalizers (and the short drift interval)."""
+    yield from _namespace(envtest, nofinalizer_operator)
 
 
 @pytest.fixture

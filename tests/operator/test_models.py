@@ -129,3 +129,24 @@ def test_parse_spec_model_rules_and_success() -> None:
 )
 def test_valid_rollup_combinations_are_accepted(spec: dict) -> None:
     assert StreamSpec.model_validate(spec).model_dump(by_alias=True, exclude_none=True).keys() == spec.keys()
+
+
+@pytest.mark.parametrize(
+    ("deletion_policy", "prevent_delete", "effective"),
+    [(None, None, "delete"), (None, True, "retain"), (None, False, "delete"), ("retain", None, "retain"),
+     ("delete", False, "delete"), ("retain", True, "retain")],
+)
+def test_deletion_policy_folds_in_the_deprecated_prevent_delete(deletion_policy, prevent_delete, effective) -> None:
+    from jsoperator.models import effective_deletion_policy
+
+    spec = {"deletionPolicy": deletion_policy, "preventDelete": prevent_delete}
+    parsed = StreamSpec.model_validate({k: v for k, v in spec.items() if v is not None})
+    assert effective_deletion_policy(parsed.deletion_policy, parsed.prevent_delete) == effective
+
+
+@pytest.mark.parametrize("model, extra", [(StreamSpec, {}), (ConsumerSpec, {"streamName": "S"})])
+def test_prevent_delete_contradicting_deletion_policy_is_refused(model, extra) -> None:
+    with pytest.raises(SpecError, match="contradicts deletionPolicy: delete; remove preventDelete"):
+        parse_spec(model, {**extra, "preventDelete": True, "deletionPolicy": "delete"})
+    with pytest.raises(SpecError, match="spec.adoptionPolicy: Input should be 'never', 'adopt' or 'adoptOrCreate'"):
+        parse_spec(model, {**extra, "adoptionPolicy": "sometimes"})

@@ -17,6 +17,14 @@ def test_defaults_without_flags_or_env():
     assert s.namespaces == ()
     assert s.drift_interval == 60.0
     assert (s.metrics_port, s.health_port) == (8080, 8081)
+    assert s.finalizers is True
+
+
+def test_finalizers_off_by_flag_or_env():
+    assert settings.load({"finalizers": False}, environ={}).finalizers is False
+    assert settings.load({}, environ={"JSOPERATOR_FINALIZERS": "False"}).finalizers is False
+    with pytest.raises(settings.SettingsError, match="JSOPERATOR_FINALIZERS='no' is invalid: write true or false"):
+        settings.load({}, environ={"JSOPERATOR_FINALIZERS": "no"})
 
 
 def test_env_then_flags_precedence():

@@ -13,6 +13,7 @@ from typing import Any
 import kopf
 
 from .. import state_storage
+from . import common
 from ..settings import FINALIZER, Settings
 
 
@@ -26,6 +27,9 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
 
     streams.register(registry, settings)
     consumers.register(registry, settings)
+
+
+scheduled = common.scheduled
 
 
 def kopf_settings(settings: Settings) -> kopf.OperatorSettings:

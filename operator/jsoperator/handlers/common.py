@@ -1,90 +1,126 @@
 """The glue shared by the Stream and Consumer handlers: register the reconcilers, run a reconciliation
-under a per-object lock, apply its Result through kopf (status patch, Events, TemporaryError with
-backoff), keep the managed-resources metric."""
+under the resource's lock, apply its Result through kopf (status patch, Events, TemporaryError with
+backoff) or, for the scheduler's reconciliations outside kopf's handlers, through the API; feed kopf's
+watch into the scheduler; delete with or without finalizers."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from .. import metrics, reconcile, state_storage
+from .. import jsclient, kubeapi, metrics, reconcile, scheduler, state_storage
 from ..settings import Settings
 
-GROUP, VERSION = "jsoperator.io", "v1alpha1"
+GROUP, VERSION = kubeapi.GROUP, kubeapi.VERSION
 
 log = logging.getLogger("jsoperator")
 
-MAX_BACKOFF = 30.0
-
-
-def backoff(retry: int) -> float:
-    """Seconds before retry number `retry` (0-based): 0.5, 1, 2, 4, ... capped at MAX_BACKOFF."""
-    return min(0.5 * 2.0**retry, MAX_BACKOFF)
+backoff = scheduler.backoff
+GIVE_UP_AFTER = 3  # delete attempts before a resource in a terminating namespace lets go of an unreachable server
 
 
 def _runtime(memo: kopf.Memo) -> reconcile.Runtime:
     return reconcile.Runtime(settings=memo["settings"], pool=memo["pool"])
 
 
-def _lock(memo: kopf.Memo) -> asyncio.Lock:
-    # kopf gives each object its own memo (a shallow copy of the operator's): one lock per object,
-    # so a drift timer never races a change handler on the same resource.
-    lock = memo.get("lock")
-    if lock is None:
-        lock = memo["lock"] = asyncio.Lock()
-    return lock
+def _scheduler(memo: kopf.Memo) -> scheduler.Scheduler:
+    sched: scheduler.Scheduler = memo["scheduler"]
+    return sched
 
 
-def _track(memo: kopf.Memo, kind: str, uid: str, present: bool) -> None:
-    managed: dict[str, set[str]] = memo["managed"]  # shared by all objects (same dict in every memo copy)
-    uids = managed.setdefault(kind, set())
-    (uids.add if present else uids.discard)(uid)
-    metrics.MANAGED.labels(kind).set(len(uids))
+def _log_events(body: Mapping[str, Any], result: reconcile.Result) -> None:
+    where = {"object": f"{body['metadata']['namespace']}/{body['metadata']['name']}", "kind": body.get("kind")}
+    for event in result.events:
+        level = logging.WARNING if event.type == "Warning" else logging.INFO
+        log.log(level, event.message, extra={**where, "reason": event.reason})
 
 
 def _apply(result: reconcile.Result, body: kopf.Body, patch: kopf.Patch) -> None:
     if result.status:
         patch.status.update(result.status)
-    where = {"object": f"{body['metadata']['namespace']}/{body['metadata']['name']}", "kind": body.get("kind")}
     for event in result.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-        level = logging.WARNING if event.type == "Warning" else logging.INFO
-        log.log(level, event.message, extra={**where, "reason": event.reason})
+    _log_events(body, result)
+
+
+async def _apply_by_api(kind: reconcile.Kind, body: Mapping[str, Any], result: reconcile.Result) -> None:
+    meta = dict(body["metadata"])
+    if result.status:
+        await kubeapi.patch_status(kind, meta["namespace"], meta["name"], result.status)
+    for event in result.events:
+        await kubeapi.post_event(kind, meta, event)
+    _log_events(body, result)
 
 
 async def reconcile_handler(
     kind: reconcile.Kind, trigger: reconcile.Trigger, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
     retry: int,
 ) -> None:
-    async with _lock(memo):
+    sched = _scheduler(memo)
+    entry = sched.entry(kind, body)
+    async with entry.lock:
         resource = reconcile.Resource.from_body(kind, body)
-        executed = memo.setdefault("resets", set())
-        result = await reconcile.reconcile(resource, _runtime(memo), trigger, executed)
-    _track(memo, kind, body["metadata"]["uid"], True)
+        result = await reconcile.reconcile(resource, _runtime(memo), trigger, entry.executed)
+    sched.done(entry, False, result.reached)  # kopf retries its own handlers; the drift check comes later
     _apply(result, body, patch)
     if trigger == "resume":
         state_storage.drop_legacy(body, patch)  # objects written by a version that kept kopf's state under jsoperator.io/
-    if result.retry and trigger != "timer":  # the timer comes back by itself
+    if result.retry:
         raise kopf.TemporaryError(result.message, delay=backoff(retry))
+
+
+def scheduled(runtime: reconcile.Runtime) -> scheduler.Run:
+    """The scheduler's reconciliation (drift check, retry, signal): like a handler's, applied by the API."""
+
+    async def run(entry: scheduler.Entry, why: scheduler.Why) -> tuple[bool, jsclient.ConnectionSettings | None]:
+        async with entry.lock:
+            body = entry.body
+            if body["metadata"].get("deletionTimestamp"):
+                return False, None
+            result = await reconcile.reconcile(reconcile.Resource.from_body(entry.kind, body), runtime, why,
+                                               entry.executed)
+        await _apply_by_api(entry.kind, body, result)
+        return result.retry, result.reached
+
+    return run
 
 
 async def delete_handler(
     kind: reconcile.Kind, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int,
     consumers_left: list[str],
 ) -> None:
-    async with _lock(memo):
-        result = await reconcile.delete(reconcile.Resource.from_body(kind, body), _runtime(memo), consumers_left)
+    """The finalizer's work: delete (or keep) the server object, then kopf removes the finalizer."""
+    namespace = body["metadata"]["namespace"]
+    give_up = ""
+    if retry >= GIVE_UP_AFTER and await kubeapi.namespace_terminating(namespace):
+        give_up = f"namespace {namespace} is being deleted"
+    entry = _scheduler(memo).entry(kind, body)
+    async with entry.lock:
+        resource = reconcile.Resource.from_body(kind, body)
+        result = await reconcile.delete(resource, _runtime(memo), consumers_left, give_up=give_up)
     _apply(result, body, patch)
     if not result.done:
         raise kopf.TemporaryError(result.message, delay=backoff(retry))
-    _track(memo, kind, body["metadata"]["uid"], False)
+
+
+async def _delete_without_finalizer(kind: reconcile.Kind, body: Mapping[str, Any], runtime: reconcile.Runtime) -> None:
+    """--no-finalizers: the resource is already gone; delete the server object as the policy says, best effort."""
+    resource = reconcile.Resource.from_body(kind, body)
+    for attempt in range(GIVE_UP_AFTER + 1):
+        last = attempt == GIVE_UP_AFTER
+        result = await reconcile.delete(resource, runtime, [], give_up="the operator runs without finalizers" if last else "")
+        if result.done:
+            await _apply_by_api(kind, body, reconcile.Result({}, result.events))
+            return
+        await asyncio.sleep(backoff(attempt))
 
 
 def register_reconcilers(registry: kopf.OperatorRegistry, settings: Settings, kind: reconcile.Kind, plural: str) -> None:
-    """create / update / resume handlers and the drift timer of one kind: all run the same reconciliation."""
+    """create / update / resume handlers (all run the same reconciliation) and the watch feeding the scheduler."""
     resource: dict[str, Any] = dict(group=GROUP, version=VERSION, plural=plural, registry=registry)
 
     def handler(trigger: reconcile.Trigger) -> Any:
@@ -96,5 +132,26 @@ def register_reconcilers(registry: kopf.OperatorRegistry, settings: Settings, ki
     kopf.on.resume(**resource, id="resume")(handler("resume"))
     kopf.on.create(**resource, id="create")(handler("create"))
     kopf.on.update(**resource, id="update")(handler("update"))
-    interval = settings.drift_interval
-    kopf.timer(**resource, id="drift", interval=interval, initial_delay=interval)(handler("timer"))
+
+    @kopf.on.event(**resource, id="watch")
+    async def watch(*, event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        sched = _scheduler(memo)
+        raw = dict(event.get("object") or body)
+        if event.get("type") == "DELETED":
+            sched.gone(kind, raw)
+            if not settings.finalizers:
+                task = asyncio.create_task(_delete_without_finalizer(kind, raw, _runtime(memo)))
+                memo["background"].add(task)
+                task.add_done_callback(memo["background"].discard)
+        else:
+            sched.seen(kind, raw)
+        metrics.MANAGED.labels(kind).set(sum(1 for e in sched.entries.values() if e.kind == kind))
+
+
+def register_delete(registry: kopf.OperatorRegistry, settings: Settings, plural: str, fn: Any) -> None:
+    """The deletion handler; without finalizers (--no-finalizers) none is registered, so kopf adds none
+    (and removes ours from objects that still carry it), and deletion follows the watch instead."""
+    if settings.finalizers:
+        kopf.on.delete(GROUP, VERSION, plural, id="delete", registry=registry)(fn)
+
+

@@ -19,6 +19,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
         stream = str(kwargs["spec"].get("streamName") or "")
         return {(kwargs["namespace"], stream): kwargs["name"]}
 
-    @kopf.on.delete(common.GROUP, common.VERSION, "consumers", id="delete", registry=registry)
     async def on_delete(**kwargs: Any) -> None:
         await common.delete_handler("Consumer", kwargs["body"], kwargs["patch"], kwargs["memo"], kwargs["retry"], [])
+
+    common.register_delete(registry, settings, "consumers", on_delete)

@@ -14,7 +14,6 @@ from . import common
 def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
     common.register_reconcilers(registry, settings, "Stream", "streams")
 
-    @kopf.on.delete(common.GROUP, common.VERSION, "streams", id="delete", registry=registry)
     async def on_delete(**kwargs: Any) -> None:
         body: kopf.Body = kwargs["body"]
         index: kopf.Index[tuple[str, str], str] = kwargs["consumers_by_stream"]
@@ -22,3 +21,5 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
         name = (body.get("spec") or {}).get("name") or meta["name"]
         left = list(index.get((meta["namespace"], name), []))
         await common.delete_handler("Stream", body, kwargs["patch"], kwargs["memo"], kwargs["retry"], left)
+
+    common.register_delete(registry, settings, "streams", on_delete)

@@ -1,0 +1,126 @@
+"""The operator's Kubernetes API calls outside kopf's handlers, through the kubernetes client (in a thread):
+Secrets for `spec.connection`, status patches and Events of scheduled reconciliations, the namespace
+phase, and listing resources and removing finalizers for `jsoperator release`."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from datetime import datetime, timezone
+from typing import Any
+
+import kubernetes.client
+import kubernetes.config
+from kubernetes.client.exceptions import ApiException
+
+from . import events
+
+GROUP, VERSION = "jsoperator.io", "v1alpha1"
+PLURALS = {"Stream": "streams", "Consumer": "consumers"}
+
+__all__ = ["ApiException", "GROUP", "VERSION", "PLURALS"]
+
+
+@functools.cache
+def _client() -> kubernetes.client.ApiClient:
+    try:
+        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+    return kubernetes.client.ApiClient()
+
+
+def core() -> kubernetes.client.CoreV1Api:
+    return kubernetes.client.CoreV1Api(_client())
+
+
+def custom() -> kubernetes.client.CustomObjectsApi:
+    return kubernetes.client.CustomObjectsApi(_client())
+
+
+async def secret_data(namespace: str, name: str) -> dict[str, str]:
+    """The Secret's data (base64 text per key); ApiException when it cannot be read."""
+    secret = await asyncio.to_thread(core().read_namespaced_secret, name, namespace)
+    return {key: str(value) for key, value in (secret.data or {}).items()}
+
+
+async def patch_status(kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+    """Merge-patch `status` of one of our resources; a resource gone meanwhile is no error."""
+    try:
+        await asyncio.to_thread(
+            custom().patch_namespaced_custom_object_status, GROUP, VERSION, namespace, PLURALS[kind], name,
+            {"status": status},
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+async def post_event(kind: str, meta: dict[str, Any], event: events.Event) -> None:
+    """A core/v1 Event on one of our resources (what kopf.event posts from inside a handler)."""
+    now = datetime.now(timezone.utc)
+    body = kubernetes.client.CoreV1Event(
+        metadata=kubernetes.client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
+        involved_object=kubernetes.client.V1ObjectReference(
+            api_version=f"{GROUP}/{VERSION}", kind=kind, name=meta["name"], namespace=meta["namespace"],
+            uid=meta.get("uid"),
+        ),
+        reason=event.reason, message=event.message[:1024], type=event.type,
+        source=kubernetes.client.V1EventSource(component="jsoperator"),
+        first_timestamp=now, last_timestamp=now, count=1,
+    )
+    await asyncio.to_thread(core().create_namespaced_event, meta["namespace"], body)
+
+
+async def namespace_terminating(namespace: str) -> bool:
+    try:
+        ns = await asyncio.to_thread(core().read_namespace, namespace)
+    except ApiException:
+        return False
+    deleting = ns.metadata is not None and ns.metadata.deletion_timestamp is not None
+    return deleting or (ns.status is not None and ns.status.phase == "Terminating")
+
+
+async def list_resources(kind: str, namespace: str | None) -> list[dict[str, Any]]:
+    """Every Stream or Consumer in `namespace` (None: all namespaces)."""
+    api = custom()
+    if namespace is None:
+        found = await asyncio.to_thread(api.list_cluster_custom_object, GROUP, VERSION, PLURALS[kind])
+    else:
+        found = await asyncio.to_thread(api.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURALS[kind])
+    items: list[dict[str, Any]] = found["items"]  # type: ignore[index]  # the client types it as object
+    return items
+
+
+async def remove_finalizer(kind: str, body: dict[str, Any], finalizer: str) -> None:
+    """Drop `finalizer` from the object (a JSON patch guarded by its resourceVersion: a concurrent change
+    makes it fail instead of losing other finalizers)."""
+    meta = body["metadata"]
+    finalizers = list(meta.get("finalizers") or [])
+    if finalizer not in finalizers:
+        return
+    patch = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+        {"op": "replace", "path": "/metadata/finalizers", "value": [f for f in finalizers if f != finalizer]},
+    ]
+    try:
+        await asyncio.to_thread(
+            custom().patch_namespaced_custom_object, GROUP, VERSION, meta["namespace"], PLURALS[kind], meta["name"],
+            patch, _content_type="application/json-patch+json",
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+async def scale_to_zero(namespace: str, name: str, timeout: float) -> bool:
+    """Scale Deployment `name` to 0 replicas and wait until no pod of it runs; False on timeout."""
+    apps = kubernetes.client.AppsV1Api(_client())
+    await asyncio.to_thread(apps.patch_namespaced_deployment_scale, name, namespace, {"spec": {"replicas": 0}})
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        deployment = await asyncio.to_thread(apps.read_namespaced_deployment, name, namespace)
+        if deployment.status is None or not deployment.status.replicas:
+            return True
+        await asyncio.sleep(1.0)
+    return False
