@@ -56,6 +56,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsoperator.annotations",
         "jsoperator.events",
         "jsoperator.settings",
+        "jsoperator.conflicts",
     ),
     "op-io": ("jsoperator.jsclient", "jsoperator.kubeapi", "jsoperator.credentials", "jsoperator.metrics"),
     "op-core": ("jsoperator.reconcile", "jsoperator.reset", "jsoperator.scheduler", "jsoperator.release"),
@@ -124,6 +125,7 @@ PURE = frozenset(
         "jsoperator.plan",
         "jsoperator.status",
         "jsoperator.annotations",
+        "jsoperator.conflicts",
     }
 )
 # ...and no library that does I/O.

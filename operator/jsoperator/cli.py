@@ -105,7 +105,7 @@ async def run(settings: settings_mod.Settings) -> None:
     sched = scheduler.Scheduler(settings.drift_interval)
     runtime = reconcile.Runtime(settings=settings, pool=pool)
     background: set[asyncio.Task[None]] = set()  # best-effort deletes without finalizers
-    serving = asyncio.create_task(sched.serve(handlers.scheduled(runtime)))
+    serving = asyncio.create_task(sched.serve(handlers.scheduled(runtime, sched)))
     try:
         await kopf.operator(
             registry=registry,

@@ -474,7 +474,7 @@ _CONDITIONS_LIST: dict[str, Any] = {"x-kubernetes-list-type": "map", "x-kubernet
 class Condition(_Status):
     """A kstatus/Kubernetes-style condition."""
 
-    type: str = Field(description="Ready, Reconciling, Stalled, ReconciliationPaused or Unmanaged.")
+    type: str = Field(description="Ready, Reconciling, Stalled, Synced, Adopted, ReconciliationPaused or Unmanaged.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase reason.")
     message: str = Field("", description="Human-readable detail.")

@@ -97,11 +97,14 @@ def _failed(resource: Resource, outcome: status.Outcome) -> Result:
 # -- create / update / resume / drift -------------------------------------------------------------
 
 
-async def reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, executed: MutableSet[str]) -> Result:
-    """Make the server match the resource; `executed` remembers reset requests run by this process."""
+async def reconcile(
+    resource: Resource, runtime: Runtime, trigger: Trigger, executed: MutableSet[str], conflict: str = ""
+) -> Result:
+    """Make the server match the resource; `executed` remembers reset requests run by this process;
+    `conflict` (conflicts.conflict) names another resource driving the same server object first: nothing is sent."""
     with metrics.timed(resource.kind, trigger):
         try:
-            return await _reconcile(resource, runtime, trigger, executed)
+            return await _reconcile(resource, runtime, trigger, executed, conflict)
         except annotation.AnnotationError as exc:
             return _failed(resource, status.invalid_annotation(str(exc)))
         except models.SpecError as exc:
@@ -114,11 +117,18 @@ async def reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, exec
             return _failed(resource, status.api_error(exc.code, exc.err_code, exc.description))
 
 
-async def _reconcile(resource: Resource, runtime: Runtime, trigger: Trigger, executed: MutableSet[str]) -> Result:
+async def _reconcile(
+    resource: Resource, runtime: Runtime, trigger: Trigger, executed: MutableSet[str], conflict: str
+) -> Result:
     if not annotation.is_managed(resource.annotations):
         return Result(_patch(resource, status.synced(""), mode="unmanaged"))
     if annotation.is_paused(resource.annotations):
         return Result(_patch(resource, status.synced(""), mode="paused"))
+    if conflict:
+        kind = resource.kind.lower()
+        return _failed(resource, status.conflict(
+            f"{conflict}: this {kind} changes nothing on the server. Delete one of the two resources, or give "
+            f"this one another {'spec.name' if resource.kind == 'Stream' else 'spec.durableName'} (or subjects)"))
     if resource.kind == "Stream":
         return await _reconcile_stream(resource, runtime, trigger)
     return await _reconcile_consumer(resource, runtime, trigger, executed)
@@ -128,13 +138,17 @@ async def _reconcile_stream(resource: Resource, runtime: Runtime, trigger: Trigg
     spec = models.parse_spec(models.StreamSpec, resource.spec)
     desired = mapping.stream_config(spec, resource.name)
     client = await runtime.client(resource, spec.connection)
+    adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "stream", desired["name"])
     try:
-        done = await _converge_stream(client, desired)
+        done = await _converge_stream(client, desired, adoption)
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
-    evs = _change_events(resource, "stream", done, trigger) + _deprecations(spec, trigger)
+    except _Unadoptable as exc:
+        return _failed(resource, exc.outcome)
+    evs = _change_events(resource, "stream", done, trigger, adoption.adopted(done)) + _deprecations(spec, trigger)
     return Result(_patch(resource, status.synced(_synced_message("stream", done)),
-                         observed=status.stream_state(done.info)), evs, reached=client.settings)
+                         observed=status.stream_state(done.info), adopted=adoption.adopted(done)), evs,
+                  reached=client.settings)
 
 
 async def _reconcile_consumer(
@@ -144,13 +158,17 @@ async def _reconcile_consumer(
     pending = annotation.pending_reset(resource.annotations, resource.status.get("lastReset"))
     desired = mapping.consumer_config(spec, resource.name)
     client = await runtime.client(resource, spec.connection)
+    durable = desired["durable_name"]
+    adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "consumer", durable)
     try:
-        done = await _converge_consumer(client, spec.stream_name, desired)
+        done = await _converge_consumer(client, spec.stream_name, desired, adoption)
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
+    except _Unadoptable as exc:
+        return _failed(resource, exc.outcome)
     except _StreamMissing as exc:
         return _failed(resource, status.Outcome(False, status.WAITING_FOR_STREAM, str(exc), reconciling=True))
-    evs = _change_events(resource, "consumer", done, trigger)
+    evs = _change_events(resource, "consumer", done, trigger, adoption.adopted(done))
     info, extra = done.info, {}
     if pending is not None and pending.request not in executed:
         ran = await reset.execute(client, spec.stream_name, desired["durable_name"], pending, _now())
@@ -160,8 +178,8 @@ async def _reconcile_consumer(
         info = ran.info or await client.consumer_info(spec.stream_name, desired["durable_name"]) or info
     observed = {**status.consumer_state(info), **extra}
     evs += _deprecations(spec, trigger)
-    return Result(_patch(resource, status.synced(_synced_message("consumer", done)), observed=observed), evs,
-                  reached=client.settings)
+    return Result(_patch(resource, status.synced(_synced_message("consumer", done)), observed=observed,
+                         adopted=adoption.adopted(done)), evs, reached=client.settings)
 
 
 def _deprecations(spec: models.StreamSpec | models.ConsumerSpec, trigger: Trigger) -> list[events.Event]:
@@ -178,12 +196,14 @@ def _synced_message(kind: str, done: _Converged) -> str:
     return f"{kind} {name} matches the spec" + (f" ({done.action})" if done.action != "unchanged" else "")
 
 
-def _change_events(resource: Resource, kind: str, done: _Converged, trigger: Trigger) -> list[events.Event]:
-    first_time = "observedGeneration" not in resource.status
+def _change_events(
+    resource: Resource, kind: str, done: _Converged, trigger: Trigger, adopted: bool | None
+) -> list[events.Event]:
     what = f"{kind} {resource.server_name()}"
+    if adopted:
+        how = "it matches the spec" if done.action == "unchanged" else f"updated {', '.join(done.plan.drift)}"
+        return [events.Event("Normal", events.ADOPTED, f"adopted the existing {what}: {how}")]
     if done.action == "unchanged":
-        if first_time:
-            return [events.Event("Normal", events.ADOPTED, f"adopted the existing {what}: it matches the spec")]
         return []
     if trigger in ("timer", "signal"):
         repair = "recreated it" if done.action == "created" else f"put back {', '.join(done.plan.drift)}"
@@ -191,8 +211,7 @@ def _change_events(resource: Resource, kind: str, done: _Converged, trigger: Tri
         return [events.Event("Normal", events.DRIFT_REPAIRED, f"{what} changed on the server: {repair}")]
     if done.action == "created":
         return [events.Event("Normal", events.CREATED, f"created {what}")]
-    reason = events.ADOPTED if first_time else events.UPDATED
-    return [events.Event("Normal", reason, f"updated {what}: {', '.join(done.plan.drift)}")]
+    return [events.Event("Normal", events.UPDATED, f"updated {what}: {', '.join(done.plan.drift)}")]
 
 
 # -- JetStream calls ------------------------------------------------------------------------------
@@ -213,8 +232,50 @@ class _StreamMissing(Exception):
     pass
 
 
-async def _converge_stream(client: jsclient.JetStreamClient, desired: mapping.Config) -> _Converged:
+class _Unadoptable(Exception):
+    """The adoption policy forbids what the server state asks for; nothing was sent."""
+
+    def __init__(self, outcome: status.Outcome) -> None:
+        super().__init__(outcome.message)
+        self.outcome = outcome
+
+
+def _owned(resource: Resource) -> bool:
+    """Did this resource create or take over its server object before? (It then recreates it as drift.)"""
+    observed = resource.status.get("streamName" if resource.kind == "Stream" else "consumerName")
+    return bool(observed) or status.condition(resource.status, status.ADOPTED) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Adoption:
+    """spec.adoptionPolicy applied to a server object this resource does not own yet."""
+
+    policy: models.AdoptionPolicy
+    owned: bool
+    kind: str
+    name: str
+
+    def check(self, exists: bool) -> None:
+        if self.owned:
+            return
+        if exists and self.policy == "never":
+            raise _Unadoptable(status.adoption_refused(
+                f"{self.kind} {self.name} already exists on the server and this resource did not create it; "
+                "adoptionPolicy is never, so nothing was changed. Delete the server object, choose another name, "
+                "or set adoptionPolicy: adopt"))
+        if not exists and self.policy == "adopt":
+            raise _Unadoptable(status.not_found_on_server(
+                f"{self.kind} {self.name} does not exist on the server; adoptionPolicy is adopt, so it is taken "
+                "over once it exists and never created (set adoptOrCreate to create it)"))
+
+    def adopted(self, done: _Converged) -> bool | None:
+        """The Adopted condition's new value: True (taken over), False (created), None (owned already)."""
+        return None if self.owned else done.action != "created"
+
+
+async def _converge_stream(client: jsclient.JetStreamClient, desired: mapping.Config, adoption: _Adoption) -> _Converged:
     info = await client.stream_info(desired["name"])
+    adoption.check(info is not None)
     p = plan.plan_stream(desired, info["config"] if info else None)
     if p.blocked:
         raise _Blocked(p.message("stream"))
@@ -231,8 +292,11 @@ async def _converge_stream(client: jsclient.JetStreamClient, desired: mapping.Co
     return _Converged("created", info, p)
 
 
-async def _converge_consumer(client: jsclient.JetStreamClient, stream: str, desired: mapping.Config) -> _Converged:
+async def _converge_consumer(
+    client: jsclient.JetStreamClient, stream: str, desired: mapping.Config, adoption: _Adoption
+) -> _Converged:
     info = await client.consumer_info(stream, desired["durable_name"])
+    adoption.check(info is not None)
     if info is None and await client.stream_info(stream) is None:
         raise _StreamMissing(
             f"stream {stream} does not exist on the server; the consumer is created as soon as it does"
@@ -253,14 +317,17 @@ async def _converge_consumer(client: jsclient.JetStreamClient, stream: str, desi
 # -- delete ---------------------------------------------------------------------------------------
 
 
-async def delete(resource: Resource, runtime: Runtime, consumers_left: list[str], *, give_up: str = "") -> Result:
+async def delete(
+    resource: Resource, runtime: Runtime, consumers_left: list[str], *, give_up: str = "", conflict: str = ""
+) -> Result:
     """Delete the server object unless kept; `consumers_left` are Consumer resources of this Stream.
 
     `give_up` (why) lets the resource go when the server cannot be reached or its Secrets are gone (its
     namespace is being deleted, or `jsoperator release --force`), leaving the server object in place.
+    `conflict` names another resource that drives the same server object first: it is left to that one.
     """
     kind = resource.kind.lower()
-    keep = _kept_because(resource)
+    keep = f"it belongs to another resource: {conflict}" if conflict else _kept_because(resource)
     if keep:
         return Result({}, [events.Event("Normal", events.LEFT_ON_SERVER, f"{kind} left on the server: {keep}")])
     if consumers_left:

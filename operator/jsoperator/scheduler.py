@@ -70,6 +70,7 @@ class Scheduler:
     def __init__(self, drift_interval: float) -> None:
         self.drift_interval = drift_interval
         self.entries: dict[Key, Entry] = {}
+        self.indexes: dict[str, Any] = {}  # kopf indexes (live views) by id, for the runs outside kopf's handlers
         self._wake = asyncio.Event()
 
     # -- fed by kopf's watch and handlers ----------------------------------------------------------

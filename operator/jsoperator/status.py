@@ -24,6 +24,8 @@ from jsoperator.models import Condition, LastReset
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 PAUSED, UNMANAGED = "ReconciliationPaused", "Unmanaged"
+# What happened to the server object: Synced (does it match the spec now) and Adopted (taken over, or created).
+SYNCED_CONDITION, ADOPTED = "Synced", "Adopted"
 
 # Reasons (CamelCase, stable: users and alerts match on them).
 SYNCED = "Synced"
@@ -36,6 +38,10 @@ INVALID_ANNOTATION = "InvalidAnnotation"
 CREDENTIALS_NOT_FOUND = "CredentialsNotFound"
 DELETION_BLOCKED = "DeletionBlocked"
 WAITING_FOR_STREAM = "WaitingForStream"
+CONFLICT = "Conflict"
+ADOPTION_REFUSED = "AdoptionRefused"
+NOT_FOUND_ON_SERVER = "NotFoundOnServer"
+CREATED = "Created"
 
 # What to do about the server errors users meet most (err_code -> hint).
 HINTS = {
@@ -116,6 +122,20 @@ def credentials_not_found(message: str) -> Outcome:
     return Outcome(False, CREDENTIALS_NOT_FOUND, message, reconciling=True)
 
 
+def conflict(message: str) -> Outcome:
+    """Another resource drives the same server object (or overlapping subjects) first."""
+    return Outcome(False, CONFLICT, message, stalled=True)
+
+
+def adoption_refused(message: str) -> Outcome:
+    return Outcome(False, ADOPTION_REFUSED, message, stalled=True)
+
+
+def not_found_on_server(message: str) -> Outcome:
+    """adoptionPolicy adopt and nothing to adopt yet: retried until it exists."""
+    return Outcome(False, NOT_FOUND_ON_SERVER, message, reconciling=True)
+
+
 def deletion_blocked(message: str) -> Outcome:
     """A Stream being deleted waits for its Consumer resources to go first."""
     return Outcome(False, DELETION_BLOCKED, message, reconciling=True)
@@ -135,14 +155,16 @@ def build(
     now: datetime,
     observed: Mapping[str, Any] | None = None,
     mode: Mode = "reconciled",
+    adopted: bool | None = None,
 ) -> dict[str, Any]:
     """The status to write (a JSON merge patch for ``status``; ``conditions`` is written whole).
 
     ``previous`` is the current ``status`` (or None); ``observed`` is ``stream_state(...)`` or
-    ``consumer_state(...)`` when the server object was read.
+    ``consumer_state(...)`` when the server object was read. ``adopted`` is set when this reconciliation
+    first took over (True) or created (False) the server object; otherwise the Adopted condition stays.
     """
     previous = previous or {}
-    conditions = _conditions(previous.get("conditions") or [], generation, outcome, now, mode)
+    conditions = _conditions(previous.get("conditions") or [], generation, outcome, now, mode, adopted)
     patch: dict[str, Any] = {"conditions": conditions}
     if mode != "paused":
         patch["observedGeneration"] = generation
@@ -151,7 +173,8 @@ def build(
 
 
 def _conditions(
-    previous: Sequence[Mapping[str, Any]], generation: int, outcome: Outcome, now: datetime, mode: Mode
+    previous: Sequence[Mapping[str, Any]], generation: int, outcome: Outcome, now: datetime, mode: Mode,
+    adopted: bool | None,
 ) -> list[dict[str, Any]]:
     old = {c.get("type"): c for c in previous}
     wanted: list[tuple[str, bool, str, str]] = []
@@ -168,11 +191,19 @@ def _conditions(
         wanted += [(READY, True, UNMANAGED, message), (RECONCILING, False, UNMANAGED, message)]
         wanted += [(STALLED, False, UNMANAGED, message), (UNMANAGED, True, UNMANAGED, message)]
     else:
+        synced = outcome.ready and outcome.reason == SYNCED
         wanted += [
             (READY, outcome.ready, outcome.reason, outcome.message),
             (RECONCILING, outcome.reconciling, outcome.reason, outcome.message if outcome.reconciling else ""),
             (STALLED, outcome.stalled, outcome.reason, outcome.message if outcome.stalled else ""),
+            (SYNCED_CONDITION, synced, outcome.reason, outcome.message),
         ]
+    if adopted is not None:
+        how = (ADOPTED, "took over the server object that already existed") if adopted else (
+            CREATED, "the operator created the server object")
+        wanted.append((ADOPTED, adopted, *how))
+    elif (kept := old.get(ADOPTED)) is not None:
+        wanted.append((ADOPTED, kept.get("status") == "True", kept.get("reason", ""), kept.get("message", "")))
     return [_condition(old.get(type_), type_, status, reason, message, generation, now)
             for type_, status, reason, message in wanted]
 

@@ -80,8 +80,10 @@ def test_drift_is_repaired(drift_kube, broker):
 
 
 def test_invalid_server_config_reports_the_server_error(kube, broker):
-    kube.create("Stream", "first", stream_spec(broker, ["clash.>"]))
-    kube.wait_condition("Stream", "first", "Ready")
+    async def precreate(js):  # by hand, not a resource: no Conflict, the server's own refusal
+        await js.add_stream(name="FIRST", subjects=["clash.>"], storage="memory")
+
+    on_broker(broker.url, precreate)
     kube.create("Stream", "second", stream_spec(broker, ["clash.x"]))
     obj = kube.wait_condition("Stream", "second", "Ready", "False", "JetStreamError")
     assert "10065" in condition(obj, "Ready")["message"]

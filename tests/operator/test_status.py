@@ -22,7 +22,7 @@ def test_ready_status_is_kstatus_current() -> None:
     patch = status.build(None, generation=3, outcome=status.synced("stream matches the spec"), now=T0)
     assert patch["observedGeneration"] == 3
     assert conditions(patch) == {"Ready": ("True", "Synced"), "Reconciling": ("False", "Synced"),
-                                 "Stalled": ("False", "Synced")}
+                                 "Stalled": ("False", "Synced"), "Synced": ("True", "Synced")}
     ready = status.condition(patch, "Ready")
     assert ready is not None
     assert ready == {"type": "Ready", "status": "True", "reason": "Synced", "message": "stream matches the spec",
@@ -43,7 +43,8 @@ def test_broker_unavailable_is_retrying_not_stalled() -> None:
     patch = status.build(None, generation=1, outcome=status.broker_unavailable("timeout"), now=T0)
     assert conditions(patch) == {"Ready": ("False", "BrokerUnavailable"),
                                  "Reconciling": ("True", "BrokerUnavailable"),
-                                 "Stalled": ("False", "BrokerUnavailable")}
+                                 "Stalled": ("False", "BrokerUnavailable"),
+                                 "Synced": ("False", "BrokerUnavailable")}
     assert "nothing was changed or deleted" in status.condition(patch, "Ready")["message"]  # type: ignore[index]
 
 
@@ -70,7 +71,8 @@ def test_waiting_outcomes_are_retried_not_stalled() -> None:
     for outcome, reason in ((status.credentials_not_found("secret nats-creds not found"), "CredentialsNotFound"),
                             (status.deletion_blocked("waiting for Consumer resources ['c']"), "DeletionBlocked")):
         assert conditions(status.build(None, generation=1, outcome=outcome, now=T0)) == {
-            "Ready": ("False", reason), "Reconciling": ("True", reason), "Stalled": ("False", reason)}
+            "Ready": ("False", reason), "Reconciling": ("True", reason), "Stalled": ("False", reason),
+            "Synced": ("False", reason)}
 
 
 def test_immutable_change_and_invalid_spec_are_stalled() -> None:
@@ -79,7 +81,7 @@ def test_immutable_change_and_invalid_spec_are_stalled() -> None:
                             (status.invalid_annotation("pause must be true or false"), "InvalidAnnotation")):
         patch = status.build(None, generation=4, outcome=outcome, now=T0)
         assert conditions(patch) == {"Ready": ("False", reason), "Reconciling": ("False", reason),
-                                     "Stalled": ("True", reason)}
+                                     "Stalled": ("True", reason), "Synced": ("False", reason)}
 
 
 def test_paused_keeps_ready_and_observed_generation() -> None:
@@ -201,6 +203,20 @@ async def test_a_field_jsbroker_refuses_stalls_the_resource_naming_it(jsbroker_s
     outcome = status.api_error(error["code"], error["err_code"], error["description"], action="create stream")
     patch = status.build(None, generation=1, outcome=outcome, now=T0)
     assert conditions(patch) == {"Ready": ("False", "JetStreamError"), "Reconciling": ("False", "JetStreamError"),
-                                 "Stalled": ("True", "JetStreamError")}
+                                 "Stalled": ("True", "JetStreamError"), "Synced": ("False", "JetStreamError")}
     message = status.condition(patch, "Ready")["message"]  # type: ignore[index]
     assert "10052" in message and "allow_msg_counter: message counters are not supported by jsbroker" in message
+
+
+def test_adopted_says_how_the_server_object_came_and_stays() -> None:
+    created = status.build(None, generation=1, outcome=status.synced("ok"), now=T0, adopted=False)
+    assert conditions(created)["Adopted"] == ("False", "Created")
+    later = status.build(created, generation=2, outcome=status.broker_unavailable("down"), now=T1)
+    assert conditions(later)["Adopted"] == ("False", "Created")  # kept while nothing new is learnt
+    adopted = status.build(None, generation=1, outcome=status.synced("ok"), now=T0, adopted=True)
+    assert conditions(adopted)["Adopted"] == ("True", "Adopted") and conditions(adopted)["Synced"] == ("True", "Synced")
+    for outcome, reason, stalled in ((status.conflict("Stream a/b (older) ..."), "Conflict", True),
+                                     (status.adoption_refused("exists"), "AdoptionRefused", True),
+                                     (status.not_found_on_server("missing"), "NotFoundOnServer", False)):
+        got = conditions(status.build(None, generation=1, outcome=outcome, now=T0))
+        assert got["Ready"] == ("False", reason) and got["Stalled"] == (str(stalled), reason)

@@ -12,7 +12,7 @@ from typing import Any
 
 import kopf
 
-from .. import jsclient, kubeapi, metrics, reconcile, scheduler, state_storage
+from .. import conflicts, jsclient, kubeapi, metrics, reconcile, scheduler, state_storage
 from ..settings import Settings
 
 GROUP, VERSION = kubeapi.GROUP, kubeapi.VERSION
@@ -21,6 +21,19 @@ log = logging.getLogger("jsoperator")
 
 backoff = scheduler.backoff
 GIVE_UP_AFTER = 3  # delete attempts before a resource in a terminating namespace lets go of an unreachable server
+
+
+def claims_index(kind: str) -> str:
+    """The id of the kopf index of the conflicts.Claims of one kind, by connection key."""
+    return f"{kind.lower()}_claims"
+
+
+def conflict(kind: reconcile.Kind, body: Mapping[str, Any], claims: Any, *, subjects: bool = True) -> str:
+    """An older resource driving the same server object (or overlapping subjects), from the claims index."""
+    if claims is None:
+        return ""
+    key = conflicts.connection_key(body["metadata"]["namespace"], body.get("spec") or {})
+    return conflicts.conflict(conflicts.claim(kind, body), claims.get(key, []), subjects=subjects)
 
 
 def _runtime(memo: kopf.Memo) -> reconcile.Runtime:
@@ -58,13 +71,14 @@ async def _apply_by_api(kind: reconcile.Kind, body: Mapping[str, Any], result: r
 
 async def reconcile_handler(
     kind: reconcile.Kind, trigger: reconcile.Trigger, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
-    retry: int,
+    retry: int, claims: Any,
 ) -> None:
     sched = _scheduler(memo)
     entry = sched.entry(kind, body)
     async with entry.lock:
         resource = reconcile.Resource.from_body(kind, body)
-        result = await reconcile.reconcile(resource, _runtime(memo), trigger, entry.executed)
+        clash = conflict(kind, body, claims)
+        result = await reconcile.reconcile(resource, _runtime(memo), trigger, entry.executed, clash)
     sched.done(entry, False, result.reached)  # kopf retries its own handlers; the drift check comes later
     _apply(result, body, patch)
     if trigger == "resume":
@@ -73,7 +87,7 @@ async def reconcile_handler(
         raise kopf.TemporaryError(result.message, delay=backoff(retry))
 
 
-def scheduled(runtime: reconcile.Runtime) -> scheduler.Run:
+def scheduled(runtime: reconcile.Runtime, sched: scheduler.Scheduler) -> scheduler.Run:
     """The scheduler's reconciliation (drift check, retry, signal): like a handler's, applied by the API."""
 
     async def run(entry: scheduler.Entry, why: scheduler.Why) -> tuple[bool, jsclient.ConnectionSettings | None]:
@@ -81,8 +95,9 @@ def scheduled(runtime: reconcile.Runtime) -> scheduler.Run:
             body = entry.body
             if body["metadata"].get("deletionTimestamp"):
                 return False, None
+            clash = conflict(entry.kind, body, sched.indexes.get(claims_index(entry.kind)))
             result = await reconcile.reconcile(reconcile.Resource.from_body(entry.kind, body), runtime, why,
-                                               entry.executed)
+                                               entry.executed, clash)
         await _apply_by_api(entry.kind, body, result)
         return result.retry, result.reached
 
@@ -91,7 +106,7 @@ def scheduled(runtime: reconcile.Runtime) -> scheduler.Run:
 
 async def delete_handler(
     kind: reconcile.Kind, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int,
-    consumers_left: list[str],
+    consumers_left: list[str], claims: Any,
 ) -> None:
     """The finalizer's work: delete (or keep) the server object, then kopf removes the finalizer."""
     namespace = body["metadata"]["namespace"]
@@ -101,18 +116,23 @@ async def delete_handler(
     entry = _scheduler(memo).entry(kind, body)
     async with entry.lock:
         resource = reconcile.Resource.from_body(kind, body)
-        result = await reconcile.delete(resource, _runtime(memo), consumers_left, give_up=give_up)
+        clash = conflict(kind, body, claims, subjects=False)
+        result = await reconcile.delete(resource, _runtime(memo), consumers_left, give_up=give_up, conflict=clash)
     _apply(result, body, patch)
     if not result.done:
         raise kopf.TemporaryError(result.message, delay=backoff(retry))
 
 
-async def _delete_without_finalizer(kind: reconcile.Kind, body: Mapping[str, Any], runtime: reconcile.Runtime) -> None:
+async def _delete_without_finalizer(
+    kind: reconcile.Kind, body: Mapping[str, Any], runtime: reconcile.Runtime, claims: Any
+) -> None:
     """--no-finalizers: the resource is already gone; delete the server object as the policy says, best effort."""
     resource = reconcile.Resource.from_body(kind, body)
+    clash = conflict(kind, body, claims, subjects=False)
     for attempt in range(GIVE_UP_AFTER + 1):
         last = attempt == GIVE_UP_AFTER
-        result = await reconcile.delete(resource, runtime, [], give_up="the operator runs without finalizers" if last else "")
+        give_up = "the operator runs without finalizers" if last else ""
+        result = await reconcile.delete(resource, runtime, [], give_up=give_up, conflict=clash)
         if result.done:
             await _apply_by_api(kind, body, reconcile.Result({}, result.events))
             return
@@ -123,9 +143,15 @@ def register_reconcilers(registry: kopf.OperatorRegistry, settings: Settings, ki
     """create / update / resume handlers (all run the same reconciliation) and the watch feeding the scheduler."""
     resource: dict[str, Any] = dict(group=GROUP, version=VERSION, plural=plural, registry=registry)
 
+    index = claims_index(kind)
+
+    @kopf.index(**resource, id=index)
+    def claims(*, body: kopf.Body, **_: Any) -> dict[str, conflicts.Claim]:
+        return {conflicts.connection_key(body["metadata"]["namespace"], body.get("spec") or {}): conflicts.claim(kind, body)}
+
     def handler(trigger: reconcile.Trigger) -> Any:
-        async def run(*, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **_: Any) -> None:
-            await reconcile_handler(kind, trigger, body, patch, memo, retry)
+        async def run(*, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **kw: Any) -> None:
+            await reconcile_handler(kind, trigger, body, patch, memo, retry, kw[index])
 
         return run
 
@@ -134,13 +160,14 @@ def register_reconcilers(registry: kopf.OperatorRegistry, settings: Settings, ki
     kopf.on.update(**resource, id="update")(handler("update"))
 
     @kopf.on.event(**resource, id="watch")
-    async def watch(*, event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    async def watch(*, event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **kw: Any) -> None:
         sched = _scheduler(memo)
+        sched.indexes[index] = kw[index]  # a live view: the scheduler's runs check conflicts with it too
         raw = dict(event.get("object") or body)
         if event.get("type") == "DELETED":
             sched.gone(kind, raw)
             if not settings.finalizers:
-                task = asyncio.create_task(_delete_without_finalizer(kind, raw, _runtime(memo)))
+                task = asyncio.create_task(_delete_without_finalizer(kind, raw, _runtime(memo), kw[index]))
                 memo["background"].add(task)
                 task.add_done_callback(memo["background"].discard)
         else:

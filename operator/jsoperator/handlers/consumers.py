@@ -20,6 +20,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
         return {(kwargs["namespace"], stream): kwargs["name"]}
 
     async def on_delete(**kwargs: Any) -> None:
-        await common.delete_handler("Consumer", kwargs["body"], kwargs["patch"], kwargs["memo"], kwargs["retry"], [])
+        await common.delete_handler("Consumer", kwargs["body"], kwargs["patch"], kwargs["memo"], kwargs["retry"], [],
+                                    kwargs[common.claims_index("Consumer")])
 
     common.register_delete(registry, settings, "consumers", on_delete)

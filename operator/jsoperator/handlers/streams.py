@@ -20,6 +20,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
         meta = body["metadata"]
         name = (body.get("spec") or {}).get("name") or meta["name"]
         left = list(index.get((meta["namespace"], name), []))
-        await common.delete_handler("Stream", body, kwargs["patch"], kwargs["memo"], kwargs["retry"], left)
+        await common.delete_handler("Stream", body, kwargs["patch"], kwargs["memo"], kwargs["retry"], left,
+                                    kwargs[common.claims_index("Stream")])
 
     common.register_delete(registry, settings, "streams", on_delete)
