@@ -59,7 +59,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsoperator.conflicts",
     ),
     "op-io": ("jsoperator.jsclient", "jsoperator.kubeapi", "jsoperator.credentials", "jsoperator.metrics"),
-    "op-core": ("jsoperator.reconcile", "jsoperator.reset", "jsoperator.scheduler", "jsoperator.release"),
+    "op-core": (
+        "jsoperator.reconcile", "jsoperator.reset", "jsoperator.scheduler", "jsoperator.release", "jsoperator.freshness",
+    ),
     "op-kopf": (
         "jsoperator.handlers",
         "jsoperator.handlers.*",

@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     _connection_flags(run)
     run.add_argument("--drift-interval", type=float, metavar="SECONDS",
                      help="seconds between drift checks (env JSOPERATOR_DRIFT_INTERVAL; default 60)")
+    run.add_argument("--status-interval", type=float, metavar="SECONDS",
+                     help="refresh status counters this often from one listing per server, 0 = off "
+                     "(env JSOPERATOR_STATUS_INTERVAL; default 2)")
     run.add_argument("--no-finalizers", dest="finalizers", action="store_const", const=False,
                      help="put no finalizers on resources: deleting one deletes its server object best effort "
                      "(env JSOPERATOR_FINALIZERS=false)")
@@ -92,9 +95,10 @@ async def run(settings: settings_mod.Settings) -> None:
     """Run kopf with our handlers until SIGINT/SIGTERM."""
     import kopf
 
-    from . import handlers, health, jsclient, metrics, reconcile, scheduler
+    from . import freshness, handlers, health, jsclient, metrics, reconcile, scheduler
 
-    pool = jsclient.Pool(timeout=settings.request_timeout)
+    sched = scheduler.Scheduler(settings.drift_interval)
+    pool = jsclient.Pool(timeout=settings.request_timeout, listener=sched)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, settings)
     probes = health.Health(pool, settings.namespaces)
@@ -102,10 +106,11 @@ async def run(settings: settings_mod.Settings) -> None:
         await probes.serve(settings.health_port)
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)
-    sched = scheduler.Scheduler(settings.drift_interval)
     runtime = reconcile.Runtime(settings=settings, pool=pool)
     background: set[asyncio.Task[None]] = set()  # best-effort deletes without finalizers
-    serving = asyncio.create_task(sched.serve(handlers.scheduled(runtime, sched)))
+    serving = [asyncio.create_task(sched.serve(handlers.scheduled(runtime, sched)))]
+    if settings.status_interval:
+        serving.append(asyncio.create_task(freshness.serve(sched, pool, settings.status_interval)))
     try:
         await kopf.operator(
             registry=registry,
@@ -117,8 +122,9 @@ async def run(settings: settings_mod.Settings) -> None:
             memo=kopf.Memo(settings=settings, pool=pool, scheduler=sched, background=background),
         )
     finally:
-        serving.cancel()
-        for task in (serving, *background):
+        for task in serving:
+            task.cancel()
+        for task in (*serving, *background):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await probes.close()

@@ -213,6 +213,25 @@ class JetStreamClient:
                 raise ResetUnsupported() from exc
             raise
 
+    async def stream_list(self) -> dict[str, dict[str, Any]]:
+        """StreamInfo of every stream, by name (all pages of STREAM.LIST)."""
+        return {info["config"]["name"]: info for info in await self._paged("STREAM.LIST", "streams")}
+
+    async def consumer_list(self, stream: str) -> dict[str, dict[str, Any]]:
+        """ConsumerInfo of every consumer of `stream`, by name; empty when the stream does not exist."""
+        try:
+            return {info["name"]: info for info in await self._paged(f"CONSUMER.LIST.{stream}", "consumers")}
+        except NotFound:
+            return {}
+
+    async def _paged(self, subject: str, key: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        while True:
+            page = await self._request(subject, {"offset": len(items)})
+            items += page.get(key) or []
+            if not page.get(key) or len(items) >= int(page.get("total", 0)):
+                return items
+
     async def first_seq_at(self, stream: str, when: datetime.datetime) -> int | None:
         """The first stream sequence stored at or after `when`; None when no such message exists."""
         stamp = when.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
@@ -225,10 +244,46 @@ class JetStreamClient:
         return int(data["message"]["seq"])
 
 
+ADVISORIES = ("$JS.EVENT.ADVISORY.STREAM.>", "$JS.EVENT.ADVISORY.CONSUMER.>")
+"""Subscribed on every pooled connection: stream and consumer actions (created, deleted, updated, leader
+elected, max deliveries ...). Not `$JS.EVENT.ADVISORY.API`: the audit of every API call, ours included."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Advisory:
+    """A JetStream advisory, reduced to what it is about: `$JS.EVENT.ADVISORY.STREAM.<EVENT>.<stream>` or
+    `$JS.EVENT.ADVISORY.CONSUMER.<EVENT>.<stream>.<consumer>`."""
+
+    event: str  # e.g. DELETED, CREATED, UPDATED, MAX_DELIVERIES
+    stream: str
+    consumer: str | None
+
+    @classmethod
+    def parse(cls, subject: str) -> Advisory | None:
+        tokens = subject.split(".")
+        if len(tokens) == 6 and tokens[3] == "STREAM":
+            return cls(tokens[4], tokens[5], None)
+        if len(tokens) == 7 and tokens[3] == "CONSUMER":
+            return cls(tokens[4], tokens[5], tokens[6])
+        return None
+
+
+class Listener:
+    """What the pool reports about its connections; the operator's scheduler overrides these."""
+
+    def advisory(self, settings: ConnectionSettings, advisory: Advisory) -> None:
+        """A stream or consumer changed on that server."""
+
+    def connection(self, settings: ConnectionSettings, connected: bool) -> None:
+        """The connection was lost (False) or is back (True)."""
+
+
 class Pool:
     """One live nats-py client per distinct ConnectionSettings, opened on first use."""
 
-    def __init__(self, *, timeout: float = 3.0, connect_timeout: float = 2.0, idle_close: float = 900.0) -> None:
+    def __init__(self, *, timeout: float = 3.0, connect_timeout: float = 2.0, idle_close: float = 900.0,
+                 listener: Listener | None = None) -> None:
+        self._listener = listener or Listener()
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._idle_close = idle_close  # close connections no resource used for this long (rotated Secrets)
@@ -258,6 +313,8 @@ class Pool:
                 return nc
             nc = await self._connect(settings)
             self._clients[settings] = nc
+            for subject in ADVISORIES:
+                await nc.subscribe(subject, cb=functools.partial(self._on_advisory, settings))
             return nc
 
     async def _connect(self, settings: ConnectionSettings) -> Client:
@@ -303,6 +360,12 @@ class Pool:
 
     async def _on_state(self, state: str, settings: ConnectionSettings) -> None:
         log.info("broker %s", state, extra={"servers": settings.describe()})
+        self._listener.connection(settings, state == "reconnected")
+
+    async def _on_advisory(self, settings: ConnectionSettings, msg: Any) -> None:
+        advisory = Advisory.parse(msg.subject)
+        if advisory is not None:
+            self._listener.advisory(settings, advisory)
 
     def connected(self) -> bool:
         """True when no pooled connection is stuck disconnected (used by the liveness probe)."""

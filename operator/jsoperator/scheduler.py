@@ -63,10 +63,17 @@ class Entry:
         return str(spec.get("streamName") or ""), str(spec.get("durableName") or name)
 
 
+def _ready_reason(body: Mapping[str, Any]) -> str | None:
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return next((c.get("reason") for c in conditions if c.get("type") == "Ready"), None)
+
+
 Run = Callable[[Entry, Why], Awaitable[tuple[bool, jsclient.ConnectionSettings | None]]]  # -> (retry, reached)
 
 
-class Scheduler:
+class Scheduler(jsclient.Listener):
+    """The entries, their due times, and the signals from the pool's connections (it is their Listener)."""
+
     def __init__(self, drift_interval: float) -> None:
         self.drift_interval = drift_interval
         self.entries: dict[Key, Entry] = {}
@@ -85,7 +92,14 @@ class Scheduler:
         return entry
 
     def gone(self, kind: Kind, body: Mapping[str, Any]) -> None:
+        """A resource is deleted: those held back by a Conflict (with it, maybe) look again."""
         self.entries.pop(key_of(kind, body), None)
+        self.signal(e for e in self.entries.values() if _ready_reason(e.body) == "Conflict")
+
+    def wrote(self, entry: Entry, status: Mapping[str, Any]) -> None:
+        """Our own status patch, seen before the watch brings it back (a signal may come first)."""
+        if status:
+            entry.body = {**entry.body, "status": {**(entry.body.get("status") or {}), **status}}
 
     def entry(self, kind: Kind, body: Mapping[str, Any]) -> Entry:
         return self.entries.get(key_of(kind, body)) or self.seen(kind, body)
@@ -96,7 +110,8 @@ class Scheduler:
             entry.reached = reached
         entry.retries = entry.retries + 1 if retry else 0
         delay = backoff(entry.retries - 1) if retry else self.drift_interval
-        entry.due = time.monotonic() + delay
+        # A signal that came while it ran is not lost: it runs again at once.
+        entry.due = time.monotonic() + (0.0 if entry.signalled else delay)
         self._wake.set()
 
     # -- signals ----------------------------------------------------------------------------------
@@ -111,14 +126,22 @@ class Scheduler:
             self._wake.set()
         return count
 
+    def advisory(self, settings: jsclient.ConnectionSettings, advisory: jsclient.Advisory) -> None:
+        self.signal(self.naming(settings, advisory.stream, advisory.consumer))
+
+    def connection(self, settings: jsclient.ConnectionSettings, connected: bool) -> None:
+        self.signal(self.on_connection(settings))
+
     def on_connection(self, settings: jsclient.ConnectionSettings) -> list[Entry]:
         return [e for e in self.entries.values() if e.reached == settings]
 
     def naming(self, settings: jsclient.ConnectionSettings, stream: str, consumer: str | None = None) -> list[Entry]:
-        """Resources on that connection for that stream (and consumer; a Stream matches any consumer of it)."""
+        """Resources for that stream (and consumer; a Stream matches any consumer of it) on that connection,
+        or not connected yet (e.g. Stalled by a Conflict, waiting for the server object to be free)."""
         return [
-            e for e in self.on_connection(settings)
-            if e.server_names[0] == stream and (consumer is None or e.server_names[1] in (None, consumer))
+            e for e in self.entries.values()
+            if e.reached in (settings, None)
+            and e.server_names[0] == stream and (consumer is None or e.server_names[1] in (None, consumer))
         ]
 
     # -- the loop ---------------------------------------------------------------------------------

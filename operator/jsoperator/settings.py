@@ -41,6 +41,8 @@ class Settings:
     """Seconds between drift checks of each resource against the server."""
     request_timeout: float = 3.0
     """Seconds to wait for one JetStream API reply."""
+    status_interval: float | None = 2.0
+    """Seconds between status counter refreshes (one STREAM.LIST per server); None: off."""
     finalizers: bool = True
     """Hold each resource with a finalizer until its server object is deleted or kept (False: best effort)."""
     metrics_port: int | None = 8080
@@ -53,6 +55,8 @@ class Settings:
             raise SettingsError("no NATS servers: pass --servers URL[,URL] or set JSOPERATOR_SERVERS")
         if self.drift_interval <= 0:
             raise SettingsError(f"--drift-interval must be > 0 seconds, got {self.drift_interval}")
+        if self.status_interval is not None and self.status_interval < 0:
+            raise SettingsError(f"--status-interval must be >= 0 seconds (0 = off), got {self.status_interval}")
         if self.request_timeout <= 0:
             raise SettingsError(f"--request-timeout must be > 0 seconds, got {self.request_timeout}")
         if self.log_level.upper() not in logging.getLevelNamesMapping():
@@ -93,6 +97,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "namespaces": ("JSOPERATOR_NAMESPACES", split_csv),
     "drift_interval": ("JSOPERATOR_DRIFT_INTERVAL", float),
     "request_timeout": ("JSOPERATOR_REQUEST_TIMEOUT", float),
+    "status_interval": ("JSOPERATOR_STATUS_INTERVAL", float),
     "finalizers": ("JSOPERATOR_FINALIZERS", parse_bool),
     "metrics_port": ("JSOPERATOR_METRICS_PORT", int),
     "health_port": ("JSOPERATOR_HEALTH_PORT", int),
@@ -113,8 +118,8 @@ def load(flags: Mapping[str, object], environ: Mapping[str, str] = os.environ) -
                 values[field] = parse(environ[env])
             except ValueError as exc:
                 raise SettingsError(f"{env}={environ[env]!r} is invalid: {exc}") from exc
-    # Port 0 disables an endpoint.
-    for port in ("metrics_port", "health_port"):
-        if values.get(port) == 0:
-            values[port] = None
+    # Port 0 disables an endpoint, interval 0 the refresh.
+    for off in ("metrics_port", "health_port", "status_interval"):
+        if values.get(off) == 0:
+            values[off] = None
     return Settings(**values)  # type: ignore[arg-type]

@@ -20,6 +20,13 @@ def test_defaults_without_flags_or_env():
     assert s.finalizers is True
 
 
+def test_status_interval_default_off_and_bounds():
+    assert settings.load({}, environ={}).status_interval == 2.0
+    assert settings.load({}, environ={"JSOPERATOR_STATUS_INTERVAL": "0"}).status_interval is None
+    with pytest.raises(settings.SettingsError, match="--status-interval must be >= 0 seconds"):
+        settings.load({"status_interval": -1.0}, environ={})
+
+
 def test_finalizers_off_by_flag_or_env():
     assert settings.load({"finalizers": False}, environ={}).finalizers is False
     assert settings.load({}, environ={"JSOPERATOR_FINALIZERS": "False"}).finalizers is False

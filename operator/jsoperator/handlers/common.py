@@ -79,6 +79,7 @@ async def reconcile_handler(
         resource = reconcile.Resource.from_body(kind, body)
         clash = conflict(kind, body, claims)
         result = await reconcile.reconcile(resource, _runtime(memo), trigger, entry.executed, clash)
+        sched.wrote(entry, result.status)
     sched.done(entry, False, result.reached)  # kopf retries its own handlers; the drift check comes later
     _apply(result, body, patch)
     if trigger == "resume":
@@ -98,6 +99,7 @@ def scheduled(runtime: reconcile.Runtime, sched: scheduler.Scheduler) -> schedul
             clash = conflict(entry.kind, body, sched.indexes.get(claims_index(entry.kind)))
             result = await reconcile.reconcile(reconcile.Resource.from_body(entry.kind, body), runtime, why,
                                                entry.executed, clash)
+            sched.wrote(entry, result.status)
         await _apply_by_api(entry.kind, body, result)
         return result.retry, result.reached
 
