@@ -58,7 +58,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsoperator.settings",
         "jsoperator.conflicts",
     ),
-    "op-io": ("jsoperator.jsclient", "jsoperator.kubeapi", "jsoperator.credentials", "jsoperator.metrics"),
+    "op-io": (
+        "jsoperator.jsclient", "jsoperator.kubeapi", "jsoperator.credentials", "jsoperator.metrics", "jsoperator.leader",
+    ),
     "op-core": (
         "jsoperator.reconcile", "jsoperator.reset", "jsoperator.scheduler", "jsoperator.release", "jsoperator.freshness",
     ),

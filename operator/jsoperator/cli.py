@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--status-interval", type=float, metavar="SECONDS",
                      help="refresh status counters this often from one listing per server, 0 = off "
                      "(env JSOPERATOR_STATUS_INTERVAL; default 2)")
+    run.add_argument("--leader-election", metavar="NS/LEASE",
+                     help="run as one of several replicas: the holder of this Lease reconciles, the others wait "
+                     "(env JSOPERATOR_LEADER_ELECTION; default off: run alone)")
     run.add_argument("--no-finalizers", dest="finalizers", action="store_const", const=False,
                      help="put no finalizers on resources: deleting one deletes its server object best effort "
                      "(env JSOPERATOR_FINALIZERS=false)")
@@ -87,12 +90,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import release
 
         return asyncio.run(release.release(settings, stop=args.stop, force=args.force, out=sys.stdout))
-    asyncio.run(run(settings))
-    return 0
+    return asyncio.run(run(settings))
 
 
-async def run(settings: settings_mod.Settings) -> None:
-    """Run kopf with our handlers until SIGINT/SIGTERM."""
+async def run(settings: settings_mod.Settings) -> int:
+    """Run kopf with our handlers until SIGINT/SIGTERM (0), or until leadership is lost (1: restart as standby)."""
+    from . import leader
+
+    elector = None
+    if settings.leader_election:
+        namespace, _, name = settings.leader_election.partition("/")
+        elector = leader.Elector(namespace, name, _identity())
+        health = await leader.standby_health(settings.health_port)
+        try:
+            await elector.acquire()
+        finally:
+            if health is not None:
+                health.close()
+                await health.wait_closed()
+    lost = asyncio.Event()
+    holding = asyncio.create_task(elector.hold(lost)) if elector else None
+    try:
+        await _operate(settings, lost)
+    finally:
+        if holding is not None:
+            holding.cancel()
+        if elector is not None and not lost.is_set():
+            await elector.release()
+    return 1 if lost.is_set() else 0
+
+
+async def _operate(settings: settings_mod.Settings, stop: asyncio.Event) -> None:
     import kopf
 
     from . import freshness, handlers, health, jsclient, metrics, reconcile, scheduler
@@ -115,11 +143,12 @@ async def run(settings: settings_mod.Settings) -> None:
         await kopf.operator(
             registry=registry,
             settings=handlers.kopf_settings(settings),
-            standalone=True,
+            standalone=True,  # no kopf peering: the Lease (--leader-election) decides who runs
             identity=cast(Any, _identity()),  # kopf's Identity: a NewType of str it does not export
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
             memo=kopf.Memo(settings=settings, pool=pool, scheduler=sched, background=background),
+            stop_flag=stop,
         )
     finally:
         for task in serving:

@@ -124,3 +124,7 @@ async def scale_to_zero(namespace: str, name: str, timeout: float) -> bool:
             return True
         await asyncio.sleep(1.0)
     return False
+
+
+def coordination() -> kubernetes.client.CoordinationV1Api:
+    return kubernetes.client.CoordinationV1Api(_client())

@@ -43,6 +43,8 @@ class Settings:
     """Seconds to wait for one JetStream API reply."""
     status_interval: float | None = 2.0
     """Seconds between status counter refreshes (one STREAM.LIST per server); None: off."""
+    leader_election: str | None = None
+    """`NAMESPACE/NAME` of a Lease: replicas elect one leader that reconciles; None: run alone."""
     finalizers: bool = True
     """Hold each resource with a finalizer until its server object is deleted or kept (False: best effort)."""
     metrics_port: int | None = 8080
@@ -63,6 +65,8 @@ class Settings:
             raise SettingsError(f"--log-level {self.log_level!r} is not a logging level (DEBUG, INFO, WARNING, ...)")
         if self.log_format not in ("json", "plain"):
             raise SettingsError(f"--log-format must be json or plain, got {self.log_format!r}")
+        if self.leader_election is not None and len([p for p in self.leader_election.split("/") if p]) != 2:
+            raise SettingsError(f"--leader-election takes NAMESPACE/NAME of a Lease, got {self.leader_election!r}")
         if self.creds_file and self.creds_secret:
             raise SettingsError("give either --creds or --creds-secret, not both")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
@@ -98,6 +102,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "drift_interval": ("JSOPERATOR_DRIFT_INTERVAL", float),
     "request_timeout": ("JSOPERATOR_REQUEST_TIMEOUT", float),
     "status_interval": ("JSOPERATOR_STATUS_INTERVAL", float),
+    "leader_election": ("JSOPERATOR_LEADER_ELECTION", str),
     "finalizers": ("JSOPERATOR_FINALIZERS", parse_bool),
     "metrics_port": ("JSOPERATOR_METRICS_PORT", int),
     "health_port": ("JSOPERATOR_HEALTH_PORT", int),

@@ -24,8 +24,9 @@ HEADER = (
 
 
 def render(helm: Path) -> str:
+    # --no-hooks: the pre-delete hook (jsoperator release) belongs to helm uninstall, never to an apply.
     args = [str(helm), "template", RELEASE, str(ROOT / "charts" / "jetstream-kopf"), "--namespace", NAMESPACE,
-            "--kube-version", go_tools.KUBE_VERSION]
+            "--no-hooks", "--kube-version", go_tools.KUBE_VERSION]
     done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=True)
     # Helm's "# Source:" comments name the chart's files; keep them, they say where each object comes from.
     return HEADER + done.stdout

@@ -21,6 +21,7 @@ from tests.chart.go_tools import KUBE_VERSION
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "jetstream-kopf"
 NAMESPACE = "jk-chart"
+OPERATOR = "jk-jetstream-kopf-operator"
 
 VALUE_SETS: dict[str, list[str]] = {
     "defaults": [],
@@ -100,9 +101,15 @@ def test_defaults_run_the_broker_statefulset_and_point_the_operator_at_it(helm_b
     assert one(docs, "Service", "jk-jetstream-kopf-broker-headless")["spec"]["publishNotReadyAddresses"] is True
 
     deploy = one(docs, "Deployment")
-    assert deploy["spec"]["strategy"] == {"type": "Recreate"} and deploy["spec"]["replicas"] == 1
+    assert deploy["spec"]["replicas"] == 2 and deploy["spec"]["strategy"]["type"] == "RollingUpdate"
     [operator] = deploy["spec"]["template"]["spec"]["containers"]
     variables = env(operator)
+    assert variables["JSOPERATOR_LEADER_ELECTION"] == f"{NAMESPACE}/jk-jetstream-kopf-operator"  # one of 2 leads
+    lease_rules = one(docs, "Role", "jk-jetstream-kopf-operator-leader-election")["rules"]
+    assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [
+        "jk-jetstream-kopf-operator"], "verbs": ["get", "update"]} in lease_rules
+    pdb = one(docs, "PodDisruptionBudget", "jk-jetstream-kopf-operator")["spec"]
+    assert pdb["maxUnavailable"] == 1 and pdb["selector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
     # The broker's namespace is the operator pod's own, so a rendered manifest works in any namespace.
     assert list(variables)[:2] == ["POD_NAMESPACE", "JSOPERATOR_SERVERS"]
     assert variables["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
@@ -219,7 +226,8 @@ def test_broker_monitoring_over_https_when_asked_and_its_probes_follow(helm_bin,
 
 def test_external_nats_has_no_broker_and_passes_the_secrets(helm_bin):
     docs = render(helm_bin, VALUE_SETS["external-nats"])
-    assert not [d for d in docs if d["kind"] in ("StatefulSet", "ConfigMap", "Secret", "PodDisruptionBudget")]
+    assert not [d for d in docs if d["kind"] in ("StatefulSet", "ConfigMap", "Secret")]
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "PodDisruptionBudget"] == ["jk-jetstream-kopf-operator"]
     [operator] = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     variables = env(operator)
     assert variables["JSOPERATOR_SERVERS"] == "nats://nats.nats.svc:4222"
@@ -295,3 +303,20 @@ def dry_run_apply(envtest: Any, docs: list[dict[str, Any]], default_namespace: s
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_every_rendered_object_is_accepted_by_the_apiserver(helm_bin, envtest, name):
     dry_run_apply(envtest, render(helm_bin, VALUE_SETS[name], "--include-crds"), default_namespace=NAMESPACE)
+
+
+def test_uninstall_hook_releases_the_finalizers_and_stays_out_of_templates_without_hooks(helm_bin):
+    docs = render(helm_bin, [])
+    job = one(docs, "Job", "jk-jetstream-kopf-operator-release")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["jsoperator", "release", "--force", "--stop", f"{NAMESPACE}/jk-jetstream-kopf-operator"]
+    assert env(container)["JSOPERATOR_SERVERS"] == f"nats://jk-jetstream-kopf-broker.{NAMESPACE}.svc:4222"
+    scale = one(docs, "Role", "jk-jetstream-kopf-operator-release")["rules"]
+    assert {"apiGroups": ["apps"], "resources": ["deployments/scale"], "resourceNames": [
+        "jk-jetstream-kopf-operator"], "verbs": ["get", "patch"]} in scale
+    assert not [d for d in render(helm_bin, [], "--no-hooks") if d["kind"] == "Job"]
+    assert not [d for d in render(helm_bin, ["operator.releaseOnUninstall=false"]) if d["kind"] == "Job"]
+    [operator] = one(render(helm_bin, ["operator.finalizers=false"]), "Deployment")["spec"]["template"]["spec"][
+        "containers"]
+    assert env(operator)["JSOPERATOR_FINALIZERS"] == "false"

@@ -151,8 +151,13 @@ class Operator:
 
     def start(self) -> None:
         """Start again after stop() (same ports, same log) and wait until it serves new namespaces."""
-        self.proc = self._spawn()
+        self.start_standby()
         self.wait_serving()
+
+    def start_standby(self) -> None:
+        """Start again and wait for /healthz only (with --leader-election it may wait to lead)."""
+        self.proc = self._spawn()
+        poll(self.healthy, timeout=60, what="jsoperator /healthz")
 
     def wait_serving(self) -> None:
         """Wait for /healthz, then until a namespace created from now on is served.

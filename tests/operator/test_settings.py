@@ -27,6 +27,12 @@ def test_status_interval_default_off_and_bounds():
         settings.load({"status_interval": -1.0}, environ={})
 
 
+def test_leader_election_names_a_lease():
+    assert settings.load({}, environ={"JSOPERATOR_LEADER_ELECTION": "ops/jsop"}).leader_election == "ops/jsop"
+    with pytest.raises(settings.SettingsError, match="--leader-election takes NAMESPACE/NAME of a Lease"):
+        settings.load({"leader_election": "jsop"}, environ={})
+
+
 def test_finalizers_off_by_flag_or_env():
     assert settings.load({"finalizers": False}, environ={}).finalizers is False
     assert settings.load({}, environ={"JSOPERATOR_FINALIZERS": "False"}).finalizers is False
