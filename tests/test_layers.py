@@ -21,6 +21,18 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = (ROOT / "broker" / "jsbroker", ROOT / "operator" / "jsoperator", ROOT / "spark" / "jsspark")
 
+# The operator's pure modules: CR -> pydantic model -> JetStream config -> plan -> status, no Kubernetes or NATS.
+OPERATOR_PURE = (
+    "jsoperator.units",
+    "jsoperator.models",
+    "jsoperator.mapping",
+    "jsoperator.plan",
+    "jsoperator.status",
+    "jsoperator.annotations",
+    "jsoperator.events",
+    "jsoperator.conflicts",
+)
+
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.
 LAYERS: dict[str, tuple[str, ...]] = {
     "protocol": ("jsbroker.protocol",),
@@ -46,18 +58,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "jetstream": ("jsbroker.jetstream", "jsbroker.jetstream.*"),
     "store": ("jsbroker.store", "jsbroker.store.*"),
     # jsoperator: pure model -> I/O edges (NATS, Kubernetes API, metrics) -> reconcile core -> the kopf layer.
-    "op-model": (
-        "jsoperator",
-        "jsoperator.units",
-        "jsoperator.models",
-        "jsoperator.mapping",
-        "jsoperator.plan",
-        "jsoperator.status",
-        "jsoperator.annotations",
-        "jsoperator.events",
-        "jsoperator.settings",
-        "jsoperator.conflicts",
-    ),
+    "op-model": ("jsoperator", *OPERATOR_PURE, "jsoperator.settings"),
     "op-io": (
         "jsoperator.jsclient", "jsoperator.kubeapi", "jsoperator.credentials", "jsoperator.metrics", "jsoperator.leader",
     ),
@@ -122,14 +123,7 @@ PURE = frozenset(
         "jsbroker.store.base",
         "jsbroker.store.record",
         "jsbroker.store.index_snapshot",
-        # operator: CR -> pydantic model -> JetStream config -> plan -> status, no Kubernetes or NATS.
-        "jsoperator.units",
-        "jsoperator.models",
-        "jsoperator.mapping",
-        "jsoperator.plan",
-        "jsoperator.status",
-        "jsoperator.annotations",
-        "jsoperator.conflicts",
+        *OPERATOR_PURE,
     }
 )
 # ...and no library that does I/O.

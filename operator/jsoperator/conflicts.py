@@ -79,7 +79,8 @@ def conflict(mine: Claim, others: Iterable[Claim], *, subjects: bool = True) -> 
 
 
 def subjects_overlap(a: str, b: str) -> bool:
-    """Can one subject match both filters? (`*` matches one token, `>` one or more at the end.)"""
+    """Can one subject match both filters? (`*` matches one token, `>` one or more at the end.) The server's
+    rule, also in jsbroker.subjects: the parts share no code (tests/test_layers.py), so each has its own."""
     ta, tb = a.split("."), b.split(".")
     for i in range(max(len(ta), len(tb))):
         x = ta[i] if i < len(ta) else None

@@ -126,7 +126,7 @@ async def _reconcile(
         return Result(_patch(resource, status.synced(""), mode="paused"))
     if conflict:
         kind = resource.kind.lower()
-        return _failed(resource, status.conflict(
+        return _failed(resource, status.stalled(status.CONFLICT, 
             f"{conflict}: this {kind} changes nothing on the server. Delete one of the two resources, or give "
             f"this one another {'spec.name' if resource.kind == 'Stream' else 'spec.durableName'} (or subjects)"))
     if resource.kind == "Stream":
@@ -167,7 +167,7 @@ async def _reconcile_consumer(
     except _Unadoptable as exc:
         return _failed(resource, exc.outcome)
     except _StreamMissing as exc:
-        return _failed(resource, status.Outcome(False, status.WAITING_FOR_STREAM, str(exc), reconciling=True))
+        return _failed(resource, status.retrying(status.WAITING_FOR_STREAM, str(exc)))
     evs = _change_events(resource, "consumer", done, trigger, adoption.adopted(done))
     info, extra = done.info, {}
     if pending is not None and pending.request not in executed:
@@ -259,12 +259,12 @@ class _Adoption:
         if self.owned:
             return
         if exists and self.policy == "never":
-            raise _Unadoptable(status.adoption_refused(
+            raise _Unadoptable(status.stalled(status.ADOPTION_REFUSED, 
                 f"{self.kind} {self.name} already exists on the server and this resource did not create it; "
                 "adoptionPolicy is never, so nothing was changed. Delete the server object, choose another name, "
                 "or set adoptionPolicy: adopt"))
         if not exists and self.policy == "adopt":
-            raise _Unadoptable(status.not_found_on_server(
+            raise _Unadoptable(status.retrying(status.NOT_FOUND_ON_SERVER, 
                 f"{self.kind} {self.name} does not exist on the server; adoptionPolicy is adopt, so it is taken "
                 "over once it exists and never created (set adoptOrCreate to create it)"))
 

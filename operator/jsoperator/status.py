@@ -105,40 +105,36 @@ def api_error(code: int, err_code: int, description: str, *, action: str = "") -
     return Outcome(False, reason, message, reconciling=transient, stalled=not transient)
 
 
+def stalled(reason: str, message: str) -> Outcome:
+    """Only a person can fix it: not retried until the spec (or the server) changes."""
+    return Outcome(False, reason, message, stalled=True)
+
+
+def retrying(reason: str, message: str) -> Outcome:
+    """It may pass by itself: retried with backoff."""
+    return Outcome(False, reason, message, reconciling=True)
+
+
 def immutable_change(message: str) -> Outcome:
-    return Outcome(False, IMMUTABLE_FIELD, message, stalled=True)
+    return stalled(IMMUTABLE_FIELD, message)
 
 
 def invalid_spec(message: str) -> Outcome:
-    return Outcome(False, INVALID_SPEC, message, stalled=True)
+    return stalled(INVALID_SPEC, message)
 
 
 def invalid_annotation(message: str) -> Outcome:
-    return Outcome(False, INVALID_ANNOTATION, message, stalled=True)
+    return stalled(INVALID_ANNOTATION, message)
 
 
 def credentials_not_found(message: str) -> Outcome:
     """A Secret named in spec.connection is missing or lacks the key; retried (it may be created later)."""
-    return Outcome(False, CREDENTIALS_NOT_FOUND, message, reconciling=True)
-
-
-def conflict(message: str) -> Outcome:
-    """Another resource drives the same server object (or overlapping subjects) first."""
-    return Outcome(False, CONFLICT, message, stalled=True)
-
-
-def adoption_refused(message: str) -> Outcome:
-    return Outcome(False, ADOPTION_REFUSED, message, stalled=True)
-
-
-def not_found_on_server(message: str) -> Outcome:
-    """adoptionPolicy adopt and nothing to adopt yet: retried until it exists."""
-    return Outcome(False, NOT_FOUND_ON_SERVER, message, reconciling=True)
+    return retrying(CREDENTIALS_NOT_FOUND, message)
 
 
 def deletion_blocked(message: str) -> Outcome:
     """A Stream being deleted waits for its Consumer resources to go first."""
-    return Outcome(False, DELETION_BLOCKED, message, reconciling=True)
+    return retrying(DELETION_BLOCKED, message)
 
 
 # -- the patch --------------------------------------------------------------------------------------

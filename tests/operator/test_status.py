@@ -215,8 +215,8 @@ def test_adopted_says_how_the_server_object_came_and_stays() -> None:
     assert conditions(later)["Adopted"] == ("False", "Created")  # kept while nothing new is learnt
     adopted = status.build(None, generation=1, outcome=status.synced("ok"), now=T0, adopted=True)
     assert conditions(adopted)["Adopted"] == ("True", "Adopted") and conditions(adopted)["Synced"] == ("True", "Synced")
-    for outcome, reason, stalled in ((status.conflict("Stream a/b (older) ..."), "Conflict", True),
-                                     (status.adoption_refused("exists"), "AdoptionRefused", True),
-                                     (status.not_found_on_server("missing"), "NotFoundOnServer", False)):
+    for outcome, reason, stalled in ((status.stalled(status.CONFLICT, "Stream a/b (first) ..."), "Conflict", True),
+                                     (status.stalled(status.ADOPTION_REFUSED, "exists"), "AdoptionRefused", True),
+                                     (status.retrying(status.NOT_FOUND_ON_SERVER, "missing"), "NotFoundOnServer", False)):
         got = conditions(status.build(None, generation=1, outcome=outcome, now=T0))
         assert got["Ready"] == ("False", reason) and got["Stalled"] == (str(stalled), reason)
