@@ -12,7 +12,10 @@ the nodes, and the address at which pods reach this machine), so the local one-n
    Ready again by itself, with every message and ack floor kept;
 4. `helm upgrade` with a changed setting rolls what it must and keeps the data; a no-op upgrade
    restarts nothing;
-5. `helm uninstall` (+ the chart README's cleanup) leaves exactly what the README says.
+5. `helm uninstall` (+ the chart README's cleanup) leaves exactly what the README says; its pre-delete hook
+   releases the finalizers, so the resources left behind and their namespace delete without an operator;
+6. the leading operator replica is deleted -> the other one leads within seconds and reconciles; a
+   namespace deleted while the operator runs goes away with its server objects.
 Step 6 of the issue is `with_external_nats`: the same with `broker.enabled=false` and a real
 nats-server on this machine behind a selector-less Service. `with_kustomize_overlay` installs
 deploy/base through deploy/overlays/other-namespace instead of Helm (issue 24: the base in any namespace).
@@ -313,6 +316,60 @@ class Scenario:
                            for p in self.kube.pods(ns, f"app.kubernetes.io/instance={RELEASE}")),
         }
 
+    # Step 6 ------------------------------------------------------------------------------------------
+
+    def failover(self) -> float:
+        """Delete the pod holding the operators' Lease: the other replica takes it and reconciles.
+        Returns the seconds from the deletion to the new holder."""
+        lease = f"{RELEASE}-jetstream-kopf-operator"
+        leases = kubernetes.client.CoordinationV1Api(self.kube.client)
+
+        def holder() -> str:
+            return leases.read_namespaced_lease(lease, self.namespace).spec.holder_identity or ""
+
+        old = poll(holder, timeout=PROMPT, what=f"a holder of Lease {lease}")
+        [leader] = [p for p in self.kube.pods(self.namespace, OPERATOR_PODS) if old.startswith(p.metadata.name + "/")]
+        start = time.monotonic()
+        self.kube.core.delete_namespaced_pod(leader.metadata.name, self.namespace)
+        new = poll(lambda: (lambda h: h if h and h != old else None)(holder()), timeout=PROMPT,
+                   what=f"another holder of Lease {lease} than {old}")
+        took = time.monotonic() - start
+        assert not new.startswith(leader.metadata.name + "/")
+        stream = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Stream", "metadata": {"name": "failover"},
+                  "spec": {"subjects": ["failover.>"], "storage": "memory"}}
+        self.kube.create(self.namespace, stream)
+        self.kube.wait_synced(self.namespace, [("Stream", "failover")])
+        self.kube.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, "streams", "failover")
+        poll(lambda: _missing(lambda: self.kube.resource(self.namespace, "Stream", "failover")), timeout=PROMPT,
+             what="Stream failover deleted by the new leader")
+        return took
+
+    def namespace_deleted_with_the_operator_running(self, server_url: str) -> None:
+        """A namespace with a Stream and a Consumer is deleted: it goes, and so do their server objects."""
+        ns = f"{self.namespace}-doomed"
+        self.kube.core.create_namespace({"metadata": {"name": ns}})
+        self.kube.create(ns, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Stream", "metadata": {"name": "doomed"},
+                              "spec": {"subjects": ["doomed.>"], "storage": "memory"}},
+                         {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Consumer", "metadata": {"name": "doomed-c"},
+                          "spec": {"streamName": "doomed"}})
+        self.kube.wait_synced(ns, [("Stream", "doomed"), ("Consumer", "doomed-c")])
+        assert "doomed" in asyncio.run(_stream_names(server_url))
+        self.kube.core.delete_namespace(ns)
+        poll(lambda: _missing(lambda: self.kube.core.read_namespace(ns)), timeout=STARTUP, what=f"namespace {ns} gone")
+        assert "doomed" not in asyncio.run(_stream_names(server_url))
+
+    def resources_left_delete_without_the_operator(self) -> None:
+        """After helm uninstall (its hook released the finalizers): the resources left behind, then
+        their namespace, delete although no operator runs."""
+        for plural in ("consumers", "streams"):
+            self.kube.custom.delete_collection_namespaced_custom_object(GROUP, VERSION, self.namespace, plural)
+        for kind, name in EXAMPLE_OBJECTS:
+            poll(lambda: _missing(lambda: self.kube.resource(self.namespace, kind, name)), timeout=PROMPT,
+                 what=f"{kind} {name} deleted without an operator")
+        self.kube.core.delete_namespace(self.namespace)
+        poll(lambda: _missing(lambda: self.kube.core.read_namespace(self.namespace)), timeout=STARTUP,
+             what=f"namespace {self.namespace} gone")
+
     # Step 5 ------------------------------------------------------------------------------------------
 
     def uninstall(self, kept: set[tuple[str, str]]) -> None:
@@ -441,12 +498,15 @@ def with_broker(target: Target, image: str, helm: Path, workdir: Path, namespace
 
     run.upgrade_changed(BROKER_PODS, OPERATOR_PODS, broker={"config": {"maxPayload": "2MB"}})
     run.upgrade_unchanged()
+    print(f"operator failover: the standby held the Lease {run.failover():.1f}s after the leader pod was deleted")
     run.uninstall(kept={("PersistentVolumeClaim", claim)})
     # The token Secret the broker created at its first start: not Helm's, so kept for a re-install.
     assert kube.core.read_namespaced_secret(f"{BROKER}-auth", namespace).data["token"]
-    assert {obj["metadata"]["name"] for obj in kube.custom.list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "consumers")["items"]} == {"new", "dispatch", "monitor"}
+    left = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "consumers")["items"]
+    assert {obj["metadata"]["name"] for obj in left} == {"new", "dispatch", "monitor"}
+    assert all(not obj["metadata"].get("finalizers") for obj in left)  # released by the pre-delete hook
     run.documented_cleanup()
+    run.resources_left_delete_without_the_operator()
 
 
 def with_external_nats(target: Target, image: str, helm: Path, workdir: Path, server: Any,
@@ -475,6 +535,7 @@ def with_external_nats(target: Target, image: str, helm: Path, workdir: Path, se
     run.upgrade_changed(OPERATOR_PODS, None, operator={"logLevel": "DEBUG"})
     run.upgrade_unchanged()
 
+    run.namespace_deleted_with_the_operator_running(server.url)
     # The chart README: delete the resources before uninstalling and the operator deletes the server objects.
     for kind, name in reversed(EXAMPLE_OBJECTS):
         kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name)
