@@ -11,10 +11,13 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from . import __version__, demo
 from . import settings as settings_mod
+
+if TYPE_CHECKING:
+    from . import jsclient, scheduler
 
 
 def _connection_flags(p: argparse.ArgumentParser) -> None:
@@ -94,44 +97,47 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def run(settings: settings_mod.Settings) -> int:
-    """Run kopf with our handlers until SIGINT/SIGTERM (0), or until leadership is lost (1: restart as standby)."""
-    from . import leader
+    """Run kopf with our handlers until SIGINT/SIGTERM (0), or until leadership is lost (1: restart as standby).
 
-    elector = None
-    if settings.leader_election:
-        namespace, _, name = settings.leader_election.partition("/")
-        elector = leader.Elector(namespace, name, _identity())
-        health = await leader.standby_health(settings.health_port)
-        try:
-            await elector.acquire()
-        finally:
-            if health is not None:
-                health.close()
-                await health.wait_closed()
-    lost = asyncio.Event()
-    holding = asyncio.create_task(elector.hold(lost)) if elector else None
-    try:
-        await _operate(settings, lost)
-    finally:
-        if holding is not None:
-            holding.cancel()
-        if elector is not None and not lost.is_set():
-            await elector.release()
-    return 1 if lost.is_set() else 0
-
-
-async def _operate(settings: settings_mod.Settings, stop: asyncio.Event) -> None:
-    import kopf
-
-    from . import freshness, handlers, health, jsclient, metrics, reconcile, scheduler
+    The health port serves from the start: a standby waiting for the Lease is alive and ready too."""
+    from . import health, jsclient, leader, scheduler
 
     sched = scheduler.Scheduler(settings.drift_interval)
     pool = jsclient.Pool(timeout=settings.request_timeout, listener=sched)
-    registry = kopf.OperatorRegistry()
-    handlers.register(registry, settings)
     probes = health.Health(pool, settings.namespaces)
     if settings.health_port:
         await probes.serve(settings.health_port)
+    elector = None
+    lost = asyncio.Event()
+    try:
+        if settings.leader_election:
+            namespace, _, name = settings.leader_election.partition("/")
+            elector = leader.Elector(namespace, name, _identity())
+            await elector.acquire()
+        holding = asyncio.create_task(elector.hold(lost)) if elector else None
+        try:
+            await _operate(settings, sched, pool, lost)
+        finally:
+            if holding is not None:
+                holding.cancel()
+            if elector is not None and not lost.is_set():
+                await elector.release()
+    finally:
+        await probes.close()
+        await pool.close()
+    return 1 if lost.is_set() else 0
+
+
+async def _operate(
+    settings: settings_mod.Settings, sched: scheduler.Scheduler, pool: jsclient.Pool, stop: asyncio.Event
+) -> None:
+    """kopf and the operator's own loops (scheduler, status refresh) until `stop` or a signal."""
+    import kopf
+
+    from . import freshness, handlers, metrics, reconcile
+
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, settings)
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)
     runtime = reconcile.Runtime(settings=settings, pool=pool)
@@ -156,8 +162,6 @@ async def _operate(settings: settings_mod.Settings, stop: asyncio.Event) -> None
         for task in (*serving, *background):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await probes.close()
-        await pool.close()
 
 
 def _identity() -> str:

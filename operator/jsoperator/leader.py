@@ -1,6 +1,6 @@
 """Leader election on a coordination.k8s.io Lease, so several operator replicas run with one active.
 
-The standby replicas wait (`acquire`) and answer `/healthz` meanwhile; the leader renews the Lease every
+The standby replicas wait (`acquire`; the health port answers meanwhile); the leader renews the Lease every
 `RETRY` seconds and stops itself when it could not renew for `RENEW_DEADLINE` (before the Lease expires
 for the others at `DURATION`), so two replicas never reconcile at once. A leader that stops normally
 (SIGTERM, a rollout, a drained node) releases the Lease, and a standby takes over within `RETRY` seconds;
@@ -128,18 +128,3 @@ class Elector:
         except (ApiException, OSError) as exc:
             log.warning("leader election: could not release the Lease: %s", exc)
 
-
-async def standby_health(port: int | None) -> asyncio.Server | None:
-    """Answer /healthz with 200 while waiting to lead (kopf serves it once this replica leads)."""
-    if not port:
-        return None
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readline()
-        body = b'{"leader": false}'
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                     + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
-        await writer.drain()
-        writer.close()
-
-    return await asyncio.start_server(answer, "0.0.0.0", port, reuse_address=True)

@@ -104,7 +104,7 @@ def test_defaults_run_the_broker_statefulset_and_point_the_operator_at_it(helm_b
     assert deploy["spec"]["replicas"] == 2 and deploy["spec"]["strategy"]["type"] == "RollingUpdate"
     [operator] = deploy["spec"]["template"]["spec"]["containers"]
     variables = env(operator)
-    assert variables["JSOPERATOR_LEADER_ELECTION"] == f"{NAMESPACE}/jk-jetstream-kopf-operator"  # one of 2 leads
+    assert variables["JSOPERATOR_LEADER_ELECTION"] == "$(POD_NAMESPACE)/jk-jetstream-kopf-operator"  # one of 2 leads
     lease_rules = one(docs, "Role", "jk-jetstream-kopf-operator-leader-election")["rules"]
     assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [
         "jk-jetstream-kopf-operator"], "verbs": ["get", "update"]} in lease_rules
@@ -138,13 +138,15 @@ def test_no_secret_is_rendered_and_the_broker_creates_its_token_at_first_start(h
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["jk-jetstream-kopf-broker-auth"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]
-    assert one(docs, "RoleBinding")["subjects"] == [{"kind": "ServiceAccount", "name": "jk-jetstream-kopf-broker"}]
+    assert one(docs, "RoleBinding", "jk-jetstream-kopf-broker-auth")["subjects"] == [
+        {"kind": "ServiceAccount", "name": "jk-jetstream-kopf-broker"}]
 
     # A Secret of the user's: no init container, no account, no Role.
     docs = render(helm_bin, ["broker.auth.existingSecret=mine"])
     pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
     assert "initContainers" not in pod and "serviceAccountName" not in pod
-    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding", "Secret")]
+    assert not [d for d in docs if d["kind"] == "Secret" or d["kind"] in ("Role", "RoleBinding")
+                and "broker" in d["metadata"]["name"]]
     assert env(pod["containers"][0])["JSBROKER_AUTH_TOKEN"]["secretKeyRef"] == {"name": "mine", "key": "token"}
 
 
@@ -310,8 +312,8 @@ def test_uninstall_hook_releases_the_finalizers_and_stays_out_of_templates_witho
     job = one(docs, "Job", "jk-jetstream-kopf-operator-release")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     [container] = job["spec"]["template"]["spec"]["containers"]
-    assert container["args"] == ["jsoperator", "release", "--force", "--stop", f"{NAMESPACE}/jk-jetstream-kopf-operator"]
-    assert env(container)["JSOPERATOR_SERVERS"] == f"nats://jk-jetstream-kopf-broker.{NAMESPACE}.svc:4222"
+    assert container["args"] == ["jsoperator", "release", "--force", "--stop", "$(POD_NAMESPACE)/jk-jetstream-kopf-operator"]
+    assert env(container)["JSOPERATOR_SERVERS"] == "nats://jk-jetstream-kopf-broker.$(POD_NAMESPACE).svc:4222"
     scale = one(docs, "Role", "jk-jetstream-kopf-operator-release")["rules"]
     assert {"apiGroups": ["apps"], "resources": ["deployments/scale"], "resourceNames": [
         "jk-jetstream-kopf-operator"], "verbs": ["get", "patch"]} in scale

@@ -83,7 +83,7 @@ def test_the_other_namespace_overlay_moves_everything(kustomize_bin):
     assert variables["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert variables["JSOPERATOR_SERVERS"] == "nats://jetstream-kopf-broker.$(POD_NAMESPACE).svc:4222"
     # The broker's RoleBinding: its subject is in the binding's own namespace (kustomize also writes it).
-    [subject] = one(docs, "RoleBinding")["subjects"]
+    [subject] = one(docs, "RoleBinding", "jetstream-kopf-broker-auth")["subjects"]
     assert (subject["name"], subject.get("namespace", "team-x")) == ("jetstream-kopf-broker", "team-x")
 
 

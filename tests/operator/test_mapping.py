@@ -194,7 +194,7 @@ def _aliases(model: type) -> set[str]:
     return {info.alias or name for name, info in model.model_fields.items()}  # type: ignore[attr-defined]
 
 
-OPERATOR_ONLY = {"preventDelete", "connection", "streamName"}
+OPERATOR_ONLY = {"adoptionPolicy", "deletionPolicy", "preventDelete", "connection", "streamName"}
 
 
 def test_every_stream_field_has_a_case() -> None:
