@@ -23,6 +23,13 @@ def _selected(body: dict[str, Any], patterns: tuple[str, ...]) -> bool:
     return not patterns or any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
 
 
+async def _listed(kind: reconcile.Kind, patterns: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Namespace by namespace when they are all named (an operator with Roles only may not list cluster-wide)."""
+    if not patterns or any(set("*?[!") & set(p) for p in patterns):
+        return await kubeapi.list_resources(kind, None)
+    return [body for namespace in patterns for body in await kubeapi.list_resources(kind, namespace)]
+
+
 async def release(settings: Settings, *, stop: str | None, force: bool, out: Any) -> int:
     """Release every selected resource (settings.namespaces, globs; empty: all); 0 when none is left held."""
     if stop:
@@ -37,7 +44,7 @@ async def release(settings: Settings, *, stop: str | None, force: bool, out: Any
     held = 0
     try:
         for kind in ("Consumer", "Stream"):  # consumers first: a stream's deletion waits for none of them here
-            for body in await kubeapi.list_resources(kind, None):
+            for body in await _listed(kind, settings.namespaces):
                 if FINALIZER in (body["metadata"].get("finalizers") or []) and _selected(body, settings.namespaces):
                     held += not await _release_one(kind, body, runtime, force, out)
     finally:
