@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -108,15 +107,20 @@ async def run(settings: settings_mod.Settings) -> int:
     if settings.health_port:
         await probes.serve(settings.health_port)
     elector = None
-    lost = asyncio.Event()
+    lost, stop = asyncio.Event(), asyncio.Event()  # leadership lost; kopf to stop (lost, or kopf's own cleanup)
+
+    async def hold(elector: leader.Elector) -> None:
+        await elector.hold(lost)
+        stop.set()
+
     try:
         if settings.leader_election:
             namespace, _, name = settings.leader_election.partition("/")
             elector = leader.Elector(namespace, name, _identity())
             await elector.acquire()
-        holding = asyncio.create_task(elector.hold(lost)) if elector else None
+        holding = asyncio.create_task(hold(elector)) if elector else None
         try:
-            await _operate(settings, sched, pool, lost)
+            await _operate(settings, sched, pool, stop)
         finally:
             if holding is not None:
                 holding.cancel()
@@ -145,6 +149,14 @@ async def _operate(
     serving = [asyncio.create_task(sched.serve(handlers.scheduled(runtime, sched)))]
     if settings.status_interval:
         serving.append(asyncio.create_task(freshness.serve(sched, pool, settings.status_interval)))
+
+    async def shutdown() -> None:
+        stop.set()  # a signal stopped kopf: its waiter on this flag must end too, or kopf waits 5 s for it
+        for task in serving:
+            task.cancel()
+        await asyncio.gather(*serving, *background, return_exceptions=True)  # each logged its own failure
+        await pool.close()
+
     try:
         await kopf.operator(
             registry=registry,
@@ -153,15 +165,11 @@ async def _operate(
             identity=cast(Any, _identity()),  # kopf's Identity: a NewType of str it does not export
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
-            memo=kopf.Memo(settings=settings, pool=pool, scheduler=sched, background=background),
+            memo=kopf.Memo(settings=settings, pool=pool, scheduler=sched, background=background, shutdown=shutdown),
             stop_flag=stop,
         )
     finally:
-        for task in serving:
-            task.cancel()
-        for task in (*serving, *background):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await shutdown()  # again, in case kopf ended before its cleanup ran (idempotent)
 
 
 def _identity() -> str:

@@ -125,10 +125,12 @@ class Kube:
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
 
     def ready_pod(self, namespace: str, selector: str) -> kubernetes.client.V1Pod | None:
-        """The one pod matching `selector` when it is Ready and not being deleted."""
+        """The oldest pod matching `selector` when every one is Ready and none is being deleted (the
+        operator runs 2 replicas, the broker 1)."""
         pods = [p for p in self.pods(namespace, selector) if p.metadata.deletion_timestamp is None]
-        if len(pods) == 1 and any(c.type == "Ready" and c.status == "True" for c in pods[0].status.conditions or []):
-            return pods[0]
+        if pods and all(any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+                        for p in pods):
+            return min(pods, key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
         return None
 
     def run_client(self, namespace: str, image: str, env: list[dict[str, Any]], *words: str,

@@ -28,6 +28,13 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
     streams.register(registry, settings)
     consumers.register(registry, settings)
 
+    # kopf waits up to 5 s at exit for every task started after it (the NATS clients' readers among
+    # them): stop the operator's loops and close the connections as kopf stops, so it exits at once
+    # (a standby takes the Lease only after that).
+    @kopf.on.cleanup(registry=registry)
+    async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+        await memo["shutdown"]()
+
 
 scheduled = common.scheduled
 
