@@ -1,0 +1,59 @@
+"""scheduler.py without Kubernetes: due times, signals (also those arriving during a run), backoff, and
+which resources an advisory or a connection wakes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from jsoperator import jsclient, scheduler
+
+A = jsclient.ConnectionSettings(servers=("nats://a:4222",))
+B = jsclient.ConnectionSettings(servers=("nats://b:4222",))
+
+
+def body(resource, **spec):
+    return {"metadata": {"name": resource, "namespace": "ns", "uid": resource}, "spec": spec, "status": {}}
+
+
+async def test_a_signal_during_a_run_runs_it_again_and_backoff_retries():
+    sched = scheduler.Scheduler(drift_interval=3600)
+    entry = sched.seen("Stream", body("s"))
+    runs: list[str] = []
+
+    async def run(e, why):
+        runs.append(why)
+        if len(runs) == 1:
+            sched.signal([e])  # an advisory arrives while the first run is busy
+        return len(runs) == 2, A  # the second run asks for a retry
+
+    serving = asyncio.create_task(sched.serve(run))
+    sched.signal([entry])
+    try:
+        async def three() -> None:
+            while len(runs) < 3:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(three(), timeout=5)  # signal, signal again, then the 0.5 s backoff retry
+    finally:
+        serving.cancel()
+    assert runs == ["signal", "signal", "timer"] and entry.reached == A and entry.retries == 0
+
+
+def test_advisories_and_connections_wake_the_resources_they_concern():
+    sched = scheduler.Scheduler(drift_interval=3600)
+    stream = sched.seen("Stream", body("orders", name="ORDERS"))
+    consumer = sched.seen("Consumer", body("c", streamName="ORDERS", durableName="d"))
+    other = sched.seen("Stream", body("other", name="OTHER"))
+    conflicted = sched.seen("Stream", body("twin", name="ORDERS"))  # never connected (held by a Conflict)
+    for entry in (stream, consumer, other):
+        sched.done(entry, False, A)
+    assert sched.naming(A, "ORDERS") == [stream, consumer, conflicted]
+    assert sched.naming(A, "ORDERS", "d") == [stream, consumer, conflicted]
+    assert sched.naming(A, "ORDERS", "x") == [stream, conflicted]
+    assert sched.naming(B, "ORDERS") == [conflicted]
+    assert sched.on_connection(A) == [stream, consumer, other]
+    sched.advisory(A, jsclient.Advisory("DELETED", "OTHER", None))
+    assert other.signalled and not stream.signalled
+    assert jsclient.Advisory.parse("$JS.EVENT.ADVISORY.CONSUMER.CREATED.ORDERS.d") == jsclient.Advisory(
+        "CREATED", "ORDERS", "d")
+    assert jsclient.Advisory.parse("$JS.EVENT.ADVISORY.API") is None
