@@ -37,6 +37,9 @@ LAST_SEQUENCE = "Nats-Last-Sequence"
 MSG_SIZE = "Nats-Msg-Size"  # a headers-only republish or consumer delivery: the size of the body left out
 UP_TO_SEQUENCE = "Nats-UpTo-Sequence"
 STREAM_IDENTITY = "Nats-Stream-Identity"
+# sourcing: "<stream> <origin seq> <filter> <transform destination> <original subject> <origin identity>"
+STREAM_SOURCE = "Nats-Stream-Source"
+STREAM_SOURCE_NEEDLE = b"Nats-Stream-Source"  # a cheap `in` before the exact lookup
 
 
 def get(hdr: bytes, key: str) -> str | None:
@@ -77,12 +80,13 @@ def build(pairs: Iterable[tuple[str, str]] = (), status: int = 0, description: s
     return f"{first}\r\n{body}\r\n".encode()
 
 
-def without(hdr: bytes, key: str) -> bytes:
-    """`hdr` with every `key` line removed (the block stays a block, possibly with no header left)."""
-    if get(hdr, key) is None:
+def without(hdr: bytes, *keys: str, prefixes: tuple[str, ...] = ()) -> bytes:
+    """`hdr` with every line of the `keys` (and of keys starting with one of `prefixes`) removed; the block
+    stays a block, possibly with no header left."""
+    if not hdr or not (any(get(hdr, key) is not None for key in keys) or any(p.encode() in hdr for p in prefixes)):
         return hdr
-    needle = key.encode() + b":"
-    return b"\r\n".join(line for line in hdr.split(b"\r\n") if not line.startswith(needle))
+    starts = tuple(key.encode() + b":" for key in keys) + tuple(p.encode() for p in prefixes)
+    return b"\r\n".join(line for line in hdr.split(b"\r\n") if not line.startswith(starts))
 
 
 def append(hdr: bytes, pairs: Iterable[tuple[str, str]]) -> bytes:

@@ -19,10 +19,11 @@ from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.config import JetStreamSettings
 from jsbroker.internal import InternalBus
-from jsbroker.jetstream import errors, stream_config, times
+from jsbroker.jetstream import errors, sourcing, stream_config, times
 from jsbroker.jetstream.api import ApiRouter
 from jsbroker.jetstream.consumer import Consumer
 from jsbroker.jetstream.requests import API_LEVEL
+from jsbroker.jetstream.sourcing import Sourcing
 from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS, restore_consumers
 from jsbroker.jetstream.stream import Stream
 from jsbroker.jetstream.stream_api import STREAM_HANDLERS
@@ -39,6 +40,7 @@ class JetStream:
         self.settings = settings
         self.domain = settings.domain or None
         self.streams: dict[str, Stream] = {}
+        self._sourcing: dict[str, Sourcing] = {}  # the streams with a mirror or sources: their copying
         self._store_dir = Path(settings.store_dir) if settings.store_dir else None
         self._sync = storage.SyncPolicy(always=settings.sync_always, interval=settings.sync_interval)
         self._router = ApiRouter(self, bus, STREAM_HANDLERS + CONSUMER_HANDLERS, self.domain)
@@ -53,6 +55,7 @@ class JetStream:
             for directory in storage.list_stream_dirs(self._store_dir):
                 await self._restore(directory)
         self.recovery_seconds = time.perf_counter() - started
+        self._origins_changed()  # a source restored before its origin finds it now
         self._router.start()
         self._sync_handle = self.bus.loop.call_later(self._tick_interval(), self._sync_tick)
 
@@ -61,6 +64,8 @@ class JetStream:
         if self._sync_handle is not None:
             self._sync_handle.cancel()
             self._sync_handle = None
+        for name in list(self._sourcing):
+            self._stop_sourcing(name)
         for stream in self.streams.values():
             stream.stop()
             if stream.directory is not None and stream.config.storage == "file":
@@ -87,6 +92,7 @@ class JetStream:
             return
         self.streams[cfg.name] = stream
         stream.start()
+        self._start_sourcing(stream)
         restore_consumers(self, stream)
 
     def _open(self, cfg: StreamConfig, directory: Path, created_ns: int) -> Stream:
@@ -120,6 +126,7 @@ class JetStream:
         return stream
 
     def create_stream(self, cfg: StreamConfig) -> Stream:
+        cfg = sourcing.check_origins(cfg, self._origin_config)
         self._check_max_bytes(cfg)
         if cfg.num_replicas > 1:
             raise errors.STREAM_REPLICAS_NOT_SUPPORTED()
@@ -141,24 +148,55 @@ class JetStream:
             stream.last_seq = cfg.first_seq - 1
         self.streams[cfg.name] = stream
         stream.start()
+        self._start_sourcing(stream)
+        self._origins_changed()
         return stream
 
     def update_stream(self, cfg: StreamConfig) -> Stream:
+        cfg = sourcing.check_origins(cfg, self._origin_config)  # nats-server checks these before the name
         stream = self.lookup(cfg.name)
         self._check_max_bytes(cfg)
         cfg = stream_config.check_update(stream.config, cfg)
         self._check_reservation(cfg, stream)
         self._check_overlap(cfg, stream)
         self._save(cfg, self._directory(cfg.name), stream.created_ns)
+        relinked = (stream.config.mirror, stream.config.sources) != (cfg.mirror, cfg.sources)
+        if relinked:  # as nats-server: the links start again, positioned from the stored messages
+            self._stop_sourcing(cfg.name)
         stream.update(cfg)
+        if relinked:
+            self._start_sourcing(stream)
         return stream
 
     def delete_stream(self, name: str) -> None:
         stream = self.lookup(name)
+        self._stop_sourcing(name)
         stream.stop()
         del self.streams[name]
         stream.store.delete()
         shutil.rmtree(self._directory(name), ignore_errors=True)
+        self._origins_changed()
+
+    # -- sourcing: one Sourcing per stream with a mirror or sources, started and stopped only here ----
+
+    def _start_sourcing(self, stream: Stream) -> None:
+        if stream.config.mirror is not None or stream.config.sources:
+            self._sourcing[stream.name] = runner = Sourcing(stream, self.streams.get, self.bus)
+            runner.start()
+
+    def _stop_sourcing(self, name: str) -> None:
+        runner = self._sourcing.pop(name, None)
+        if runner is not None:
+            runner.stop()
+
+    def _origins_changed(self) -> None:
+        """Streams came or went: every link looks its origin up (a missing one is reported by its tick)."""
+        for runner in self._sourcing.values():
+            runner.relink(report_missing=False)
+
+    def _origin_config(self, name: str) -> StreamConfig | None:
+        stream = self.streams.get(name)
+        return stream.config if stream is not None else None
 
     def streams_matching(self, subject_filter: str) -> list[Stream]:
         """Streams whose subjects could collide with the filter (all when it is empty)."""

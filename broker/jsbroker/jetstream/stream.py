@@ -62,6 +62,15 @@ class ConsumerHook(Protocol):
     def stop(self) -> None: ...
 
 
+class SourceWatch(Protocol):
+    """A mirror or source reading this stream (jetstream/sourcing.py): told about new messages, and an
+    interest like a consumer's (nats-server sources through an ack-none consumer)."""
+
+    def kick(self) -> None: ...
+
+    def wants(self, subject: str) -> bool: ...
+
+
 class Stream:
     """A stream and its store.
 
@@ -95,6 +104,9 @@ class Stream:
         self.directory = directory
         self.created_ns = created_ns
         self.consumers: dict[str, ConsumerHook] = {}
+        self.watchers: list[SourceWatch] = []  # mirrors and sources reading this stream
+        # The `mirror` / `sources` part of a StreamInfo, set by the stream's sourcing while it runs.
+        self.source_info: Callable[[], dict[str, Any]] | None = None
         self._domain = domain
         self._subs: list[InternalSubscription] = []
         self._direct_subs: list[InternalSubscription] = []
@@ -318,6 +330,8 @@ class Stream:
                 if self.consumers:
                     for consumer in self.consumers.values():
                         consumer.on_stored(seq, subject)
+                for watcher in self.watchers:
+                    watcher.kick()
                 ack = b"%s%d}" % (self._ack_prefix, seq)
             else:
                 seq, duplicate = self.process(subject, hdr, payload)
@@ -352,8 +366,10 @@ class Stream:
         for reply, ack in held:
             self.bus.publish(reply, None, b"", ack)
 
-    def process(self, subject: str, hdr: bytes, payload: bytes) -> tuple[int, bool]:
-        """Check and store one message; returns (seq, duplicate). Raises ApiError with the pub-ack error."""
+    def process(self, subject: str, hdr: bytes, payload: bytes, sourced: bool = False) -> tuple[int, bool]:
+        """Check and store one message; returns (seq, duplicate). Raises ApiError with the pub-ack error.
+        `sourced`: copied from a source by jetstream/sourcing.py (its Nats-Stream-Source header allowed,
+        the checks its origin already made not repeated, as nats-server)."""
         cfg = self.config
         if cfg.sealed:
             raise errors.STREAM_SEALED()
@@ -361,7 +377,7 @@ class Stream:
         rollup = ""
         ttl = 0
         if hdr:
-            msg_id, rollup, ttl, duplicate_of = self._check_headers(subject, hdr)
+            msg_id, rollup, ttl, duplicate_of = self._check_headers(subject, hdr, sourced)
             if duplicate_of:
                 return duplicate_of, True
         limit = cfg.max_msg_size
@@ -369,7 +385,8 @@ class Stream:
             self._size_error(hdr, payload)
         if self._exhausted is not None and (kind := self._exhausted(cfg.storage)) is not None:
             raise kind()
-        if self._interest and not any(c.wants(subject) for c in self.consumers.values()):
+        if self._interest and not any(c.wants(subject) for c in self.consumers.values()) \
+                and not any(w.wants(subject) for w in self.watchers):
             return self._skip(msg_id, subject, rollup), False
         if ttl < 0 and ttl != -1:
             raise errors.MESSAGE_TTL_INVALID()
@@ -383,7 +400,7 @@ class Stream:
         seq, ts = self.store.store_msg(subject, hdr, payload, ttl * _NS if ttl > 0 else ttl)
         self.last_seq = seq
         self.last_msg_id = msg_id
-        if msg_id:
+        if msg_id and cfg.duplicate_window > 0:
             self._dedupe.add(msg_id, seq, ts)
         if rollup:
             self._rollup(subject, rollup, seq)
@@ -393,8 +410,7 @@ class Stream:
             self._arm_expiry(ts + min(ttl * _NS, cfg.max_age or ttl * _NS))
         elif cfg.max_age and ttl == 0:
             self._arm_expiry(ts + cfg.max_age)
-        for consumer in self.consumers.values():
-            consumer.on_stored(seq, subject)
+        self._stored(seq, subject)
         return seq, False
 
     def _republish_target(self, subject: str) -> tuple[str, int] | None:
@@ -425,7 +441,36 @@ class Stream:
         finally:
             Stream._republish_depth -= 1
 
-    def _check_headers(self, subject: str, hdr: bytes) -> tuple[str, str, int, int]:
+    def store_mirrored(self, seq: int, ts: int, subject: str, hdr: bytes, payload: bytes) -> None:
+        """Store a mirrored message under its origin sequence and time (no publish checks: a mirror keeps
+        what its origin accepted); what the origin no longer has below `seq` becomes a gap here too. An
+        empty mirror starts at `seq` (a purge, as nats-server compacts it)."""
+        state = self.store.state()
+        if state.first_seq == 0 and state.last_seq == 0 and seq > 1:
+            self.store.purge(up_to_seq=seq)
+        elif seq > self.last_seq + 1:
+            self.store.skip_msgs(seq)
+        ttl = self._ttl_of(hdr) if hdr and self.config.allow_msg_ttl else 0
+        stored, ts = self.store.store_msg(subject, hdr, payload, ttl * _NS if ttl > 0 else ttl, ts_ns=ts)
+        self.last_seq = stored
+        self.last_msg_id = headers.get(hdr, headers.MSG_ID) or "" if hdr else ""
+        if ttl > 0 or self._max_age:
+            self._arm_expiry(ts + min(x for x in (ttl * _NS if ttl > 0 else 0, self._max_age) if x > 0))
+        self._stored(stored, subject)
+
+    def _stored(self, seq: int, subject: str) -> None:
+        for consumer in self.consumers.values():
+            consumer.on_stored(seq, subject)
+        for watcher in self.watchers:
+            watcher.kick()
+
+    @staticmethod
+    def _ttl_of(hdr: bytes) -> int:
+        text = headers.get(hdr, headers.TTL)
+        ttl = _parse_ttl(text) if text else 0
+        return ttl if ttl >= -1 else 0
+
+    def _check_headers(self, subject: str, hdr: bytes, sourced: bool = False) -> tuple[str, str, int, int]:
         """The header checks up to the rollup: (msg id, rollup, ttl seconds or -1 never / -2 invalid,
         seq of the original when the msg id is a duplicate)."""
         cfg = self.config
@@ -435,7 +480,9 @@ class Stream:
         ttl_text = headers.get(hdr, headers.TTL)
         ttl = _parse_ttl(ttl_text) if ttl_text else 0
         if ttl not in (0, -2) and not cfg.allow_msg_ttl:
-            raise errors.MESSAGE_TTL_DISABLED()
+            if not sourced:
+                raise errors.MESSAGE_TTL_DISABLED()
+            ttl = 0  # kept as a header; without allow_msg_ttl it does not expire the copy
         last_subj_seq = headers.get(hdr, headers.EXPECTED_LAST_SUBJ_SEQ)
         last_subj = headers.get(hdr, headers.EXPECTED_LAST_SUBJ_SEQ_SUBJ)
         if last_subj_seq is not None:
@@ -447,14 +494,18 @@ class Stream:
         last_seq = headers.get(hdr, headers.EXPECTED_LAST_SEQ)
         if last_seq is not None and _as_uint(last_seq) != self.last_seq:
             raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=self.last_seq)
+        if not sourced and headers.STREAM_SOURCE_NEEDLE in hdr and headers.get(hdr, headers.STREAM_SOURCE) is not None:
+            raise errors.MESSAGE_SOURCE_HDR_NOT_ALLOWED()
         msg_id = headers.get(hdr, headers.MSG_ID) or ""
-        duplicate_of = self._dedupe.find(msg_id, times.now_ns()) if msg_id else 0
+        duplicate_of = self._dedupe.find(msg_id, times.now_ns()) if msg_id and cfg.duplicate_window > 0 else 0
         if duplicate_of:
             return msg_id, "", ttl, duplicate_of
         last_id = headers.get(hdr, headers.EXPECTED_LAST_MSG_ID)
         if last_id and last_id != self.last_msg_id:
             raise errors.STREAM_WRONG_LAST_MSG_ID(id=self.last_msg_id)
         rollup = headers.get(hdr, headers.ROLLUP) or ""
+        if rollup and sourced and not self._rollup_ok:
+            rollup = ""  # a sourced rollup is not refused; without the purge permission it purges nothing
         if rollup:
             if not self._rollup_ok:
                 raise errors.STREAM_ROLLUP_FAILED(err="rollup not permitted")

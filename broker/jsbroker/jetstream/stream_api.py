@@ -149,6 +149,8 @@ def stream_info(stream: Stream, *, with_domain: bool, domain: str | None = None,
     }
     if cluster:
         info["cluster"] = cluster
+    if stream.source_info is not None:
+        info.update(stream.source_info())
     if with_domain and domain:
         info["domain"] = domain
     info["ts"] = times.rfc3339(times.now_ns())

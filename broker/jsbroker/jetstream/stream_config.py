@@ -6,8 +6,10 @@ gets the same error. `check_update(old, new)` adds the rules of a STREAM.UPDATE.
 is the config as responses and the persisted metadata carry it (omit-empty fields left out as Go does).
 
 Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
-(mirrors, sources, counters, atomic/batch publishing, message schedules, persist modes) are refused
-with 10052 naming the field and what to do.
+(counters, atomic/batch publishing, message schedules, persist modes) and the source fields in
+`_UNSUPPORTED_SOURCE_FIELDS` are refused with 10052 naming the field and what to do. `mirror` and `sources`
+are `SourceConfig`s (jetstream/sourcing.py copies them); the checks that need other streams (cycles,
+message sizes, mirror_direct) are sourcing.check_origins'.
 `placement` and `compression` are stored and echoed: on a single server they change nothing a client sees.
 """
 
@@ -19,7 +21,7 @@ from typing import Any
 
 from jsbroker import subjects
 from jsbroker.config import VERSION
-from jsbroker.jetstream import errors, subject_transform
+from jsbroker.jetstream import errors, subject_transform, times
 from jsbroker.jetstream.requests import (
     API_LEVEL,
     get_bool,
@@ -28,6 +30,7 @@ from jsbroker.jetstream.requests import (
     get_str,
     get_str_list,
     get_str_map,
+    get_time,
 )
 from jsbroker.store.base import StoreLimits
 
@@ -45,6 +48,32 @@ RETENTIONS = ("limits", "interest", "workqueue")
 DISCARDS = ("old", "new")
 STORAGES = ("file", "memory")
 COMPRESSIONS = ("none", "s2")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    """A `mirror` or one of the `sources` (nats-server's StreamSource)."""
+
+    name: str
+    opt_start_seq: int = 0
+    opt_start_time: int | None = None  # ns
+    filter_subject: str = ""
+
+    @property
+    def index_name(self) -> str:
+        """nats-server's index name, "<stream> <filter> <transform destination>" ('>' when empty): what
+        tells two sources apart and what the Nats-Stream-Source header of a sourced message names."""
+        return f"{self.name} {self.filter_subject or '>'} >"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.opt_start_seq:
+            out["opt_start_seq"] = self.opt_start_seq
+        if self.opt_start_time is not None:
+            out["opt_start_time"] = times.rfc3339(self.opt_start_time)
+        if self.filter_subject:
+            out["filter_subject"] = self.filter_subject
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +106,8 @@ class StreamConfig:
     subject_delete_marker_ttl: int = 0  # ns
     republish: dict[str, Any] | None = None  # {src, dest[, headers_only]}
     subject_transform: dict[str, Any] | None = None  # {src, dest}
+    mirror: SourceConfig | None = None
+    sources: tuple[SourceConfig, ...] = ()
     # Stored and echoed as given (validated shape): one server has no replicas to place.
     placement: dict[str, Any] | None = None
     consumer_limits: dict[str, Any] = field(default_factory=dict)
@@ -93,6 +124,10 @@ class StreamConfig:
                    max_bytes=self.max_bytes, max_age=self.max_age,
                    max_msgs_per_subject=self.max_msgs_per_subject, max_msg_size=self.max_msg_size,
                    discard=self.discard, storage=self.storage, num_replicas=self.num_replicas)
+        if self.mirror is not None:
+            out["mirror"] = self.mirror.to_json()
+        if self.sources:
+            out["sources"] = [source.to_json() for source in self.sources]
         if self.no_ack:
             out["no_ack"] = True
         if self.duplicate_window:
@@ -172,6 +207,8 @@ def _decode(raw: dict[str, Any]) -> StreamConfig:
         allow_rollup_hdrs=get_bool(raw, "allow_rollup_hdrs"),
         allow_msg_ttl=get_bool(raw, "allow_msg_ttl"),
         subject_delete_marker_ttl=get_int(raw, "subject_delete_marker_ttl"),
+        mirror=_source(get_object(raw, "mirror"), "mirror"),
+        sources=tuple(_source(_as_object(item), "sources") or SourceConfig("") for item in _list(raw, "sources")),
         placement=_placement(raw),
         republish=_republish(raw),
         subject_transform=_subject_transform(raw),
@@ -187,6 +224,44 @@ def _enum(raw: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value.lower() not in allowed:
         raise errors.INVALID_JSON(err=f"can not unmarshal {value!r} into {key}; use one of {', '.join(allowed)}")
     return value.lower()
+
+
+def _list(raw: dict[str, Any], key: str) -> list[Any]:
+    value = raw.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise errors.INVALID_JSON(err=f"cannot unmarshal {errors.json_kind(value)} into {key}")
+    return value
+
+
+def _as_object(value: Any) -> dict[str, Any] | None:
+    if value is not None and not isinstance(value, dict):
+        raise errors.INVALID_JSON(err=f"cannot unmarshal {errors.json_kind(value)} into sources")
+    return value
+
+
+# Source fields jsbroker does not implement: refused (10052), never accepted and ignored.
+_UNSUPPORTED_SOURCE_FIELDS = (
+    ("subject_transforms", "subject_transforms in a {where} are not supported by jsbroker yet; "
+                           "use filter_subject instead"),
+    ("external", "external (api / deliver prefixes) in a {where} is not supported by jsbroker: "
+                 "name a stream of this server and leave external out"),
+    ("consumer", "consumer (durable sourcing) in a {where} is not supported by jsbroker yet: leave it out"),
+)
+
+
+def _source(obj: dict[str, Any] | None, key: str) -> SourceConfig | None:
+    """A mirror / source object; None when absent (a JSON null source is kept as an invalid name)."""
+    if obj is None:
+        return None
+    where = "mirror" if key == "mirror" else "source"
+    for field_name, text in _UNSUPPORTED_SOURCE_FIELDS:
+        if obj.get(field_name):
+            raise _invalid(text.format(where=where))
+    return SourceConfig(name=get_str(obj, "name"), opt_start_seq=get_int(obj, "opt_start_seq", kind="uint64"),
+                        opt_start_time=get_time(obj, "opt_start_time"),
+                        filter_subject=get_str(obj, "filter_subject"))
 
 
 def _placement(raw: dict[str, Any]) -> dict[str, Any] | None:
@@ -233,8 +308,6 @@ def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
 
 # The StreamConfig fields nats-server knows and jsbroker refuses (10052): field -> why and what to do.
 UNSUPPORTED: dict[str, str] = {
-    "mirror": "mirrors are not supported by jsbroker yet; publish into the stream instead",
-    "sources": "sources are not supported by jsbroker yet; publish into the stream instead",
     "allow_msg_counter": "message counters are not supported by jsbroker yet; leave allow_msg_counter unset",
     "allow_atomic": "atomic batch publishing is not supported by jsbroker yet; leave allow_atomic unset",
     "allow_batched": "batch publishing is not supported by jsbroker yet; leave allow_batched unset",
@@ -245,15 +318,6 @@ _UNSET: tuple[object, ...] = (None, False, 0, "", "default", {}, [])
 
 
 def _refuse_unsupported(raw: dict[str, Any], cfg: StreamConfig) -> None:
-    mirror = get_object(raw, "mirror")
-    if mirror is not None:
-        if cfg.first_seq:
-            raise errors.MIRROR_WITH_FIRST_SEQ()
-        if cfg.subjects:
-            raise errors.MIRROR_WITH_SUBJECTS()
-        if raw.get("sources"):
-            raise errors.MIRROR_WITH_SOURCES()
-        raise errors.STREAM_INVALID_CONFIG(err=f"mirror: {UNSUPPORTED['mirror']}")
     for key, text in UNSUPPORTED.items():
         if raw.get(key) not in _UNSET:
             raise errors.STREAM_INVALID_CONFIG(err=f"{key}: {text}")
@@ -289,7 +353,7 @@ def _validate(cfg: StreamConfig, pedantic: bool = False) -> StreamConfig:
         raise _invalid("max age can not be negative")
     if 0 < cfg.max_age < MIN_WINDOW:
         raise _invalid("max age needs to be >= 100ms")
-    if cfg.duplicate_window == 0:
+    if cfg.duplicate_window == 0 and cfg.mirror is None and not cfg.sources:  # a sourcing stream has none
         if pedantic and 0 < cfg.max_age < DEFAULT_DUPLICATE_WINDOW:
             raise errors.PEDANTIC(err="duplicate window cannot be bigger than max age")
         window = min(cfg.max_age, DEFAULT_DUPLICATE_WINDOW) if cfg.max_age else DEFAULT_DUPLICATE_WINDOW
@@ -313,11 +377,40 @@ def _validate(cfg: StreamConfig, pedantic: bool = False) -> StreamConfig:
         cfg = dataclasses.replace(cfg, allow_msg_ttl=True, allow_rollup_hdrs=True, deny_purge=False)
     elif cfg.subject_delete_marker_ttl < 0:
         raise _invalid("subject delete marker TTL must not be negative")
-    cfg = dataclasses.replace(cfg, subjects=cfg.subjects or (cfg.name,))
+    _check_mirror(cfg)
+    _check_sources(cfg)
+    if not cfg.subjects and cfg.mirror is None and not cfg.sources:
+        cfg = dataclasses.replace(cfg, subjects=(cfg.name,))
     _check_subjects(cfg)
     _check_subject_transform(cfg)
     cfg = _check_republish(cfg, pedantic)
     return dataclasses.replace(cfg, metadata=_stored_metadata(cfg))
+
+
+def _check_mirror(cfg: StreamConfig) -> None:
+    """nats-server's mirror rules that need no other stream (in its order)."""
+    if cfg.mirror is None:
+        return
+    if cfg.first_seq:
+        raise errors.MIRROR_WITH_FIRST_SEQ()
+    if cfg.subjects:
+        raise errors.MIRROR_WITH_SUBJECTS()
+    if cfg.sources:
+        raise errors.MIRROR_WITH_SOURCES()
+    if cfg.subject_delete_marker_ttl > 0:  # markers would take sequences the origin does not have
+        raise _invalid("subject delete markers forbidden on mirrors")
+    if not is_valid_name(cfg.mirror.name):
+        raise errors.MIRROR_INVALID_STREAM_NAME()
+
+
+def _check_sources(cfg: StreamConfig) -> None:
+    seen: set[str] = set()
+    for source in cfg.sources:
+        if not is_valid_name(source.name):
+            raise errors.SOURCE_INVALID_STREAM_NAME()
+        if source.index_name in seen:
+            raise errors.SOURCE_DUPLICATE_DETECTED()
+        seen.add(source.index_name)
 
 
 def _unlimited(value: int) -> int:
@@ -432,6 +525,8 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
         raise _invalid("stream configuration update can not cancel deny message deletes")
     if old.deny_purge and not new.deny_purge:
         raise _invalid("stream configuration update can not cancel deny purge")
+    if new.mirror is not None and new.mirror != old.mirror:  # removing it promotes the mirror to a stream
+        raise errors.STREAM_MIRROR_NOT_UPDATABLE()
     if old.allow_msg_ttl and not new.allow_msg_ttl:
         raise _invalid("message TTL status can not be disabled")
     if new.sealed:

@@ -134,8 +134,9 @@ class StreamStore(Protocol):
     """Sequence-indexed message storage for one stream. All methods are synchronous and never block on
     the network; `store_msg` returns only after the record reached the OS (write() done)."""
 
-    def store_msg(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
-        """Append a message with the next sequence; returns (seq, ts). Then applies the limits."""
+    def store_msg(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0, ts_ns: int = 0) -> tuple[int, int]:
+        """Append a message with the next sequence; returns (seq, ts). Then applies the limits. `ts_ns`
+        (a mirror keeps its origin's times) replaces now; without it a time never goes back below the last one."""
 
     def store_deferred(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
         """store_msg without the write: the record waits in memory (reads still see it) until `flush()`

@@ -420,11 +420,11 @@ class IndexedStore:
         return (end - j) - self._sids[j:end].count(0)
 
     # ---- StreamStore --------------------------------------------------------------------------------
-    def _store_one(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int) -> tuple[int, int]:
+    def _store_one(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int, ts_ns: int = 0) -> tuple[int, int]:
         seq = self._last + 1
-        ts = _time_ns()
-        if ts < self._last_ts:
-            ts = self._last_ts  # never backwards: time lookups bisect on it
+        ts = ts_ns or _time_ns()
+        if ts < self._last_ts and not ts_ns:
+            ts = self._last_ts  # never backwards: time lookups bisect on it (a mirror's are its origin's)
         subj = subject.encode()
         loc = self._put(seq, ts, ttl_ns, subj, hdr, data)
         entry = self._index(seq, subject, ts, self._account(len(subj), len(hdr), len(data)), ttl_ns, loc)
@@ -432,10 +432,10 @@ class IndexedStore:
             self._enforce_limits(entry)
         return seq, ts
 
-    def store_msg(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
+    def store_msg(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0, ts_ns: int = 0) -> tuple[int, int]:
         if self._closed or self._failed is not None:
             self._check_open()
-        stored = self._store_one(subject, hdr, data, ttl_ns)
+        stored = self._store_one(subject, hdr, data, ttl_ns, ts_ns)
         self._commit()
         return stored
 
