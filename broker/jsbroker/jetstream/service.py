@@ -285,7 +285,7 @@ class JetStream:
                 memory += state.bytes
             else:
                 file += state.bytes
-            consumers += len(stream.consumers)
+            consumers += len(stream.consumers) + len(stream.watchers)  # nats-server's sourcing consumers count
         return memory, file, len(self.streams), consumers, msgs
 
     def account_info(self) -> dict[str, Any]:

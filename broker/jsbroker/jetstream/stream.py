@@ -40,6 +40,7 @@ _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 MAX_HEADER_SIZE = 65535
 _MAX_REPUBLISH_DEPTH = 16
+DIRECT_GET_GROUP = "_sys_"  # the queue group of DIRECT.GET subscriptions (a stream and its mirrors)
 _NS = 1_000_000_000
 
 
@@ -110,6 +111,7 @@ class Stream:
         self._domain = domain
         self._subs: list[InternalSubscription] = []
         self._direct_subs: list[InternalSubscription] = []
+        self._direct_names: list[str] = []  # the stream names whose DIRECT.GET this stream answers
         self._expiry_handle: Any = None
         self._expiry_at = 0
         self._closed = False
@@ -159,6 +161,7 @@ class Stream:
             self.bus.unsubscribe_internal(sub)
         self._subs.clear()
         self._direct_subs.clear()
+        self._direct_names = []
         if self._expiry_handle is not None:
             self._expiry_handle.cancel()
             self._expiry_handle = None
@@ -200,19 +203,26 @@ class Stream:
         self._err_suffix = (',"stream":' + _json_str(cfg.name) + ',"seq":0}').encode()
 
     def _sync_direct_get(self) -> None:
-        want = self.config.allow_direct and not self._closed
-        if want and not self._direct_subs:
-            base = f"$JS.API.DIRECT.GET.{self.name}"
-            self._direct_subs = [self.bus.subscribe_internal(base, self._on_direct_get),
-                                 self.bus.subscribe_internal(base + ".>", self._on_direct_get_last)]
-            if self._domain:
-                dbase = f"$JS.{self._domain}.API.DIRECT.GET.{self.name}"
-                self._direct_subs += [self.bus.subscribe_internal(dbase, self._on_direct_get),
-                                      self.bus.subscribe_internal(dbase + ".>", self._on_direct_get_last)]
-        elif not want and self._direct_subs:
-            for sub in self._direct_subs:
-                self.bus.unsubscribe_internal(sub)
-            self._direct_subs = []
+        """DIRECT.GET for this stream (allow_direct) and, for a mirror with mirror_direct, for its origin
+        too: one queue group per stream name, so the origin or one of its mirrors answers, as nats-server."""
+        cfg = self.config
+        names = [self.name] if cfg.allow_direct else []
+        if cfg.mirror is not None and cfg.mirror_direct:
+            names.append(cfg.mirror.name)
+        want = [] if self._closed else names
+        if want == self._direct_names:
+            return
+        for sub in self._direct_subs:
+            self.bus.unsubscribe_internal(sub)
+        self._direct_subs = []
+        self._direct_names = want
+        prefixes = ["$JS.API"] + ([f"$JS.{self._domain}.API"] if self._domain else [])
+        for name in want:
+            for prefix in prefixes:
+                base = f"{prefix}.DIRECT.GET.{name}"
+                self._direct_subs += [self.bus.subscribe_internal(base, self._on_direct_get, DIRECT_GET_GROUP),
+                                      self.bus.subscribe_internal(base + ".>", self._on_direct_get_last,
+                                                                  DIRECT_GET_GROUP)]
 
     def dedupe_snapshot(self) -> bytes:
         """The msg-id window as of now, for `_restore_dedupe` at the next start (a clean stop writes it)."""
@@ -644,7 +654,8 @@ class Stream:
                 out["deleted"] = st.deleted
         if st.lost:
             out["lost"] = {"msgs": st.lost, "bytes": 0}
-        out["consumer_count"] = len(self.consumers)
+        # nats-server counts its sourcing consumers on an interest / workqueue origin (not on a limits one)
+        out["consumer_count"] = len(self.consumers) + (len(self.watchers) if self._retained else 0)
         return out
 
     # -- reads ------------------------------------------------------------------------------------------
