@@ -404,3 +404,40 @@ async def retention_scenario(nc: Any, n: str) -> list[Any]:
 async def test_sourcing_interest_and_workqueue_origins_matches_nats_server(nats_server, jsbroker_server, unique):
     ours, theirs = await both(retention_scenario, nats_server, jsbroker_server, unique("RT"))
     assert ours == theirs
+
+
+# -- the Go nats CLI ----------------------------------------------------------------------------------
+
+
+def test_nats_cli_stream_add_mirror_and_source(server_factory, tmp_path):
+    """`nats stream add --mirror / --source` (natscli) gives the same streams and copies on both servers."""
+    import subprocess
+
+    from tests.chart import go_tools
+    from tests.polling import poll
+
+    cli = str(go_tools.NATS_CLI.for_test())
+
+    def transcript(kind: str) -> list[Any]:
+        handle = server_factory(kind)
+
+        def run(*args: str) -> tuple[int, str]:
+            done = subprocess.run([cli, "--server", handle.url, "--timeout", "5s", *args], capture_output=True,
+                                  text=True, timeout=60, env={"HOME": str(tmp_path)})
+            return done.returncode, done.stdout
+
+        out: list[Any] = [run("stream", "add", "O", "--subjects", "o.>", "--defaults")[0],
+                          run("pub", "o.a", "hello", "--count", "3")[0]]
+        for name, flag in (("M", "--mirror"), ("AGG", "--source")):
+            code, text = run("stream", "add", name, flag, "O", "--defaults")
+            out.append((code, [line.strip() for line in text.splitlines() if "Stream Name" in line or "Lag" in line]))
+
+        def caught_up() -> list[Any]:
+            infos = [json.loads(run("stream", "info", name, "--json")[1]) for name in ("M", "AGG")]
+            return infos if all(i["state"]["messages"] == 3 for i in infos) else []
+
+        for body in poll(caught_up, timeout=WAIT, what=f"{kind}: M and AGG hold the 3 messages"):
+            out.append((normalise(body["state"]), source_state(body)))
+        return out
+
+    assert transcript(JSBROKER) == transcript(NATS_SERVER)

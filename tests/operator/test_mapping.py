@@ -97,14 +97,14 @@ STREAM_CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
         {"mirror": {"name": "ORIGIN", "subject_transforms": [{"src": "origin.>", "dest": "copy.>"}]}},
     ),
     (
-        {"sources": [
-            {"name": "ORIGIN", "optStartTime": "2026-01-01T01:00:00+01:00"},
-            {"name": "OTHER", "external": {"apiPrefix": "$JS.hub.API", "deliverPrefix": "deliver.hub"}},
-        ]},
-        {"sources": [
-            {"name": "ORIGIN", "opt_start_time": "2026-01-01T00:00:00Z"},
-            {"name": "OTHER", "external": {"api": "$JS.hub.API", "deliver": "deliver.hub"}},
-        ]},
+        {"sources": [{"name": "ORIGIN", "optStartTime": "2026-01-01T01:00:00+01:00"},
+                     {"name": "OTHER", "filterSubject": "other.a"}]},
+        {"sources": [{"name": "ORIGIN", "opt_start_time": "2026-01-01T00:00:00Z"},
+                     {"name": "OTHER", "filter_subject": "other.a"}]},
+    ),
+    (
+        {"sources": [{"name": "OTHER", "external": {"apiPrefix": "$JS.hub.API", "deliverPrefix": "deliver.hub"}}]},
+        {"sources": [{"name": "OTHER", "external": {"api": "$JS.hub.API", "deliver": "deliver.hub"}}]},
     ),
     (
         {"sources": [{"name": "ORIGIN", "consumer": {"name": "src-consumer", "deliverSubject": "src.deliver"}}]},
