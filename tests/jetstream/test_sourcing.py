@@ -538,3 +538,26 @@ async def test_random_operations_with_restarts_match_nats_server(server_factory,
     ours = await random_transcript(server_factory(JSBROKER), ops)
     theirs = await random_transcript(server_factory(NATS_SERVER), ops)
     assert ours == theirs, ops
+
+
+async def test_purged_aggregate_resumes_where_its_sources_stopped(server_factory, server_kind):
+    """None of a source's copies left (a purge), then a restart: the source reads on after what it copied
+    (nats-server keeps per-source state in its store; jsbroker the positions saved at stop)."""
+    handle = server_factory(server_kind)
+    nc = await nats.connect(handle.url)
+    await api(nc, "$JS.API.STREAM.CREATE.A", {"name": "A", "subjects": ["a"]})
+    for i in range(3):
+        await api(nc, "a", str(i).encode())
+    await api(nc, "$JS.API.STREAM.CREATE.AGG", {"name": "AGG", "sources": [{"name": "A"}]})
+    await wait_for(nc, "AGG", 3)
+    await api(nc, "$JS.API.STREAM.PURGE.AGG", {})
+    await nc.close()
+    handle.restart()
+    nc = await nats.connect(handle.url)
+    await wait_active(nc, "AGG")
+    before = [link_state(s) for s in (await info(nc, "AGG"))["sources"]]
+    await api(nc, "a", b"new")
+    body = await wait_for(nc, "AGG", 1)
+    assert before == [{"name": "A", "lag": 0, "seq": 3, "active": "seen"}]
+    assert [m[3] for m in await messages(nc, "AGG")] == [b"new"] and body["state"]["first_seq"] == 4
+    await nc.close()

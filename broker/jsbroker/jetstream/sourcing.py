@@ -12,7 +12,9 @@ in-process (the origins are in the same registry), with nats-server's results:
 
 Where to read on is taken from the stored messages themselves (the mirror's last sequence, the newest
 Nats-Stream-Source header of each source), so a restart after SIGTERM or kill -9 neither loses nor
-repeats a message: a message and its position are one write. An origin that is missing, deleted or
+repeats a message: a message and its position are one write. A source none of whose copies is left
+(purged, limits) falls back on the positions saved on every health tick and at stop (nats-server keeps
+such a per-source state in its store). An origin that is missing, deleted or
 created later is looked up again when streams come and go and on every health tick; a recreated origin
 (another identity) is read from its start by a source, from the mirror's last sequence + 1 by a mirror.
 
@@ -23,9 +25,11 @@ stream starts (create, restore), stopped before the stream stops or changes its 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from typing import Any, Callable
 
+from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.internal import InternalBus
 from jsbroker.jetstream import errors, headers, times
@@ -140,8 +144,12 @@ class Sourcing:
         self._scheduled = False
         self._closed = False
         self._tick_handle: Any = None
+        persisted = stream.directory is not None and cfg.storage == "file" and bool(cfg.sources)
+        self._directory = stream.directory if persisted else None
+        self._saved: dict[str, list[Any]] = {}
 
     def start(self) -> None:
+        self._positions_from_file()
         self._positions_from_headers()
         self.stream.source_info = self.info
         self.relink(report_missing=False)  # nats-server reports a missing origin only once it looked
@@ -155,6 +163,7 @@ class Sourcing:
         for link in self.links:
             self._unwatch(link)
         self.stream.source_info = None
+        self._save_positions()
 
     def info(self) -> dict[str, Any]:
         now = times.now_ns()
@@ -199,10 +208,37 @@ class Sourcing:
             value = headers.get(msg.hdr, headers.STREAM_SOURCE) if msg is not None else None
             found = parse_source_header(value) if value else None
             if found is not None and (link := waiting.pop(found[0], None)) is not None:
-                link.seq, link.ident = found[1], found[2]
-                link.next_seq = found[1] + 1
+                if found[2] != link.ident or found[1] > link.seq:  # the saved one may be newer (a purge)
+                    link.seq, link.ident = found[1], found[2]
+                    link.next_seq = found[1] + 1
                 if not waiting:
                     return
+
+    def _positions_from_file(self) -> None:
+        if self._directory is None:
+            return
+        try:
+            saved = json.loads(storage.load_sources(self._directory) or b"{}")
+            for link in self.links:
+                seq, ident = saved.get(link.spec.index_name, (0, ""))
+                if seq:
+                    link.seq, link.ident, link.next_seq = int(seq), str(ident), int(seq) + 1
+            self._saved = saved
+        except (OSError, ValueError, TypeError):
+            log.warning("unreadable source positions; using the stored messages only",
+                        extra={"stream": self.stream.name})
+
+    def _save_positions(self) -> None:
+        if self._directory is None:
+            return
+        positions = {link.spec.index_name: [link.seq, link.ident] for link in self.links if link.seq}
+        if positions == self._saved:
+            return
+        try:
+            storage.save_sources(self._directory, json.dumps(positions).encode())
+            self._saved = positions
+        except OSError:
+            log.exception("could not save the source positions", extra={"stream": self.stream.name})
 
     def _position(self, link: Link, origin: Stream) -> None:
         ident = origin.identity()
@@ -302,6 +338,7 @@ class Sourcing:
         """The health check: origins looked up again, live links marked active, stalled ones retried."""
         self._tick_handle = self._bus.loop.call_later(HEALTH_INTERVAL, self._tick)
         self.relink()
+        self._save_positions()
         now = times.now_ns()
         for link in self.links:
             if link.origin is not None:

@@ -35,6 +35,7 @@ __all__ = [
 
 META = "meta.json"
 DEDUPE = "dedupe.json"  # a clean stop's msg-id window (jetstream/stream.py)
+SOURCES = "sources.json"  # where each source of the stream stopped (jetstream/sourcing.py)
 
 
 def open_stream_store(
@@ -113,6 +114,18 @@ def take_dedupe(directory: Path) -> bytes | None:
         return None
     path.unlink()
     return data
+
+
+def save_sources(directory: Path, data: bytes) -> None:
+    """The sources' positions (atomically), for when none of a source's copies is left in the stream."""
+    replace_file(Path(directory) / SOURCES, data)
+
+
+def load_sources(directory: Path) -> bytes | None:
+    try:
+        return (Path(directory) / SOURCES).read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def load_meta(directory: Path) -> bytes | None:
