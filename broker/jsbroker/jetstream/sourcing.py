@@ -316,9 +316,19 @@ class Sourcing:
             if release:
                 origin.acked(msg.seq)
         if msgs:
+            self._flush(link)
             link.last_active = times.now_ns()
         link.lag = link.pending()
         return len(msgs) == BATCH and not link.stalled
+
+    def _flush(self, link: Link) -> None:
+        """One write for the batch, before any consumer of the stream delivers from it (its passes run on
+        a later loop turn); what a crash loses here is copied again at the restart."""
+        try:
+            self.stream.store.flush()
+        except (StoreError, OSError) as exc:
+            link.stalled = True
+            log.error("sourcing could not write its copies", extra={"stream": self.stream.name, "error": str(exc)})
 
     def _store(self, link: Link, msg: StoredMsg) -> None:
         if link.is_mirror:

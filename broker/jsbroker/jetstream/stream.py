@@ -379,7 +379,8 @@ class Stream:
     def process(self, subject: str, hdr: bytes, payload: bytes, sourced: bool = False) -> tuple[int, bool]:
         """Check and store one message; returns (seq, duplicate). Raises ApiError with the pub-ack error.
         `sourced`: copied from a source by jetstream/sourcing.py (its Nats-Stream-Source header allowed,
-        the checks its origin already made not repeated, as nats-server)."""
+        the checks its origin already made not repeated, as nats-server), and written by the sourcing's
+        `store.flush()` after its batch."""
         cfg = self.config
         if cfg.sealed:
             raise errors.STREAM_SEALED()
@@ -407,7 +408,8 @@ class Stream:
         if self._discard_new:
             self._check_discard_new(subject, hdr, payload, rollup)
         republish = self._republish_target(subject) if self._republish is not None else None
-        seq, ts = self.store.store_msg(subject, hdr, payload, ttl * _NS if ttl > 0 else ttl)
+        store = self.store.store_deferred if sourced else self.store.store_msg
+        seq, ts = store(subject, hdr, payload, ttl * _NS if ttl > 0 else ttl)
         self.last_seq = seq
         self.last_msg_id = msg_id
         if msg_id and cfg.duplicate_window > 0:
@@ -454,14 +456,15 @@ class Stream:
     def store_mirrored(self, seq: int, ts: int, subject: str, hdr: bytes, payload: bytes) -> None:
         """Store a mirrored message under its origin sequence and time (no publish checks: a mirror keeps
         what its origin accepted); what the origin no longer has below `seq` becomes a gap here too. An
-        empty mirror starts at `seq` (a purge, as nats-server compacts it)."""
+        empty mirror starts at `seq` (a purge, as nats-server compacts it). Written by the sourcing's
+        `store.flush()` after its batch."""
         state = self.store.state()
         if state.first_seq == 0 and state.last_seq == 0 and seq > 1:
             self.store.purge(up_to_seq=seq)
         elif seq > self.last_seq + 1:
             self.store.skip_msgs(seq)
         ttl = self._ttl_of(hdr) if hdr and self.config.allow_msg_ttl else 0
-        stored, ts = self.store.store_msg(subject, hdr, payload, ttl * _NS if ttl > 0 else ttl, ts_ns=ts)
+        stored, ts = self.store.store_deferred(subject, hdr, payload, ttl * _NS if ttl > 0 else ttl, ts_ns=ts)
         self.last_seq = stored
         self.last_msg_id = headers.get(hdr, headers.MSG_ID) or "" if hdr else ""
         if ttl > 0 or self._max_age:

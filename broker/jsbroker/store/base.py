@@ -138,7 +138,7 @@ class StreamStore(Protocol):
         """Append a message with the next sequence; returns (seq, ts). Then applies the limits. `ts_ns`
         (a mirror keeps its origin's times) replaces now; without it a time never goes back below the last one."""
 
-    def store_deferred(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
+    def store_deferred(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0, ts_ns: int = 0) -> tuple[int, int]:
         """store_msg without the write: the record waits in memory (reads still see it) until `flush()`
         or any other writing call. The caller must flush before it tells anyone the message is stored."""
 

@@ -439,10 +439,10 @@ class IndexedStore:
         self._commit()
         return stored
 
-    def store_deferred(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0) -> tuple[int, int]:
+    def store_deferred(self, subject: str, hdr: bytes, data: bytes, ttl_ns: int = 0, ts_ns: int = 0) -> tuple[int, int]:
         if self._closed or self._failed is not None:
             self._check_open()
-        return self._store_one(subject, hdr, data, ttl_ns)
+        return self._store_one(subject, hdr, data, ttl_ns, ts_ns)
 
     def flush(self) -> None:
         self._check_open()
