@@ -108,6 +108,7 @@ class Link:
         self.error: errors.ApiError | None = None
         self.origin: Stream | None = None
         self.stalled = False  # the stream refused a message: retried on the next health tick
+        self.refused = 0  # the origin seq last refused (logged once)
 
     def wants(self, subject: str) -> bool:
         return not self.spec.filter_subject or subjects.subject_matches(self.spec.filter_subject, subject)
@@ -309,8 +310,10 @@ class Sourcing:
                 self._store(link, msg)
             except (errors.ApiError, StoreError, OSError) as exc:
                 link.stalled = True  # nats-server retries the same message: so does the next tick
-                log.warning("sourcing stalled: the stream refused a message", extra={
-                    "stream": self.stream.name, "source": link.spec.name, "seq": msg.seq, "error": str(exc)})
+                if link.refused != msg.seq:  # said once, not at every retry
+                    link.refused = msg.seq
+                    log.warning("sourcing stalled: the stream refused a message", extra={
+                        "stream": self.stream.name, "source": link.spec.name, "seq": msg.seq, "error": str(exc)})
                 break
             link.next_seq = msg.seq + 1
             if release:
