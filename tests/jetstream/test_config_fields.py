@@ -43,14 +43,14 @@ STREAM_FIELDS: dict[str, tuple[str, Any]] = {
     "no_ack": (HONOURED, "test_publish::CASES[no_ack_stream]"),
     "duplicate_window": (HONOURED, "test_publish::CASES[msg_id_dedupe]"),
     "placement": (STORED, "test_config_fields::SCENARIOS[placement_and_compression_stored]"),
-    "mirror": (REFUSED, {"name": "ORIGIN"}),
-    "sources": (REFUSED, [{"name": "ORIGIN"}]),
+    "mirror": (HONOURED, "test_sourcing::test_mirror_matches_nats_server"),
+    "sources": (HONOURED, "test_sourcing::test_sources_match_nats_server"),
     "compression": (STORED, "test_config_fields::SCENARIOS[placement_and_compression_stored]"),
     "first_seq": (HONOURED, "test_publish::CASES[first_seq]"),
     "subject_transform": (HONOURED, "test_subject_transform::test_transformed_subjects_are_stored_counted_and_filtered_as_nats_server"),
     "republish": (HONOURED, "test_republish::test_republished_messages_carry_nats_server_headers"),
     "allow_direct": (HONOURED, "test_stream_api::CASES[direct_get_variants]"),
-    "mirror_direct": (HONOURED, "test_stream_api::CASES[create_mirror_direct_without_mirror]"),
+    "mirror_direct": (HONOURED, "test_sourcing::test_mirror_direct_matches_nats_server"),
     "discard_new_per_subject": (HONOURED, "test_publish::CASES[discard_new_per_subject]"),
     "sealed": (HONOURED, "test_publish::CASES[sealed_rejects]"),
     "deny_delete": (HONOURED, "test_stream_api::CASES[msg_delete_denied]"),
@@ -153,9 +153,7 @@ async def test_refused_stream_field(jsbroker_server: ServerHandle, unique: Any, 
     name = unique("F")
     nc = await nats.connect(jsbroker_server.url)
     try:
-        body = {"name": name, field: STREAM_FIELDS[field][1]}
-        if field not in ("mirror",):
-            body["subjects"] = [f"{name}.>"]
+        body = {"name": name, field: STREAM_FIELDS[field][1], "subjects": [f"{name}.>"]}
         answer = await _api(nc, f"$JS.API.STREAM.CREATE.{name}", body)
         info = await _api(nc, f"$JS.API.STREAM.INFO.{name}")
     finally:

@@ -7,7 +7,7 @@ is the config as responses and the persisted metadata carry it (omit-empty field
 
 Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
 (counters, atomic/batch publishing, message schedules, persist modes) and the source fields in
-`_UNSUPPORTED_SOURCE_FIELDS` are refused with 10052 naming the field and what to do. `mirror` and `sources`
+`UNSUPPORTED_IN_SOURCES` are refused with 10052 naming the field and what to do. `mirror` and `sources`
 are `SourceConfig`s (jetstream/sourcing.py copies them); the checks that need other streams (cycles,
 message sizes, mirror_direct) are sourcing.check_origins'.
 `placement` and `compression` are stored and echoed: on a single server they change nothing a client sees.
@@ -241,24 +241,23 @@ def _as_object(value: Any) -> dict[str, Any] | None:
     return value
 
 
-# Source fields jsbroker does not implement: refused (10052), never accepted and ignored.
-_UNSUPPORTED_SOURCE_FIELDS = (
-    ("subject_transforms", "subject_transforms in a {where} are not supported by jsbroker yet; "
-                           "use filter_subject instead"),
-    ("external", "external (api / deliver prefixes) in a {where} is not supported by jsbroker: "
-                 "name a stream of this server and leave external out"),
-    ("consumer", "consumer (durable sourcing) in a {where} is not supported by jsbroker yet: leave it out"),
-)
+# The fields of a `mirror` / `sources` entry jsbroker refuses (10052, "<mirror|sources>.<field>: ...").
+UNSUPPORTED_IN_SOURCES: dict[str, str] = {
+    "subject_transforms": "subject transforms in mirrors and sources are not supported by jsbroker yet; "
+                          "use filter_subject instead",
+    "external": "external (api / deliver prefixes) is not supported by jsbroker: name a stream of this "
+                "server and leave external out",
+    "consumer": "durable sourcing is not supported by jsbroker yet; leave consumer out",
+}
 
 
 def _source(obj: dict[str, Any] | None, key: str) -> SourceConfig | None:
     """A mirror / source object; None when absent (a JSON null source is kept as an invalid name)."""
     if obj is None:
         return None
-    where = "mirror" if key == "mirror" else "source"
-    for field_name, text in _UNSUPPORTED_SOURCE_FIELDS:
+    for field_name, text in UNSUPPORTED_IN_SOURCES.items():
         if obj.get(field_name):
-            raise _invalid(text.format(where=where))
+            raise _invalid(f"{key}.{field_name}: {text}")
     return SourceConfig(name=get_str(obj, "name"), opt_start_seq=get_int(obj, "opt_start_seq", kind="uint64"),
                         opt_start_time=get_time(obj, "opt_start_time"),
                         filter_subject=get_str(obj, "filter_subject"))
