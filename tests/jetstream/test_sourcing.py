@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
 import json
 import time
 from typing import Any
@@ -107,8 +108,13 @@ async def mirror_scenario(nc: Any, n: str) -> list[Any]:
               {"name": f"{n}F", "storage": "memory", "mirror": {"name": f"{n}O", "filter_subject": f"{n}.o.b"}})
     await api(nc, f"$JS.API.STREAM.CREATE.{n}S", {"name": f"{n}S", "mirror": {"name": f"{n}O", "opt_start_seq": 5}})
     await api(nc, f"$JS.API.STREAM.CREATE.{n}E", {"name": f"{n}E", "mirror": {"name": f"{n}O", "opt_start_seq": 50}})
+    await asyncio.sleep(0.05)
+    since = datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+    await asyncio.sleep(0.05)
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}T", {"name": f"{n}T", "mirror": {"name": f"{n}O", "opt_start_time": since}})
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}U", {"name": f"{n}U", "sources": [{"name": f"{n}O", "opt_start_time": since}]})
     await api(nc, f"{n}.o.a", b"late", {"Nats-TTL": "1h"})
-    for stream, count in ((f"{n}M", 6), (f"{n}F", 3), (f"{n}S", 3)):
+    for stream, count in ((f"{n}M", 6), (f"{n}F", 3), (f"{n}S", 3), (f"{n}T", 1), (f"{n}U", 1)):
         body = await wait_for(nc, stream, count)
         out.append((stream, normalise(body["state"]), source_state(body), await messages(nc, stream)))
     origin = {m[0]: m[4] for m in await messages(nc, f"{n}O", times=True)}
