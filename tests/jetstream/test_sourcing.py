@@ -555,3 +555,30 @@ async def test_purged_aggregate_resumes_where_its_sources_stopped(server_factory
     assert before == [{"name": "A", "lag": 0, "seq": 3, "active": "seen"}]
     assert [m[3] for m in await messages(nc, "AGG")] == [b"new"] and body["state"]["first_seq"] == 4
     await nc.close()
+
+
+# -- a stream that refuses what its source copies: the source stalls and retries -----------------------
+
+
+async def stalled_scenario(nc: Any, n: str) -> list[Any]:
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}A", {"name": f"{n}A", "subjects": [f"{n}.a"]})
+    for i in range(5):
+        await api(nc, f"{n}.a", str(i).encode())
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}G", {"name": f"{n}G", "max_msgs": 2, "discard": "new",
+                                                 "sources": [{"name": f"{n}A"}]})
+    out: list[Any] = []
+    deadline = time.monotonic() + WAIT
+    while (body := await info(nc, f"{n}G"))["sources"][0].get("lag") != 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    out.append(("stalled", normalise(body["state"]), source_state(body)))
+    await api(nc, f"$JS.API.STREAM.PURGE.{n}G", {})  # room again: the refused message and the next one come
+    while (body := await info(nc, f"{n}G"))["sources"][0].get("seq") != 4 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    out.append(("retried", normalise(body["state"]), source_state(body), [m[3] for m in await messages(nc, f"{n}G")]))
+    return out
+
+
+async def test_stalled_source_matches_nats_server(on_both):
+    ours, theirs = await on_both(stalled_scenario, "ST")
+    assert ours == theirs
+    assert ours[0][2]["sources"][0]["lag"] == 1 and ours[1][3] == [b"2", b"3"]

@@ -113,8 +113,11 @@ class Link:
     def wants(self, subject: str) -> bool:
         return not self.spec.filter_subject or subjects.subject_matches(self.spec.filter_subject, subject)
 
-    def pending(self) -> int:
-        return self.origin.store.num_pending(self.next_seq, self._filters) if self.origin is not None else 0
+    def update_lag(self) -> None:
+        """nats-server's lag: the origin's pending count after the last message its consumer delivered
+        (the last one copied, or the one the stream refused), minus one, never below 0."""
+        pending = self.origin.store.num_pending(self.next_seq, self._filters) if self.origin is not None else 0
+        self.lag = max(pending - (2 if self.stalled else 1), 0)
 
     def read(self) -> list[StoredMsg]:
         assert self.origin is not None
@@ -321,7 +324,7 @@ class Sourcing:
         if msgs:
             self._flush(link)
             link.last_active = times.now_ns()
-        link.lag = link.pending()
+        link.update_lag()
         return len(msgs) == BATCH and not link.stalled
 
     def _flush(self, link: Link) -> None:
@@ -356,6 +359,6 @@ class Sourcing:
         for link in self.links:
             if link.origin is not None:
                 link.last_active = now
+                link.update_lag()
                 link.stalled = False
-                link.lag = link.pending()
         self.kick()
