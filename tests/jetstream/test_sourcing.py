@@ -265,7 +265,6 @@ async def test_bad_combinations_match_nats_server(differential):
 
 
 @pytest.mark.parametrize("field, value", [
-    ("subject_transforms", [{"src": ">", "dest": "x.>"}]),
     ("external", {"api": "$JS.hub.API"}),
     ("consumer", {"name": "C", "deliver_subject": "d"}),
 ])
@@ -582,3 +581,41 @@ async def test_stalled_source_matches_nats_server(on_both):
     ours, theirs = await on_both(stalled_scenario, "ST")
     assert ours == theirs
     assert ours[0][2]["sources"][0]["lag"] == 1 and ours[1][3] == [b"2", b"3"]
+
+
+# -- subject transforms in sources and mirrors --------------------------------------------------------
+
+
+async def transforms_scenario(nc: Any, n: str) -> list[Any]:
+    out: list[Any] = []
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}O", {"name": f"{n}O", "subjects": [f"{n}.>"]})
+    for subject in ("a.1", "b.2", "c.3"):
+        await api(nc, f"{n}.{subject}", subject.encode())
+    transforms = [{"src": f"{n}.a.*", "dest": f"{n}s.{{{{wildcard(1)}}}}"}, {"src": f"{n}.b.>", "dest": f"{n}sb.>"}]
+    created = await api(nc, f"$JS.API.STREAM.CREATE.{n}S", {"name": f"{n}S", "sources": [{"name": f"{n}O",
+                                                                                         "subject_transforms": transforms}]})
+    out.append(("source", normalise(created["config"])))
+    mirror = {"name": f"{n}O", "subject_transforms": [{"src": f"{n}.c.*", "dest": f"{n}m.{{{{wildcard(1)}}}}"}]}
+    out.append(("mirror", normalise((await api(nc, f"$JS.API.STREAM.CREATE.{n}M", {"name": f"{n}M", "mirror": mirror}))["config"])))
+    bad = [
+        {"sources": [{"name": f"{n}O", "filter_subject": f"{n}.a", "subject_transforms": [{"src": f"{n}.a", "dest": "x"}]}]},
+        {"sources": [{"name": f"{n}O", "subject_transforms": [{"src": f"{n}..a", "dest": "x"}]}]},
+        {"sources": [{"name": f"{n}O", "subject_transforms": [{"src": f"{n}.*", "dest": "x.{{wildcard(2)}}"}]}]},
+        {"sources": [{"name": f"{n}O", "subject_transforms": [{"src": f"{n}.>", "dest": "x.>"}, {"src": f"{n}.a", "dest": "y"}]}]},
+        {"mirror": {"name": f"{n}O", "filter_subject": f"{n}.a", "subject_transforms": [{"src": f"{n}.a", "dest": "x"}]}},
+        {"mirror": {"name": f"{n}O", "subject_transforms": [{"src": f"{n}.*", "dest": "x.{{wildcard(2)}}"}]}},
+        {"mirror": {"name": f"{n}O", "subject_transforms": [{"src": f"{n}.*", "dest": "x.*"}, {"src": f"{n}.a", "dest": "y"}]}},
+    ]
+    for i, body in enumerate(bad):
+        out.append((await api(nc, f"$JS.API.STREAM.CREATE.{n}B{i}", {"name": f"{n}B{i}", **body})).get("error"))
+    for stream, count in ((f"{n}S", 2), (f"{n}M", 1)):
+        body = await wait_for(nc, stream, count)
+        out.append((stream, normalise(body["state"]), source_state(body), [m[:4] for m in await messages(nc, stream)]))
+    return out
+
+
+async def test_subject_transforms_in_sources_and_mirrors_match_nats_server(on_both):
+    ours, theirs = await on_both(transforms_scenario, "TR")
+    assert ours == theirs
+    assert [e["err_code"] for e in ours[2:9]] == [10144, 10145, 10146, 10147, 10150, 10154, 10154]
+    assert [m[1][-3:] for m in ours[9][3]] == ["s.1", "b.2"] and ours[10][3][0][1].endswith("m.3")

@@ -99,7 +99,8 @@ class Link:
         self.spec = spec
         self.is_mirror = is_mirror
         self.kick = kick
-        self._filters = [spec.filter_subject] if spec.filter_subject else None
+        self._filters = spec.filters
+        self._transforms = spec.transforms()
         self.next_seq = 0  # the next origin seq to read; 0 until positioned
         self.ident = ""  # the identity of the origin the position belongs to
         self.seq = 0  # the last origin seq a source stored (INFO "seq")
@@ -111,7 +112,15 @@ class Link:
         self.refused = 0  # the origin seq last refused (logged once)
 
     def wants(self, subject: str) -> bool:
-        return not self.spec.filter_subject or subjects.subject_matches(self.spec.filter_subject, subject)
+        return self._filters is None or any(subjects.subject_matches(f, subject) for f in self._filters)
+
+    def map(self, subject: str) -> str:
+        """The subject the copy is stored under: the first subject transform that takes it, else its own."""
+        for transform in self._transforms:
+            mapped = transform.apply(subject)
+            if mapped is not None:
+                return mapped
+        return subject
 
     def update_lag(self) -> None:
         """nats-server's lag: the origin's pending count after the last message its consumer delivered
@@ -130,6 +139,8 @@ class Link:
         out["active"] = now - self.last_active if self.last_active else -1
         if self.spec.filter_subject:
             out["filter_subject"] = self.spec.filter_subject
+        if self.spec.subject_transforms:
+            out["subject_transforms"] = [{"src": src, "dest": dest} for src, dest in self.spec.subject_transforms]
         if self.error is not None:
             out["error"] = self.error.to_dict()
         return out
@@ -340,13 +351,14 @@ class Sourcing:
         if link.is_mirror:
             if msg.seq > self.stream.last_seq:  # what the mirror has already is not stored again
                 hdr = headers.without(msg.hdr, prefixes=_STRIP_PREFIXES)
-                self.stream.store_mirrored(msg.seq, msg.ts, msg.subject, hdr, msg.data)
+                self.stream.store_mirrored(msg.seq, msg.ts, link.map(msg.subject), hdr, msg.data)
             return
         hdr = headers.without(msg.hdr, headers.STREAM_SOURCE, prefixes=_STRIP_PREFIXES)
-        spec = link.spec
-        value = f"{spec.name} {msg.seq} {spec.filter_subject or '>'} > {msg.subject} {link.ident}"
-        _, duplicate = self.stream.process(msg.subject, headers.append(hdr, ((headers.STREAM_SOURCE, value),)),
-                                           msg.data, sourced=True)
+        name, _, filters_and_dests = link.spec.index_name.partition(" ")
+        value = f"{name} {msg.seq} {filters_and_dests} {msg.subject} {link.ident}"
+        _, duplicate = self.stream.process(link.map(msg.subject),
+                                           headers.append(hdr, ((headers.STREAM_SOURCE, value),)), msg.data,
+                                           sourced=True)
         if not duplicate:
             link.seq = msg.seq
 

@@ -7,9 +7,9 @@ is the config as responses and the persisted metadata carry it (omit-empty field
 
 Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
 (counters, atomic/batch publishing, message schedules, persist modes) and the source fields in
-`UNSUPPORTED_IN_SOURCES` are refused with 10052 naming the field and what to do. `mirror` and `sources`
-are `SourceConfig`s (jetstream/sourcing.py copies them); the checks that need other streams (cycles,
-message sizes, mirror_direct) are sourcing.check_origins'.
+`UNSUPPORTED_IN_SOURCES` (external, consumer) are refused with 10052 naming the field and what to do.
+`mirror` and `sources` are `SourceConfig`s (jetstream/sourcing.py copies them); the checks that need
+other streams (cycles, message sizes, mirror_direct) are sourcing.check_origins'.
 `placement` and `compression` are stored and echoed: on a single server they change nothing a client sees.
 """
 
@@ -58,12 +58,29 @@ class SourceConfig:
     opt_start_seq: int = 0
     opt_start_time: int | None = None  # ns
     filter_subject: str = ""
+    subject_transforms: tuple[tuple[str, str], ...] = ()  # (src, dest)
 
     @property
     def index_name(self) -> str:
-        """nats-server's index name, "<stream> <filter> <transform destination>" ('>' when empty): what
-        tells two sources apart and what the Nats-Stream-Source header of a sourced message names."""
-        return f"{self.name} {self.filter_subject or '>'} >"
+        """nats-server's index name, "<stream> <filters> <transform destinations>" ('>' when empty, several
+        joined by a form feed): what tells two sources apart and what a Nats-Stream-Source header names."""
+        if not self.subject_transforms:
+            return f"{self.name} {self.filter_subject or '>'} >"
+        srcs = "\f".join(src or ">" for src, _ in self.subject_transforms)
+        return f"{self.name} {srcs} " + "\f".join(dest or ">" for _, dest in self.subject_transforms)
+
+    @property
+    def filters(self) -> list[str] | None:
+        """The origin subjects read (None: all)."""
+        if self.subject_transforms:
+            srcs = [src for src, _ in self.subject_transforms]
+            return None if "" in srcs or ">" in srcs else srcs
+        return [self.filter_subject] if self.filter_subject else None
+
+    def transforms(self) -> list[subject_transform.Transform]:
+        """The subject transforms, in order (the first whose src matches maps a subject)."""
+        parsed = (subject_transform.parse(src, dest) for src, dest in self.subject_transforms)
+        return [t for t in parsed if t is not None]
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}
@@ -73,6 +90,8 @@ class SourceConfig:
             out["opt_start_time"] = times.rfc3339(self.opt_start_time)
         if self.filter_subject:
             out["filter_subject"] = self.filter_subject
+        if self.subject_transforms:
+            out["subject_transforms"] = [{"src": src, "dest": dest} for src, dest in self.subject_transforms]
         return out
 
 
@@ -243,8 +262,6 @@ def _as_object(value: Any) -> dict[str, Any] | None:
 
 # The fields of a `mirror` / `sources` entry jsbroker refuses (10052, "<mirror|sources>.<field>: ...").
 UNSUPPORTED_IN_SOURCES: dict[str, str] = {
-    "subject_transforms": "subject transforms in mirrors and sources are not supported by jsbroker yet; "
-                          "use filter_subject instead",
     "external": "external (api / deliver prefixes) is not supported by jsbroker: name a stream of this "
                 "server and leave external out",
     "consumer": "durable sourcing is not supported by jsbroker yet; leave consumer out",
@@ -258,9 +275,11 @@ def _source(obj: dict[str, Any] | None, key: str) -> SourceConfig | None:
     for field_name, text in UNSUPPORTED_IN_SOURCES.items():
         if obj.get(field_name):
             raise _invalid(f"{key}.{field_name}: {text}")
+    transforms = tuple((get_str(t, "src"), get_str(t, "dest"))
+                       for t in (_as_object(item) or {} for item in _list(obj, "subject_transforms")))
     return SourceConfig(name=get_str(obj, "name"), opt_start_seq=get_int(obj, "opt_start_seq", kind="uint64"),
                         opt_start_time=get_time(obj, "opt_start_time"),
-                        filter_subject=get_str(obj, "filter_subject"))
+                        filter_subject=get_str(obj, "filter_subject"), subject_transforms=transforms)
 
 
 def _placement(raw: dict[str, Any]) -> dict[str, Any] | None:
@@ -396,8 +415,14 @@ def _check_mirror(cfg: StreamConfig) -> None:
         raise errors.MIRROR_WITH_SUBJECTS()
     if cfg.sources:
         raise errors.MIRROR_WITH_SOURCES()
+    if cfg.mirror.filter_subject and cfg.mirror.subject_transforms:
+        raise errors.MIRROR_MULTIPLE_FILTERS_NOT_ALLOWED()
     if cfg.subject_delete_marker_ttl > 0:  # markers would take sequences the origin does not have
         raise _invalid("subject delete markers forbidden on mirrors")
+    _check_transforms(cfg.mirror, errors.MIRROR_INVALID_SUBJECT_FILTER, errors.MIRROR_INVALID_TRANSFORM_DESTINATION)
+    srcs = [src for src, _ in cfg.mirror.subject_transforms]
+    if any(subjects.subjects_overlap(a, b) for i, a in enumerate(srcs) for b in srcs[i + 1:]):
+        raise errors.MIRROR_OVERLAPPING_SUBJECT_FILTERS()
     if not is_valid_name(cfg.mirror.name):
         raise errors.MIRROR_INVALID_STREAM_NAME()
 
@@ -410,6 +435,22 @@ def _check_sources(cfg: StreamConfig) -> None:
         if source.index_name in seen:
             raise errors.SOURCE_DUPLICATE_DETECTED()
         seen.add(source.index_name)
+        if source.filter_subject and source.subject_transforms:
+            raise errors.SOURCE_MULTIPLE_FILTERS_NOT_ALLOWED()
+        _check_transforms(source, errors.SOURCE_INVALID_SUBJECT_FILTER, errors.SOURCE_INVALID_TRANSFORM_DESTINATION)
+        srcs = [src for src, _ in source.subject_transforms]
+        if any(subjects.is_subset(a, b) for i, a in enumerate(srcs) for j, b in enumerate(srcs) if i != j):
+            raise errors.SOURCE_OVERLAPPING_SUBJECT_FILTERS()
+
+
+def _check_transforms(source: SourceConfig, bad_source: errors.ErrorKind, bad_destination: errors.ErrorKind) -> None:
+    for src, dest in source.subject_transforms:
+        try:
+            subject_transform.parse(src, dest)
+        except subject_transform.InvalidSource as exc:
+            raise bad_source(err=str(exc)) from None
+        except subject_transform.InvalidDestination as exc:
+            raise bad_destination(err=str(exc)) from None
 
 
 def _unlimited(value: int) -> int:
