@@ -34,7 +34,7 @@ from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreEr
 
 from . import ack, advisories, errors, headers, pull, rate
 from .requests import API_LEVEL, api_level_supported
-from .consumer_config import ConsumerConfig
+from .consumer_config import ConsumerConfig, set_static_metadata
 from .times import format_duration, now_ns, rfc3339
 
 if TYPE_CHECKING:
@@ -1199,8 +1199,10 @@ class Consumer:
         else:
             self._t_pause.cancel()
 
-    def pause(self, until_ns: int) -> None:
-        self.cfg.pause_until = rfc3339(until_ns) if until_ns > 0 else None
+    def pause(self, until: str | None) -> None:
+        """Pause until the given RFC 3339 time (kept as given, a past one too, as nats-server does)."""
+        self.cfg.pause_until = until or None
+        set_static_metadata(self.cfg)  # a pause time needs API level 1: nats-server's stored config says so
         self.save_meta()
         self._arm_pause()
         self._kick()

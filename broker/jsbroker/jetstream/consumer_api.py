@@ -263,8 +263,8 @@ def consumer_pause(req: Request) -> dict[str, Any]:
     consumer = _lookup(req)
     until = get_time(raw, "pause_until") or 0
     now = now_ns()
-    consumer.pause(until if until > now else 0)
     given = get_str(raw, "pause_until")
+    consumer.pause(given)
     out: dict[str, Any] = {"paused": until > now, "pause_until": given or ZERO_TIME}
     if until > now:
         out["pause_remaining"] = min(until - now, MAX_DURATION)

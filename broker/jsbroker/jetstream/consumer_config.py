@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import subjects
 from . import errors
-from .times import format_duration, parse_rfc3339
+from .times import ZERO_TIME, format_duration, parse_rfc3339
 
 DELIVER_POLICIES = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
 ACK_POLICIES = ("none", "all", "explicit", "flow_control")
@@ -289,7 +289,7 @@ def stamp_ephemeral_threshold(cfg: ConsumerConfig) -> None:
 def set_static_metadata(cfg: ConsumerConfig) -> None:
     """Record the API level the config needs (`_nats.req.level`), as the server stores it."""
     level = 0
-    if cfg.pause_until and cfg.pause_until_ns > 0:
+    if cfg.pause_until and cfg.pause_until != ZERO_TIME:  # any pause time but Go's zero, a past one too
         level = max(level, 1)
     if cfg.priority_policy != "none" or cfg.priority_timeout or cfg.priority_groups:
         level = max(level, 1)
