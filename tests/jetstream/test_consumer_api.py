@@ -6,6 +6,8 @@ nats-server; every answer (JSON, error, status or silence) must be the same afte
 
 import pytest
 
+from tests.broker.raw import CONNECT, Raw
+
 SC = "$JS.API.STREAM.CREATE.{S}"
 C = "$JS.API.CONSUMER.CREATE.{S}"
 DC = "$JS.API.CONSUMER.DURABLE.CREATE.{S}"
@@ -91,7 +93,6 @@ CASES = {
     "unpin_errors": [stream(), create("UP"), (f"{U}.UP", ""), (f"{U}.UP", {"group": "bad group!"}),
                      (f"{U}.UP", {"group": "g"}), (f"{U}.nosuch", {"group": "g"})],
     "next_errors": [stream(), create("PS", deliver_subject="{S}-push"), (f"{NEXT}.PS", ""), (f"{NEXT}.nosuch", ""),
-                    ("$JS.API.CONSUMER.MSG.NEXT.nosuch.C", ""),
                     create("PL", max_batch=5, max_expires=1_000_000_000, max_bytes=100),
                     (f"{NEXT}.PL", {"batch": 6}), (f"{NEXT}.PL", {"batch": 1, "expires": 2_000_000_000}),
                     (f"{NEXT}.PL", {"batch": 1, "max_bytes": 200}),
@@ -107,3 +108,18 @@ async def test_consumer_api_matches_nats_server(case, differential):
     ours, theirs = await differential(CASES[case], timeout=0.5)
     for i, (a, b) in enumerate(zip(ours, theirs)):
         assert a == b, f"step {i} {CASES[case][i][0]}: jsbroker {a!r} != nats-server {b!r}"
+
+
+def _no_responders_frame(port: int, subject: str) -> bytes:
+    with Raw(port) as raw:
+        raw.send(CONNECT + f"SUB _I.nr 1\r\nPUB {subject} _I.nr 2\r\n{{}}\r\nPING\r\n".encode())
+        return raw.read_until(b"PONG\r\n")
+
+
+@pytest.mark.parametrize("subject", ["$JS.API.CONSUMER.MSG.NEXT.nosuch.C", "$JS.API.CONSUMER.MSG.NEXT.KV_x.nosuch"])
+def test_no_responders_status_names_the_subject(subject, nats_server, jsbroker_server):
+    """A JetStream API request nobody answers gets the 503 with the Nats-Subject header nats-server sends
+    (the fuzzer's pull on a stream that does not exist)."""
+    ours, theirs = (_no_responders_frame(h.port, subject) for h in (jsbroker_server, nats_server))
+    assert ours == theirs == (f"HMSG _I.nr 1 {len(subject) + 32} {len(subject) + 32}\r\n"
+                              f"NATS/1.0 503\r\nNats-Subject: {subject}\r\n\r\n\r\nPONG\r\n").encode()

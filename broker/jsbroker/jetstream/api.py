@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 
 API_PREFIX = "$JS.API."
 TYPE_PREFIX = "io.nats.jetstream.api.v1."
-NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"
 
 
 @dataclass(slots=True)
@@ -160,4 +159,5 @@ class ApiRouter:
     def _unhandled(self, subject: str, reply: str | None) -> None:
         """Answer 503 where nats-server has no responder; stay silent for unknown subjects."""
         if reply and self._js.wants_no_responders(subject.split(".")):
-            self._bus.publish(reply, None, NO_RESPONDERS, b"")
+            # nats-server names the subject nobody answered, as the router's own 503 does
+            self._bus.publish(reply, None, b"NATS/1.0 503\r\nNats-Subject: %s\r\n\r\n" % subject.encode(), b"")
