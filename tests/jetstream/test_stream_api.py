@@ -148,6 +148,11 @@ CASES = {
     "msg_delete_variants": [(C, cfg()), pub("{S}.a"), pub("{S}.b"), pub("{S}.c"), (X, {"seq": 2}), (X, {"seq": 2}),
                             (X, {"seq": 3, "no_erase": True}), (X, ""), (X, {"seq": 99}), (I, {"deleted_details": True}),
                             ("$JS.API.STREAM.MSG.DELETE.{S}nope", {"seq": 1}), (D, "")],
+    # below the first seq (a limit or a purge removed it): the file store says "no message found", memory 10043
+    **{f"msg_delete_below_first_{storage}": [
+        (C, cfg(storage=storage, max_msgs_per_subject=1)), pub("{S}.a"), pub("{S}.b"), pub("{S}.a"), (X, {"seq": 1}),
+        (X, {"seq": 3}), (X, {"seq": 3}), (P, ""), (X, {"seq": 2}), (X, {"seq": 4}), (D, "")]
+       for storage in ("file", "memory")},
     "msg_delete_denied": [(C, cfg(deny_delete=True)), pub("{S}.a"), (X, {"seq": 1}), (D, "")],
     "sealed_stream": [(C, cfg()), pub("{S}.a"), (U, cfg(sealed=True)), pub("{S}.a"), (X, {"seq": 1}), (P, ""),
                       (I, ""), (D, "")],

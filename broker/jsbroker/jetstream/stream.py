@@ -637,8 +637,12 @@ class Stream:
             raise errors.STREAM_SEALED()
         if self.config.deny_delete:
             raise errors.STREAM_MSG_DELETE_FAILED(err="message delete not permitted")
-        if self.config.storage == "file" and seq > self.store.state().last_seq:
-            raise errors.STREAM_MSG_DELETE_FAILED(err="stream store EOF")  # nats-server's filestore says so
+        if self.config.storage == "file":  # nats-server's filestore tells apart above the last and below the first
+            state = self.store.state()
+            if seq > state.last_seq:
+                raise errors.STREAM_MSG_DELETE_FAILED(err="stream store EOF")
+            if seq < state.first_seq:
+                raise errors.STREAM_MSG_DELETE_FAILED(err="no message found")
         subject = self.store.subject_of(seq)
         if subject is None or not self._remove(seq, subject, erase=erase):
             raise errors.SEQUENCE_NOT_FOUND(seq=seq)
