@@ -1,0 +1,82 @@
+"""The long mode of the differential restart fuzzer (tests/jetstream/restart_model.py): random JetStream
+operation sequences with SIGTERM / kill -9 restarts, against jsbroker and nats-server 2.15.1, compared
+after every step. Every difference is shrunk (ddmin over the steps) and printed as a regression case.
+
+    python bench/fuzz/restart_fuzz.py --count 2000            # or --minutes 55; --seed picks the first seed
+    python bench/fuzz/restart_fuzz.py --replay 1234           # one seed, its ops and its difference
+
+Run it with the project's venv (its bin/ holds nats-server). Prints a summary line every 50 sequences and
+at the end: sequences, steps, restarts (kills), differences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+from tests.jetstream.restart_model import Pair, generate, regression_source, shrink  # noqa: E402
+from tests.servers import JSBROKER, NATS_SERVER, launch  # noqa: E402
+
+
+def log(line: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+
+async def main(args: argparse.Namespace) -> int:
+    with launch(JSBROKER) as ours, launch(NATS_SERVER) as theirs:
+        pair = Pair(ours, theirs)
+        await pair.connect()
+        if args.replay is not None:
+            ops = generate(args.replay, args.length, (args.min_restarts, args.max_restarts))
+            print(regression_source(ops, None))
+            diff = await pair.run(ops)
+            print(diff or "no difference")
+            await pair.close()
+            return 1 if diff else 0
+        found = ran = 0
+        start = time.monotonic()
+        seed = args.seed
+        end = start + args.minutes * 60 if args.minutes else None
+        while (end is None and ran < args.count) or (end is not None and time.monotonic() < end):
+            ops = generate(seed, args.length, (args.min_restarts, args.max_restarts))
+            diff = await pair.run(ops)
+            ran += 1
+            if diff is not None:
+                found += 1
+                log(f"seed {seed}: DIFFERENCE {diff}")
+                shrunk, sdiff = await shrink(pair, ops, budget=args.shrink_budget, log=log)
+                log(f"seed {seed}: shrunk {len(ops)} -> {len(shrunk)} steps\n{regression_source(shrunk, sdiff)}")
+            seed += 1
+            if ran % 50 == 0:
+                summary(pair, ran, found, start)
+        summary(pair, ran, found, start)
+        await pair.close()
+        return 1 if found else 0
+
+
+def summary(pair: Pair, ran: int, found: int, start: float) -> None:
+    """Generated sequences, then everything run (shrinking reruns included)."""
+    s = pair.stats
+    log(f"sequences {ran} differences {found} | all runs: sequences {s.sequences} steps {s.steps} "
+        f"restarts {s.restarts} (kill -9 {s.kills}) | elapsed {time.monotonic() - start:.0f}s")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--count", type=int, default=100, help="sequences to run (counted with shrinking runs)")
+    p.add_argument("--minutes", type=float, default=0, help="run for this long instead of --count")
+    p.add_argument("--seed", type=int, default=1, help="first seed; each sequence uses the next")
+    p.add_argument("--length", type=int, default=20, help="steps per sequence")
+    p.add_argument("--min-restarts", type=int, default=1)
+    p.add_argument("--max-restarts", type=int, default=3)
+    p.add_argument("--shrink-budget", type=float, default=240, help="seconds to shrink one difference")
+    p.add_argument("--replay", type=int, help="run only this seed and print its ops")
+    sys.exit(asyncio.run(main(p.parse_args())))

@@ -1,0 +1,109 @@
+"""The differential restart fuzzer's CI subset (tests/jetstream/restart_model.py): fixed seeds, each a random
+sequence of JetStream steps with SIGTERM / kill -9 restarts, run against jsbroker and nats-server and
+compared after every step; and the shrunk sequences it found, kept as regression cases.
+
+A failing seed is shrunk (ddmin, a minute at most) and the message shows the steps to paste into
+REGRESSIONS. The long mode is bench/fuzz/restart_fuzz.py (bench/fuzz/README.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.jetstream.restart_model import ACK_WAIT_NS, Op, Pair, generate, regression_source, shrink
+from tests.servers import JSBROKER, NATS_SERVER, ServerHandle, launch
+
+# About 2-3 minutes on a 2-core machine; the seeds are fixed so a CI failure replays with
+# `python bench/fuzz/restart_fuzz.py --replay SEED`.
+SEEDS = range(1000, 1060)
+
+_LIMITS = {"subjects": ["a", "b", "c.*"], "retention": "limits", "storage": "file"}
+_PULL = {"ack_policy": "explicit", "ack_wait": ACK_WAIT_NS}
+
+# Shrunk sequences the fuzzer found, by what they showed. Each was a difference before its fix.
+REGRESSIONS: dict[str, list[Op]] = {
+    # issue 21: a consumer created on an empty stream resolved its start position again at restart
+    # (found on 160959a, before 2a67030 fixed it; nats-server keeps delivered 0 and pending 1 or 2)
+    "last_per_subject_created_empty_then_sigterm": [
+        ("add_stream", "S1", _LIMITS),
+        ("add_consumer", "S1", "C4", {**_PULL, "deliver_policy": "last_per_subject", "filter_subjects": ["b"],
+                                      "max_ack_pending": 5}),
+        ("pub", "S1", "a", "m3", None),
+        ("pub", "S1", "b", "m4", None),
+        ("restart", "term"),
+        ("fetch", "S1", "C4", 3)],
+    "by_start_sequence_on_empty_interest_stream_then_kill": [
+        ("add_stream", "S1", {**_LIMITS, "retention": "interest", "max_msgs": 11, "discard": "new"}),
+        ("add_consumer", "S1", "C2", {"ack_policy": "none", "ack_wait": ACK_WAIT_NS,
+                                      "deliver_policy": "by_start_sequence", "opt_start_seq": 1,
+                                      "filter_subjects": ["b"]}),
+        ("pub", "S1", "c.y", "m2", None),
+        ("restart", "kill")],
+    "by_start_time_and_push_new_then_purge": [
+        ("add_stream", "S1", {**_LIMITS, "retention": "interest", "max_msgs_per_subject": 1}),
+        ("add_consumer", "S1", "C2", {"ack_policy": "all", "ack_wait": ACK_WAIT_NS, "deliver_policy": "by_start_time",
+                                      "opt_start_time": {"seq": 2}, "filter_subjects": ["c.*"]}),
+        ("pub", "S1", "c.x", "m2", None),
+        ("add_consumer", "S1", "C3", {**_PULL, "deliver_policy": "new", "filter_subjects": ["b"],
+                                      "deliver_subject": True, "max_ack_pending": 1}),
+        ("pub", "S1", "a", "m3", None),
+        ("restart", "term"),
+        ("fetch", "S1", "C2", 3),
+        ("purge", "S1", {"seq": 1})],
+    # CONSUMER.PAUSE did not record API level 1 in the consumer's metadata
+    "pause_records_api_level": [
+        ("add_stream", "S2", {**_LIMITS, "max_msgs_per_subject": 2}),
+        ("add_consumer", "S2", "C3", {**_PULL, "deliver_policy": "last_per_subject", "filter_subjects": ["a"],
+                                      "max_deliver": 3}),
+        ("pause", "S2", "C3", True),
+        ("restart", "kill"),
+        ("pause", "S2", "C3", False)],
+    # MSG.DELETE below a file stream's first seq: nats-server says "no message found" (10057)
+    "delete_below_first_of_interest_stream": [
+        ("add_stream", "S1", {**_LIMITS, "retention": "interest", "max_msgs": 4, "max_msgs_per_subject": 1}),
+        ("pub", "S1", "c.y", "m2", None),
+        ("pub", "S1", "c.x", "m3", None),
+        ("pub", "S1", "b", "m4", None),
+        ("delete_msg", "S1", 3)],
+    # a pull on a stream that does not exist: nats-server's 503 names the subject (Nats-Subject header)
+    "fetch_from_missing_stream": [("fetch", "S1", "C2", 3)],
+}
+XFAIL: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[ServerHandle, ServerHandle]]:
+    """Own servers (the fuzzer restarts them), reused by every case of this module."""
+    with launch(JSBROKER) as ours, launch(NATS_SERVER) as theirs:
+        yield ours, theirs
+
+
+async def _run(servers: tuple[ServerHandle, ServerHandle], ops: list[Op]) -> Any:
+    pair = Pair(*servers)
+    await pair.connect()
+    try:
+        diff = await pair.run(ops)
+        if diff is None:
+            return None
+        shrunk, sdiff = await shrink(pair, ops, budget=60)
+        return f"{diff}\n\nshrunk to {len(shrunk)} steps:\n{regression_source(shrunk, sdiff)}"
+    finally:
+        await pair.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_random_sequence_matches_nats_server(servers, seed) -> None:
+    failure = await _run(servers, generate(seed))
+    assert failure is None, failure
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.xfail(reason=XFAIL[name], strict=True)) if name in XFAIL else name
+    for name in REGRESSIONS])
+async def test_found_sequence_matches_nats_server(servers, name) -> None:
+    failure = await _run(servers, REGRESSIONS[name])
+    assert failure is None, failure
