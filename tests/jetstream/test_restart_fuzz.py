@@ -68,6 +68,17 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "c.x", "m3", None),
         ("pub", "S1", "b", "m4", None),
         ("delete_msg", "S1", 3)],
+    # an ack of an ack-none consumer's delivery: nats-server has no ack responder (503), jsbroker was silent
+    **{f"ack_of_ack_none_{kind}_consumer": [
+        ("add_stream", "S1", _LIMITS),
+        ("add_consumer", "S1", "C1", {"ack_policy": "none", "ack_wait": ACK_WAIT_NS, "deliver_policy": "all", **push}),
+        ("pub", "S1", "a", "m1", None),
+        ("pub", "S1", "a", "m2", None),
+        ("fetch", "S1", "C1", 1),
+        ("ack", "S1", "C1", "+ACK", 0),
+        ("restart", "kill"),
+        ("ack", "S1", "C1", "-NAK", 0)]
+       for kind, push in (("pull", {}), ("push", {"deliver_subject": True}))},
     # a pull on a stream that does not exist: nats-server's 503 names the subject (Nats-Subject header)
     "fetch_from_missing_stream": [("fetch", "S1", "C2", 3)],
 }

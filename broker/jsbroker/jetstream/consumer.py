@@ -209,7 +209,8 @@ class Consumer:
             self.store.reset(ConsumerState(delivered_stream_seq=self.sseq - 1, ack_floor_stream_seq=self.sseq - 1))
         self._recount_pending()
         bus, stream = self.bus, self.stream.name
-        self._subs.items.append(bus.subscribe_batched(ack.subscription_subject(stream, self.name), self._on_acks))
+        if self.cfg.ack_policy != "none":  # nats-server listens for no acks then: an ack_sync gets the 503
+            self._subs.items.append(bus.subscribe_batched(ack.subscription_subject(stream, self.name), self._on_acks))
         self._subs.items.append(bus.subscribe_internal(f"{MSG_NEXT_PREFIX}{stream}.{self.name}", self._on_next))
         if self.cfg.is_push:
             if self.cfg.flow_control:
