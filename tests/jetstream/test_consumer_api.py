@@ -90,6 +90,8 @@ CASES = {
         stream(), create("PZ"), (f"{P}.PZ", {"pause_until": "2999-01-01T00:00:00Z"}), (f"{I}.PZ", ""),
         (f"{P}.PZ", ""), (f"{I}.PZ", ""), (f"{P}.PZ", {"pause_until": "1970-01-01T00:00:00Z"}), (f"{I}.PZ", ""),
         (f"{P}.PZ", {"pause_until": "2000-01-01T00:00:00Z"}), (f"{I}.PZ", "")],
+    "pause_errors": [("$JS.API.CONSUMER.PAUSE.nosuch.C", {"pause_until": "2999-01-01T00:00:00Z"}), stream(),
+                     (f"{P}.nosuch", {"pause_until": "2999-01-01T00:00:00Z"}), (f"{P}.nosuch", "")],
     "unpin_errors": [stream(), create("UP"), (f"{U}.UP", ""), (f"{U}.UP", {"group": "bad group!"}),
                      (f"{U}.UP", {"group": "g"}), (f"{U}.nosuch", {"group": "g"})],
     "next_errors": [stream(), create("PS", deliver_subject="{S}-push"), (f"{NEXT}.PS", ""), (f"{NEXT}.nosuch", ""),

@@ -313,7 +313,8 @@ CONSUMER_HANDLERS: list[Endpoint] = [
     Endpoint("$JS.API.CONSUMER.NAMES.*", "consumer_names_response", consumer_names),
     Endpoint("$JS.API.CONSUMER.LIST.*", "consumer_list_response", consumer_list),
     Endpoint("$JS.API.CONSUMER.DELETE.*.*", "consumer_delete_response", consumer_delete),
-    Endpoint("$JS.API.CONSUMER.PAUSE.*.*", "consumer_pause_response", consumer_pause),
+    Endpoint("$JS.API.CONSUMER.PAUSE.*.*", "consumer_pause_response", consumer_pause,
+             error_fields={"paused": False, "pause_until": ZERO_TIME}),
     Endpoint("$JS.API.CONSUMER.UNPIN.*.*", "consumer_unpin_response", consumer_unpin),
     Endpoint("$JS.API.CONSUMER.RESET.*.*", "consumer_reset_response", consumer_reset, own_api_level=True),
 ]
