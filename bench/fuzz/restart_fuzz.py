@@ -42,6 +42,7 @@ async def main(args: argparse.Namespace) -> int:
             await pair.close()
             return 1 if diff else 0
         found = ran = 0
+        seen: dict[object, int] = {}
         start = time.monotonic()
         seed = args.seed
         end = start + args.minutes * 60 if args.minutes else None
@@ -51,13 +52,22 @@ async def main(args: argparse.Namespace) -> int:
             ran += 1
             if diff is not None:
                 found += 1
-                log(f"seed {seed}: DIFFERENCE {diff}")
-                shrunk, sdiff = await shrink(pair, ops, budget=args.shrink_budget, log=log)
-                log(f"seed {seed}: shrunk {len(ops)} -> {len(shrunk)} steps\n{regression_source(shrunk, sdiff)}")
+                kind = diff.known or diff.signature
+                seen[kind] = seen.get(kind, 0) + 1
+                if diff.known:
+                    log(f"seed {seed}: known difference {diff.known} (test_restart_fuzz.XFAIL)")
+                elif seen[kind] > 1:
+                    log(f"seed {seed}: DIFFERENCE again {kind}: {diff}")
+                else:  # a new kind: shrink it into a regression case
+                    log(f"seed {seed}: DIFFERENCE {diff}")
+                    shrunk, sdiff = await shrink(pair, ops, budget=args.shrink_budget, log=log)
+                    log(f"seed {seed}: shrunk {len(ops)} -> {len(shrunk)} steps\n{regression_source(shrunk, sdiff)}")
             seed += 1
             if ran % 50 == 0:
                 summary(pair, ran, found, start)
         summary(pair, ran, found, start)
+        for kind, n in sorted(seen.items(), key=lambda item: -item[1]):
+            log(f"  {n:5d} x {kind}")
         await pair.close()
         return 1 if found else 0
 

@@ -53,6 +53,30 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("restart", "term"),
         ("fetch", "S1", "C2", 3),
         ("purge", "S1", {"seq": 1})],
+    # open: a filtered push consumer created on a stream with only other subjects' messages
+    "filtered_push_consumer_created_past_other_subjects": [
+        ("add_stream", "S5", _LIMITS),
+        ("pub", "S5", "b", "m6", None),
+        ("add_consumer", "S5", "C6", {**_PULL, "deliver_policy": "all", "filter_subjects": ["a"],
+                                      "deliver_subject": True, "max_ack_pending": 1})],
+    # open: a delivered, unacked message deleted from the stream
+    "last_per_subject_pending_after_publish":
+        "last_per_subject_num_pending: jsbroker recounts num_pending at every INFO as one message per subject (1), "
+        "nats-server counts both messages on c.y (2) until a restart recounts it",
+    "deleted_message_stays_pending": [
+        ("add_stream", "S1", {**_LIMITS, "max_msgs": 2, "max_msgs_per_subject": 2}),
+        ("pub", "S1", "b", "m1", None),
+        ("pub", "S1", "b", "m2", None),
+        ("add_consumer", "S1", "C3", {**_PULL, "deliver_policy": "by_start_sequence", "opt_start_seq": 2,
+                                      "deliver_subject": True, "max_ack_pending": 1}),
+        ("delete_msg", "S1", 2)],
+    # open: num_pending of a last_per_subject consumer after a second message on the same subject
+    "last_per_subject_pending_after_publish": [
+        ("add_stream", "S1", _LIMITS),
+        ("pub", "S1", "c.y", "m2", "id2"),
+        ("add_consumer", "S1", "C2", {"ack_policy": "all", "ack_wait": ACK_WAIT_NS, "deliver_policy": "last_per_subject",
+                                      "filter_subjects": ["c.*"], "max_deliver": 3, "max_ack_pending": 4}),
+        ("pub", "S1", "c.y", "m3", None)],
     # CONSUMER.PAUSE did not record API level 1 in the consumer's metadata
     "pause_records_api_level": [
         ("add_stream", "S2", {**_LIMITS, "max_msgs_per_subject": 2}),
@@ -82,7 +106,23 @@ REGRESSIONS: dict[str, list[Op]] = {
     # a pull on a stream that does not exist: nats-server's 503 names the subject (Nats-Subject header)
     "fetch_from_missing_stream": [("fetch", "S1", "C2", 3)],
 }
-XFAIL: dict[str, str] = {}
+XFAIL: dict[str, str] = {
+    "filtered_push_consumer_created_past_other_subjects":
+        "stream_seq_floor_differs: jsbroker's delivered.stream_seq is 1 (a pass that finds nothing for the filter "
+        "jumps to the stream's end), nats-server's 0",
+    "last_per_subject_pending_after_publish":
+        "last_per_subject_num_pending: jsbroker recounts num_pending at every INFO as one message per subject (1), "
+        "nats-server counts both messages on c.y (2) until a restart recounts it",
+    "deleted_message_stays_pending":
+        "removed_message_stays_pending: nats-server drops a deleted message from the pending acks and moves the "
+        "ack floor to 2 (num_ack_pending 0); jsbroker keeps it pending (num_ack_pending 1, ack floor 1)",
+    "by_start_sequence_on_empty_interest_stream_then_kill":
+        "stream_seq_floor_differs: after the restart jsbroker's delivered.stream_seq is 1 (a message the "
+        "filtered consumer never delivered, gone by interest), nats-server's 0",
+    "by_start_time_and_push_new_then_purge":
+        "stream_seq_floor_differs: after a purge that removes nothing, delivered / ack_floor stream_seq differ "
+        "(nats-server moves them to the stream's first seq after interest removals)",
+}
 
 
 @pytest.fixture(scope="module")
@@ -92,13 +132,19 @@ def servers() -> Iterator[tuple[ServerHandle, ServerHandle]]:
         yield ours, theirs
 
 
-async def _run(servers: tuple[ServerHandle, ServerHandle], ops: list[Op]) -> Any:
+async def _run(servers: tuple[ServerHandle, ServerHandle], ops: list[Op], known_ok: bool = False) -> Any:
+    """None when the pair agreed; the difference otherwise, shrunk for a random sequence. With `known_ok`,
+    a difference that is an instance of an open one (restart_model.KNOWN) makes the test an xfail naming it."""
     pair = Pair(*servers)
     await pair.connect()
     try:
         diff = await pair.run(ops)
         if diff is None:
             return None
+        if known_ok and diff.known:
+            pytest.xfail(f"open difference {diff.known}: {diff}")
+        if not known_ok:  # a regression case is short already
+            return str(diff)
         shrunk, sdiff = await shrink(pair, ops, budget=60)
         return f"{diff}\n\nshrunk to {len(shrunk)} steps:\n{regression_source(shrunk, sdiff)}"
     finally:
@@ -108,7 +154,7 @@ async def _run(servers: tuple[ServerHandle, ServerHandle], ops: list[Op]) -> Any
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_random_sequence_matches_nats_server(servers, seed) -> None:
-    failure = await _run(servers, generate(seed))
+    failure = await _run(servers, generate(seed), known_ok=True)
     assert failure is None, failure
 
 
