@@ -41,15 +41,26 @@ async def main(args: argparse.Namespace) -> int:
             print(diff or "no difference")
             await pair.close()
             return 1 if diff else 0
-        found = ran = 0
+        found = ran = errors = 0
         seen: dict[object, int] = {}
+        top = {"with a restart": 0, "restarts": 0, "kill -9": 0}  # of the generated sequences
         start = time.monotonic()
         seed = args.seed
         end = start + args.minutes * 60 if args.minutes else None
         while (end is None and ran < args.count) or (end is not None and time.monotonic() < end):
             ops = generate(seed, args.length, (args.min_restarts, args.max_restarts))
-            diff = await pair.run(ops)
+            restarts, kills = pair.stats.restarts, pair.stats.kills
+            try:
+                diff = await pair.run(ops)
+            except Exception as e:  # noqa: BLE001 - a harness failure (a server that did not come back) is reported, not fatal
+                log(f"seed {seed}: ERROR {type(e).__name__}: {e}")
+                errors += 1
+                seed += 1
+                continue
             ran += 1
+            top["restarts"] += pair.stats.restarts - restarts
+            top["kill -9"] += pair.stats.kills - kills
+            top["with a restart"] += pair.stats.restarts > restarts
             if diff is not None:
                 found += 1
                 kind = diff.known or diff.signature
@@ -58,24 +69,27 @@ async def main(args: argparse.Namespace) -> int:
                     log(f"seed {seed}: known difference {diff.known} (test_restart_fuzz.XFAIL)")
                 elif seen[kind] > 1:
                     log(f"seed {seed}: DIFFERENCE again {kind}: {diff}")
+                elif end is not None and time.monotonic() + args.shrink_budget > end:
+                    log(f"seed {seed}: DIFFERENCE (new kind, no time left to shrink) {diff}")
                 else:  # a new kind: shrink it into a regression case
                     log(f"seed {seed}: DIFFERENCE {diff}")
                     shrunk, sdiff = await shrink(pair, ops, budget=args.shrink_budget, log=log)
                     log(f"seed {seed}: shrunk {len(ops)} -> {len(shrunk)} steps\n{regression_source(shrunk, sdiff)}")
             seed += 1
             if ran % 50 == 0:
-                summary(pair, ran, found, start)
-        summary(pair, ran, found, start)
+                summary(pair, ran, top, found, start)
+        summary(pair, ran, top, found, start)
+        log(f"harness errors {errors}")
         for kind, n in sorted(seen.items(), key=lambda item: -item[1]):
             log(f"  {n:5d} x {kind}")
         await pair.close()
         return 1 if found else 0
 
 
-def summary(pair: Pair, ran: int, found: int, start: float) -> None:
+def summary(pair: Pair, ran: int, top: dict[str, int], found: int, start: float) -> None:
     """Generated sequences, then everything run (shrinking reruns included)."""
     s = pair.stats
-    log(f"sequences {ran} differences {found} | all runs: sequences {s.sequences} steps {s.steps} "
+    log(f"sequences {ran} ({', '.join(f'{k} {v}' for k, v in top.items())}) differences {found} | all runs: sequences {s.sequences} steps {s.steps} "
         f"restarts {s.restarts} (kill -9 {s.kills}) | elapsed {time.monotonic() - start:.0f}s")
 
 

@@ -63,6 +63,15 @@ REGRESSIONS: dict[str, list[Op]] = {
     "last_per_subject_pending_after_publish":
         "last_per_subject_num_pending: jsbroker recounts num_pending at every INFO as one message per subject (1), "
         "nats-server counts both messages on c.y (2) until a restart recounts it",
+    "purge_of_unused_stream":
+        "purged_unused_stream_first_seq: nats-server's first_seq is 1 after purging a stream that never stored "
+        "anything, jsbroker's stays 0",
+    "interest_messages_below_the_start_at_restart":
+        "restart_keeps_uninterested_messages: nats-server removes message 2 (below the consumer's start 3) when it "
+        "starts again, jsbroker keeps it",
+    "in_progress_after_restart":
+        "in_progress_last_active: after +WPI nats-server reports delivered.last_active again (it is not kept across "
+        "the restart by either server), jsbroker does not",
     "deleted_message_stays_pending": [
         ("add_stream", "S1", {**_LIMITS, "max_msgs": 2, "max_msgs_per_subject": 2}),
         ("pub", "S1", "b", "m1", None),
@@ -77,6 +86,24 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("add_consumer", "S1", "C2", {"ack_policy": "all", "ack_wait": ACK_WAIT_NS, "deliver_policy": "last_per_subject",
                                       "filter_subjects": ["c.*"], "max_deliver": 3, "max_ack_pending": 4}),
         ("pub", "S1", "c.y", "m3", None)],
+    # open: a purge of a stream that never stored a message
+    "purge_of_unused_stream": [("add_stream", "S1", _LIMITS), ("purge", "S1", {})],
+    # open: an interest stream's messages below its only consumer's start, at a restart
+    "interest_messages_below_the_start_at_restart": [
+        ("add_stream", "S1", {**_LIMITS, "retention": "interest"}),
+        ("add_consumer", "S1", "C3", {**_PULL, "deliver_policy": "by_start_sequence", "opt_start_seq": 3,
+                                      "filter_subjects": ["c.*"], "deliver_subject": True, "max_ack_pending": 3}),
+        ("pub", "S1", "a", "m1", None),
+        ("pub", "S1", "c.y", "m5", None),
+        ("restart", "kill")],
+    # open: an in-progress ack of a delivery made before a restart
+    "in_progress_after_restart": [
+        ("add_stream", "S1", {**_LIMITS, "max_msgs": 8}),
+        ("add_consumer", "S1", "C2", {**_PULL, "deliver_policy": "last"}),
+        ("pub", "S1", "b", "m3", None),
+        ("fetch", "S1", "C2", 3),
+        ("restart", "term"),
+        ("ack", "S1", "C2", "+WPI", 1)],
     # CONSUMER.PAUSE did not record API level 1 in the consumer's metadata
     "pause_records_api_level": [
         ("add_stream", "S2", {**_LIMITS, "max_msgs_per_subject": 2}),
@@ -113,6 +140,15 @@ XFAIL: dict[str, str] = {
     "last_per_subject_pending_after_publish":
         "last_per_subject_num_pending: jsbroker recounts num_pending at every INFO as one message per subject (1), "
         "nats-server counts both messages on c.y (2) until a restart recounts it",
+    "purge_of_unused_stream":
+        "purged_unused_stream_first_seq: nats-server's first_seq is 1 after purging a stream that never stored "
+        "anything, jsbroker's stays 0",
+    "interest_messages_below_the_start_at_restart":
+        "restart_keeps_uninterested_messages: nats-server removes message 2 (below the consumer's start 3) when it "
+        "starts again, jsbroker keeps it",
+    "in_progress_after_restart":
+        "in_progress_last_active: after +WPI nats-server reports delivered.last_active again (it is not kept across "
+        "the restart by either server), jsbroker does not",
     "deleted_message_stays_pending":
         "removed_message_stays_pending: nats-server drops a deleted message from the pending acks and moves the "
         "ack floor to 2 (num_ack_pending 0); jsbroker keeps it pending (num_ack_pending 1, ack floor 1)",
