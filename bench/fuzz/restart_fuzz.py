@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -30,7 +31,39 @@ def log(line: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
 
 
+async def workers(args: argparse.Namespace) -> int:
+    """Run `--workers` fuzzers (each its own pair of servers, seeds a million apart), print their lines
+    prefixed by worker, then the totals of their last summaries."""
+    procs = []
+    for k in range(args.workers):
+        argv = [f"--{name.replace('_', '-')}={getattr(args, name)}"
+                for name in ("count", "minutes", "length", "min_restarts", "max_restarts", "shrink_budget")]
+        procs.append(await asyncio.create_subprocess_exec(
+            sys.executable, __file__, *argv, "--workers", "1", "--seed", str(args.seed + k * 1_000_000),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT))
+    last: dict[int, str] = {}
+
+    async def relay(k: int, proc: asyncio.subprocess.Process) -> int:
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip("\n")
+            if " sequences " in line and "all runs" in line:
+                last[k] = line
+            print(f"[w{k}] {line}", flush=True)
+        return await proc.wait()
+
+    codes = await asyncio.gather(*(relay(k, p) for k, p in enumerate(procs)))
+    totals: dict[str, int] = {}
+    for line in last.values():
+        for key, value in re.findall(r"([a-z][a-z -]*?|kill -9) (\d+)", line.split("|")[0].split(" ", 1)[1]):
+            totals[key.strip()] = totals.get(key.strip(), 0) + int(value)
+    log(f"TOTAL over {args.workers} workers: " + ", ".join(f"{k} {v}" for k, v in totals.items()))
+    return max(codes)
+
+
 async def main(args: argparse.Namespace) -> int:
+    if args.workers > 1:
+        return await workers(args)
     with launch(JSBROKER) as ours, launch(NATS_SERVER) as theirs:
         pair = Pair(ours, theirs)
         await pair.connect()
@@ -102,5 +135,6 @@ if __name__ == "__main__":
     p.add_argument("--min-restarts", type=int, default=1)
     p.add_argument("--max-restarts", type=int, default=3)
     p.add_argument("--shrink-budget", type=float, default=240, help="seconds to shrink one difference")
+    p.add_argument("--workers", type=int, default=1, help="fuzzers in parallel, each with its own servers")
     p.add_argument("--replay", type=int, help="run only this seed and print its ops")
     sys.exit(asyncio.run(main(p.parse_args())))
