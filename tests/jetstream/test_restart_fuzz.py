@@ -60,18 +60,6 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("add_consumer", "S5", "C6", {**_PULL, "deliver_policy": "all", "filter_subjects": ["a"],
                                       "deliver_subject": True, "max_ack_pending": 1})],
     # open: a delivered, unacked message deleted from the stream
-    "last_per_subject_pending_after_publish":
-        "last_per_subject_num_pending: jsbroker recounts num_pending at every INFO as one message per subject (1), "
-        "nats-server counts both messages on c.y (2) until a restart recounts it",
-    "purge_of_unused_stream":
-        "purged_unused_stream_first_seq: nats-server's first_seq is 1 after purging a stream that never stored "
-        "anything, jsbroker's stays 0",
-    "interest_messages_below_the_start_at_restart":
-        "restart_keeps_uninterested_messages: nats-server removes message 2 (below the consumer's start 3) when it "
-        "starts again, jsbroker keeps it",
-    "in_progress_after_restart":
-        "in_progress_last_active: after +WPI nats-server reports delivered.last_active again (it is not kept across "
-        "the restart by either server), jsbroker does not",
     "deleted_message_stays_pending": [
         ("add_stream", "S1", {**_LIMITS, "max_msgs": 2, "max_msgs_per_subject": 2}),
         ("pub", "S1", "b", "m1", None),
@@ -141,7 +129,7 @@ XFAIL: dict[str, str] = {
         "last_per_subject_num_pending: jsbroker recounts num_pending at every INFO as one message per subject (1), "
         "nats-server counts both messages on c.y (2) until a restart recounts it",
     "purge_of_unused_stream":
-        "purged_unused_stream_first_seq: nats-server's first_seq is 1 after purging a stream that never stored "
+        "unused_stream_first_seq: nats-server's first_seq is 1 after purging a stream that never stored "
         "anything, jsbroker's stays 0",
     "interest_messages_below_the_start_at_restart":
         "restart_keeps_uninterested_messages: nats-server removes message 2 (below the consumer's start 3) when it "
