@@ -373,7 +373,7 @@ def _stream_floor_differs(d: Difference) -> bool:
     jsbroker moves them past messages the consumer never delivered (a pass that finds nothing jumps to
     the stream's end, a restart, a purge) where nats-server keeps them, or the other way round."""
     ch = d.changed
-    if not d.what.startswith("consumer") or not set(ch) <= {"delivered", "ack_floor"} or not ch:
+    if not d.what.startswith(("consumer", "answer")) or not set(ch) <= {"delivered", "ack_floor"} or not ch:
         return False
     return all(isinstance(a, dict) and isinstance(b, dict) and a.get("consumer_seq") == b.get("consumer_seq")
                for a, b in ch.values())
@@ -381,12 +381,14 @@ def _stream_floor_differs(d: Difference) -> bool:
 
 def _removed_stays_pending(d: Difference) -> bool:
     """A delivered, unacked message left the stream (delete, limit, purge): nats-server drops it from the
-    pending acks and moves the ack floor, jsbroker keeps it pending."""
+    pending acks and moves the ack floor (and may deliver the next one), jsbroker keeps it pending."""
     ch = d.changed
-    if not d.what.startswith("consumer") or "num_ack_pending" not in ch:
+    if not d.what.startswith("consumer") or d.op[0] not in ("delete_msg", "purge", "pub", "update_stream"):
         return False
-    ours, theirs = ch["num_ack_pending"]
-    return d.op[0] in ("delete_msg", "purge", "pub", "update_stream") and ours > theirs
+    if "num_ack_pending" in ch and ch["num_ack_pending"][0] > ch["num_ack_pending"][1]:
+        return True
+    floor = ch.get("ack_floor")
+    return floor is not None and floor[0].get("stream_seq", 0) < floor[1].get("stream_seq", 0)
 
 
 def _last_per_subject_pending(d: Difference) -> bool:
@@ -435,6 +437,13 @@ def _progress_last_active(d: Difference) -> bool:
     return isinstance(ours, dict) and isinstance(theirs, dict) and strip(ours) == strip(theirs)
 
 
+def _reset_removes(d: Difference) -> bool:
+    """CONSUMER.RESET of a work-queue / interest stream's consumer: jsbroker removes the messages below the
+    reset seq as if acked, nats-server keeps them."""
+    states = _state(d)
+    return d.op[0] == "reset" and states is not None and states[0]["messages"] < states[1]["messages"]
+
+
 # Open differences, by the shape they show after the step (names as in test_restart_fuzz.XFAIL).
 KNOWN: dict[str, Callable[[Difference], bool]] = {
     "stream_seq_floor_differs": _stream_floor_differs,
@@ -444,6 +453,7 @@ KNOWN: dict[str, Callable[[Difference], bool]] = {
     "consumer_delete_removes_messages": _consumer_delete_removes,
     "restart_keeps_uninterested_messages": _restart_keeps_uninterested,
     "in_progress_last_active": _progress_last_active,
+    "reset_removes_messages": _reset_removes,
 }
 
 

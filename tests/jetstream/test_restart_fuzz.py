@@ -59,6 +59,13 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S5", "b", "m6", None),
         ("add_consumer", "S5", "C6", {**_PULL, "deliver_policy": "all", "filter_subjects": ["a"],
                                       "deliver_subject": True, "max_ack_pending": 1})],
+    # open: RESET past the end of a work-queue stream
+    "reset_of_work_queue_consumer": [
+        ("add_stream", "S1", {**_LIMITS, "retention": "workqueue", "max_msgs": 5}),
+        ("pub", "S1", "b", "m5", None),
+        ("add_consumer", "S1", "C3", {**_PULL, "deliver_policy": "all", "filter_subjects": ["b"], "max_deliver": 3,
+                                      "deliver_subject": True, "max_ack_pending": 3}),
+        ("reset", "S1", "C3", 7)],
     # open: a delivered, unacked message deleted from the stream
     "deleted_message_stays_pending": [
         ("add_stream", "S1", {**_LIMITS, "max_msgs": 2, "max_msgs_per_subject": 2}),
@@ -122,6 +129,9 @@ REGRESSIONS: dict[str, list[Op]] = {
     "fetch_from_missing_stream": [("fetch", "S1", "C2", 3)],
 }
 XFAIL: dict[str, str] = {
+    "reset_of_work_queue_consumer":
+        "reset_removes_messages: after RESET to 7, jsbroker's work-queue stream is empty (the pending message 1 "
+        "removed as acked), nats-server keeps it",
     "filtered_push_consumer_created_past_other_subjects":
         "stream_seq_floor_differs: jsbroker's delivered.stream_seq is 1 (a pass that finds nothing for the filter "
         "jumps to the stream's end), nats-server's 0",
