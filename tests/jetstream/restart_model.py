@@ -427,16 +427,6 @@ def _restart_keeps_uninterested(d: Difference) -> bool:
     return d.op[0] == "restart" and states is not None and states[0]["messages"] > states[1]["messages"]
 
 
-def _progress_last_active(d: Difference) -> bool:
-    """An in-progress ack after a restart: nats-server reports delivered.last_active again, jsbroker not."""
-    ch = d.changed
-    if d.op[0] != "ack" or d.op[3] != "+WPI" or set(ch) != {"delivered"}:
-        return False
-    ours, theirs = ch["delivered"]
-    strip = lambda v: {k: x for k, x in v.items() if k != "last_active"}  # noqa: E731
-    return isinstance(ours, dict) and isinstance(theirs, dict) and strip(ours) == strip(theirs)
-
-
 def _reset_removes(d: Difference) -> bool:
     """CONSUMER.RESET of a work-queue / interest stream's consumer: jsbroker removes the messages below the
     reset seq as if acked, nats-server keeps them."""
@@ -452,7 +442,6 @@ KNOWN: dict[str, Callable[[Difference], bool]] = {
     "unused_stream_first_seq": _unused_stream_first_seq,
     "consumer_delete_removes_messages": _consumer_delete_removes,
     "restart_keeps_uninterested_messages": _restart_keeps_uninterested,
-    "in_progress_last_active": _progress_last_active,
     "reset_removes_messages": _reset_removes,
 }
 

@@ -12,6 +12,7 @@ from typing import Any
 import nats
 import pytest
 
+from jsbroker.jetstream.times import parse_rfc3339
 from tests.differential import normalise
 from tests.jetstream.test_consumer_support import api, info_view, pull, scenario_pair, until_info, without_pending
 
@@ -165,6 +166,22 @@ async def test_progress_extends_ack_wait(urls, unique) -> None:
 
     t = await same(urls, unique, fn)
     assert t[0][-1][1] == "408" and t[1][0][2][0] == "2"
+
+
+async def test_progress_is_activity(urls, unique) -> None:
+    """+WPI moves delivered.last_active (the fuzzer saw it reported after a restart by nats-server only)."""
+    async def fn(nc: Any, s: str) -> Any:
+        await stream(nc, s)
+        await consumer(nc, s, "C", ack_policy="explicit")
+        await publish(nc, s, 1)
+        dc, sseq, dseq, pending = (await pull(nc, s, "C", {"batch": 1, "no_wait": True}, wait=1, count=1))[0][2]
+        before = (await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C"))["delivered"]["last_active"]
+        await asyncio.sleep(0.05)  # a later time for the progress ack
+        await nc.request(f"$JS.ACK.{s}.C.{dc}.{sseq}.{dseq}.0.{pending}", b"+WPI", timeout=1)
+        after = (await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C"))["delivered"]["last_active"]
+        return parse_rfc3339(after) > parse_rfc3339(before)
+
+    assert await same(urls, unique, fn) is True
 
 
 async def test_ack_next(urls, unique) -> None:

@@ -91,7 +91,7 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "a", "m1", None),
         ("pub", "S1", "c.y", "m5", None),
         ("restart", "kill")],
-    # open: an in-progress ack of a delivery made before a restart
+    # an in-progress ack of a delivery made before a restart: nats-server reports delivered.last_active again
     "in_progress_after_restart": [
         ("add_stream", "S1", {**_LIMITS, "max_msgs": 8}),
         ("add_consumer", "S1", "C2", {**_PULL, "deliver_policy": "last"}),
@@ -144,9 +144,6 @@ XFAIL: dict[str, str] = {
     "interest_messages_below_the_start_at_restart":
         "restart_keeps_uninterested_messages: nats-server removes message 2 (below the consumer's start 3) when it "
         "starts again, jsbroker keeps it",
-    "in_progress_after_restart":
-        "in_progress_last_active: after +WPI nats-server reports delivered.last_active again (it is not kept across "
-        "the restart by either server), jsbroker does not",
     "deleted_message_stays_pending":
         "removed_message_stays_pending: nats-server drops a deleted message from the pending acks and moves the "
         "ack floor to 2 (num_ack_pending 0); jsbroker keeps it pending (num_ack_pending 1, ack floor 1)",

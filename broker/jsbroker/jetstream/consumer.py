@@ -940,7 +940,7 @@ class Consumer:
         elif kind is ack.AckKind.PROGRESS:
             p = self.pending.get(sseq)
             if p is not None:
-                p[1] = now_ns()
+                p[1] = self.last_delivered_ns = now_ns()  # nats-server counts progress as delivery activity
                 self.store.update_delivered(p[0], sseq, 1, p[1])
         elif kind is ack.AckKind.TERM:
             answer = self._ack(sseq, dseq) and answer
