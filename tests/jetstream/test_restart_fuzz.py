@@ -151,6 +151,15 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("restart", "kill"),
         ("ack", "S1", "C1", "-NAK", 0)]
        for kind, push in (("pull", {}), ("push", {"deliver_subject": True}))},
+    # RESET of a last_per_subject consumer: every message from the ack floor on is pending (jsbroker counted
+    # one per subject)
+    "reset_of_last_per_subject_consumer": [
+        ("add_stream", "S1", {**_LIMITS, "storage": "memory", "max_msgs": 12}),
+        ("pub", "S1", "c.x", "m1", "id1"),
+        ("add_consumer", "S1", "C2", {**_PULL, "deliver_policy": "last_per_subject", "filter_subjects": ["a", "c.x"]}),
+        ("pub", "S1", "c.x", "m5", None),
+        ("reset", "S1", "C2", 0),
+        ("fetch", "S1", "C2", 5)],
     # a pull on a stream that does not exist: nats-server's 503 names the subject (Nats-Subject header)
     "fetch_from_missing_stream": [("fetch", "S1", "C2", 3)],
 }

@@ -345,12 +345,13 @@ class Consumer:
             self.sseq = first
         # After a restart everything unacked is due for redelivery once its ack wait has passed.
 
-    def _recount_pending(self) -> None:
+    def _recount_pending(self, last_per_subject: bool = True) -> None:
         """nats-server's streamNumPending: count from the store, valid through the stream's last sequence
         (`npf`); from then on the count runs (`on_stored`, deliveries, `on_removed`) until the next recount
-        (start, a filter update, a purge, a reset), and INFO only clamps it (`_checked_pending`)."""
+        (start, a filter update, a purge, a reset), and INFO only clamps it (`_checked_pending`).
+        `last_per_subject` False: every message counts, not one per subject (after a reset)."""
         store = self.stream.store
-        lps = self.cfg.deliver_policy == "last_per_subject"
+        lps = last_per_subject and self.cfg.deliver_policy == "last_per_subject"
         self.npc = store.num_pending(self.sseq, self.filters or None, lps)
         self.npf = store.state().last_seq
 
@@ -1238,7 +1239,7 @@ class Consumer:
         self._t_ack.cancel()
         if self._interest_retention:
             self._release_below(seq)
-        self._recount_pending()
+        self._recount_pending(last_per_subject=False)  # a reset delivers every message from seq, as it counts
         self._kick()
         return seq
 
