@@ -160,6 +160,15 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "c.x", "m5", None),
         ("reset", "S1", "C2", 0),
         ("fetch", "S1", "C2", 5)],
+    # a filtered purge of undelivered messages a filtered consumer sees: its num_pending stayed 1
+    "filtered_purge_of_undelivered_messages": [
+        ("add_stream", "S1", _LIMITS),
+        ("add_consumer", "S1", "C3", {"ack_policy": "all", "ack_wait": ACK_WAIT_NS, "deliver_policy": "all",
+                                      "filter_subjects": ["c.*"], "max_deliver": 2, "max_ack_pending": 5}),
+        ("pub", "S1", "a", "m2", None),
+        ("pub", "S1", "c.x", "m3", None),
+        ("purge", "S1", {"filter": "c.x"}),
+        ("fetch", "S1", "C3", 2)],
     # a pull on a stream that does not exist: nats-server's 503 names the subject (Nats-Subject header)
     "fetch_from_missing_stream": [("fetch", "S1", "C2", 3)],
 }

@@ -403,7 +403,8 @@ class Consumer:
         start = store.state().first_seq
         gone = [seq for seq in self.pending if seq < start or store.load_msg(seq) is None]
         if self.filters and not gone and self.sseq >= start:
-            return  # a purge of subjects this consumer does not see
+            self._recount_pending()  # nothing delivered is gone, but undelivered messages it sees may be
+            return
         if self.sseq < start:
             self.sseq = start
             self.lss = None
