@@ -92,6 +92,15 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "b", "m4", None),
         ("add_consumer", "S1", "C3", {**_PULL, "deliver_policy": "by_start_time", "opt_start_time": {"seq": 1},
                                       "filter_subjects": ["c.*"]})],
+    # open: a keep-purge that removes a work-queue consumer's only undelivered message
+    "keep_purge_of_work_queue_message": [
+        ("add_stream", "S1", {**_LIMITS, "retention": "workqueue", "max_msgs_per_subject": 4}),
+        ("pub", "S1", "b", "m1", None),
+        ("pub", "S1", "c.y", "m2", None),
+        ("pub", "S1", "c.x", "m3", "id3"),
+        ("add_consumer", "S1", "C3", {**_PULL, "deliver_policy": "all", "filter_subjects": ["b"], "max_deliver": 3}),
+        ("pub", "S1", "c.x", "m4", None),
+        ("purge", "S1", {"keep": 3})],
     # open: a delivered, unacked message deleted from the stream
     "deleted_message_stays_pending": [
         ("add_stream", "S1", {**_LIMITS, "max_msgs": 2, "max_msgs_per_subject": 2}),
@@ -173,6 +182,9 @@ REGRESSIONS: dict[str, list[Op]] = {
     "fetch_from_missing_stream": [("fetch", "S1", "C2", 3)],
 }
 XFAIL: dict[str, str] = {
+    "keep_purge_of_work_queue_message":
+        "after the keep-purge took message 1 (the consumer's only one), nats-server still reports num_pending 1, "
+        "jsbroker 0",
     "by_start_time_on_interest_stream":
         "nats-server starts a by_start_time consumer of an interest stream after the last message (delivered 2, "
         "pending 0) though message 1 is at the start time (filtered or not; limits streams start at 1 as jsbroker "
