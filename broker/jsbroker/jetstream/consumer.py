@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 MSG_NEXT_PREFIX = "$JS.API.CONSUMER.MSG.NEXT."
 FC_PREFIX = "$JS.FC."
+TERM_REMOVED = "Unacknowledged message was deleted"  # the terminated advisory's reason (nats-server's)
 FC_WINDOW_START = 2 * 1024 * 1024  # maxpb: flow control starts with this window...
 FC_WINDOW_LIMIT = 32 * 1024 * 1024  # ...and doubles on each response up to this
 ACK_WAIT_SLACK = 1_000_000  # 1 ms, as nats-server's ackWaitDelay
@@ -188,6 +189,10 @@ class Consumer:
         self._headers_only = cfg.headers_only
         # sample_freq ("50%" or "50"): the share of explicit acks reported as ack metrics
         self._sample = int(cfg.sample_freq.removesuffix("%") or 0) if cfg.ack_policy == "explicit" else 0
+
+    @property
+    def start_seq(self) -> int:
+        return self.sseq
 
     @property
     def _interest_retention(self) -> bool:
@@ -340,10 +345,9 @@ class Consumer:
         self.adflr, self.asflr = state.ack_floor_consumer_seq, state.ack_floor_stream_seq
         self.pending = {s: [d, ts] for s, (d, ts) in state.pending.items() if s > self.asflr}
         self.rdc = {s: max(n - 1, 0) for s, n in state.redelivered.items() if n > 1}
-        first = self.stream.store.state().first_seq
-        if self.sseq < first:
-            self.sseq = first
-        # After a restart everything unacked is due for redelivery once its ack wait has passed.
+        # The start stays as stored even below the stream's first message now (as nats-server's applyState):
+        # delivery skips what is gone. After a restart everything unacked is due for redelivery once its ack
+        # wait has passed.
 
     def _recount_pending(self, last_per_subject: bool = True) -> None:
         """nats-server's streamNumPending: count from the store, valid through the stream's last sequence
@@ -391,33 +395,59 @@ class Consumer:
 
     def on_removed(self, seq: int, subject: str) -> None:
         """One message left the stream (deleted, acked away, a limit, expiry): nats-server's
-        decStreamPending for the count of messages still to deliver."""
-        if not self.closed and seq >= self.sseq and self.wants(subject):
-            self.npc -= 1
-
-    def on_stream_purged(self) -> None:
-        """nats-server's `consumer.purge` for a purge that may be narrower than this consumer: move
-        past what is gone, drop pending messages that no longer exist, persist the whole state."""
-        self._settle_acks()
-        store = self.stream.store
-        start = store.state().first_seq
-        gone = [seq for seq in self.pending if seq < start or store.load_msg(seq) is None]
-        if self.filters and not gone and self.sseq >= start:
-            self._recount_pending()  # nothing delivered is gone, but undelivered messages it sees may be
+        decStreamPending. It no longer counts as pending delivery; a delivered, unacknowledged one is
+        terminated (acked, with a terminated advisory) so its ack floor moves on, and one waiting for
+        redelivery is forgotten."""
+        if self.closed:
             return
+        if seq >= self.sseq and self.wants(subject):
+            self.npc -= 1
+        self._settle_acks()
+        p = self.pending.get(seq)
+        if p is not None:
+            dc = self.rdc.get(seq, 0) + 1
+            self._ack(seq, p[0])
+            advisories.terminated(self.bus, self.stream.name, self.name, seq, p[0], dc, TERM_REMOVED)
+        else:
+            self.rdc.pop(seq, None)
+
+    def recount_pending(self, first_seq: int) -> None:
+        """Messages went in a batch (a purge): count again, forget redeliveries of what is below the stream."""
+        self._settle_acks()
+        self._recount_pending()
+        for seq in [s for s in self.rdc if s < first_seq and s not in self.pending]:
+            del self.rdc[seq]
+
+    def purges_with(self, subject: str) -> tuple[bool, bool]:
+        """For a purge of `subject`: (covered, wider). Covered: a filter of this consumer is the purged
+        subject or inside it (nats-server's isEqualOrSubsetMatch). Wider: otherwise, the consumer sees
+        the purged subject among others (isFilteredMatch; a consumer without filters sees everything)."""
+        if any(f == subject or subjects.is_subset(f, subject) for f in self.filters):
+            return True, False
+        wider = not self.filters or any(subjects.is_subset(subject, f) for f in self.filters)
+        return False, wider
+
+    def on_stream_purged(self, start: int, last_seq: int, wider: bool) -> None:
+        """nats-server's `consumer.purge`: move the start to `start` (0: everything this consumer sees was
+        purged, so past `last_seq`), acknowledge the pending messages below it and, for a purge narrower
+        than this consumer (`wider`), the pending messages that are gone; persist the whole state."""
+        self._settle_acks()
+        if start == 0 and not wider:
+            start = last_seq + 1
         if self.sseq < start:
             self.sseq = start
             self.lss = None
         if self.asflr < start:
             self.asflr = start - 1
-            for seq in gone:
-                d = self.pending.pop(seq)[0]
-                self.rdc.pop(seq, None)
-                if d > self.adflr:
-                    self.adflr = d
-                    self.dseq = max(self.dseq, d)
-        if gone:
-            self.last_acked_ns = now_ns()
+            store = self.stream.store
+            for seq, p in list(self.pending.items()):
+                if seq <= self.asflr or (wider and store.load_msg(seq) is None):
+                    del self.pending[seq]
+                    self.rdc.pop(seq, None)
+                    self.last_acked_ns = now_ns()  # acknowledged, as nats-server's updateAcks records
+                    if p[0] > self.adflr:
+                        self.adflr = p[0]
+                        self.dseq = max(self.dseq, p[0])
         if not self.pending:
             self.rdc.clear()
             self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
@@ -426,7 +456,6 @@ class Consumer:
             self.dseq - 1, self.sseq - 1, self.adflr, self.asflr,
             {s: (d, ts) for s, (d, ts) in self.pending.items()}, {s: n + 1 for s, n in self.rdc.items()},
         ))
-        self._recount_pending()
         self._kick()
 
     # ---- delivery ----------------------------------------------------------------------------------
@@ -599,9 +628,11 @@ class Consumer:
         msg = self._next_new()
         if msg is None:
             self._stall = "eof"
+            # nats-server's checkNumPendingOnEOF: the count restarts at the stream's end; the start stays
+            # where it is (a filtered consumer's delivered.stream_seq does not jump over other subjects)
             last = store.state().last_seq
-            self.sseq = max(self.sseq, last + 1)
-            self.npc, self.npf = 0, last
+            if self.sseq > last:
+                self.npc, self.npf = 0, last
             return None
         self.sseq = msg.seq + 1
         return msg, 1

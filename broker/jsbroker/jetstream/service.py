@@ -94,6 +94,7 @@ class JetStream:
         stream.start()
         self._start_sourcing(stream)
         restore_consumers(self, stream)
+        stream.consumers_restored()
 
     def _open(self, cfg: StreamConfig, directory: Path, created_ns: int) -> Stream:
         store = storage.open_stream_store(cfg.storage, directory, cfg.store_limits(), self._sync)  # type: ignore[arg-type]

@@ -49,6 +49,7 @@ class ConsumerHook(Protocol):
 
     name: str
     store: ConsumerStore  # its delivery state; fsynced with the stream's store (`Stream.sync`)
+    start_seq: int  # the next stream sequence it would deliver as new
 
     def on_stored(self, seq: int, subject: str) -> None: ...
 
@@ -58,7 +59,11 @@ class ConsumerHook(Protocol):
 
     def on_removed(self, seq: int, subject: str) -> None: ...
 
-    def on_stream_purged(self) -> None: ...
+    def recount_pending(self, first_seq: int) -> None: ...
+
+    def on_stream_purged(self, start: int, last_seq: int, wider: bool) -> None: ...
+
+    def purges_with(self, subject: str) -> tuple[bool, bool]: ...
 
     def stop(self) -> None: ...
 
@@ -83,7 +88,7 @@ class Stream:
     - `add_consumer(c)` / `remove_consumer(c)`: register a consumer object. It provides `c.name`,
       `c.on_stored(seq, subject)` (called after every stored message), `c.wants(subject)` (its filter
       matches; for interest retention), `c.needs(seq)` (not yet acked by it; for interest/workqueue
-      retention), `c.on_stream_purged()` and `c.stop()`.
+      retention), `c.recount_pending()`, `c.on_stream_purged()`, `c.purges_with()` and `c.stop()`.
     - `acked(seq)`: a consumer calls it after an ack; with interest or workqueue retention the stream
       removes the message once no consumer still needs it.
     - `store`, `config`, `name`, `consumers` (name -> consumer), `consumer_dir(name)` (a directory for a
@@ -309,12 +314,25 @@ class Stream:
         a consumer filtered elsewhere never holds a message back)."""
         return any(c.wants(subject) and c.needs(seq) for c in consumers)
 
-    def _drop_unneeded(self) -> None:
-        """After a consumer left an interest/workqueue stream: remove what nobody needs any more."""
+    def _drop_unneeded(self, below: int = 0) -> None:
+        """After a consumer left an interest/workqueue stream: remove what nobody needs any more (of the
+        messages below `below`, when given)."""
         consumers = list(self.consumers.values())
-        doomed = [(seq, subject) for seq, subject in self.store.seqs() if not self._needed(seq, subject, consumers)]
+        doomed = []
+        for seq, subject in self.store.seqs():
+            if below and seq >= below:
+                break
+            if not self._needed(seq, subject, consumers):
+                doomed.append((seq, subject))
         for seq, subject in doomed:
             self._remove(seq, subject)
+
+    def consumers_restored(self) -> None:
+        """nats-server checks an interest or work-queue stream's messages when it starts again: what no
+        consumer needs any more goes (a message stored for a consumer that starts after it, say). Only
+        messages below the furthest consumer's start can be unneeded, so only those are read."""
+        if self._retained and self.consumers:
+            self._drop_unneeded(below=max(c.start_seq for c in self.consumers.values()))
 
     # -- publish ----------------------------------------------------------------------------------------
 
@@ -561,8 +579,8 @@ class Stream:
 
     def _rollup(self, subject: str, kind: str, new_seq: int) -> None:
         """A rollup is a purge (nats-server's purgeLocked): the consumers move past what it removed."""
-        self.store.purge(subject if kind == "sub" else None, keep=1 if new_seq else 0)
-        self._purged()
+        subject_filter = subject if kind == "sub" else ""
+        self._purged(subject_filter, self.store.purge(subject_filter or None, keep=1 if new_seq else 0))
 
     # -- expiry -----------------------------------------------------------------------------------------
 
@@ -625,12 +643,27 @@ class Stream:
             raise errors.STREAM_PURGE_FAILED(err="stream purge not permitted")
         purged = self.store.purge(subject_filter or None, up_to_seq=seq, keep=keep)
         self.last_seq = max(self.last_seq, self.store.state().last_seq)
-        self._purged()
+        self._purged(subject_filter, purged)
         return purged
 
-    def _purged(self) -> None:
-        for consumer in self.consumers.values():
-            consumer.on_stream_purged()
+    def _purged(self, subject_filter: str, purged: int) -> None:
+        """The consumers after a purge, as nats-server's purgeLocked: every consumer counts its pending
+        messages again when something went; those the purge covers (no filter, or a consumer filter inside
+        the purged subject) move to the purged subject's first message left (past the end when none is),
+        and those whose filter is wider than the purged subject move to the stream's first message,
+        dropping pending messages that are gone."""
+        state = self.store.state()
+        if purged:
+            for consumer in self.consumers.values():
+                consumer.recount_pending(state.first_seq)
+        start = state.first_seq
+        if subject_filter:
+            first = self.store.load_next_msg(state.first_seq, subject_filter)
+            start = first.seq if first is not None else 0
+        for consumer in list(self.consumers.values()):
+            covered, wider = consumer.purges_with(subject_filter) if subject_filter else (True, False)
+            if covered or wider:
+                consumer.on_stream_purged(state.first_seq if wider else start, state.last_seq, wider)
 
     def delete_msg(self, seq: int, erase: bool) -> None:
         if self.config.sealed:
