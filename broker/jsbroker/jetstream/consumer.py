@@ -191,8 +191,8 @@ class Consumer:
         self._sample = int(cfg.sample_freq.removesuffix("%") or 0) if cfg.ack_policy == "explicit" else 0
 
     @property
-    def start_seq(self) -> int:
-        return self.sseq
+    def ack_floor_seq(self) -> int:
+        return self.asflr
 
     @property
     def _interest_retention(self) -> bool:
@@ -343,6 +343,12 @@ class Consumer:
         self.dseq = state.delivered_consumer_seq + 1
         self.sseq = state.delivered_stream_seq + 1
         self.adflr, self.asflr = state.ack_floor_consumer_seq, state.ack_floor_stream_seq
+        last = self.stream.store.state().last_seq
+        if last and self.sseq > last + 1 and not state.pending:
+            # a start beyond the end of a stream that has messages (by_start_sequence past it) comes back
+            # at the end, as nats-server's restart does (an empty stream keeps it)
+            self.sseq, self.asflr = last + 1, min(self.asflr, last)
+            self.store.reset(ConsumerState(self.dseq - 1, last, self.adflr, self.asflr))
         self.pending = {s: [d, ts] for s, (d, ts) in state.pending.items() if s > self.asflr}
         self.rdc = {s: max(n - 1, 0) for s, n in state.redelivered.items() if n > 1}
         # The start stays as stored even below the stream's first message now (as nats-server's applyState):
@@ -419,10 +425,11 @@ class Consumer:
             del self.rdc[seq]
 
     def purges_with(self, subject: str) -> tuple[bool, bool]:
-        """For a purge of `subject`: (covered, wider). Covered: a filter of this consumer is the purged
-        subject or inside it (nats-server's isEqualOrSubsetMatch). Wider: otherwise, the consumer sees
-        the purged subject among others (isFilteredMatch; a consumer without filters sees everything)."""
-        if any(f == subject or subjects.is_subset(f, subject) for f in self.filters):
+        """For a purge of `subject`: (covered, wider). Covered: every filter of this consumer is the purged
+        subject or inside it (nats-server 2.15.1: a consumer with filters [a, c.x] is not moved by a purge
+        of c.x). Wider: otherwise, the consumer sees the purged subject among others (a consumer without
+        filters sees everything)."""
+        if self.filters and all(f == subject or subjects.is_subset(f, subject) for f in self.filters):
             return True, False
         wider = not self.filters or any(subjects.is_subset(subject, f) for f in self.filters)
         return False, wider

@@ -49,7 +49,7 @@ class ConsumerHook(Protocol):
 
     name: str
     store: ConsumerStore  # its delivery state; fsynced with the stream's store (`Stream.sync`)
-    start_seq: int  # the next stream sequence it would deliver as new
+    ack_floor_seq: int  # every stream sequence up to it is acknowledged
 
     def on_stored(self, seq: int, subject: str) -> None: ...
 
@@ -314,25 +314,32 @@ class Stream:
         a consumer filtered elsewhere never holds a message back)."""
         return any(c.wants(subject) and c.needs(seq) for c in consumers)
 
-    def _drop_unneeded(self, below: int = 0) -> None:
-        """After a consumer left an interest/workqueue stream: remove what nobody needs any more (of the
-        messages below `below`, when given)."""
+    def _drop_unneeded(self) -> None:
+        """After a consumer left an interest/workqueue stream: remove what nobody needs any more."""
         consumers = list(self.consumers.values())
-        doomed = []
-        for seq, subject in self.store.seqs():
-            if below and seq >= below:
-                break
-            if not self._needed(seq, subject, consumers):
-                doomed.append((seq, subject))
-        for seq, subject in doomed:
-            self._remove(seq, subject)
+        self._remove_all([(seq, subject) for seq, subject in self.store.seqs()
+                          if not self._needed(seq, subject, consumers)])
 
     def consumers_restored(self) -> None:
-        """nats-server checks an interest or work-queue stream's messages when it starts again: what no
-        consumer needs any more goes (a message stored for a consumer that starts after it, say). Only
-        messages below the furthest consumer's start can be unneeded, so only those are read."""
-        if self._retained and self.consumers:
-            self._drop_unneeded(below=max(c.start_seq for c in self.consumers.values()))
+        """nats-server checks an interest or work-queue stream's messages when it starts again: a message
+        at or below the ack floor of a consumer that wants it goes when no other consumer needs it (a
+        message stored for a consumer that starts after it, say). Messages no consumer wants stay."""
+        if not (self._retained and self.consumers):
+            return
+        consumers = list(self.consumers.values())
+        below = max(c.ack_floor_seq for c in consumers) + 1
+        doomed = []
+        for seq, subject in self.store.seqs():
+            if seq >= below:
+                break
+            wanted = [c for c in consumers if c.wants(subject)]
+            if any(seq <= c.ack_floor_seq for c in wanted) and not self._needed(seq, subject, wanted):
+                doomed.append((seq, subject))
+        self._remove_all(doomed)
+
+    def _remove_all(self, doomed: list[tuple[int, str]]) -> None:
+        for seq, subject in doomed:
+            self._remove(seq, subject)
 
     # -- publish ----------------------------------------------------------------------------------------
 
