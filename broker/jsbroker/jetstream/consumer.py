@@ -1276,7 +1276,7 @@ class Consumer:
         self.last_delivered_ns = self.last_acked_ns = 0
         self.store.reset(ConsumerState(delivered_stream_seq=seq - 1, ack_floor_stream_seq=seq - 1))
         self._t_ack.cancel()
-        if self._interest_retention:
+        if self.stream.config.retention == "interest":  # not a work queue: nats-server keeps its messages
             self._release_below(seq)
         self._recount_pending(last_per_subject=False)  # a reset delivers every message from seq, as it counts
         self._kick()

@@ -275,8 +275,20 @@ class Stream:
     def remove_consumer(self, consumer: ConsumerHook) -> None:
         if self.consumers.get(consumer.name) is consumer:
             del self.consumers[consumer.name]
-        if self._retained:
-            self._drop_unneeded()
+        if self.config.retention == "interest":
+            self._drop_uninterested(consumer.ack_floor_seq)
+
+    def _drop_uninterested(self, start: int) -> None:
+        """After a consumer of an interest stream was deleted (nats-server's cleanupNoInterestMessages): from
+        its ack floor on, what no remaining consumer needs goes; with no consumer left, everything goes. A
+        work queue keeps its messages for the next consumer."""
+        if not self.consumers:
+            self.store.purge(None)
+            return
+        consumers = list(self.consumers.values())
+        start = max(start, self.store.state().first_seq)
+        self._remove_all([(seq, subject) for seq, subject in self.store.seqs(start)
+                          if not self._needed(seq, subject, consumers)])
 
     def identity(self) -> str:
         """nats-server's stream identity: 8 base-62 characters of the SHA-256 of the creation time
