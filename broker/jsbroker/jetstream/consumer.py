@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.config import VERSION
-from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreError, next_pending
+from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreError, StreamStore, next_pending
 
 from . import ack, advisories, errors, headers, pull, rate
 from .requests import API_LEVEL, api_level_supported
@@ -635,14 +635,22 @@ class Consumer:
         msg = self._next_new()
         if msg is None:
             self._stall = "eof"
-            # nats-server's checkNumPendingOnEOF: the count restarts at the stream's end; the start stays
-            # where it is (a filtered consumer's delivered.stream_seq does not jump over other subjects)
-            last = store.state().last_seq
-            if self.sseq > last:
-                self.npc, self.npf = 0, last
+            self._at_end(store)
             return None
         self.sseq = msg.seq + 1
         return msg, 1
+
+    def _at_end(self, store: StreamStore) -> None:
+        """Nothing new to deliver. The start stays where it is (on a file stream nats-server does not move a
+        filtered consumer over other subjects' messages), except on a memory stream holding no message for
+        the filters at all, which nats-server's memory store answers with its last sequence. Then its
+        checkNumPendingOnEOF: the count restarts at the stream's end."""
+        st = store.state()
+        if (self.filters and self.sseq <= st.last_seq and self.stream.config.storage == "memory"
+                and not store.num_pending(st.first_seq, self.filters)):
+            self.sseq = st.last_seq + 1
+        if self.sseq > st.last_seq:
+            self.npc, self.npf = 0, st.last_seq
 
     def _next_new(self) -> StoredMsg | None:
         """The first new message from `sseq`, from a read-ahead that grows while the pass keeps taking
