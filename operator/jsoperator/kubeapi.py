@@ -114,13 +114,18 @@ async def remove_finalizer(kind: str, body: dict[str, Any], finalizer: str) -> N
 
 
 async def scale_to_zero(namespace: str, name: str, timeout: float) -> bool:
-    """Scale Deployment `name` to 0 replicas and wait until no pod of it runs; False on timeout."""
+    """Scale Deployment `name` to 0 replicas and wait until no pod of it is left, terminating ones included
+    (a kopf pod still stopping would put a released finalizer back); False on timeout."""
     apps = kubernetes.client.AppsV1Api(_client())
+    core = kubernetes.client.CoreV1Api(_client())
     await asyncio.to_thread(apps.patch_namespaced_deployment_scale, name, namespace, {"spec": {"replicas": 0}})
+    deployment = await asyncio.to_thread(apps.read_namespaced_deployment, name, namespace)
+    labels = deployment.spec.selector.match_labels or {}
+    selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
     deadline = asyncio.get_running_loop().time() + timeout
     while asyncio.get_running_loop().time() < deadline:
-        deployment = await asyncio.to_thread(apps.read_namespaced_deployment, name, namespace)
-        if deployment.status is None or not deployment.status.replicas:
+        pods = await asyncio.to_thread(core.list_namespaced_pod, namespace, label_selector=selector)
+        if not pods.items:
             return True
         await asyncio.sleep(1.0)
     return False

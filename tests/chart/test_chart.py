@@ -317,6 +317,7 @@ def test_uninstall_hook_releases_the_finalizers_and_stays_out_of_templates_witho
     scale = one(docs, "Role", "jk-jetstream-kopf-operator-release")["rules"]
     assert {"apiGroups": ["apps"], "resources": ["deployments/scale"], "resourceNames": [
         "jk-jetstream-kopf-operator"], "verbs": ["get", "patch"]} in scale
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]} in scale  # waits out terminating pods
     assert not [d for d in render(helm_bin, [], "--no-hooks") if d["kind"] == "Job"]
     assert not [d for d in render(helm_bin, ["operator.releaseOnUninstall=false"]) if d["kind"] == "Job"]
     [operator] = one(render(helm_bin, ["operator.finalizers=false"]), "Deployment")["spec"]["template"]["spec"][

@@ -189,30 +189,9 @@ XFAIL: dict[str, str] = {
         "nats-server starts a by_start_time consumer of an interest stream after the last message (delivered 2, "
         "pending 0) though message 1 is at the start time (filtered or not; limits streams start at 1 as jsbroker "
         "does)",
-    "pending_message_removed_by_a_limit":
-        "removed_pending_message: when max_msgs removes the pending message 2, nats-server delivers message 3 "
-        "to the push consumer (max_ack_pending 1), jsbroker keeps waiting for the ack of 2",
-    "interest_message_below_the_start_after_a_delete":
-        "interest_keeps_unwanted_messages: after the delete nats-server's stream is empty (message 1, below the "
-        "consumer's start, goes too), jsbroker keeps message 1",
-    "reset_of_work_queue_consumer":
-        "reset_removes_messages: after RESET to 7, jsbroker's work-queue stream is empty (the pending message 1 "
-        "removed as acked), nats-server keeps it",
-    "filtered_push_consumer_created_past_other_subjects":
-        "stream_seq_floor_differs: jsbroker's delivered.stream_seq is 1 (a pass that finds nothing for the filter "
-        "jumps to the stream's end), nats-server's 0",
     "purge_of_unused_stream":
         "unused_stream_first_seq: nats-server's first_seq is 1 after purging a stream that never stored "
         "anything, jsbroker's stays 0",
-    "interest_messages_below_the_start_at_restart":
-        "interest_keeps_unwanted_messages: nats-server removes message 2 (below the consumer's start 3) when it "
-        "starts again, jsbroker keeps it",
-    "deleted_message_stays_pending":
-        "removed_pending_message: nats-server drops a deleted message from the pending acks and moves the "
-        "ack floor to 2 (num_ack_pending 0); jsbroker keeps it pending (num_ack_pending 1, ack floor 1)",
-    "by_start_sequence_on_empty_interest_stream_then_kill":
-        "stream_seq_floor_differs: after the restart jsbroker's delivered.stream_seq is 1 (a message the "
-        "filtered consumer never delivered, gone by interest), nats-server's 0",
     "by_start_time_and_push_new_then_purge":
         "stream_seq_floor_differs: after a purge that removes nothing, delivered / ack_floor stream_seq differ "
         "(nats-server moves them to the stream's first seq after interest removals)",

@@ -49,7 +49,9 @@ class ConsumerHook(Protocol):
 
     name: str
     store: ConsumerStore  # its delivery state; fsynced with the stream's store (`Stream.sync`)
-    ack_floor_seq: int  # every stream sequence up to it is acknowledged
+
+    @property
+    def ack_floor_seq(self) -> int: ...  # every stream sequence up to it is acknowledged
 
     def on_stored(self, seq: int, subject: str) -> None: ...
 
