@@ -77,6 +77,11 @@ def test_a_streaming_query_fails_when_the_server_is_down(spark, stopped, tmp_pat
 
 
 def test_a_streaming_query_told_to_wait_waits_for_the_server(spark, stopped, tmp_path):
+    # The stream is on the server's disk before the query starts waiting: created after the server comes
+    # back, the query could look for it first and rightly fail with "stream not found".
+    stopped.start()
+    make_stream(stopped.url, "WAITED", 3)
+    stopped.stop()
     seen: list[int] = []
     query = (spark.readStream.format("jetstream").option("servers", stopped.url).option("stream", "WAITED")
              .option("reconnectAttempts", "-1").option("reconnectWait", "0.5").load()
@@ -85,7 +90,6 @@ def test_a_streaming_query_told_to_wait_waits_for_the_server(spark, stopped, tmp
     try:
         assert query.awaitTermination(5) is False and query.exception() is None  # still waiting, no error
         stopped.start()
-        make_stream(stopped.url, "WAITED", 3)
         poll(lambda: sorted(seen) == [1, 2, 3], timeout=120, what="the query to read the stream once it is up")
     finally:
         query.stop()
