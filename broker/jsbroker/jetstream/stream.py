@@ -287,10 +287,7 @@ class Stream:
         if not self.consumers:
             self.store.purge(None)
             return
-        consumers = list(self.consumers.values())
-        start = max(start, self.store.state().first_seq)
-        self._remove_all([(seq, subject) for seq, subject in self.store.seqs(start)
-                          if not self._needed(seq, subject, consumers)])
+        self._drop_unneeded(max(start, self.store.state().first_seq))
 
     def identity(self) -> str:
         """nats-server's stream identity: 8 base-62 characters of the SHA-256 of the creation time
@@ -328,10 +325,10 @@ class Stream:
         a consumer filtered elsewhere never holds a message back)."""
         return any(c.wants(subject) and c.needs(seq) for c in consumers)
 
-    def _drop_unneeded(self) -> None:
-        """After a consumer left an interest/workqueue stream: remove what nobody needs any more."""
+    def _drop_unneeded(self, start: int = 0) -> None:
+        """Remove what no consumer needs any more (from `start` on)."""
         consumers = list(self.consumers.values())
-        self._remove_all([(seq, subject) for seq, subject in self.store.seqs()
+        self._remove_all([(seq, subject) for seq, subject in self.store.seqs(start)
                           if not self._needed(seq, subject, consumers)])
 
     def consumers_restored(self) -> None:
