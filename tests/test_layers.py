@@ -63,7 +63,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsoperator.jsclient", "jsoperator.kubeapi", "jsoperator.credentials", "jsoperator.metrics", "jsoperator.leader",
     ),
     "op-core": (
-        "jsoperator.reconcile", "jsoperator.reset", "jsoperator.scheduler", "jsoperator.release", "jsoperator.freshness",
+        "jsoperator.reconcile", "jsoperator.reset", "jsoperator.unpin", "jsoperator.scheduler", "jsoperator.release",
+        "jsoperator.freshness",
     ),
     "op-kopf": (
         "jsoperator.handlers",

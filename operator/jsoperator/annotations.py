@@ -8,10 +8,12 @@ and the "each distinct reset value is executed exactly once" decision:
 - ``jsoperator.io/reset-to-sequence``: ``"<N>"`` resets the consumer to stream sequence N, ``"0"`` to its
   ack floor; ``jsoperator.io/reset-to-time``: ``"<RFC 3339 time>"`` resets to the first message at or
   after that time. Either value may end in ``@<token>`` so the same target can be requested again.
+- ``jsoperator.io/unpin``: ``"<group>"`` unpins the client pinned in that priority group of a
+  ``pinnedClient`` consumer (the next pull request in the group gets pinned); ``@<token>`` as above.
 
 A reset is executed when its request string (``reset-to-sequence=42@b``) differs from
-``status.lastReset.request``; the annotation stays in place (GitOps would re-add it), so re-applying the
-same value is a no-op. Pure: no I/O.
+``status.lastReset.request`` (an unpin: ``unpin=jobs@b`` and ``status.lastUnpin.request``); the
+annotation stays in place (GitOps would re-add it), so re-applying the same value is a no-op. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ PAUSE = PREFIX + "pause-reconciliation"
 MANAGED = PREFIX + "managed"
 RESET_TO_SEQUENCE = PREFIX + "reset-to-sequence"
 RESET_TO_TIME = PREFIX + "reset-to-time"
+UNPIN = PREFIX + "unpin"
 
 _TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
 _SEQUENCE = re.compile(r"^[0-9]{1,20}$")
@@ -47,6 +50,15 @@ class ResetRequest:
     request: str  # the identity recorded in status.lastReset.request, e.g. "reset-to-sequence=42@b"
     sequence: int | None = None  # for kind "sequence"; 0 means the ack floor
     time: datetime | None = None  # for kind "time"
+    token: str | None = None
+
+
+@dataclass(frozen=True)
+class UnpinRequest:
+    """One unpin annotation, parsed."""
+
+    request: str  # the identity recorded in status.lastUnpin.request, e.g. "unpin=jobs@b"
+    group: str
     token: str | None = None
 
 
@@ -94,9 +106,35 @@ def pending_reset(annotations: Mapping[str, str] | None, last: Mapping[str, Any]
     be recorded, so the reset runs once it is back.
     """
     wanted = reset_request(annotations)
-    if wanted is None or (last or {}).get("request") == wanted.request:
+    return None if wanted is None or _executed(wanted.request, last) else wanted
+
+
+def unpin_request(annotations: Mapping[str, str] | None) -> UnpinRequest | None:
+    """The unpin the annotations ask for (None when there is none); AnnotationError when malformed.
+
+    Whether the group is one of the consumer's is checked against its spec when the unpin runs (unpin.py)."""
+    raw = (annotations or {}).get(UNPIN)
+    if raw is None:
         return None
-    return wanted
+    raw = raw.strip()
+    group, token = _split_token(UNPIN, raw)
+    if not group:
+        raise AnnotationError(
+            f'{UNPIN} must name one of the consumer\'s priority groups (spec.priorityGroups), optionally with '
+            f'"@token" ("jobs@again"), not {raw!r}'
+        )
+    return UnpinRequest(f"{UNPIN.removeprefix(PREFIX)}={raw}", group, token)
+
+
+def pending_unpin(annotations: Mapping[str, str] | None, last: Mapping[str, Any] | None) -> UnpinRequest | None:
+    """The unpin still to execute: the annotation's request unless ``status.lastUnpin`` already holds it
+    (a Failed record counts as executed too, as for resets)."""
+    wanted = unpin_request(annotations)
+    return None if wanted is None or _executed(wanted.request, last) else wanted
+
+
+def _executed(request: str, last: Mapping[str, Any] | None) -> bool:
+    return (last or {}).get("request") == request
 
 
 def _split_token(name: str, raw: str) -> tuple[str, str | None]:

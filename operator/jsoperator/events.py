@@ -11,6 +11,7 @@ from typing import Literal
 CREATED, UPDATED, ADOPTED, DRIFT_REPAIRED = "Created", "Updated", "Adopted", "DriftRepaired"
 DELETED, LEFT_ON_SERVER, DELETE_BLOCKED = "Deleted", "LeftOnServer", "DeleteBlocked"
 RESET_SUCCEEDED, RESET_FAILED = "ResetSucceeded", "ResetFailed"
+UNPIN_SUCCEEDED, UNPIN_FAILED = "UnpinSucceeded", "UnpinFailed"
 FAILED = "ReconcileFailed"
 DEPRECATED = "Deprecated"
 

@@ -213,6 +213,10 @@ class JetStreamClient:
                 raise ResetUnsupported() from exc
             raise
 
+    async def unpin_consumer(self, stream: str, name: str, group: str) -> dict[str, Any]:
+        """CONSUMER.UNPIN (nats-server >= 2.11): the client pinned in priority group `group` is let go."""
+        return await self._request(f"CONSUMER.UNPIN.{stream}.{name}", {"group": group})
+
     async def stream_list(self) -> dict[str, dict[str, Any]]:
         """StreamInfo of every stream, by name (all pages of STREAM.LIST)."""
         return {info["config"]["name"]: info for info in await self._paged("STREAM.LIST", "streams")}

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the operator: reconciliations (total, failed, duration), managed resources, resets.
+"""Prometheus metrics of the operator: reconciliations (total, failed, duration), managed resources, resets, unpins.
 
 Every series is labelled by `kind` (Stream or Consumer); the HTTP endpoint is started by `serve()`.
 """
@@ -29,6 +29,9 @@ MANAGED = prom.Gauge(
 )
 RESETS = prom.Counter(
     "jsoperator_consumer_resets", "Consumer reset annotations executed, by result.", ["result"], registry=REGISTRY
+)
+UNPINS = prom.Counter(
+    "jsoperator_consumer_unpins", "Consumer unpin annotations executed, by result.", ["result"], registry=REGISTRY
 )
 DRIFT_REPAIRS = prom.Counter(
     "jsoperator_drift_repairs", "Server objects put back to the spec after a change behind our back.", ["kind"],

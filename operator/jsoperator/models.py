@@ -492,6 +492,15 @@ class LastReset(_Status):
     message: str = Field("", description="Server answer or error.")
 
 
+class LastUnpin(_Status):
+    """The last unpin annotation the operator executed (each distinct value is executed once)."""
+
+    request: str = Field(description="The annotation as executed, e.g. unpin=jobs@again.")
+    time: KubeTime = Field(description="When it was executed.")
+    result: Literal["Succeeded", "Failed"] = Field(description="Succeeded or Failed.")
+    message: str = Field("", description="What happened, or why it was refused and what to do.")
+
+
 class SequencePair(_Status):
     """A consumer position: consumer sequence and stream sequence."""
 
@@ -530,6 +539,7 @@ class ConsumerStatus(_Status):
     num_redelivered: int | None = Field(None, description="Messages redelivered at least once.")
     num_waiting: int | None = Field(None, description="Pull requests waiting.")
     last_reset: LastReset | None = Field(None, description="The last reset annotation executed.")
+    last_unpin: LastUnpin | None = Field(None, description="The last unpin annotation executed.")
 
 
 # -- parsing a CR's spec ----------------------------------------------------------------------------

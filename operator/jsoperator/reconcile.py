@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from . import annotations as annotation
-from . import credentials, events, jsclient, mapping, metrics, models, plan, reset, status
+from . import credentials, events, jsclient, mapping, metrics, models, plan, reset, status, unpin
 from .settings import Settings
 
 Kind = Literal["Stream", "Consumer"]
@@ -100,7 +100,7 @@ def _failed(resource: Resource, outcome: status.Outcome) -> Result:
 async def reconcile(
     resource: Resource, runtime: Runtime, trigger: Trigger, executed: MutableSet[str], conflict: str = ""
 ) -> Result:
-    """Make the server match the resource; `executed` remembers reset requests run by this process;
+    """Make the server match the resource; `executed` remembers reset and unpin requests run by this process;
     `conflict` (conflicts.conflict) names another resource driving the same server object first: nothing is sent."""
     with metrics.timed(resource.kind, trigger):
         try:
@@ -156,6 +156,7 @@ async def _reconcile_consumer(
 ) -> Result:
     spec = models.parse_spec(models.ConsumerSpec, resource.spec)
     pending = annotation.pending_reset(resource.annotations, resource.status.get("lastReset"))
+    unpinning = annotation.pending_unpin(resource.annotations, resource.status.get("lastUnpin"))
     desired = mapping.consumer_config(spec, resource.name)
     client = await runtime.client(resource, spec.connection)
     durable = desired["durable_name"]
@@ -176,6 +177,11 @@ async def _reconcile_consumer(
         evs.append(ran.event)
         extra["lastReset"] = ran.last_reset
         info = ran.info or await client.consumer_info(spec.stream_name, desired["durable_name"]) or info
+    if unpinning is not None and unpinning.request not in executed:
+        unpinned = await unpin.execute(client, spec.stream_name, durable, spec, unpinning, _now())
+        executed.add(unpinning.request)
+        evs.append(unpinned.event)
+        extra["lastUnpin"] = unpinned.last_unpin
     observed = {**status.consumer_state(info), **extra}
     evs += _deprecations(spec, trigger)
     return Result(_patch(resource, status.synced(_synced_message("consumer", done)), observed=observed,

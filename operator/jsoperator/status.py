@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from jsoperator.models import Condition, LastReset
+from jsoperator.models import Condition, LastReset, LastUnpin
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 PAUSED, UNMANAGED = "ReconciliationPaused", "Unmanaged"
@@ -266,3 +266,9 @@ def last_reset(
     )
     return record.model_dump(by_alias=True, mode="json", exclude_none=True)
 
+
+
+def last_unpin(request: str, *, succeeded: bool, now: datetime, message: str) -> dict[str, Any]:
+    """The ``status.lastUnpin`` record of an executed unpin annotation (see annotations.py)."""
+    record = LastUnpin(request=request, time=now, result="Succeeded" if succeeded else "Failed", message=message)
+    return record.model_dump(by_alias=True, mode="json", exclude_none=True)

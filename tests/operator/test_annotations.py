@@ -103,3 +103,32 @@ def test_failed_reset_is_not_retried_but_a_new_value_is() -> None:
     assert ann.pending_reset({SEQ: "1"}, failed) is None
     switched = ann.pending_reset({TIME: "2026-01-02T15:04:05Z"}, failed)
     assert switched is not None and switched.kind == "time"
+
+
+@pytest.mark.parametrize(("value", "group", "token"), [("jobs", "jobs", None), (" jobs@again ", "jobs", "again"),
+                                                       ("a/b_c=d-e@t.1", "a/b_c=d-e", "t.1")])
+def test_unpin_names_a_group_and_an_optional_token(value: str, group: str, token: str | None) -> None:
+    request = ann.unpin_request({ann.UNPIN: value})
+    assert request == ann.UnpinRequest(f"unpin={value.strip()}", group, token)
+    assert ann.UNPIN == "jsoperator.io/unpin"
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("", "jsoperator.io/unpin must name one of the consumer's priority groups (spec.priorityGroups)"),
+    ("@again", "jsoperator.io/unpin must name one of the consumer's priority groups"),
+    ("jobs@", "jsoperator.io/unpin: the part after @ in 'jobs@' must be 1-63 letters"),
+])
+def test_malformed_unpin_says_what_to_write(value: str, message: str) -> None:
+    with pytest.raises(ann.AnnotationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ann.unpin_request({ann.UNPIN: value})
+
+
+def test_each_unpin_value_runs_once_and_a_token_makes_it_run_again() -> None:
+    asked = {ann.UNPIN: "jobs"}
+    assert ann.pending_unpin(asked, None) == ann.UnpinRequest("unpin=jobs", "jobs")
+    assert ann.pending_unpin(asked, {"request": "unpin=jobs", "result": "Failed"}) is None
+    assert ann.pending_unpin({ann.UNPIN: "jobs@2"}, {"request": "unpin=jobs"}) == ann.UnpinRequest(
+        "unpin=jobs@2", "jobs", "2")
+    # Resets and unpins are recorded apart: one never stands for the other.
+    assert ann.pending_unpin(asked, {"request": "reset-to-sequence=1"}) is not None
+    assert ann.pending_unpin({}, None) is None
