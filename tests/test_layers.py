@@ -64,7 +64,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "op-core": (
         "jsoperator.reconcile", "jsoperator.reset", "jsoperator.unpin", "jsoperator.scheduler", "jsoperator.release",
-        "jsoperator.freshness",
+        "jsoperator.freshness", "jsoperator.check",
     ),
     "op-kopf": (
         "jsoperator.handlers",

@@ -1,5 +1,5 @@
 """The `jsoperator` command: `run` starts the operator, `crds` prints the CustomResourceDefinitions,
-`demo` runs the whole product locally."""
+`check` tests the operator's connection, `demo` runs the whole product locally."""
 
 from __future__ import annotations
 
@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     rel.add_argument("--force", action="store_true",
                      help="let go of resources being deleted even when their server cannot be reached")
     _connection_flags(rel)
+    chk = sub.add_parser("check", help="connect as the operator does and round-trip a message through core NATS "
+                         "and a JetStream memory stream (deleted again); exit 1 saying what failed (the chart's helm test)")
+    _connection_flags(chk)
     sub.add_parser("crds", help="print the CustomResourceDefinitions (YAML) generated from the models")
     demo.add_parser(sub)
     return p
@@ -88,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jsoperator: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings)
+    if args.command == "check":
+        from . import check
+
+        return asyncio.run(check.check(settings, out=sys.stdout))
     if args.command == "release":
         from . import release
 

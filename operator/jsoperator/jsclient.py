@@ -12,6 +12,7 @@ Every failure becomes one of three typed exceptions:
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import datetime
 import functools
@@ -65,6 +66,10 @@ class ResetUnsupported(Exception):
             "the server does not support $JS.API.CONSUMER.RESET (nats-server >= 2.14 needed); "
             "upgrade the server or remove the reset annotation"
         )
+
+
+class RoundTripFailed(Exception):
+    """`round_trip` got back another message than it sent."""
 
 
 def _api_error(err: dict[str, Any]) -> ApiError:
@@ -246,6 +251,38 @@ class JetStreamClient:
                 return None
             raise
         return int(data["message"]["seq"])
+
+    # Connectivity check (`jsoperator check`) ------------------------------------------------------
+
+    async def round_trip(self, name: str) -> list[str]:
+        """Send one message to ourselves over core NATS, then store one in a memory stream `name` (subject
+        `name`) and read it back; the stream is deleted again. Returns what was checked, one line each."""
+        payload = name.encode()
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox, max_msgs=1)
+        try:
+            await self._nc.publish(inbox, payload)
+            got = await sub.next_msg(timeout=self._timeout)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError) as exc:
+            raise BrokerUnavailable(f"a message to {inbox} did not come back within {self._timeout:g}s") from exc
+        if got.data != payload:
+            raise RoundTripFailed(f"the message to {inbox} came back changed: {got.data!r}")
+        done = [f"core NATS: a message to {inbox} came back"]
+        await self.create_stream({"name": name, "subjects": [name], "storage": "memory", "max_msgs": 1})
+        try:
+            try:
+                ack = json.loads((await self._nc.request(name, payload, timeout=self._timeout)).data)
+            except nats.errors.Error as exc:
+                raise BrokerUnavailable(f"publish to stream {name}: {exc}") from exc
+            if "error" in ack:
+                raise _api_error(ack["error"])
+            stored = await self._request(f"STREAM.MSG.GET.{name}", {"seq": ack["seq"]})
+            if base64.b64decode(stored["message"].get("data", "")) != payload:
+                raise RoundTripFailed(f"stream {name} returned another message than the one stored")
+        finally:
+            await self.delete_stream(name)
+        done.append(f"JetStream: a message stored in memory stream {name} (seq {ack['seq']}) read back, stream deleted")
+        return done
 
 
 ADVISORIES = ("$JS.EVENT.ADVISORY.STREAM.>", "$JS.EVENT.ADVISORY.CONSUMER.>")
