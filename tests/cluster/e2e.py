@@ -7,7 +7,8 @@ the nodes, and the address at which pods reach this machine), so the local one-n
 1. `helm install` -> the broker StatefulSet pod and the operator pod pass their real probes;
 2. the ORDERS example -> Stream and Consumers Ready; a Job in the cluster publishes and consumes
    through the client Service's DNS name; a reset annotation -> `lastReset` Succeeded and the next
-   delivery starts at that sequence;
+   delivery starts at that sequence; `helm test` (the chart's pod running `jsoperator check` with the
+   operator's connection) round-trips a message;
 3. the broker restarts (pod deleted, or the external server stopped) -> `BrokerUnavailable`, then
    Ready again by itself, with every message and ack floor kept;
 4. `helm upgrade` with a changed setting rolls what it must and keeps the data; a no-op upgrade
@@ -247,6 +248,20 @@ class Scenario:
             assert self.kube.apps.list_namespaced_stateful_set(self.namespace).items == []
 
     # Step 2 ------------------------------------------------------------------------------------------
+
+    def helm_test(self) -> None:
+        """`helm test`: the chart's pod runs `jsoperator check` with the operator's connection settings (a
+        message round-trips over core NATS and through a memory stream, deleted again). A failed pod is kept
+        by the chart: its log goes into the failure."""
+        try:
+            self.helm("test", RELEASE, "--timeout", "3m")
+        except AssertionError as exc:
+            try:
+                log = self.kube.core.read_namespaced_pod_log(f"{RELEASE}-jetstream-kopf-test-connection",
+                                                             self.namespace)
+            except ApiException as missing:
+                log = f"(no test pod log: {missing.status} {missing.reason})"
+            raise AssertionError(f"{exc}\n{log}") from None
 
     def orders(self) -> None:
         self.kube.create(self.namespace, *yaml.safe_load_all(EXAMPLE.read_text()))
@@ -490,6 +505,7 @@ def with_broker(target: Target, image: str, helm: Path, workdir: Path, namespace
         {"name": "NATS_URL", "value": f"nats://{BROKER}.{namespace}.svc:4222"}, token])
     run.install(broker=True)
     run.orders()
+    run.helm_test()
 
     claim = f"data-{BROKER}-0"
     volume = kube.core.read_namespaced_persistent_volume_claim(claim, namespace).spec.volume_name
@@ -533,6 +549,7 @@ def with_external_nats(target: Target, image: str, helm: Path, workdir: Path, se
                    [{"name": "NATS_URL", "value": url}])
     run.install(broker=False)
     run.orders()
+    run.helm_test()
     run.outage(server.stop, server.start)
     run.upgrade_changed(OPERATOR_PODS, None, operator={"logLevel": "DEBUG"})
     run.upgrade_unchanged()
@@ -589,6 +606,7 @@ def with_broker_tls(target: Target, image: str, helm: Path, workdir: Path, names
         {"published": [1, 2, 3]}, {"consumed": [1, 2]},
         {"messages": 3, "last_seq": 3, "consumers": {"NEW": {"ack_floor": 2, "delivered": 2, "num_pending": 1,
                                                              "num_ack_pending": 0}}}]
+    run.helm_test()  # with the operator's client certificate
     # The same client without its certificate: the Job fails, refused by the broker.
     no_cert = Scenario(kube, run.helm, image, [e for e in client_env if e["name"] not in ("NATS_CERT", "NATS_KEY")],
                        "client-tls")

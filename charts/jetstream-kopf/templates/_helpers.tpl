@@ -76,3 +76,16 @@ manifest works in whatever namespace it is applied to). */}}
 {{- end -}}
 {{ required "broker.tls.secretName is required when broker.tls.enabled is true: a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt" $t.secretName }}
 {{- end -}}
+
+{{/* topologySpreadConstraints as given; one without a labelSelector gets the component's own pod selector.
+Arguments: root, component, constraints. */}}
+{{- define "jk.topologySpread" -}}
+{{- $selector := include "jk.selector" (dict "root" .root "component" .component) | fromYaml -}}
+{{- range .constraints }}
+{{- $c := . }}
+{{- if not (hasKey $c "labelSelector") }}
+{{- $c = merge (dict "labelSelector" (dict "matchLabels" $selector)) $c }}
+{{- end }}
+- {{ toYaml $c | nindent 2 | trim }}
+{{- end }}
+{{- end -}}

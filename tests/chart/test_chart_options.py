@@ -1,0 +1,155 @@
+"""The chart's monitoring and placement options through Helm's own engine: the broker's PodMonitor, the
+NetworkPolicy, topologySpreadConstraints, extra volumes/mounts/env, an existing claim, the Grafana dashboard
+ConfigMap and the `helm test` pod (`jsoperator check` with the operator's connection). Each is checked on
+values; bad values are refused naming them. test_chart.py's VALUE_SETS carry them to the apiserver dry run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.chart.test_chart import (  # noqa: F401  (helm_bin: the fixture)
+    CHART, KUBE_VERSION, NAMESPACE, VALUE_SETS, env, helm_bin, one, render, run_helm)
+
+SELECTOR = {"app.kubernetes.io/name": "jetstream-kopf", "app.kubernetes.io/instance": "jk"}
+
+
+def test_nothing_new_is_rendered_by_default(helm_bin):
+    kinds = {d["kind"] for d in render(helm_bin, [])}
+    assert not kinds & {"PodMonitor", "NetworkPolicy"}
+    assert [d["metadata"]["name"] for d in render(helm_bin, []) if d["kind"] == "ConfigMap"] == [
+        "jk-jetstream-kopf-broker"]
+
+
+@pytest.mark.parametrize("https", [False, True])
+def test_the_broker_pod_monitor_scrapes_metrics_on_the_monitoring_port(helm_bin, https):
+    values = VALUE_SETS["monitored"] + (VALUE_SETS["mutual-tls"] + ["broker.tls.monitoring=true"] if https else [])
+    monitor = one(render(helm_bin, values), "PodMonitor")
+    assert monitor["metadata"]["name"] == "jk-jetstream-kopf-broker"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["selector"]["matchLabels"] == {**SELECTOR, "app.kubernetes.io/component": "broker"}
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    expected = {"port": "monitor", "path": "/metrics", "interval": "30s"}
+    if https:  # the certificate names the client Service; the scrape goes to the pod
+        expected |= {"scheme": "https", "tlsConfig": {"ca": {"secret": {"name": "broker-tls", "key": "ca.crt"}},
+                                                       "serverName": f"jk-jetstream-kopf-broker.{NAMESPACE}.svc"}}
+    assert endpoint == expected
+    # the container port the endpoint names
+    [broker] = one(render(helm_bin, values), "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    assert {"name": "monitor", "containerPort": 8222} in broker["ports"]
+    assert not [d for d in render(helm_bin, ["broker.enabled=false", "nats.url=nats://n:4222",
+                                             "broker.metrics.podMonitor.enabled=true"]) if d["kind"] == "PodMonitor"]
+
+
+def test_the_network_policy_admits_this_releases_pods_and_the_given_peers(helm_bin):
+    docs = render(helm_bin, VALUE_SETS["locked-down"])
+    policy = one(docs, "NetworkPolicy")["spec"]
+    assert policy["podSelector"]["matchLabels"] == {**SELECTOR, "app.kubernetes.io/component": "broker"}
+    assert policy["policyTypes"] == ["Ingress"]
+    clients, monitoring = policy["ingress"]
+    assert clients["ports"] == [{"port": "nats", "protocol": "TCP"}]
+    own, *others = clients["from"]
+    assert own == {"podSelector": {"matchLabels": SELECTOR, "matchExpressions": [
+        {"key": "app.kubernetes.io/component", "operator": "In", "values": ["operator", "operator-release", "test"]}]}}
+    assert others == [{"namespaceSelector": {"matchLabels": {"team": "orders"}}},
+                      {"podSelector": {"matchLabels": {"app": "worker"}}}]
+    assert monitoring == {"ports": [{"port": "monitor", "protocol": "TCP"}], "from": [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}
+    # The pods it admits carry those labels: the operator, its uninstall hook and the helm test pod.
+    components = {one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"],
+                  one(docs, "Job")["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"],
+                  one(docs, "Pod")["metadata"]["labels"]["app.kubernetes.io/component"]}
+    assert components == {"operator", "operator-release", "test"}
+    for labels in (one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"], one(docs, "Pod")["metadata"]["labels"]):
+        assert labels.items() >= SELECTOR.items()
+
+    # No monitoring peers: no rule for the monitoring port (nothing but the node's probes reach it).
+    policy = one(render(helm_bin, ["broker.networkPolicy.enabled=true"]), "NetworkPolicy")["spec"]
+    assert [rule["ports"] for rule in policy["ingress"]] == [[{"port": "nats", "protocol": "TCP"}]]
+
+
+def test_topology_spread_gets_the_pods_selector_unless_it_has_one(helm_bin):
+    docs = render(helm_bin, VALUE_SETS["spread-and-extras"])
+    [operator] = one(docs, "Deployment")["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert operator == {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+                        "labelSelector": {"matchLabels": {**SELECTOR, "app.kubernetes.io/component": "operator"}}}
+    [broker] = one(docs, "StatefulSet")["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert broker == {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+                      "labelSelector": {"matchLabels": {"tier": "nats"}}}
+    assert "topologySpreadConstraints" not in one(render(helm_bin, []), "Deployment")["spec"]["template"]["spec"]
+
+
+def test_extra_volumes_mounts_and_env_reach_broker_and_operator_pods(helm_bin):
+    docs = render(helm_bin, VALUE_SETS["spread-and-extras"])
+    broker_pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    [broker] = broker_pod["containers"]
+    assert env(broker)["TZ"] == "UTC" and list(env(broker))[-1] == "TZ"
+    assert broker["volumeMounts"][-1] == {"name": "scratch", "mountPath": "/scratch"}
+    assert {"name": "scratch", "emptyDir": {"medium": "Memory"}} in broker_pod["volumes"]
+    # The operator's volumes are also the uninstall hook's and the helm test pod's (same settings).
+    for pod in (one(docs, "Deployment")["spec"]["template"]["spec"], one(docs, "Job")["spec"]["template"]["spec"],
+                one(docs, "Pod")["spec"]):
+        assert pod["containers"][0]["volumeMounts"][-1] == {"name": "ca", "mountPath": "/etc/company-ca"}
+        assert pod["volumes"][-1] == {"name": "ca", "configMap": {"name": "company-ca"}}
+
+
+def test_an_existing_claim_replaces_the_claim_template(helm_bin):
+    sts = one(render(helm_bin, VALUE_SETS["spread-and-extras"]), "StatefulSet")
+    assert "volumeClaimTemplates" not in sts["spec"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["data"] == {"name": "data", "persistentVolumeClaim": {"claimName": "broker-store"}}
+    [broker] = sts["spec"]["template"]["spec"]["containers"]
+    assert {"name": "data", "mountPath": "/data"} in broker["volumeMounts"]
+
+
+def test_the_helm_test_pod_checks_the_operators_own_connection(helm_bin):
+    docs = render(helm_bin, [])
+    pod = one(docs, "Pod", "jk-jetstream-kopf-test-connection")
+    assert pod["metadata"]["annotations"] == {"helm.sh/hook": "test",
+                                              "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded"}
+    spec = pod["spec"]
+    [check] = spec["containers"]
+    assert check["args"] == ["jsoperator", "check"] and check["image"] == "jetstream-kopf:0.1.0"
+    assert spec["restartPolicy"] == "Never" and spec["serviceAccountName"] == "jk-jetstream-kopf-operator"
+    [operator] = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert check["env"] == operator["env"]  # servers, the token Secret, TLS: what the operator connects with
+    assert env(check)["JSOPERATOR_TOKEN"] == {"secretKeyRef": {"name": "jk-jetstream-kopf-broker-auth", "key": "token"}}
+    assert check["securityContext"]["readOnlyRootFilesystem"] and spec["securityContext"]["runAsNonRoot"]
+    # mutual TLS: the operator's client certificate too
+    [check] = one(render(helm_bin, VALUE_SETS["mutual-tls"]), "Pod")["spec"]["containers"]
+    assert env(check)["JSOPERATOR_TLS_CERT"] == "/etc/jsoperator/client/tls.crt"
+    assert {m["name"] for m in check["volumeMounts"]} == {"tmp", "tls", "client-tls"}
+    # Rendered for Argo CD / kustomize without hooks: no test pod.
+    assert not [d for d in render(helm_bin, [], "--no-hooks") if d["kind"] == "Pod"]
+
+
+def test_the_dashboard_configmap_carries_the_dashboard_for_the_sidecar(helm_bin):
+    docs = render(helm_bin, VALUE_SETS["monitored"] + ["grafanaDashboard.annotations.grafana_folder=NATS"])
+    cm = one(docs, "ConfigMap", "jk-jetstream-kopf-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "NATS"}
+    shipped = (CHART / "files" / "dashboards" / "jetstream-kopf.json").read_text()
+    assert json.loads(cm["data"]["jetstream-kopf.json"]) == json.loads(shipped)
+
+
+@pytest.mark.parametrize("value,message", [
+    ("broker.persistence.enabled=false,broker.persistence.existingClaim=mine",
+     "broker.persistence.existingClaim needs broker.persistence.enabled=true"),
+    ("broker.topologySpreadConstraints[0].maxSkew=1", "at '/broker/topologySpreadConstraints/0': missing properties"),
+    ("operator.topologySpreadConstraints[0].maxSkew=1,operator.topologySpreadConstraints[0].topologyKey=k,"
+     "operator.topologySpreadConstraints[0].whenUnsatisfiable=Sometimes",
+     "at '/operator/topologySpreadConstraints/0/whenUnsatisfiable'"),
+    ("broker.networkPolicy.clients[0].namespaceSelectr.matchLabels.a=b", "additional properties 'namespaceSelectr'"),
+    ("broker.networkPolicy.monitoring[0].ipBlock.except[0]=10.0.0.0/8",
+     "at '/broker/networkPolicy/monitoring/0/ipBlock': missing property 'cidr'"),
+    ("broker.extraVolumeMounts[0].name=x", "at '/broker/extraVolumeMounts/0': missing property 'mountPath'"),
+    ("operator.extraVolumeMounts[0].name=x,operator.extraVolumeMounts[0].mountPath=relative",
+     "at '/operator/extraVolumeMounts/0/mountPath'"),
+    ("broker.extraEnv[0].value=x", "at '/broker/extraEnv/0': missing property 'name'"),
+    ("broker.metrics.podMonitor.interval=often", "at '/broker/metrics/podMonitor/interval'"),
+    ("grafanaDashboard.enable=true", "additional properties 'enable' not allowed"),
+])
+def test_bad_option_values_fail_naming_them(helm_bin, value, message):
+    done = run_helm(helm_bin, "template", "jk", str(CHART), "--kube-version", KUBE_VERSION, "--set", value)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
