@@ -6,9 +6,15 @@ values; bad values are refused naming them. test_chart.py's VALUE_SETS carry the
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from typing import Any
 
 import pytest
 
+from tests import servers
+from tests.polling import poll
 from tests.chart.test_chart import (  # noqa: F401  (helm_bin: the fixture)
     CHART, KUBE_VERSION, NAMESPACE, VALUE_SETS, env, helm_bin, one, render, run_helm)
 
@@ -153,3 +159,72 @@ def test_the_dashboard_configmap_carries_the_dashboard_for_the_sidecar(helm_bin)
 def test_bad_option_values_fail_naming_them(helm_bin, value, message):
     done = run_helm(helm_bin, "template", "jk", str(CHART), "--kube-version", KUBE_VERSION, "--set", value)
     assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def _expand(value: str, variables: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion of env values and args, from the variables defined before."""
+    for name, resolved in variables.items():
+        value = value.replace(f"$({name})", resolved)
+    return value
+
+
+def _container_env(container: dict[str, Any], secrets: dict[tuple[str, str], str], namespace: str) -> dict[str, str]:
+    """The container's environment as the kubelet builds it: Secret keys and the pod's namespace resolved."""
+    resolved: dict[str, str] = {}
+    for entry in container.get("env", []):
+        source = entry.get("valueFrom", {})
+        if "secretKeyRef" in source:
+            value = secrets[(source["secretKeyRef"]["name"], source["secretKeyRef"]["key"])]
+        elif source.get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
+            value = namespace
+        elif source.get("fieldRef", {}).get("fieldPath") == "metadata.name":
+            value = "jk-jetstream-kopf-broker-0"
+        else:
+            value = _expand(entry["value"], resolved)
+        resolved[entry["name"]] = value
+    return resolved
+
+
+def _serving(server: subprocess.Popen[bytes], port: int) -> bool:
+    assert server.poll() is None, f"the rendered broker exited with {server.returncode}"
+    try:
+        return bool(servers.read_info(port))
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("token_in_secret,passes", [("the-token", True), ("another-token", False)])
+def test_the_helm_test_pod_round_trips_through_the_rendered_broker(helm_bin, tmp_path, token_in_secret, passes):
+    """The broker container and the test pod as rendered, run here: the broker with the chart's configuration
+    and its token from the auth Secret, the test pod's command with its environment (the same Secret key);
+    only the Service's DNS name is replaced by this machine's address. A different token fails the test."""
+    docs = render(helm_bin, [])
+    config = one(docs, "ConfigMap", "jk-jetstream-kopf-broker")["data"]["jsbroker.toml"]
+    port, http_port = servers.free_port(), servers.free_port()
+    (tmp_path / "jsbroker.toml").write_text(config.replace("/data", str(tmp_path)).replace(
+        "port = 4222", f"port = {port}").replace("http_port = 8222", f"http_port = {http_port}"))
+    [broker] = one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    secret = ("jk-jetstream-kopf-broker-auth", "token")
+    broker_env = _container_env(broker, {secret: "the-token"}, NAMESPACE)
+    args = [_expand(a, broker_env).replace("/etc/jsbroker/jsbroker.toml", str(tmp_path / "jsbroker.toml"))
+            for a in broker["args"]]
+    assert args[0] == "jsbroker" and "--auth=the-token" in args
+    server = subprocess.Popen([sys.executable, "-m", "jsbroker", *args[1:]], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        poll(lambda: _serving(server, port), timeout=20, what="the rendered broker serving")
+        [check] = one(docs, "Pod", "jk-jetstream-kopf-test-connection")["spec"]["containers"]
+        check_env = _container_env(check, {secret: token_in_secret}, NAMESPACE)
+        assert check_env["JSOPERATOR_SERVERS"] == f"nats://jk-jetstream-kopf-broker.{NAMESPACE}.svc:4222"
+        check_env["JSOPERATOR_SERVERS"] = f"nats://127.0.0.1:{port}"  # no cluster DNS here
+        assert check["args"][0] == "jsoperator"
+        done = subprocess.run([sys.executable, "-m", "jsoperator", *check["args"][1:]], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, **check_env})
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert (done.returncode == 0) is passes, done.stdout + done.stderr
+    if passes:
+        assert done.stdout.endswith(f"jsoperator check: nats://127.0.0.1:{port} works for the operator\n")
+    else:
+        assert "uthorization" in done.stdout, done.stdout
