@@ -26,7 +26,7 @@ def streams(url: str) -> list[str]:
     async def main() -> list[str]:
         nc = await nats.connect(url, token=TOKEN)
         try:
-            return [s.config.name for s in await nc.jetstream().streams_info()]
+            return [str(s.config.name) for s in await nc.jetstream().streams_info()]
         finally:
             await nc.close()
 

@@ -10,7 +10,8 @@ from typing import Any
 import nats
 import pytest
 
-from jsoperator import annotations, jsclient, models, unpin
+from jsoperator import annotations as ann
+from jsoperator import jsclient, models, unpin
 
 pytestmark = pytest.mark.timeout(60)
 NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
@@ -24,8 +25,8 @@ async def pool():
     await p.close()
 
 
-def request(value: str) -> annotations.UnpinRequest:
-    parsed = annotations.unpin_request({annotations.UNPIN: value})
+def request(value: str) -> ann.UnpinRequest:
+    parsed = ann.unpin_request({ann.UNPIN: value})
     assert parsed is not None
     return parsed
 
