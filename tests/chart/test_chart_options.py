@@ -155,6 +155,8 @@ def test_the_dashboard_configmap_carries_the_dashboard_for_the_sidecar(helm_bin)
     ("broker.extraEnv[0].value=x", "at '/broker/extraEnv/0': missing property 'name'"),
     ("broker.metrics.podMonitor.interval=often", "at '/broker/metrics/podMonitor/interval'"),
     ("grafanaDashboard.enable=true", "additional properties 'enable' not allowed"),
+    ("broker.networkPolicy.enabled=true,broker.metrics.podMonitor.enabled=true",
+     "broker.metrics.podMonitor.enabled with broker.networkPolicy.enabled needs broker.networkPolicy.monitoring"),
 ])
 def test_bad_option_values_fail_naming_them(helm_bin, value, message):
     done = run_helm(helm_bin, "template", "jk", str(CHART), "--kube-version", KUBE_VERSION, "--set", value)
