@@ -736,8 +736,14 @@ def with_helm_template_syncs(target: Target, image: str, helm: Path, workdir: Pa
         return done.stdout
 
     def sync(text: str) -> None:
+        # Argo CD treats objects with a helm.sh/hook annotation as hooks, never as part of the sync: it runs
+        # only pre/post-install and -upgrade ones (as PreSync/PostSync). The chart has a pre-delete Job
+        # (`jsoperator release --stop` scales the operator to zero) and a test Pod: applied, the first would
+        # stop the operator it is meant to release at uninstall.
+        docs = [doc for doc in yaml.safe_load_all(text) if doc and "helm.sh/hook" not in doc["metadata"].get(
+            "annotations", {})]
         _apply(kube, [{**doc, "metadata": {"namespace": ns, **doc["metadata"]}} if doc["kind"] not in (
-            "ClusterRole", "ClusterRoleBinding") else doc for doc in yaml.safe_load_all(text) if doc])
+            "ClusterRole", "ClusterRoleBinding") else doc for doc in docs])
 
     def token() -> str:
         return str(kube.core.read_namespaced_secret(f"{ARGO_RELEASE}-jetstream-kopf-broker-auth", ns).data["token"])
