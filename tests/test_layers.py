@@ -31,6 +31,7 @@ OPERATOR_PURE = (
     "jsoperator.annotations",
     "jsoperator.events",
     "jsoperator.conflicts",
+    "jsoperator.importer",
 )
 
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.

@@ -1,5 +1,6 @@
 """The `jsoperator` command: `run` starts the operator, `crds` prints the CustomResourceDefinitions,
-`check` tests the operator's connection, `demo` runs the whole product locally."""
+`check` tests the operator's connection, `import` writes manifests that adopt what a server already has,
+`demo` runs the whole product locally."""
 
 from __future__ import annotations
 
@@ -16,11 +17,18 @@ from . import __version__, demo
 from . import settings as settings_mod
 
 if TYPE_CHECKING:
-    from . import jsclient, scheduler
+    from . import jsclient, models, scheduler
 
 
 def _connection_flags(p: argparse.ArgumentParser) -> None:
     """How to reach JetStream and which namespaces: shared by `run` and `release`."""
+    _nats_flags(p)
+    p.add_argument("--namespace", dest="namespaces", action="append", default=[], metavar="NS",
+                   help="watch this namespace (repeatable; env JSOPERATOR_NAMESPACES; default all)")
+
+
+def _nats_flags(p: argparse.ArgumentParser) -> None:
+    """How to reach JetStream: shared by `run`, `release` and `import`."""
     p.add_argument("--servers", type=settings_mod.split_csv, metavar="URL[,URL]",
                    help="default NATS servers (env JSOPERATOR_SERVERS; default nats://127.0.0.1:4222)")
     p.add_argument("--creds", dest="creds_file", metavar="FILE", help="NATS .creds file (env JSOPERATOR_CREDS)")
@@ -31,8 +39,6 @@ def _connection_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-cert", dest="tls_cert_file", metavar="FILE", help="client cert (env JSOPERATOR_TLS_CERT)")
     p.add_argument("--tls-key", dest="tls_key_file", metavar="FILE", help="client key (env JSOPERATOR_TLS_KEY)")
     p.add_argument("--js-domain", help="JetStream domain (env JSOPERATOR_JS_DOMAIN)")
-    p.add_argument("--namespace", dest="namespaces", action="append", default=[], metavar="NS",
-                   help="watch this namespace (repeatable; env JSOPERATOR_NAMESPACES; default all)")
     p.add_argument("--request-timeout", type=float, metavar="SECONDS",
                    help="JetStream API reply timeout (env JSOPERATOR_REQUEST_TIMEOUT; default 3)")
 
@@ -70,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
                          "and a JetStream memory stream (deleted again); exit 1 saying what failed (the chart's helm test)")
     _connection_flags(chk)
     sub.add_parser("crds", help="print the CustomResourceDefinitions (YAML) generated from the models")
+    _import_parser(sub)
     demo.add_parser(sub)
     return p
 
@@ -78,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
         return demo.main(args)
+    if args.command == "import":
+        return _import(args)
     if args.command == "crds":
         from . import crdgen
 
@@ -100,6 +109,131 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return asyncio.run(release.release(settings, stop=args.stop, force=args.force, out=sys.stdout))
     return asyncio.run(run(settings))
+
+
+def _import_parser(sub: Any) -> None:
+    imp = sub.add_parser(
+        "import", help="write Stream and Consumer manifests that adopt a server's streams and durable consumers",
+        description="Read every stream and durable consumer of a server and write Stream and Consumer manifests "
+        "that, applied, adopt them unchanged (adoptionPolicy: adopt; fields at the server's defaults left out). "
+        "KeyValue/ObjectStore buckets (KV_*, OBJ_*) and ephemeral consumers are skipped with a note on stderr. "
+        "Exit status 1 when an object could not be imported (the note says why); the others are still written.")
+    _nats_flags(imp)
+    imp.add_argument("-n", "--namespace", help="metadata.namespace of the manifests (default: none, kubectl's)")
+    imp.add_argument("-o", "--output", default="-", metavar="PATH",
+                     help="a file, or a directory (existing, or ending in /) for one file per resource; "
+                     "default - (stdout)")
+    imp.add_argument("--deletion-policy", choices=["retain", "delete"], default="retain",
+                     help="spec.deletionPolicy of every manifest. Default retain: deleting a resource (kubectl "
+                     "delete, a GitOps prune) never deletes the server object or its messages; delete would")
+    conn = imp.add_argument_group(
+        "spec.connection of the manifests", "unset: none, the operator reaches them through its own --servers")
+    conn.add_argument("--connection-servers", type=settings_mod.split_csv, metavar="URL[,URL]",
+                      help="spec.connection.servers")
+    conn.add_argument("--connection-creds-secret", metavar="NAME[:KEY]",
+                      help="spec.connection.credentialsSecretRef (key default creds)")
+    conn.add_argument("--connection-token-secret", metavar="NAME[:KEY]",
+                      help="spec.connection.tokenSecretRef (key default token)")
+    conn.add_argument("--connection-user-secret", metavar="NAME", help="spec.connection.userSecretRef")
+    conn.add_argument("--connection-tls-secret", metavar="NAME", help="spec.connection.tlsSecretRef")
+    conn.add_argument("--connection-js-domain", metavar="DOMAIN", help="spec.connection.jsDomain")
+
+
+def _import(args: argparse.Namespace) -> int:
+    """`jsoperator import`: read the server (the NATS flags, as `run` takes them), write the manifests."""
+    from datetime import datetime, timezone
+
+    from . import credentials, importer, jsclient, models
+
+    try:
+        settings = settings_mod.load(vars(args))
+        connection = _spec_connection(args)
+        options = importer.Options(args.namespace, connection, args.deletion_policy)
+    except (settings_mod.SettingsError, models.SpecError) as exc:
+        print(f"jsoperator import: {exc}", file=sys.stderr)
+        return 2
+    logging.getLogger("nats").setLevel(logging.CRITICAL)  # a failed connect is reported once, below
+    try:
+        streams, consumers, where = asyncio.run(_read_server(settings))
+    except (jsclient.BrokerUnavailable, jsclient.ApiError, credentials.CredentialsError, OSError) as exc:
+        problem = f"cannot read {exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+        print(f"jsoperator import: {' '.join(problem.split())}", file=sys.stderr)
+        return 1
+    result = importer.import_server(streams, consumers, options, datetime.now(timezone.utc))
+    for note in result.notes:
+        print(f"jsoperator import: {note}", file=sys.stderr)
+    written = _write_manifests(result.manifests, args.output)
+    kinds = [m["kind"] for m in result.manifests]
+    print(f"jsoperator import: {kinds.count('Stream')} Stream and {kinds.count('Consumer')} Consumer manifests "
+          f"from {where} written to {written}", file=sys.stderr)
+    if connection is None and result.manifests:
+        print("jsoperator import: the manifests have no spec.connection: the operator must reach this server "
+              "through its own --servers (else give --connection-servers)", file=sys.stderr)
+    return 1 if result.failed else 0
+
+
+def _spec_connection(args: argparse.Namespace) -> models.ConnectionSpec | None:
+    """The --connection-* flags as a validated spec.connection; None when none is given."""
+    from pydantic import ValidationError
+
+    from . import models
+
+    def ref(value: str | None, default_key: str) -> dict[str, str] | None:
+        name, _, key = (value or "").partition(":")
+        return {"name": name, "key": key or default_key} if value else None
+
+    raw = {
+        "servers": list(args.connection_servers) if args.connection_servers else None,
+        "credentialsSecretRef": ref(args.connection_creds_secret, "creds"),
+        "tokenSecretRef": ref(args.connection_token_secret, "token"),
+        "userSecretRef": {"name": args.connection_user_secret} if args.connection_user_secret else None,
+        "tlsSecretRef": {"name": args.connection_tls_secret} if args.connection_tls_secret else None,
+        "jsDomain": args.connection_js_domain,
+    }
+    given = {key: value for key, value in raw.items() if value is not None}
+    if not given:
+        return None
+    try:
+        return models.ConnectionSpec.model_validate(given)
+    except ValidationError as exc:
+        problems = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
+        raise models.SpecError(f"the --connection-* flags make no valid spec.connection: {problems}") from None
+
+
+async def _read_server(
+    settings: settings_mod.Settings,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], str]:
+    """Every StreamInfo by name, every ConsumerInfo by stream and name, and the servers read."""
+    from . import credentials, jsclient
+
+    connection = await credentials.resolve(None, "", settings)
+    pool = jsclient.Pool(timeout=settings.request_timeout)
+    try:
+        client = await pool.client(connection)
+        streams = await client.stream_list()
+        return streams, {name: await client.consumer_list(name) for name in streams}, connection.describe()
+    finally:
+        await pool.close()
+
+
+def _write_manifests(manifests: list[dict[str, Any]], output: str) -> str:
+    """Write to stdout (``-``), one file, or one file per resource in a directory; returns where."""
+    from pathlib import Path
+
+    from . import importer
+
+    if output == "-":
+        sys.stdout.write(importer.render(manifests))
+        return "stdout"
+    path = Path(output)
+    if not (output.endswith("/") or path.is_dir()):
+        path.write_text(importer.render(manifests))
+        return str(path)
+    path.mkdir(parents=True, exist_ok=True)
+    for manifest in manifests:
+        (path / f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml").write_text(
+            importer.render([manifest]))
+    return f"{path}/"
 
 
 async def run(settings: settings_mod.Settings) -> int:

@@ -1,0 +1,279 @@
+"""Server configs -> Stream and Consumer manifests that adopt them (`jsoperator import`): mapping in reverse.
+
+Owns:
+- ``spec_fields``: a StreamConfig / ConsumerConfig as the server reports it -> the spec fields that say the
+  same (camelCase, durations as ``30s``, enums as the CRDs spell them), for every field the model knows;
+  a server field the model cannot express makes the object unimportable rather than silently dropped;
+- minimal specs: a field is left out when the spec without it still shows no drift against the server
+  (mapping's own comparison, so "adopted with no change" holds by construction). The consumer limits the
+  drift check ignores when unset (they come from the stream's consumer_limits) are left out only at the
+  value the server picks itself;
+- resource names: DNS-1123 labels made from server names; spec.name / durableName keep the real name;
+- what is not imported, as one note each: KeyValue / ObjectStore buckets (their resources are not
+  importable yet: ``BUCKET_PREFIXES`` is the one place to add them), ephemeral consumers, and objects the
+  spec cannot express.
+Every manifest adopts (``adoptionPolicy: adopt``: never creates) and keeps the server object when the
+resource is deleted (``deletionPolicy: retain`` unless asked otherwise).
+Pure: configs in, manifests and notes out; the command (cli.py) reads the server and writes the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from jsoperator import mapping, units
+from jsoperator.models import ConnectionSpec, ConsumerSpec, DeletionPolicy, StreamSpec
+
+API_VERSION = "jsoperator.io/v1alpha1"
+# Stream name prefixes of the buckets nats.go and nats-py create -> the resource that will own them.
+BUCKET_PREFIXES = {"KV_": "KeyValue", "OBJ_": "ObjectStore"}
+# Kinds this version can write; a bucket kind is imported once it has a builder here.
+IMPORTABLE = frozenset({"Stream"})
+
+Info = Mapping[str, Any]
+"""A StreamInfo or ConsumerInfo as the JetStream API returns it (``config`` is the part imported)."""
+
+
+class Unrepresentable(ValueError):
+    """The server object has something a spec cannot say; importing it would lose or change it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What the user chose for every manifest."""
+
+    namespace: str | None = None
+    connection: ConnectionSpec | None = None  # spec.connection; None: the operator's own settings
+    deletion_policy: DeletionPolicy = "retain"
+
+
+@dataclasses.dataclass
+class Imported:
+    manifests: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)  # one line each: what was skipped and why
+    failed: int = 0  # objects that could not be imported (buckets and ephemeral consumers are skipped by design)
+
+
+def import_server(
+    streams: Mapping[str, Info], consumers: Mapping[str, Mapping[str, Info]], options: Options, now: datetime
+) -> Imported:
+    """Manifests for every stream (by name, as STREAM.LIST) and its durable consumers (stream -> name -> info).
+
+    ``now`` decides whether a consumer's pause_until has passed (a passed one is not imported)."""
+    out = Imported()
+    chosen = []
+    for name in sorted(streams):
+        kind = kind_of(name)
+        if kind in IMPORTABLE:
+            chosen.append(name)
+        else:
+            bucket = name.split("_", 1)[1]
+            out.notes.append(f"bucket {bucket} skipped: {kind} resources cannot be imported yet "
+                             f"(its stream {name} and consumers are left out)")
+    durables = []
+    for stream in chosen:
+        for consumer, info in sorted(consumers.get(stream, {}).items()):
+            if info.get("config", {}).get("durable_name"):
+                durables.append((stream, consumer))
+            else:
+                out.notes.append(f"consumer {consumer} of stream {stream} skipped: it is ephemeral (no durable name), "
+                                 "the server removes it once idle")
+    stream_names = resource_names({s: s for s in chosen}, "stream")
+    consumer_names = resource_names({d: f"{d[0]}-{d[1]}" for d in durables}, "consumer")
+    for stream in chosen:
+        config = streams[stream]["config"]
+        _add(out, f"stream {stream}", lambda: stream_manifest(config, stream_names[stream], options))
+        for durable in (d for d in durables if d[0] == stream):
+            info = consumers[stream][durable[1]]
+            _add(out, f"consumer {durable[1]} of stream {stream}", lambda: consumer_manifest(
+                info["config"], stream, config, consumer_names[durable], options, now))
+    return out
+
+
+def _add(out: Imported, what: str, build: Callable[[], dict[str, Any]]) -> None:
+    try:
+        out.manifests.append(build())
+    except Unrepresentable as exc:
+        out.notes.append(f"{what} not imported: {exc}")
+        out.failed += 1
+
+
+def kind_of(stream: str) -> str:
+    """The resource kind a server stream belongs to: a bucket's (``KV_orders``) or Stream."""
+    return next((kind for prefix, kind in BUCKET_PREFIXES.items() if stream.startswith(prefix)), "Stream")
+
+
+def render(manifests: list[dict[str, Any]]) -> str:
+    """YAML documents separated by ``---``."""
+    return yaml.safe_dump_all(manifests, sort_keys=False, width=120, allow_unicode=True)
+
+
+# -- one object -------------------------------------------------------------------------------------
+
+
+def stream_manifest(config: Mapping[str, Any], name: str, options: Options) -> dict[str, Any]:
+    """The Stream that adopts the server stream with this config under resource name ``name``."""
+    full = spec_fields(StreamSpec, config)
+
+    def no_drift(spec: dict[str, Any]) -> list[str]:
+        return mapping.stream_drift(mapping.stream_config(_valid(StreamSpec, spec), name), config)
+
+    spec = _minimal(full, no_drift, keep={"name"} if config["name"] != name else set())
+    return _manifest("Stream", name, spec, options)
+
+
+def consumer_manifest(
+    config: Mapping[str, Any], stream: str, stream_config: Mapping[str, Any], name: str, options: Options,
+    now: datetime,
+) -> dict[str, Any]:
+    """The Consumer that adopts the durable with this config (of ``stream``, whose config is given)."""
+    full = {"streamName": stream, **spec_fields(ConsumerSpec, config)}
+
+    def no_drift(spec: dict[str, Any]) -> list[str]:
+        desired = mapping.consumer_config(_valid(ConsumerSpec, spec), name)
+        return mapping.consumer_drift(desired, config, now=now)
+
+    limits = stream_config.get("consumer_limits") or {}
+    picked = {  # what the server picks for these when the consumer leaves them unset
+        "maxAckPending": limits.get("max_ack_pending") or (0 if config.get("ack_policy") in (None, "none") else 1000),
+        "inactiveThreshold": units.format_duration(limits.get("inactive_threshold") or 0),
+    }
+    kept = {key for key, value in picked.items() if key in full and full[key] != value}
+    keep = {"streamName", "durableName"} - ({"durableName"} if config["durable_name"] == name else set())
+    spec = _minimal(full, no_drift, keep=keep | kept)
+    return _manifest("Consumer", name, spec, options)
+
+
+def _manifest(kind: str, name: str, spec: dict[str, Any], options: Options) -> dict[str, Any]:
+    policies: dict[str, Any] = {"adoptionPolicy": "adopt", "deletionPolicy": options.deletion_policy}
+    if options.connection is not None:
+        policies["connection"] = options.connection.model_dump(by_alias=True, exclude_none=True)
+    metadata = {"name": name, **({"namespace": options.namespace} if options.namespace else {})}
+    return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata, "spec": {**spec, **policies}}
+
+
+def _valid(model: type[StreamSpec] | type[ConsumerSpec], spec: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(spec)
+    except ValidationError as exc:
+        raise Unrepresentable("; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+
+
+def _minimal(full: dict[str, Any], drift: Callable[[dict[str, Any]], list[str]], keep: set[str]) -> dict[str, Any]:
+    """``full`` without every field whose absence still shows no drift (``keep`` always stays)."""
+    left = drift(full)
+    if left:
+        raise Unrepresentable(f"its spec would still differ from the server in {', '.join(left)} (please report this)")
+    spec = dict(full)
+    for key in full:
+        if key in keep:
+            continue
+        trial = {k: v for k, v in spec.items() if k != key}
+        try:
+            if not drift(trial):
+                spec = trial
+        except Unrepresentable:  # the model needs it with another field (optStartSeq and deliverPolicy)
+            continue
+    return spec
+
+
+# -- wire -> spec -----------------------------------------------------------------------------------
+
+_ENUM_SPELLING = {wire: spec for spec, wire in mapping.ENUM_VALUES.items()}
+# Keys the server reports that are no spec field but say nothing new (the consumer's name is its durable name).
+_IDENTITY_KEYS = frozenset({"name"})
+_GO_ZERO: tuple[Any, ...] = (None, False, 0, "", [], {})
+
+
+def spec_fields(model: type[BaseModel], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of ``model`` (camelCase, as users write them) that ``config`` sets to a non-zero value.
+
+    Zero values are left out: the server treats them as unset (Go's ``omitempty``). Server-managed
+    metadata (``_nats.*``) is not part of a spec. Raises Unrepresentable for a non-zero server field the
+    model has no field for (leaving it out would reset it at the operator's next update)."""
+    spec: dict[str, Any] = {}
+    known = set(_IDENTITY_KEYS) - set(model.model_fields)
+    for field, info in model.model_fields.items():
+        if field in mapping.OPERATOR_FIELDS:
+            continue
+        key = mapping.wire_name(field)
+        known.add(key)
+        value = config.get(key)
+        if key == "metadata":  # an empty value is still a key: only an empty map is unset
+            value = {k: v for k, v in (value or {}).items() if not k.startswith("_nats.")} or None
+        if value is None or (key != "metadata" and _is_zero(value)):
+            continue
+        nested = mapping.nested_models(info.annotation)
+        if nested:
+            value = [spec_fields(nested[0], v) for v in value] if isinstance(value, list) else spec_fields(
+                nested[0], value)
+        elif field in mapping.ENUM_FIELDS:
+            value = _ENUM_SPELLING.get(value, value)
+        elif key in mapping.DURATION_KEYS:
+            value = [_duration(v) for v in value] if isinstance(value, list) else _duration(value)
+        spec[info.alias or field] = value
+    unknown = sorted(key for key, value in config.items() if key not in known and not _is_zero(value))
+    if unknown:
+        shown = ", ".join(f"{key}={mapping.show(key, config[key])}" for key in unknown)
+        raise Unrepresentable(f"the server sets {shown}, which this jsoperator version has no spec field for")
+    return spec
+
+
+def _is_zero(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return all(_is_zero(v) for v in value.values())
+    return any(value is zero or (type(value) is type(zero) and value == zero) for zero in _GO_ZERO)
+
+
+def _duration(ns: int) -> str:
+    text = units.format_duration(ns)
+    if units.parse_duration(text) != ns:
+        raise Unrepresentable(f"the duration {ns}ns cannot be written exactly as a Go duration")
+    return text
+
+
+# -- names ------------------------------------------------------------------------------------------
+
+MAX_NAME = 63  # a DNS-1123 label: what every Kubernetes name accepts
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_NOT_LABEL = re.compile(r"[^a-z0-9]+")
+_HASH = 6
+
+
+def resource_names(sources: Mapping[Any, str], fallback: str) -> dict[Any, str]:
+    """key -> a distinct resource name made from its text (a server name, or stream-consumer).
+
+    A text that is already a DNS-1123 label is used as it is; others are lower-cased with runs of other
+    characters turned into ``-``. A name that is too long, empty after that (``fallback`` then), or that
+    two texts share gets a short hash of its text: only the text that is that name exactly keeps it bare,
+    else none does."""
+    wanted = {key: _label(text) for key, text in sources.items()}
+    names = {}
+    for key, text in sources.items():
+        name = wanted[key]
+        shared = any(n == name for k, n in wanted.items() if k != key)
+        if not name:
+            name = _hashed(fallback, text)
+        elif len(name) > MAX_NAME or (shared and name != text):
+            name = _hashed(name, text)
+        names[key] = name
+    return names
+
+
+def _label(text: str) -> str:
+    if _LABEL.match(text):
+        return text
+    return _NOT_LABEL.sub("-", text.lower()).strip("-")
+
+
+def _hashed(name: str, text: str) -> str:
+    digest = hashlib.sha256(text.encode()).hexdigest()[:_HASH]
+    return f"{name[: MAX_NAME - _HASH - 1].rstrip('-')}-{digest}"

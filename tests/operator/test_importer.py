@@ -1,0 +1,291 @@
+"""`jsoperator import`'s reverse mapping (importer.py): server config -> spec, minimal and without drift.
+
+- Pure: every StreamSpec / ConsumerSpec field of test_mapping's cases round-trips spec -> wire -> spec;
+  resource names; what is skipped (buckets, ephemeral consumers) and refused (fields no spec can hold).
+- Against nats-server and jsbroker: each case is created on the server, imported from what the server
+  reports, and the imported spec sent back as an update leaves the server's config byte for byte the
+  same (after JSON normalisation): it says exactly what the server has, and no more than the case said.
+The command itself (flags, files, errors) and the apply-and-adopt round trip are in test_e2e_import.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+import nats
+import pytest
+
+from jsoperator import crdgen, importer, mapping
+from jsoperator.models import ConnectionSpec, ConsumerSpec, StreamSpec
+from tests.operator.test_mapping import (  # noqa: F401  (server, nc: fixtures)
+    CONSUMER_CASES,
+    SEALED_CASE,
+    STREAM_CASES,
+    _consumer_subjects,
+    _stream_spec,
+    ensure_origins,
+    nc,
+    ok,
+    server,
+)
+
+NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
+POLICIES = {"adoptionPolicy", "deletionPolicy"}
+
+
+def _nonzero(config: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in config.items() if not importer._is_zero(value)}
+
+
+# -- spec -> wire -> spec -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("spec", "expected"), STREAM_CASES + [SEALED_CASE])
+def test_every_stream_field_round_trips(spec: dict[str, Any], expected: dict[str, Any]) -> None:
+    wire = mapping.stream_config(StreamSpec.model_validate(spec), "meta-name")
+    back = importer.spec_fields(StreamSpec, wire)
+    assert mapping.stream_config(StreamSpec.model_validate(back), "meta-name") == _nonzero(wire)
+    assert set(back) == {key for key in spec if not importer._is_zero(wire[mapping.wire_name(_snake(key))])} | {"name"}
+
+
+@pytest.mark.parametrize(("spec", "expected"), CONSUMER_CASES)
+def test_every_consumer_field_round_trips(spec: dict[str, Any], expected: dict[str, Any]) -> None:
+    wire = mapping.consumer_config(ConsumerSpec.model_validate({"streamName": "S", **spec}), "meta-name")
+    back = importer.spec_fields(ConsumerSpec, wire)
+    assert mapping.consumer_config(ConsumerSpec.model_validate({"streamName": "S", **back}), "x") == _nonzero(wire)
+    assert set(back) == {key for key in spec if not importer._is_zero(wire[mapping.wire_name(_snake(key))])} | {
+        "durableName"}
+
+
+def test_values_are_written_as_users_write_them() -> None:
+    wire = {"durable_name": "d", "ack_wait": 90 * 10**9, "backoff": [10**9, 1_500_000_000], "max_bytes": 1024,
+            "deliver_policy": "by_start_sequence", "opt_start_seq": 3, "priority_policy": "pinned_client",
+            "pause_until": "2099-01-01T00:00:00Z"}
+    assert importer.spec_fields(ConsumerSpec, wire) == {
+        "durableName": "d", "deliverPolicy": "byStartSequence", "optStartSeq": 3, "ackWait": "1m30s",
+        "backoff": ["1s", "1.5s"], "maxBytes": 1024, "pauseUntil": "2099-01-01T00:00:00Z",
+        "priorityPolicy": "pinnedClient"}
+
+
+def test_server_metadata_is_not_imported_and_an_empty_value_is() -> None:
+    fields = importer.spec_fields(StreamSpec, {"name": "S", "metadata": {"_nats.ver": "2.15.1", "team": ""}})
+    assert fields == {"name": "S", "metadata": {"team": ""}}
+    assert importer.spec_fields(StreamSpec, {"name": "S", "metadata": {"_nats.level": "1"}}) == {"name": "S"}
+
+
+def test_a_server_field_no_spec_can_hold_is_refused_not_dropped() -> None:
+    with pytest.raises(importer.Unrepresentable, match=r"the server sets allow_future_thing=true, which"):
+        importer.spec_fields(StreamSpec, {"name": "S", "allow_future_thing": True, "new_zero": 0})
+    with pytest.raises(importer.Unrepresentable, match=r"domain=\"hub\""):
+        importer.spec_fields(StreamSpec, {"name": "S", "mirror": {"name": "O", "domain": "hub"}})
+
+
+def test_only_the_consumer_limits_go_unchecked_when_unset() -> None:
+    """The importer leaves a field out when its absence shows no drift; the drift check must therefore
+    compare every unset consumer field except the two the importer handles itself (importer.py)."""
+    full = {"durable_name": "d", "ack_policy": "explicit"}
+
+    def probe(key: str) -> Any:  # equal to no value: a compared key shows up in the drift
+        return "2999-01-01T00:00:00Z" if key == "pause_until" else object()
+
+    unchecked = {key for key in map(mapping.wire_name, ConsumerSpec.model_fields) if key not in mapping.OPERATOR_FIELDS
+                 and key not in mapping.consumer_diff(full, {**full, key: probe(key)})}
+    assert unchecked == {"max_ack_pending", "inactive_threshold"}
+    stream_unchecked = {key for key in map(mapping.wire_name, StreamSpec.model_fields)
+                        if key not in mapping.OPERATOR_FIELDS
+                        and key not in mapping.stream_diff({"name": "S"}, {"name": "S", key: probe(key)})}
+    assert stream_unchecked == set()
+
+
+def test_api_version_is_the_crds() -> None:
+    assert importer.API_VERSION == f"{crdgen.GROUP}/{crdgen.VERSION}"
+
+
+def _snake(alias: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in alias)
+
+
+# -- names --------------------------------------------------------------------------------------------
+
+LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@pytest.mark.parametrize(("server_name", "expected"), [
+    ("orders", "orders"),
+    ("ORDERS", "orders"),
+    ("Orders_2024-v2", "orders-2024-v2"),
+    ("__Orders__", "orders"),
+    ("a-", "a"),
+])
+def test_resource_names_are_dns_labels_from_server_names(server_name: str, expected: str) -> None:
+    assert importer.resource_names({server_name: server_name}, "stream") == {server_name: expected}
+
+
+def test_a_name_that_cannot_be_a_resource_name_gets_a_hashed_one() -> None:
+    names = importer.resource_names({n: n for n in ("___", "Ωμέγα", "x" * 255, "orders", "ORDERS", "Orders")},
+                                    "stream")
+    assert all(LABEL.match(name) for name in names.values()), names
+    assert len(set(names.values())) == len(names)
+    assert names["orders"] == "orders"  # the name that is exactly the label keeps it
+    assert names["ORDERS"].startswith("orders-") and names["Orders"].startswith("orders-")
+    assert names["___"].startswith("stream-") and names["Ωμέγα"].startswith("stream-")
+    assert names["x" * 255].startswith("x" * 50) and len(names["x" * 255]) == 63
+    assert importer.resource_names({n: n for n in ("___", "Ωμέγα")}, "stream") == {
+        n: names[n] for n in ("___", "Ωμέγα")}  # stable: the hash is of the name only
+
+
+# -- a whole server, pure -------------------------------------------------------------------------------
+
+
+def _stream(name: str, **config: Any) -> dict[str, Any]:
+    return {"config": {"name": name, "subjects": [name], "retention": "limits", "storage": "file",
+                       "num_replicas": 1, "duplicate_window": 120 * 10**9, **config}}
+
+
+def _consumer(**config: Any) -> dict[str, Any]:
+    return {"config": {"deliver_policy": "all", "ack_policy": "none", "max_deliver": -1, "replay_policy": "instant",
+                       "max_waiting": 512, "num_replicas": 0, **config}}
+
+
+def test_buckets_and_ephemeral_consumers_are_skipped_with_a_note_each() -> None:
+    streams = {"KV_config": _stream("KV_config"), "OBJ_files": _stream("OBJ_files"), "ORDERS": _stream("ORDERS")}
+    consumers = {"ORDERS": {"eph": _consumer(inactive_threshold=5 * 10**9), "work": _consumer(durable_name="work")},
+                 "KV_config": {"w": _consumer(durable_name="w")}}
+    out = importer.import_server(streams, consumers, importer.Options(), NOW)
+    assert out.notes == [
+        "bucket config skipped: KeyValue resources cannot be imported yet (its stream KV_config and consumers are "
+        "left out)",
+        "bucket files skipped: ObjectStore resources cannot be imported yet (its stream OBJ_files and consumers are "
+        "left out)",
+        "consumer eph of stream ORDERS skipped: it is ephemeral (no durable name), the server removes it once idle",
+    ]
+    assert out.failed == 0
+    assert [(m["kind"], m["metadata"]["name"]) for m in out.manifests] == [("Stream", "orders"),
+                                                                           ("Consumer", "orders-work")]
+    assert out.manifests[0] == {
+        "apiVersion": "jsoperator.io/v1alpha1", "kind": "Stream", "metadata": {"name": "orders"},
+        "spec": {"name": "ORDERS", "adoptionPolicy": "adopt", "deletionPolicy": "retain"}}
+    assert out.manifests[1]["spec"] == {"streamName": "ORDERS", "durableName": "work", "adoptionPolicy": "adopt",
+                                        "deletionPolicy": "retain"}
+
+
+def test_options_reach_every_manifest() -> None:
+    connection = ConnectionSpec.model_validate({"servers": ["nats://nats:4222"],
+                                                "credentialsSecretRef": {"name": "nats", "key": "creds"}})
+    options = importer.Options("prod", connection, "delete")
+    out = importer.import_server({"orders": _stream("orders")}, {"orders": {"w": _consumer(durable_name="w")}},
+                                 options, NOW)
+    for manifest in out.manifests:
+        assert manifest["metadata"]["namespace"] == "prod"
+        assert manifest["spec"]["deletionPolicy"] == "delete"
+        assert manifest["spec"]["connection"] == {"servers": ["nats://nats:4222"],
+                                                  "credentialsSecretRef": {"name": "nats", "key": "creds"}}
+    assert "name" not in out.manifests[0]["spec"]  # the resource name is the stream name
+
+
+def test_consumer_limits_are_left_out_only_at_what_the_server_picks() -> None:
+    limited = _stream("S", consumer_limits={"max_ack_pending": 50, "inactive_threshold": 60 * 10**9})
+    consumers = {"a": _consumer(durable_name="a", ack_policy="explicit", ack_wait=30 * 10**9, max_ack_pending=50,
+                                inactive_threshold=60 * 10**9),
+                 "b": _consumer(durable_name="b", ack_policy="explicit", ack_wait=30 * 10**9, max_ack_pending=20,
+                                inactive_threshold=10 * 10**9)}
+    out = importer.import_server({"S": limited}, {"S": consumers}, importer.Options(), NOW)
+    specs = {m["metadata"]["name"]: m["spec"] for m in out.manifests if m["kind"] == "Consumer"}
+    assert "maxAckPending" not in specs["s-a"] and "inactiveThreshold" not in specs["s-a"]
+    assert (specs["s-b"]["maxAckPending"], specs["s-b"]["inactiveThreshold"]) == (20, "10s")
+    plain = {"c": _consumer(durable_name="c", ack_policy="explicit", ack_wait=30 * 10**9, max_ack_pending=1000)}
+    out = importer.import_server({"T": _stream("T")}, {"T": plain}, importer.Options(), NOW)
+    assert out.manifests[1]["spec"] == {"streamName": "T", "durableName": "c", "ackPolicy": "explicit",
+                                        "adoptionPolicy": "adopt", "deletionPolicy": "retain"}
+
+
+def test_an_object_the_spec_cannot_express_is_reported_and_the_rest_imported() -> None:
+    streams = {"A": _stream("A", future_limit=3), "B": _stream("B")}
+    out = importer.import_server(streams, {}, importer.Options(), NOW)
+    assert out.failed == 1
+    assert out.notes == ["stream A not imported: the server sets future_limit=3, which this jsoperator version has "
+                         "no spec field for"]
+    assert [m["metadata"]["name"] for m in out.manifests] == ["b"]
+
+
+def test_yaml_quotes_what_would_read_back_as_another_type() -> None:
+    manifest = importer._manifest("Consumer", "c", {"streamName": "S", "pauseUntil": "2099-01-01T00:00:00Z",
+                                                    "description": "yes"}, importer.Options())
+    text = importer.render([manifest])
+    assert "pauseUntil: '2099-01-01T00:00:00Z'" in text and "description: 'yes'" in text
+
+
+# -- against the servers: import, send back, nothing changes ----------------------------------------
+
+
+def _normal(config: dict[str, Any]) -> str:
+    """JSON with sorted keys; an empty object counts as absent (``placement: {}`` sent with no tags comes back
+    as ``{}`` and means no placement, as no ``placement`` does)."""
+    return json.dumps({key: value for key, value in config.items() if value != {}}, sort_keys=True)
+
+
+def _minimal_keys(imported: dict[str, Any], case: dict[str, Any], *identity: str) -> set[str]:
+    """Fields the import wrote that the case did not set (must be none)."""
+    return set(imported) - set(case) - POLICIES - set(identity)
+
+
+@pytest.mark.parametrize("index", range(len(STREAM_CASES)))
+async def test_imported_stream_says_what_the_server_has(nc: nats.NATS, index: int) -> None:
+    await ensure_origins(nc)
+    case, _ = STREAM_CASES[index]
+    config = mapping.stream_config(_stream_spec(index, case), f"case{index}")
+    name = config["name"]
+    await ok(nc, f"STREAM.CREATE.{name}", config)
+    try:
+        before = (await ok(nc, f"STREAM.INFO.{name}"))["config"]
+        resource = importer.resource_names({name: name}, "stream")[name]
+        spec = importer.stream_manifest(before, resource, importer.Options())["spec"]
+        resent = mapping.stream_config(StreamSpec.model_validate(spec), resource)
+        after = (await ok(nc, f"STREAM.UPDATE.{name}", resent))["config"]
+        assert _normal(after) == _normal(before)
+        assert _minimal_keys(spec, _stream_spec(index, case).model_dump(by_alias=True, exclude_none=True),
+                             "name") == set()
+    finally:
+        await ok(nc, f"STREAM.DELETE.{name}")
+
+
+async def test_imported_sealed_stream_says_what_the_server_has(nc: nats.NATS) -> None:
+    case, _ = SEALED_CASE
+    config = mapping.stream_config(_stream_spec(900, case), "sealed")
+    await ok(nc, "STREAM.CREATE.sealed", {k: v for k, v in config.items() if k != "sealed"})
+    try:
+        before = (await ok(nc, "STREAM.UPDATE.sealed", config))["config"]
+        spec = importer.stream_manifest(before, "sealed", importer.Options())["spec"]
+        assert spec == {"subjects": ["case900.>"], "sealed": True, "adoptionPolicy": "adopt",
+                        "deletionPolicy": "retain"}  # what sealing forced is the server's to set
+        resent = mapping.stream_config(StreamSpec.model_validate(spec), "sealed")
+        assert mapping.stream_drift(resent, before) == []
+    finally:
+        await ok(nc, "STREAM.DELETE.sealed")
+
+
+@pytest.mark.parametrize("index", range(len(CONSUMER_CASES)))
+async def test_imported_consumer_says_what_the_server_has(nc: nats.NATS, index: int) -> None:
+    case, _ = CONSUMER_CASES[index]
+    stream = f"ISTREAM{index}"
+    created = await ok(nc, f"STREAM.CREATE.{stream}", {"name": stream, "subjects": [f"c{index}.things.>", f"c{index}.x"]})
+    try:
+        case = _consumer_subjects(case, index)
+        config = mapping.consumer_config(ConsumerSpec.model_validate({"streamName": stream, **case}), f"c{index}")
+        durable = config["durable_name"]
+        await ok(nc, f"CONSUMER.CREATE.{stream}.{durable}", {"stream_name": stream, "config": config})
+        before = (await ok(nc, f"CONSUMER.INFO.{stream}.{durable}"))["config"]
+        resource = importer.resource_names({durable: f"{stream}-{durable}"}, "consumer")[durable]
+        now = datetime.now(timezone.utc)
+        spec = importer.consumer_manifest(before, stream, created["config"], resource, importer.Options(), now)["spec"]
+        resent = mapping.consumer_config(ConsumerSpec.model_validate(spec), resource)
+        assert mapping.consumer_drift(resent, before, now=now) == []
+        body = {"stream_name": stream, "config": resent, "action": "update"}
+        after = (await ok(nc, f"CONSUMER.CREATE.{stream}.{durable}", body))["config"]
+        assert _normal(after) == _normal(before)
+        assert _minimal_keys(spec, {"streamName": stream, **case}, "durableName") == set()
+    finally:
+        await ok(nc, f"STREAM.DELETE.{stream}")
