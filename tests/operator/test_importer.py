@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from datetime import datetime, timezone
 from typing import Any
 
 import nats
 import pytest
+import yaml
 
 from jsoperator import crdgen, importer, mapping
 from jsoperator.models import ConnectionSpec, ConsumerSpec, StreamSpec
+from tests import servers
 from tests.operator.test_mapping import (  # noqa: F401  (server, nc: fixtures)
     CONSUMER_CASES,
     SEALED_CASE,
@@ -289,3 +293,49 @@ async def test_imported_consumer_says_what_the_server_has(nc: nats.NATS, index: 
         assert _minimal_keys(spec, {"streamName": stream, **case}, "durableName") == set()
     finally:
         await ok(nc, f"STREAM.DELETE.{stream}")
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def _command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "jsoperator", "import", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_an_unreachable_server_is_one_line_naming_it() -> None:
+    url = f"nats://127.0.0.1:{servers.free_port()}"
+    done = _command("--servers", url)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"jsoperator import: cannot connect to {url}: ")
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--connection-creds-secret", "a", "--connection-token-secret", "b"],
+     "the --connection-* flags make no valid spec.connection: set at most one of credentialsSecretRef, "
+     "tokenSecretRef, userSecretRef"),
+    (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
+    (["--creds", "/nonexistent/user.creds"], "cannot read /nonexistent/user.creds: No such file or directory"),
+])
+def test_bad_flags_are_one_line_saying_what_to_fix(flags: list[str], message: str) -> None:
+    done = _command("--servers", "nats://127.0.0.1:1", *flags)
+    assert done.returncode in (1, 2) and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+async def test_a_stream_name_that_cannot_be_a_resource_name(nc: nats.NATS, server: Any, tmp_path: Any) -> None:
+    for name in ("__", "Ωmega_1"):
+        await ok(nc, f"STREAM.CREATE.{name}", {"name": name, "subjects": [f"odd{len(name)}.>"]})
+    try:
+        done = _command("--servers", server.url, "-o", str(tmp_path / "all.yaml"))
+        assert done.returncode == 0 and done.stdout == "", done.stderr
+        docs = {d["spec"].get("name"): d for d in yaml.safe_load_all((tmp_path / "all.yaml").read_text())}
+        assert docs["__"]["metadata"]["name"].startswith("stream-") and LABEL.match(docs["__"]["metadata"]["name"])
+        assert docs["Ωmega_1"]["metadata"]["name"] == "mega-1"
+        assert "the manifests have no spec.connection: the operator must reach this server" in done.stderr
+        stdout = _command("--servers", server.url, "--deletion-policy", "delete")
+        assert [d["spec"].get("name") for d in yaml.safe_load_all(stdout.stdout)] == list(docs)
+        assert {d["spec"]["deletionPolicy"] for d in yaml.safe_load_all(stdout.stdout)} == {"delete"}
+    finally:
+        for name in ("__", "Ωmega_1"):
+            await ok(nc, f"STREAM.DELETE.{name}")
