@@ -234,10 +234,14 @@ def _is_zero(value: Any) -> bool:
 
 
 def _duration(ns: int) -> str:
+    """Nanoseconds as a spec duration; a value no spec duration can hold (negative) is refused."""
     text = units.format_duration(ns)
-    if units.parse_duration(text) != ns:
-        raise Unrepresentable(f"the duration {ns}ns cannot be written exactly as a Go duration")
-    return text
+    try:
+        if units.parse_duration(text) == ns:
+            return text
+    except ValueError:
+        pass
+    raise Unrepresentable(f"the duration {ns}ns cannot be written as a spec duration (such as 1h30m)")
 
 
 # -- names ------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def format_duration(ns: int) -> str:
     if rest == 0:
         parts.append(f"{seconds}s" if seconds else "")
     elif seconds or hours or minutes:
-        parts.append(f"{Decimal(seconds) + Decimal(rest) / 10**9}s")
+        parts.append(f"{Decimal(seconds) + Decimal(rest) / 10**9:f}s")  # :f, never 1E-9
     elif rest % 1_000_000 == 0:
         parts.append(f"{rest // 1_000_000}ms")
     elif rest % 1_000 == 0:

@@ -74,6 +74,13 @@ def test_values_are_written_as_users_write_them() -> None:
         "priorityPolicy": "pinnedClient"}
 
 
+def test_durations_are_exact_or_refused() -> None:
+    assert importer.spec_fields(StreamSpec, {"name": "S", "max_age": 3600 * 10**9 + 1}) == {
+        "name": "S", "maxAge": "1h0.000000001s"}
+    with pytest.raises(importer.Unrepresentable, match="the duration -5ns cannot be written as a spec duration"):
+        importer.spec_fields(StreamSpec, {"name": "S", "max_age": -5})
+
+
 def test_server_metadata_is_not_imported_and_an_empty_value_is() -> None:
     fields = importer.spec_fields(StreamSpec, {"name": "S", "metadata": {"_nats.ver": "2.15.1", "team": ""}})
     assert fields == {"name": "S", "metadata": {"team": ""}}
@@ -339,3 +346,4 @@ async def test_a_stream_name_that_cannot_be_a_resource_name(nc: nats.NATS, serve
     finally:
         for name in ("__", "Ωmega_1"):
             await ok(nc, f"STREAM.DELETE.{name}")
+

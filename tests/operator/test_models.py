@@ -30,14 +30,15 @@ def test_bad_durations_say_the_format(text: object) -> None:
 @pytest.mark.parametrize(
     ("ns", "text"),
     [(0, "0s"), (1, "1ns"), (1500, "1500ns"), (2000, "2us"), (5_000_000, "5ms"), (30 * NS, "30s"),
-     (5400 * NS, "1h30m"), (3600 * NS + NS // 2, "1h0.5s"), (120 * NS, "2m"), (-30 * NS, "-30s")],
+     (5400 * NS, "1h30m"), (3600 * NS + NS // 2, "1h0.5s"), (120 * NS, "2m"), (-30 * NS, "-30s"),
+     (3600 * NS + 1, "1h0.000000001s")],
 )
 def test_format_duration(ns: int, text: str) -> None:
     assert units.format_duration(ns) == text
 
 
 def test_format_parse_round_trip() -> None:
-    for ns in (1, 999, 1_000_000, 61 * NS, 3661 * NS, 86400 * NS, 1234567890123):
+    for ns in (1, 999, 1_000_000, 61 * NS, 3661 * NS, 86400 * NS, 1234567890123, 60 * NS + 100):
         assert units.parse_duration(units.format_duration(ns)) == ns
 
 
