@@ -155,21 +155,29 @@ def _import(args: argparse.Namespace) -> int:
     logging.getLogger("nats").setLevel(logging.CRITICAL)  # a failed connect is reported once, below
     try:
         streams, consumers, where = asyncio.run(_read_server(settings))
+        result = importer.import_server(streams, consumers, options, datetime.now(timezone.utc))
+        for note in result.notes + _connection_notes(connection, settings.js_domain, bool(result.manifests)):
+            print(f"jsoperator import: {note}", file=sys.stderr)
+        written = _write_manifests(result.manifests, args.output)
     except (jsclient.BrokerUnavailable, jsclient.ApiError, credentials.CredentialsError, OSError) as exc:
-        problem = f"cannot read {exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+        problem = f"cannot use {exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
         print(f"jsoperator import: {' '.join(problem.split())}", file=sys.stderr)
         return 1
-    result = importer.import_server(streams, consumers, options, datetime.now(timezone.utc))
-    for note in result.notes:
-        print(f"jsoperator import: {note}", file=sys.stderr)
-    written = _write_manifests(result.manifests, args.output)
     kinds = [m["kind"] for m in result.manifests]
     print(f"jsoperator import: {kinds.count('Stream')} Stream and {kinds.count('Consumer')} Consumer manifests "
           f"from {where} written to {written}", file=sys.stderr)
-    if connection is None and result.manifests:
-        print("jsoperator import: the manifests have no spec.connection: the operator must reach this server "
-              "through its own --servers (else give --connection-servers)", file=sys.stderr)
     return 1 if result.failed else 0
+
+
+def _connection_notes(connection: models.ConnectionSpec | None, js_domain: str | None, written: bool) -> list[str]:
+    """Where the manifests' connection may not reach what was read."""
+    if connection is None:
+        return ["the manifests have no spec.connection: the operator must reach this server through its own "
+                "--servers (else give --connection-servers)"] if written else []
+    if js_domain and not connection.js_domain:
+        return [f"read through JetStream domain {js_domain}, but the manifests' spec.connection names none: add "
+                f"--connection-js-domain {js_domain} if the operator needs it too"]
+    return []
 
 
 def _spec_connection(args: argparse.Namespace) -> models.ConnectionSpec | None:

@@ -21,7 +21,7 @@ import nats
 import pytest
 import yaml
 
-from jsoperator import crdgen, importer, mapping
+from jsoperator import cli, crdgen, importer, mapping
 from jsoperator.models import ConnectionSpec, ConsumerSpec, StreamSpec
 from tests import servers
 from tests.operator.test_mapping import (  # noqa: F401  (server, nc: fixtures)
@@ -322,7 +322,7 @@ def test_an_unreachable_server_is_one_line_naming_it() -> None:
      "the --connection-* flags make no valid spec.connection: set at most one of credentialsSecretRef, "
      "tokenSecretRef, userSecretRef"),
     (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
-    (["--creds", "/nonexistent/user.creds"], "cannot read /nonexistent/user.creds: No such file or directory"),
+    (["--creds", "/nonexistent/user.creds"], "cannot use /nonexistent/user.creds: No such file or directory"),
 ])
 def test_bad_flags_are_one_line_saying_what_to_fix(flags: list[str], message: str) -> None:
     done = _command("--servers", "nats://127.0.0.1:1", *flags)
@@ -340,6 +340,9 @@ async def test_a_stream_name_that_cannot_be_a_resource_name(nc: nats.NATS, serve
         assert docs["__"]["metadata"]["name"].startswith("stream-") and LABEL.match(docs["__"]["metadata"]["name"])
         assert docs["Ωmega_1"]["metadata"]["name"] == "mega-1"
         assert "the manifests have no spec.connection: the operator must reach this server" in done.stderr
+        unwritable = _command("--servers", server.url, "-o", "/nonexistent/dir/all.yaml")
+        assert unwritable.returncode == 1 and unwritable.stderr.endswith(
+            "jsoperator import: cannot use /nonexistent/dir/all.yaml: No such file or directory\n")
         stdout = _command("--servers", server.url, "--deletion-policy", "delete")
         assert [d["spec"].get("name") for d in yaml.safe_load_all(stdout.stdout)] == list(docs)
         assert {d["spec"]["deletionPolicy"] for d in yaml.safe_load_all(stdout.stdout)} == {"delete"}
@@ -347,3 +350,13 @@ async def test_a_stream_name_that_cannot_be_a_resource_name(nc: nats.NATS, serve
         for name in ("__", "Ωmega_1"):
             await ok(nc, f"STREAM.DELETE.{name}")
 
+
+
+def test_notes_on_a_connection_that_may_not_reach_what_was_read() -> None:
+    own = ConnectionSpec.model_validate({"servers": ["nats://nats:4222"]})
+    assert cli._connection_notes(None, None, True)[0].startswith("the manifests have no spec.connection")
+    assert cli._connection_notes(None, None, False) == []
+    assert cli._connection_notes(own, "hub", True) == [
+        "read through JetStream domain hub, but the manifests' spec.connection names none: add "
+        "--connection-js-domain hub if the operator needs it too"]
+    assert cli._connection_notes(own.model_copy(update={"js_domain": "hub"}), "hub", True) == []
