@@ -9,8 +9,8 @@ Owns:
   drift check ignores when unset (they come from the stream's consumer_limits) are left out only at the
   value the server picks itself;
 - resource names: DNS-1123 labels made from server names; spec.name / durableName keep the real name;
-- what is not imported, as one note each: KeyValue / ObjectStore buckets (their resources are not
-  importable yet: ``BUCKET_PREFIXES`` is the one place to add them), ephemeral consumers, and objects the
+- what is not imported, as one note each: KeyValue / ObjectStore buckets (``BUCKET_PREFIXES``; their
+  resources are imported once ``BUILDERS`` has a builder for them), ephemeral consumers, and objects the
   spec cannot express.
 Every manifest adopts (``adoptionPolicy: adopt``: never creates) and keeps the server object when the
 resource is deleted (``deletionPolicy: retain`` unless asked otherwise).
@@ -19,6 +19,7 @@ Pure: configs in, manifests and notes out; the command (cli.py) reads the server
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import re
@@ -34,9 +35,8 @@ from jsoperator.models import ConnectionSpec, ConsumerSpec, DeletionPolicy, Stre
 
 API_VERSION = "jsoperator.io/v1alpha1"
 # Stream name prefixes of the buckets nats.go and nats-py create -> the resource that will own them.
+# A kind is imported once BUILDERS (below) has a builder for it; until then its streams are skipped.
 BUCKET_PREFIXES = {"KV_": "KeyValue", "OBJ_": "ObjectStore"}
-# Kinds this version can write; a bucket kind is imported once it has a builder here.
-IMPORTABLE = frozenset({"Stream"})
 
 Info = Mapping[str, Any]
 """A StreamInfo or ConsumerInfo as the JetStream API returns it (``config`` is the part imported)."""
@@ -72,35 +72,33 @@ def import_server(
     chosen = []
     for name in sorted(streams):
         kind = kind_of(name)
-        if kind in IMPORTABLE:
-            chosen.append(name)
+        if kind in BUILDERS:
+            chosen.append((name, kind))
         else:
-            bucket = name.split("_", 1)[1]
-            out.notes.append(f"bucket {bucket} skipped: {kind} resources cannot be imported yet "
+            out.notes.append(f"bucket {name.split('_', 1)[1]} skipped: {kind} resources cannot be imported yet "
                              f"(its stream {name} and consumers are left out)")
-    durables = []
-    for stream in chosen:
+    durables: dict[str, list[str]] = {}
+    for stream, _ in chosen:
         for consumer, info in sorted(consumers.get(stream, {}).items()):
             if info.get("config", {}).get("durable_name"):
-                durables.append((stream, consumer))
+                durables.setdefault(stream, []).append(consumer)
             else:
                 out.notes.append(f"consumer {consumer} of stream {stream} skipped: it is ephemeral (no durable name), "
                                  "the server removes it once idle")
-    stream_names = resource_names({s: s for s in chosen}, "stream")
-    consumer_names = resource_names({d: f"{d[0]}-{d[1]}" for d in durables}, "consumer")
-    for stream in chosen:
+    stream_names = resource_names({s: s for s, _ in chosen}, "stream")
+    consumer_names = resource_names({(s, c): f"{s}-{c}" for s, cs in durables.items() for c in cs}, "consumer")
+    for stream, kind in chosen:
         config = streams[stream]["config"]
-        _add(out, f"stream {stream}", lambda: stream_manifest(config, stream_names[stream], options))
-        for durable in (d for d in durables if d[0] == stream):
-            info = consumers[stream][durable[1]]
-            _add(out, f"consumer {durable[1]} of stream {stream}", lambda: consumer_manifest(
-                info["config"], stream, config, consumer_names[durable], options, now))
+        _add(out, f"stream {stream}", BUILDERS[kind], config, stream_names[stream], options)
+        for consumer in durables.get(stream, []):
+            _add(out, f"consumer {consumer} of stream {stream}", consumer_manifest,
+                 consumers[stream][consumer]["config"], stream, config, consumer_names[stream, consumer], options, now)
     return out
 
 
-def _add(out: Imported, what: str, build: Callable[[], dict[str, Any]]) -> None:
+def _add(out: Imported, what: str, build: Callable[..., dict[str, Any]], *args: Any) -> None:
     try:
-        out.manifests.append(build())
+        out.manifests.append(build(*args))
     except Unrepresentable as exc:
         out.notes.append(f"{what} not imported: {exc}")
         out.failed += 1
@@ -150,6 +148,10 @@ def consumer_manifest(
     keep = {"streamName", "durableName"} - ({"durableName"} if config["durable_name"] == name else set())
     spec = _minimal(full, no_drift, keep=keep | kept)
     return _manifest("Consumer", name, spec, options)
+
+
+# Resource kind -> its manifest from a stream's config, resource name and options.
+BUILDERS: dict[str, Callable[[Mapping[str, Any], str, Options], dict[str, Any]]] = {"Stream": stream_manifest}
 
 
 def _manifest(kind: str, name: str, spec: dict[str, Any], options: Options) -> dict[str, Any]:
@@ -260,10 +262,11 @@ def resource_names(sources: Mapping[Any, str], fallback: str) -> dict[Any, str]:
     two texts share gets a short hash of its text: only the text that is that name exactly keeps it bare,
     else none does."""
     wanted = {key: _label(text) for key, text in sources.items()}
+    uses = collections.Counter(wanted.values())
     names = {}
     for key, text in sources.items():
         name = wanted[key]
-        shared = any(n == name for k, n in wanted.items() if k != key)
+        shared = uses[name] > 1
         if not name:
             name = _hashed(fallback, text)
         elif len(name) > MAX_NAME or (shared and name != text):

@@ -2,7 +2,7 @@
 applied to the envtest apiserver and adopted by the running operator with no change on the server.
 
 The round trip, against nats-server and jsbroker: objects made with nats-py (limits, retention and storage
-kinds, filters, a mirror and a source, pull and push consumers, metadata, a paused consumer, a KeyValue
+kinds, filters, a mirror and a source, consumer limits, pull and push consumers, metadata, a paused consumer, a KeyValue
 bucket and an ephemeral consumer that are skipped) -> `jsoperator import -o DIR/` -> created through the
 Kubernetes API -> every resource Ready and Adopted ("it matches the spec"), no Updated/Created/DriftRepaired
 Event -> the server's stream and consumer configs byte for byte as before (JSON-normalised) -> deleting the
@@ -41,8 +41,10 @@ async def _populate(js: Any) -> None:
                         max_msgs=10_000, max_bytes=1 << 20, discard="new", metadata={"team": "shop"})
     await js.add_stream(name="Events_v2", subjects=["events.>"], storage="memory", retention="interest",
                         max_msgs_per_subject=5, duplicate_window=30)
-    await js.add_stream(name="WORK", subjects=["work.*"], retention="workqueue", max_consumers=4,
-                        allow_rollup_hdrs=True, deny_delete=True)
+    limits = {"max_ack_pending": 5000, "inactive_threshold": 7200 * NS}
+    await _api(js, "STREAM.CREATE.WORK", {"name": "WORK", "subjects": ["work.*"], "retention": "workqueue",
+                                          "max_consumers": 4, "allow_rollup_hdrs": True, "deny_delete": True,
+                                          "consumer_limits": limits})
     await _api(js, "STREAM.CREATE.ORDERS_COPY", {"name": "ORDERS_COPY", "mirror": {"name": "ORDERS"}})
     await _api(js, "STREAM.CREATE.PAID", {"name": "PAID", "sources": [{"name": "ORDERS",
                                                                         "filter_subject": "orders.paid"}]})
@@ -115,6 +117,9 @@ def test_import_apply_adopts_with_no_change(kube, broker, tmp_path: Path) -> Non
         "name": "Events_v2", "subjects": ["events.>"], "retention": "interest", "maxMsgsPerSubject": 5,
         "storage": "memory", "duplicateWindow": "30s", "adoptionPolicy": "adopt", "deletionPolicy": "retain",
         "connection": {"servers": [broker.url]}}
+    assert docs["consumer-work-workers.yaml"]["spec"] == {  # its limits are the stream's: left out
+        "streamName": "WORK", "durableName": "workers", "ackPolicy": "explicit", "ackWait": "45s", "maxWaiting": 16,
+        "adoptionPolicy": "adopt", "deletionPolicy": "retain", "connection": {"servers": [broker.url]}}
     nightly = docs["consumer-orders-nightly.yaml"]["spec"]
     assert nightly["pauseUntil"] == "2099-01-01T00:00:00Z" and nightly["deliverPolicy"] == "byStartSequence"
 

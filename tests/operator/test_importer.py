@@ -282,7 +282,8 @@ async def test_imported_sealed_stream_says_what_the_server_has(nc: nats.NATS) ->
 async def test_imported_consumer_says_what_the_server_has(nc: nats.NATS, index: int) -> None:
     case, _ = CONSUMER_CASES[index]
     stream = f"ISTREAM{index}"
-    created = await ok(nc, f"STREAM.CREATE.{stream}", {"name": stream, "subjects": [f"c{index}.things.>", f"c{index}.x"]})
+    subjects = [f"c{index}.things.>", f"c{index}.x"]
+    created = await ok(nc, f"STREAM.CREATE.{stream}", {"name": stream, "subjects": subjects})
     try:
         case = _consumer_subjects(case, index)
         config = mapping.consumer_config(ConsumerSpec.model_validate({"streamName": stream, **case}), f"c{index}")
