@@ -2,11 +2,12 @@
 applied to the envtest apiserver and adopted by the running operator with no change on the server.
 
 The round trip, against nats-server and jsbroker: objects made with nats-py (limits, retention and storage
-kinds, filters, a mirror and a source, consumer limits, pull and push consumers, metadata, a paused consumer, a KeyValue
-bucket and an ephemeral consumer that are skipped) -> `jsoperator import -o DIR/` -> created through the
-Kubernetes API -> every resource Ready and Adopted ("it matches the spec"), no Updated/Created/DriftRepaired
-Event -> the server's stream and consumer configs byte for byte as before (JSON-normalised) -> deleting the
-resources (deletionPolicy retain, the import's default) leaves the server objects and their messages.
+kinds, filters, a mirror and a source, a sealed stream, consumer limits, pull and push consumers, metadata,
+a paused consumer, a KeyValue bucket and an ephemeral consumer that are skipped) -> `jsoperator import -o
+DIR/` -> created through the Kubernetes API -> every resource Ready and Adopted ("it matches the spec"), no
+Updated/Created/DriftRepaired Event -> the server's stream and consumer configs byte for byte as before
+(JSON-normalised) -> deleting the resources (deletionPolicy retain, the import's default) leaves the server
+objects and their messages.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ async def _populate(js: Any) -> None:
     await _api(js, "STREAM.CREATE.ORDERS_COPY", {"name": "ORDERS_COPY", "mirror": {"name": "ORDERS"}})
     await _api(js, "STREAM.CREATE.PAID", {"name": "PAID", "sources": [{"name": "ORDERS",
                                                                         "filter_subject": "orders.paid"}]})
+    await _api(js, "STREAM.CREATE.ARCHIVE", {"name": "ARCHIVE", "subjects": ["archive.>"], "max_age": 3600 * NS})
+    await js.publish("archive.2025", b"closed books")
+    await _api(js, "STREAM.UPDATE.ARCHIVE", {"name": "ARCHIVE", "subjects": ["archive.>"], "sealed": True})
     for i in range(5):
         await js.publish(f"orders.{'paid' if i % 2 else 'new'}", f"o{i}".encode())
         await js.publish("work.a", f"w{i}".encode())
@@ -106,12 +110,12 @@ def test_import_apply_adopts_with_no_change(kube, broker, tmp_path: Path) -> Non
     assert ("jsoperator import: bucket settings skipped: KeyValue resources cannot be imported yet (its stream "
             "KV_settings and consumers are left out)") in notes
     assert sum("of stream ORDERS skipped: it is ephemeral" in note for note in notes) == 1
-    assert f"5 Stream and 5 Consumer manifests from {broker.url} written to {out}/" in done.stderr
+    assert f"6 Stream and 5 Consumer manifests from {broker.url} written to {out}/" in done.stderr
 
     docs = {path.name: yaml.safe_load(path.read_text()) for path in sorted(out.glob("*.yaml"))}
     assert sorted(docs) == [
         "consumer-events-v2-tail-1.yaml", "consumer-orders-audit.yaml", "consumer-orders-billing.yaml",
-        "consumer-orders-nightly.yaml", "consumer-work-workers.yaml", "stream-events-v2.yaml",
+        "consumer-orders-nightly.yaml", "consumer-work-workers.yaml", "stream-archive.yaml", "stream-events-v2.yaml",
         "stream-orders-copy.yaml", "stream-orders.yaml", "stream-paid.yaml", "stream-work.yaml"]
     assert docs["stream-events-v2.yaml"]["spec"] == {
         "name": "Events_v2", "subjects": ["events.>"], "retention": "interest", "maxMsgsPerSubject": 5,
