@@ -21,7 +21,19 @@ from typing import Any
 import pytest
 import yaml
 
+from jsoperator import mapping
+from jsoperator.models import ConsumerSpec
+from tests import servers
 from tests.operator.conftest import GROUP, PLURALS, VERSION, condition, on_broker, poll
+from tests.operator.test_mapping import (
+    CONSUMER_CASES,
+    SEALED_CASE,
+    STREAM_CASES,
+    _consumer_subjects,
+    _stream_spec,
+    ensure_origins,
+    ok,
+)
 
 pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(240)]
 
@@ -145,3 +157,35 @@ def test_import_apply_adopts_with_no_change(kube, broker, tmp_path: Path) -> Non
     for doc in docs.values():
         kube.wait_gone(doc["kind"], doc["metadata"]["name"])
     assert _snapshot(broker.url) == before  # retain: the server objects and their messages stay
+
+
+def test_the_crds_accept_every_imported_field(kube, tmp_path: Path) -> None:
+    """Every case of test_mapping, made on nats-server and imported, passes the apiserver's validation
+    (the CRDs' OpenAPI schema and CEL rules: durations, sizes, times as the importer writes them)."""
+    async def populate(js: Any) -> None:
+        nc = js._nc
+        await ensure_origins(nc)
+        for index, (case, _) in enumerate(STREAM_CASES + [SEALED_CASE]):
+            config = mapping.stream_config(_stream_spec(index, case), f"case{index}")
+            sealed = config.pop("sealed", False)
+            await ok(nc, f"STREAM.CREATE.{config['name']}", config)
+            if sealed:
+                await ok(nc, f"STREAM.UPDATE.{config['name']}", {**config, "sealed": True})
+        for index, (case, _) in enumerate(CONSUMER_CASES):
+            stream = f"CSTREAM{index}"
+            subjects = [f"c{index}.things.>", f"c{index}.x"]
+            await ok(nc, f"STREAM.CREATE.{stream}", {"name": stream, "subjects": subjects})
+            spec = ConsumerSpec.model_validate({"streamName": stream, **_consumer_subjects(case, index)})
+            config = mapping.consumer_config(spec, f"c{index}")
+            body = {"stream_name": stream, "config": config}
+            await ok(nc, f"CONSUMER.CREATE.{stream}.{config['durable_name']}", body)
+
+    with servers.launch(servers.NATS_SERVER) as server:
+        on_broker(server.url, populate)
+        done = _import("--servers", server.url, "-n", kube.namespace, "-o", str(tmp_path / "all.yaml"))
+    assert done.returncode == 0, done.stderr
+    docs = [doc for doc in yaml.safe_load_all((tmp_path / "all.yaml").read_text()) if doc]
+    assert len(docs) == 2 + len(STREAM_CASES) + 1 + 2 * len(CONSUMER_CASES)
+    for doc in docs:
+        kube.api.create_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURALS[doc["kind"]], doc,
+                                                 dry_run="All")
