@@ -11,6 +11,7 @@ The command itself (flags, files, errors) and the apply-and-adopt round trip are
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -361,3 +362,23 @@ def test_notes_on_a_connection_that_may_not_reach_what_was_read() -> None:
         "read through JetStream domain hub, but the manifests' spec.connection names none: add "
         "--connection-js-domain hub if the operator needs it too"]
     assert cli._connection_notes(own.model_copy(update={"js_domain": "hub"}), "hub", True) == []
+
+
+@pytest.mark.parametrize("kind", [servers.NATS_SERVER, servers.JSBROKER])
+def test_the_nats_flags_are_runs_user_and_password_from_the_environment(kind: str) -> None:
+    """--user with JSOPERATOR_PASSWORD, as `jsoperator run` takes them; a wrong password is one line."""
+    with servers.launch(kind, extra_args=["--user", "app", "--pass", "s3cret"]) as server:
+        url = f"nats://127.0.0.1:{server.port}"
+
+        def run(password: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "jsoperator", "import", "--servers", url, "--user", "app"],
+                                  capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, "JSOPERATOR_PASSWORD": password})
+
+        wrong = run("wrong")
+        assert wrong.returncode == 1 and wrong.stderr.count("\n") == 1
+        assert wrong.stderr.startswith(f"jsoperator import: cannot connect to {url}: ")
+        assert "authorization violation" in wrong.stderr.lower()
+        right = run("s3cret")
+        assert right.returncode == 0 and right.stdout == "", right.stderr  # an empty server: no manifests
+        assert f"0 Stream and 0 Consumer manifests from {url} written to stdout" in right.stderr
