@@ -114,6 +114,7 @@ PURE = frozenset(
         "jsbroker.config",  # settings dataclasses; reads a TOML file only when load_file() is called
         "jsbroker.nkeys",  # key decoding and signature checks
         "jsbroker.jetstream.ack",
+        "jsbroker.jetstream.counters",
         "jsbroker.jetstream.pull",
         "jsbroker.jetstream.headers",
         "jsbroker.jetstream.times",

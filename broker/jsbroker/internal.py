@@ -53,6 +53,7 @@ class InternalBus(Protocol):
     loop: asyncio.AbstractEventLoop
     server_id: str
     server_name: str
+    max_payload: int  # the largest message a client may publish (a counter's stored total must fit it)
 
     def subscribe_internal(
         self, subject: str, handler: InternalHandler, queue: str | None = None

@@ -55,6 +55,7 @@ class Broker:
         self.config = config
         self.server_id = new_server_id()
         self.server_name = config.server_name or self.server_id
+        self.max_payload = config.max_payload
         self.log: Logger = get_logger("jsbroker", server=self.server_name[:8])
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.router = Router(self)

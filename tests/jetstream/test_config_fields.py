@@ -59,7 +59,7 @@ STREAM_FIELDS: dict[str, tuple[str, Any]] = {
     "consumer_limits": (HONOURED, "test_config_fields::SCENARIOS[max_consumers_and_consumer_limits]"),
     "allow_msg_ttl": (HONOURED, "test_publish::test_per_message_ttl_expires"),
     "subject_delete_marker_ttl": (HONOURED, "test_delete_markers::test_max_age_leaves_a_marker_for_each_subject_as_nats_server"),
-    "allow_msg_counter": (REFUSED, True),
+    "allow_msg_counter": (HONOURED, "test_counters::test_counters_match_nats_server"),
     "allow_atomic": (REFUSED, True),
     "allow_msg_schedules": (REFUSED, True),
     "persist_mode": (REFUSED, "async"),

@@ -190,12 +190,3 @@ async def test_unknown_request_fields_are_ignored(jsbroker_server, unique):
     assert ours[0]["did_create"] is True and ours[0]["config"]["max_msgs"] == -1
     assert ours[1]["config"]["name"] == ours[0]["config"]["name"]
     assert ours[2]["success"] is True
-
-
-async def test_counters_are_refused_clearly(jsbroker_server, unique):
-    """(Mirrors and sources are built: tests/jetstream/test_sourcing.py.)"""
-    from tests.jetstream.conftest import replay
-
-    ours = await replay(jsbroker_server.url, [(C, cfg(allow_msg_counter=True))], unique("S"))
-    assert [o["error"]["err_code"] for o in ours] == [10052]
-    assert "not supported by jsbroker" in ours[0]["error"]["description"]

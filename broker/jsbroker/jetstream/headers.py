@@ -40,6 +40,10 @@ STREAM_IDENTITY = "Nats-Stream-Identity"
 # sourcing: "<stream> <origin seq> <filter> <transform destination> <original subject> <origin identity>"
 STREAM_SOURCE = "Nats-Stream-Source"
 STREAM_SOURCE_NEEDLE = b"Nats-Stream-Source"  # a cheap `in` before the exact lookup
+# message counters (ADR-49): the increment of a publish, the per-source totals a counter has taken in
+INCR = "Nats-Incr"
+INCR_NEEDLE = b"Nats-Incr"
+COUNTER_SOURCES = "Nats-Counter-Sources"
 
 
 def get(hdr: bytes, key: str) -> str | None:
@@ -96,3 +100,16 @@ def append(hdr: bytes, pairs: Iterable[tuple[str, str]]) -> bytes:
         return b"NATS/1.0\r\n" + extra + b"\r\n"
     body = hdr[: -2] if hdr.endswith(_END) else hdr.rstrip(b"\r\n") + b"\r\n"
     return body + extra + b"\r\n"
+
+
+def put(hdr: bytes, key: str, value: str) -> bytes:
+    """`hdr` with the first value of `key` replaced in place (nats-server's setHeader), or the header
+    appended when it is not there."""
+    start = hdr.find(b"\r\n" + key.encode() + b":") if hdr else -1
+    if start < 0:
+        return append(hdr, ((key, value),))
+    start += len(key) + 3
+    if hdr[start:start + 1] == b" ":
+        start += 1
+    end = hdr.find(b"\r", start)
+    return hdr if end < 0 else hdr[:start] + value.encode() + hdr[end:]

@@ -7,10 +7,12 @@ max_age/TTL expiry timer, pub acks (byte templates, no JSON encoder on the hot p
 It talks to storage only through `jsbroker.store.base.StreamStore`.
 
 Publish checks, in the order nats-server applies them (`processJetStreamMsgWithBatch`), after the
-stream's `subject_transform` mapped the subject: sealed (10109) -> Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
+stream's `subject_transform` mapped the subject: sealed (10109) -> Nats-Incr (10171, 10168, 10170) ->
+Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
 Nats-Expected-Last-Subject-Sequence[-Subject] (10071, 10193) -> Nats-Expected-Last-Sequence (10071) ->
 Nats-Msg-Id duplicate (ack with "duplicate") -> Nats-Expected-Last-Msg-Id (10070) -> Nats-Rollup (10111)
--> max_msg_size (10054) -> header size (10097) -> account or server memory/storage used up (10002, 10023) ->
+-> counter streams: increment missing (10169), the new total (10172, 10054) -> max_msg_size (10054) ->
+header size (10097) -> account or server memory/storage used up (10002, 10023) ->
 interest retention without interest (not stored, the
 sequence still moves) -> Nats-TTL value (10165) -> raised to the delete marker TTL -> discard new limits
 (10077) -> store -> rollup purge -> republish -> pub ack.
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from jsbroker import store as storage
 from jsbroker import subjects
-from jsbroker.jetstream import api, errors, headers, requests, times
+from jsbroker.jetstream import api, counters, errors, headers, requests, times
 from jsbroker.jetstream.dedupe import MsgIdWindow
 from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform
 from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
@@ -122,6 +124,7 @@ class Stream:
         self._expiry_handle: Any = None
         self._expiry_at = 0
         self._closed = False
+        self.counter_val = ""  # counter streams: the total the last stored message holds (its pub ack's "val")
         # File streams write the plain publishes of one read with one write(): their pub acks wait here
         # until `_release` (run by the core before any output) has written them (None: memory streams).
         self._held: list[tuple[str, bytes]] | None = [] if config.storage == "file" else None
@@ -197,6 +200,7 @@ class Stream:
         self._retained = cfg.retention != "limits"
         self._rollup_ok = cfg.allow_rollup_hdrs and not cfg.deny_purge
         self._discard_new = cfg.discard == "new"
+        self._counter = cfg.allow_msg_counter
         self._acks = not cfg.no_ack
         self._max_age = cfg.max_age
         self._marker_ttl = cfg.subject_delete_marker_ttl // _NS  # whole seconds, as nats-server counts them
@@ -204,7 +208,7 @@ class Stream:
         self._republish = republish_transform(cfg)
         # A message without headers can only be refused by these; without them it takes the fast path.
         self._plain_ok = not (cfg.sealed or self._interest or self._discard_new or cfg.max_msg_size >= 0
-                              or self._exhausted is not None)
+                              or self._exhausted is not None or self._counter)
         prefix = '{"stream":' + _json_str(cfg.name) + (',"domain":' + _json_str(self._domain) if self._domain else "")
         self._ack_prefix = (prefix + ',"seq":').encode()
         self._err_suffix = (',"stream":' + _json_str(cfg.name) + ',"seq":0}').encode()
@@ -381,7 +385,12 @@ class Stream:
                 ack = b"%s%d}" % (self._ack_prefix, seq)
             else:
                 seq, duplicate = self.process(subject, hdr, payload)
-                ack = b"%s%d%s" % (self._ack_prefix, seq, b',"duplicate": true}' if duplicate else b"}")
+                if duplicate:
+                    ack = b'%s%d,"duplicate": true}' % (self._ack_prefix, seq)
+                elif self._counter:
+                    ack = b'%s%d,"val":"%s"}' % (self._ack_prefix, seq, self.counter_val.encode())
+                else:
+                    ack = b"%s%d}" % (self._ack_prefix, seq)
         except errors.ApiError as err:
             ack = b'{"error":' + _error_json(err) + self._err_suffix
         except (StoreError, OSError) as exc:  # disk full, I/O error: the publisher hears of it, no timeout
@@ -423,10 +432,19 @@ class Stream:
         msg_id = ""
         rollup = ""
         ttl = 0
+        incr = None
         if hdr:
+            if self._counter or headers.INCR_NEEDLE in hdr:
+                incr = counters.increment(hdr, payload, self._counter, sourced)
             msg_id, rollup, ttl, duplicate_of = self._check_headers(subject, hdr, sourced)
             if duplicate_of:
                 return duplicate_of, True
+        if self._counter:
+            if incr is None:
+                raise errors.MESSAGE_INCR_MISSING()
+            last = self.store.load_last_msg(subject)
+            hdr, payload, self.counter_val = counters.apply(
+                incr, (last.hdr, last.data) if last is not None else None, hdr, payload, self.bus.max_payload)
         limit = cfg.max_msg_size
         if (limit >= 0 and len(hdr) + len(payload) > limit) or len(hdr) > MAX_HEADER_SIZE:
             self._size_error(hdr, payload)

@@ -6,7 +6,7 @@ gets the same error. `check_update(old, new)` adds the rules of a STREAM.UPDATE.
 is the config as responses and the persisted metadata carry it (omit-empty fields left out as Go does).
 
 Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
-(counters, atomic/batch publishing, message schedules, persist modes) and the source fields in
+(atomic/batch publishing, message schedules, persist modes) and the source fields in
 `UNSUPPORTED_IN_SOURCES` (external, consumer) are refused with 10052 naming the field and what to do.
 `mirror` and `sources` are `SourceConfig`s (jetstream/sourcing.py copies them); the checks that need
 other streams (cycles, message sizes, mirror_direct) are sourcing.check_origins'.
@@ -123,6 +123,7 @@ class StreamConfig:
     allow_rollup_hdrs: bool = False
     allow_msg_ttl: bool = False
     subject_delete_marker_ttl: int = 0  # ns
+    allow_msg_counter: bool = False  # jetstream/counters.py
     republish: dict[str, Any] | None = None  # {src, dest[, headers_only]}
     subject_transform: dict[str, Any] | None = None  # {src, dest}
     mirror: SourceConfig | None = None
@@ -168,6 +169,8 @@ class StreamConfig:
                    allow_msg_ttl=self.allow_msg_ttl)
         if self.subject_delete_marker_ttl:
             out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
+        if self.allow_msg_counter:
+            out["allow_msg_counter"] = True
         metadata = dict(self.metadata)
         if dynamic_metadata:
             metadata.update({LEVEL_KEY: str(API_LEVEL), VERSION_KEY: VERSION})
@@ -226,6 +229,7 @@ def _decode(raw: dict[str, Any]) -> StreamConfig:
         allow_rollup_hdrs=get_bool(raw, "allow_rollup_hdrs"),
         allow_msg_ttl=get_bool(raw, "allow_msg_ttl"),
         subject_delete_marker_ttl=get_int(raw, "subject_delete_marker_ttl"),
+        allow_msg_counter=get_bool(raw, "allow_msg_counter"),
         mirror=_source(get_object(raw, "mirror"), "mirror"),
         sources=tuple(_source(_as_object(item), "sources") or SourceConfig("") for item in _list(raw, "sources")),
         placement=_placement(raw),
@@ -326,7 +330,6 @@ def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
 
 # The StreamConfig fields nats-server knows and jsbroker refuses (10052): field -> why and what to do.
 UNSUPPORTED: dict[str, str] = {
-    "allow_msg_counter": "message counters are not supported by jsbroker yet; leave allow_msg_counter unset",
     "allow_atomic": "atomic batch publishing is not supported by jsbroker yet; leave allow_atomic unset",
     "allow_batched": "batch publishing is not supported by jsbroker yet; leave allow_batched unset",
     "allow_msg_schedules": "message schedules are not supported by jsbroker yet; leave allow_msg_schedules unset",
@@ -384,6 +387,7 @@ def _validate(cfg: StreamConfig, pedantic: bool = False) -> StreamConfig:
         raise _invalid("duplicates window needs to be >= 100ms")
     if cfg.deny_purge and cfg.allow_rollup_hdrs:
         raise _invalid("roll-ups require the purge permission")
+    _check_counter(cfg)
     _check_discard_new_per_subject(cfg)
     if cfg.subject_delete_marker_ttl > 0:
         if cfg.subject_delete_marker_ttl < 1_000_000_000:
@@ -415,6 +419,8 @@ def _check_mirror(cfg: StreamConfig) -> None:
         raise errors.MIRROR_WITH_SUBJECTS()
     if cfg.sources:
         raise errors.MIRROR_WITH_SOURCES()
+    if cfg.allow_msg_counter:
+        raise errors.MIRROR_WITH_COUNTERS()
     if cfg.mirror.filter_subject and cfg.mirror.subject_transforms:
         raise errors.MIRROR_MULTIPLE_FILTERS_NOT_ALLOWED()
     if cfg.subject_delete_marker_ttl > 0:  # markers would take sequences the origin does not have
@@ -456,6 +462,19 @@ def _check_transforms(source: SourceConfig, bad_source: errors.ErrorKind, bad_de
 def _unlimited(value: int) -> int:
     """0 and anything below -1 mean "no limit" (-1), as nats-server normalises them."""
     return -1 if value == 0 or value < -1 else value
+
+
+def _check_counter(cfg: StreamConfig) -> None:
+    if cfg.allow_msg_counter:
+        if cfg.discard == "new":
+            raise _invalid("counter stream cannot use discard new")
+        if cfg.allow_msg_ttl:
+            raise _invalid("counter stream cannot use message TTLs")
+        if cfg.retention != "limits":
+            raise _invalid("counter stream can only use limits retention")
+        if cfg.subject_delete_marker_ttl > 0:  # nats-server accepts it, then never stores a marker (no Nats-Incr)
+            raise _invalid("subject_delete_marker_ttl: subject delete markers in a counter stream are not supported "
+                           "by jsbroker; leave subject_delete_marker_ttl unset (max_age and Nats-TTL still expire)")
 
 
 def _check_discard_new_per_subject(cfg: StreamConfig) -> None:
@@ -544,8 +563,9 @@ def _user_metadata(metadata: dict[str, str]) -> dict[str, str]:
 
 
 def _stored_metadata(cfg: StreamConfig) -> dict[str, str]:
-    """User metadata plus the API level the config needs (1 for per-message TTLs), as nats-server keeps."""
-    level = 1 if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0 else 0
+    """User metadata plus the API level the config needs (1 for per-message TTLs, 2 for counters), as
+    nats-server keeps."""
+    level = 2 if cfg.allow_msg_counter else 1 if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0 else 0
     return {**_user_metadata(cfg.metadata), REQ_LEVEL_KEY: str(level)}
 
 
@@ -569,6 +589,8 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
         raise errors.STREAM_MIRROR_NOT_UPDATABLE()
     if old.allow_msg_ttl and not new.allow_msg_ttl:
         raise _invalid("message TTL status can not be disabled")
+    if new.allow_msg_counter != old.allow_msg_counter:
+        raise _invalid("stream configuration update can not change message counter setting")
     if new.sealed:
         new = dataclasses.replace(new, max_age=0, discard="new", deny_delete=True, deny_purge=True,
                                   allow_rollup_hdrs=False)
