@@ -62,7 +62,7 @@ STREAM_FIELDS: dict[str, tuple[str, Any]] = {
     "allow_msg_counter": (HONOURED, "test_counters::test_counters_match_nats_server"),
     "allow_atomic": (REFUSED, True),
     "allow_msg_schedules": (REFUSED, True),
-    "persist_mode": (REFUSED, "async"),
+    "persist_mode": (HONOURED, "test_persist_mode::test_sync_always_leaves_async_streams_to_the_interval"),
     "allow_batched": (REFUSED, True),
     "metadata": (HONOURED, "test_stream_api::CASES[create_full_config]"),
 }

@@ -8,6 +8,7 @@ numbers `$JS.API.INFO`, /jsz and /varz report. The core starts it with `JetStrea
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -97,12 +98,16 @@ class JetStream:
         stream.consumers_restored()
 
     def _open(self, cfg: StreamConfig, directory: Path, created_ns: int) -> Stream:
-        store = storage.open_stream_store(cfg.storage, directory, cfg.store_limits(), self._sync)  # type: ignore[arg-type]
+        store = storage.open_stream_store(cfg.storage, directory, cfg.store_limits(), self._sync_policy(cfg))  # type: ignore[arg-type]
         s = self.settings
         limited = max(s.max_memory, s.max_storage, s.account.max_mem, s.account.max_file) > 0
         dedupe = storage.take_dedupe(directory) if cfg.storage == "file" else None
         return Stream(self.bus, cfg, store, directory, created_ns, self.domain,
                       self._exhausted if limited else None, dedupe)
+
+    def _sync_policy(self, cfg: StreamConfig) -> storage.SyncPolicy:
+        """`persist_mode: async` opts a stream out of `sync: always`, as nats-server's (its stats stay shared)."""
+        return dataclasses.replace(self._sync, always=False) if cfg.persist_mode == "async" else self._sync
 
     def _tick_interval(self) -> float:
         """The interval sync policy's period; with `sync_always` the tick only checkpoints, as often."""
@@ -113,7 +118,7 @@ class JetStream:
         """fsync (interval policy) and checkpoint every stream: after a crash, a start reads at most one
         interval's writes again."""
         for stream in list(self.streams.values()):
-            if not self.settings.sync_always:
+            if not self.settings.sync_always or stream.config.persist_mode == "async":
                 stream.sync()
             stream.checkpoint()
         self._sync_handle = self.bus.loop.call_later(self._tick_interval(), self._sync_tick)

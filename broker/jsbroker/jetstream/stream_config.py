@@ -6,7 +6,7 @@ gets the same error. `check_update(old, new)` adds the rules of a STREAM.UPDATE.
 is the config as responses and the persisted metadata carry it (omit-empty fields left out as Go does).
 
 Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
-(atomic/batch publishing, message schedules, persist modes) and the source fields in
+(atomic/batch publishing, message schedules) and the source fields in
 `UNSUPPORTED_IN_SOURCES` (external, consumer) are refused with 10052 naming the field and what to do.
 `mirror` and `sources` are `SourceConfig`s (jetstream/sourcing.py copies them); the checks that need
 other streams (cycles, message sizes, mirror_direct) are sourcing.check_origins'.
@@ -124,6 +124,7 @@ class StreamConfig:
     allow_msg_ttl: bool = False
     subject_delete_marker_ttl: int = 0  # ns
     allow_msg_counter: bool = False  # jetstream/counters.py
+    persist_mode: str = "default"  # "async": file streams whose writes are not fsynced one by one (service.py)
     republish: dict[str, Any] | None = None  # {src, dest[, headers_only]}
     subject_transform: dict[str, Any] | None = None  # {src, dest}
     mirror: SourceConfig | None = None
@@ -171,6 +172,8 @@ class StreamConfig:
             out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
         if self.allow_msg_counter:
             out["allow_msg_counter"] = True
+        if self.persist_mode != "default":
+            out["persist_mode"] = self.persist_mode
         metadata = dict(self.metadata)
         if dynamic_metadata:
             metadata.update({LEVEL_KEY: str(API_LEVEL), VERSION_KEY: VERSION})
@@ -230,6 +233,7 @@ def _decode(raw: dict[str, Any]) -> StreamConfig:
         allow_msg_ttl=get_bool(raw, "allow_msg_ttl"),
         subject_delete_marker_ttl=get_int(raw, "subject_delete_marker_ttl"),
         allow_msg_counter=get_bool(raw, "allow_msg_counter"),
+        persist_mode=_persist_mode(raw),
         mirror=_source(get_object(raw, "mirror"), "mirror"),
         sources=tuple(_source(_as_object(item), "sources") or SourceConfig("") for item in _list(raw, "sources")),
         placement=_placement(raw),
@@ -247,6 +251,16 @@ def _enum(raw: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value.lower() not in allowed:
         raise errors.INVALID_JSON(err=f"can not unmarshal {value!r} into {key}; use one of {', '.join(allowed)}")
     return value.lower()
+
+
+def _persist_mode(raw: dict[str, Any]) -> str:
+    """nats-server's PersistModeType: "default" (or empty) and "async", case-sensitive."""
+    value = raw.get("persist_mode")
+    if value is None or value in ("", "default"):
+        return "default"
+    if value != "async":
+        raise errors.INVALID_JSON(err=f"can not unmarshal {value!r} into persist_mode; use default or async")
+    return "async"
 
 
 def _list(raw: dict[str, Any], key: str) -> list[Any]:
@@ -333,9 +347,8 @@ UNSUPPORTED: dict[str, str] = {
     "allow_atomic": "atomic batch publishing is not supported by jsbroker yet; leave allow_atomic unset",
     "allow_batched": "batch publishing is not supported by jsbroker yet; leave allow_batched unset",
     "allow_msg_schedules": "message schedules are not supported by jsbroker yet; leave allow_msg_schedules unset",
-    "persist_mode": "persist modes other than default are not supported by jsbroker yet; leave persist_mode unset",
 }
-_UNSET: tuple[object, ...] = (None, False, 0, "", "default", {}, [])
+_UNSET: tuple[object, ...] = (None, False, 0, "", {}, [])
 
 
 def _refuse_unsupported(raw: dict[str, Any], cfg: StreamConfig) -> None:
@@ -399,6 +412,11 @@ def _validate(cfg: StreamConfig, pedantic: bool = False) -> StreamConfig:
         cfg = dataclasses.replace(cfg, allow_msg_ttl=True, allow_rollup_hdrs=True, deny_purge=False)
     elif cfg.subject_delete_marker_ttl < 0:
         raise _invalid("subject delete marker TTL must not be negative")
+    if cfg.persist_mode == "async":
+        if cfg.storage != "file":
+            raise _invalid("async persist mode is only supported on file storage")
+        if cfg.num_replicas > 1:
+            raise _invalid("async persist mode is not supported on replicated streams")
     _check_mirror(cfg)
     _check_sources(cfg)
     if not cfg.subjects and cfg.mirror is None and not cfg.sources:
@@ -563,9 +581,10 @@ def _user_metadata(metadata: dict[str, str]) -> dict[str, str]:
 
 
 def _stored_metadata(cfg: StreamConfig) -> dict[str, str]:
-    """User metadata plus the API level the config needs (1 for per-message TTLs, 2 for counters), as
+    """User metadata plus the API level the config needs (1 for per-message TTLs, 2 for counters and async
+    persistence), as
     nats-server keeps."""
-    level = 2 if cfg.allow_msg_counter else 1 if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0 else 0
+    level = 2 if cfg.allow_msg_counter or cfg.persist_mode == "async" else 1 if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0 else 0
     return {**_user_metadata(cfg.metadata), REQ_LEVEL_KEY: str(level)}
 
 
@@ -591,6 +610,8 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
         raise _invalid("message TTL status can not be disabled")
     if new.allow_msg_counter != old.allow_msg_counter:
         raise _invalid("stream configuration update can not change message counter setting")
+    if new.persist_mode != old.persist_mode:
+        raise _invalid("stream configuration update can not change persist mode")
     if new.sealed:
         new = dataclasses.replace(new, max_age=0, discard="new", deny_delete=True, deny_purge=True,
                                   allow_rollup_hdrs=False)
