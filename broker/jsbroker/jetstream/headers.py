@@ -44,6 +44,9 @@ STREAM_SOURCE_NEEDLE = b"Nats-Stream-Source"  # a cheap `in` before the exact lo
 INCR = "Nats-Incr"
 INCR_NEEDLE = b"Nats-Incr"
 COUNTER_SOURCES = "Nats-Counter-Sources"
+# atomic batch publishing (ADR-50): a publish carrying a batch id is part of a batch
+BATCH_ID = "Nats-Batch-Id"
+BATCH_ID_NEEDLE = b"Nats-Batch-Id"
 
 
 def get(hdr: bytes, key: str) -> str | None:

@@ -6,6 +6,11 @@ the duplicate window, discard-new decisions, rollups, per-message TTL, interest/
 max_age/TTL expiry timer, pub acks (byte templates, no JSON encoder on the hot path) and DIRECT.GET.
 It talks to storage only through `jsbroker.store.base.StreamStore`.
 
+Batch publishes come first, as nats-server dispatches them before any other check: a reply subject ending in
+`.$FI` (a fast batch) or a `Nats-Batch-Id` header (an atomic batch) gets sealed (10109) -> memory/storage used
+up (10002, 10023) -> max_msg_size (10054) -> batch publish disabled (10205) / atomic publish disabled (10174):
+no jsbroker stream allows them (`stream_config.UNSUPPORTED`), so none is stored as a plain message.
+
 Publish checks, in the order nats-server applies them (`processJetStreamMsgWithBatch`), after the
 stream's `subject_transform` mapped the subject: sealed (10109) -> Nats-Incr (10171, 10168, 10170) ->
 Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
@@ -44,6 +49,7 @@ MAX_HEADER_SIZE = 65535
 _MAX_REPUBLISH_DEPTH = 16
 DIRECT_GET_GROUP = "_sys_"  # the queue group of DIRECT.GET subscriptions (a stream and its mirrors)
 _NS = 1_000_000_000
+FAST_BATCH_SUFFIX = ".$FI"  # a fast batch publish's reply subject ends so (ADR-50, nats-server 2.14)
 
 
 class ConsumerHook(Protocol):
@@ -362,6 +368,8 @@ class Stream:
         if self._transform is not None:  # a subject the transform's source does not match is kept as is
             subject = self._transform.apply(subject) or subject
         try:
+            if reply is not None and reply.endswith(FAST_BATCH_SUFFIX) and len(reply) > 4:
+                self._refuse_batch(hdr, payload, errors.BATCH_PUBLISH_DISABLED)
             if not hdr and self._plain_ok:  # the common case: no headers, no check that could refuse it
                 republish = self._republish_target(subject) if self._republish is not None else None
                 if self._held is None:
@@ -384,6 +392,8 @@ class Stream:
                     watcher.kick()
                 ack = b"%s%d}" % (self._ack_prefix, seq)
             else:
+                if headers.BATCH_ID_NEEDLE in hdr and headers.get(hdr, headers.BATCH_ID):
+                    self._refuse_batch(hdr, payload, errors.ATOMIC_PUBLISH_DISABLED)
                 seq, duplicate = self.process(subject, hdr, payload)
                 if duplicate:
                     ack = b'%s%d,"duplicate": true}' % (self._ack_prefix, seq)
@@ -404,6 +414,17 @@ class Stream:
                 if not self._release_armed:
                     self._release_armed = True
                     self.bus.before_output(self._release)
+
+    def _refuse_batch(self, hdr: bytes, payload: bytes, disabled: errors.ErrorKind) -> None:
+        """A batch publish: the checks nats-server makes before it looks at the batch, then `disabled`."""
+        if self.config.sealed:
+            raise errors.STREAM_SEALED()
+        if self._exhausted is not None and (kind := self._exhausted(self.config.storage)) is not None:
+            raise kind()
+        limit = self.config.max_msg_size
+        if limit >= 0 and len(hdr) + len(payload) > limit:
+            raise errors.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
+        raise disabled()
 
     def _release(self) -> None:
         """Write the deferred records (and fsync them with sync: always), then send the held acks; when
