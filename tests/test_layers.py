@@ -32,6 +32,7 @@ OPERATOR_PURE = (
     "jsoperator.events",
     "jsoperator.conflicts",
     "jsoperator.importer",
+    "jsoperator.buckets",
 )
 
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jsoperator import buckets
+
 _AUTH_REFS = ("credentialsSecretRef", "tokenSecretRef", "userSecretRef", "tlsSecretRef")
 
 
@@ -31,8 +33,8 @@ class Claim:
     name: str
     kind: str
     stream: str
-    consumer: str | None  # durable name; None for a Stream
-    subjects: tuple[str, ...]  # a Stream's subjects (its name when unset, none for a mirror)
+    consumer: str | None  # durable name; None for a Stream or a bucket
+    subjects: tuple[str, ...]  # a stream's subjects (a Stream's name when unset, none for a mirror)
 
     def describe(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
@@ -50,10 +52,9 @@ def connection_key(namespace: str, spec: Mapping[str, Any]) -> str:
 def claim(kind: str, body: Mapping[str, Any]) -> Claim:
     meta, spec, status = body["metadata"], dict(body.get("spec") or {}), dict(body.get("status") or {})
     name = str(meta["name"])
-    newcomer = not status.get("streamName" if kind == "Stream" else "consumerName")
-    if kind == "Stream":
-        stream = str(spec.get("name") or name)
-        subjects = () if spec.get("mirror") else tuple(spec.get("subjects") or [stream])
+    newcomer = not status.get("streamName" if buckets.is_stream_kind(kind) else "consumerName")
+    if buckets.is_stream_kind(kind):
+        stream, subjects = buckets.stream_of(kind, spec, name), buckets.subjects_of(kind, spec, name)
         consumer = None
     else:
         stream, consumer, subjects = str(spec.get("streamName") or ""), str(spec.get("durableName") or name), ()

@@ -1,4 +1,4 @@
-"""Models -> the CustomResourceDefinitions ``streams.jsoperator.io`` and ``consumers.jsoperator.io``.
+"""Models -> the CustomResourceDefinitions ``streams``, ``consumers``, ``keyvalues`` and ``objectstores.jsoperator.io``.
 
 Owns the CRD YAML: the structural OpenAPI schema derived from the pydantic models (no ``default:``
 anywhere: GitOps tools would show perpetual diffs, the server applies defaults), printer columns,
@@ -18,12 +18,18 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel
+from pydantic.alias_generators import to_camel
 
-from jsoperator import mapping, plan, units
+from jsoperator import buckets, mapping, plan, units
 from jsoperator.models import (
+    BUCKET_PATTERN,
     ConnectionSpec,
     ConsumerSpec,
     ConsumerStatus,
+    KeyValueSpec,
+    KeyValueStatus,
+    ObjectStoreSpec,
+    ObjectStoreStatus,
     POLICY_CLASH,
     SecretKeyRef,
     StreamSpec,
@@ -103,8 +109,13 @@ def _effective(var: str, field: str, default: Any) -> str:
     return f"(has({var}.{field}) ? {value} : {fallback})"
 
 
-def _transition_rule(key: str, rule: plan.Immutable, defaults: dict[str, Any], kind: str) -> dict[str, str]:
-    field = mapping.spec_name(key)
+_LOST = {"Stream": "messages", "Consumer": "delivery state", "KeyValue": "keys and values", "ObjectStore": "objects"}
+
+
+def _transition_rule(
+    key: str, rule: plan.Immutable, defaults: dict[str, Any], kind: str, field: str = ""
+) -> dict[str, str]:
+    field = field or mapping.spec_name(key)
     default = _CEL_DEFAULTS.get(key, defaults.get(key))
     if key in mapping.DURATION_KEYS:  # compared as durations: 1m equals 60s
         new, old = (f"duration({_effective(v, field, '0s')})" for v in ("self", "oldSelf"))
@@ -124,7 +135,7 @@ def _transition_rule(key: str, rule: plan.Immutable, defaults: dict[str, Any], k
         cel = f"!has(self.{field}) || (has(oldSelf.{field}) && self.{field} == oldSelf.{field})"
     else:  # push_pull
         cel = f"has(self.{field}) == has(oldSelf.{field})"
-    lost = "messages" if kind == "Stream" else "delivery state"
+    lost = _LOST[kind]
     message = (
         f"spec.{field} {rule.rule}: the JetStream server refuses this change. Revert it, or delete and "
         f"recreate the {kind} (its {lost} are lost)"
@@ -191,7 +202,46 @@ CONSUMER_RULES = [
 ]
 
 
+_KV_TTLS = "((has({v}.allowMsgTtl) && {v}.allowMsgTtl) || (has({v}.limitMarkerTtl) && " \
+    "duration({v}.limitMarkerTtl) > duration('0s')))"
+KEY_VALUE_RULES = [
+    {"rule": "!has(self.mirror) || !has(self.sources)", "message": "a mirror cannot also set sources: remove one of them"},
+    {
+        "rule": "!has(self.limitMarkerTtl) || duration(self.limitMarkerTtl) == duration('0s') || "
+        "!has(self.allowMsgTtl) || self.allowMsgTtl",
+        "message": "limitMarkerTtl needs per-key TTLs: leave allowMsgTtl unset or true",
+    },
+    {
+        "rule": f"!{_KV_TTLS.format(v='oldSelf')} || {_KV_TTLS.format(v='self')}",
+        "message": "spec.allowMsgTtl cannot be turned off (nor limitMarkerTtl removed, which turned it on): the "
+        "JetStream server refuses this change. Revert it, or delete and recreate the KeyValue (its keys and "
+        "values are lost)",
+    },
+]
+
+
+def bucket_immutables(kind: str) -> dict[str, tuple[str, plan.Immutable]]:
+    """Spec field (camelCase) -> (config key, rule) of a bucket's fields the server will not change."""
+    return {
+        to_camel(field): (wire, plan.STREAM_IMMUTABLE[wire])
+        for field, wire in buckets.WIRE[kind].items()
+        if wire in plan.STREAM_IMMUTABLE
+    }
+
+
+def _bucket_rules(kind: str) -> list[dict[str, str]]:
+    static = KEY_VALUE_RULES if kind == "KeyValue" else []
+    transitions = [
+        _transition_rule(wire, rule, mapping.STREAM_DEFAULTS, kind, field)
+        for field, (wire, rule) in bucket_immutables(kind).items()
+        if field not in ("bucket", "allowMsgTtl")  # the name: a root rule; allowMsgTtl: in KEY_VALUE_RULES
+    ]
+    return static + transitions
+
+
 def _spec_rules(kind: str) -> list[dict[str, str]]:
+    if kind in buckets.BUCKET_KINDS:
+        return _bucket_rules(kind)
     table, defaults, static, name_key = (
         (plan.STREAM_IMMUTABLE, mapping.STREAM_DEFAULTS, STREAM_RULES, "name")
         if kind == "Stream"
@@ -216,37 +266,67 @@ def _column(name: str, path: str, type_: str = "string", priority: int = 0, desc
 _READY = '.status.conditions[?(@.type=="Ready")]'
 
 
+def _bucket_name_rule(kind: str) -> dict[str, str]:
+    """Root-level: metadata.name stands in for an unset spec.bucket only when it is a valid bucket name."""
+    return {
+        "rule": f"has(self.spec.bucket) || self.metadata.name.matches('{BUCKET_PATTERN}')",
+        "message": f"metadata.name is not a valid bucket name (letters, digits, _ and - only, no dots): set "
+        f"spec.bucket to one, or rename the {kind}",
+    }
+
+
+# kind -> spec model, status model, short names, the spec field naming the server object.
+_KINDS: dict[str, tuple[type[BaseModel], type[BaseModel], list[str], str]] = {
+    "Stream": (StreamSpec, StreamStatus, ["jss", "jsstream"], "name"),
+    "Consumer": (ConsumerSpec, ConsumerStatus, ["jsc", "jsconsumer"], "durableName"),
+    "KeyValue": (KeyValueSpec, KeyValueStatus, ["jskv", "kv"], "bucket"),
+    "ObjectStore": (ObjectStoreSpec, ObjectStoreStatus, ["jsobj", "objstore"], "bucket"),
+}
+
+
+def _columns(kind: str) -> list[Schema]:
+    ready = _column("Ready", f"{_READY}.status")
+    reason = _column("Reason", f"{_READY}.reason", priority=1)
+    if kind == "Stream":
+        return [
+            ready,
+            _column("Stream", ".status.streamName"),
+            _column("Messages", ".status.messages", "integer"),
+            _column("Bytes", ".status.bytes", "integer", priority=1),
+            reason,
+        ]
+    if kind == "KeyValue":
+        return [
+            ready,
+            _column("Bucket", ".status.bucket"),
+            _column("Values", ".status.values", "integer"),
+            _column("History", ".status.history", "integer"),
+            _column("Bytes", ".status.bytes", "integer", priority=1),
+            reason,
+        ]
+    if kind == "ObjectStore":
+        return [ready, _column("Bucket", ".status.bucket"), _column("Bytes", ".status.bytes", "integer"), reason]
+    return [
+        ready,
+        _column("Stream", ".status.streamName"),
+        _column("Consumer", ".status.consumerName"),
+        _column("Pending", ".status.numPending", "integer"),
+        _column("Ack Pending", ".status.numAckPending", "integer", priority=1),
+        reason,
+    ]
+
+
 def crd(kind: str) -> Schema:
     """One CRD as a dict."""
     plural = kind.lower() + "s"
-    spec_model, status_model, short, name_field = (
-        (StreamSpec, StreamStatus, ["jss", "jsstream"], "name")
-        if kind == "Stream"
-        else (ConsumerSpec, ConsumerStatus, ["jsc", "jsconsumer"], "durableName")
-    )
+    spec_model, status_model, short, name_field = _KINDS[kind]
     spec = structural(spec_model)
     spec["description"] = (spec_model.__doc__ or "").strip().splitlines()[0]
     spec["x-kubernetes-validations"] = _spec_rules(kind)
     status = structural(status_model)
     status["description"] = f"Observed state of the {kind.lower()}, written by jsoperator."
-    if kind == "Stream":
-        columns = [
-            _column("Ready", f"{_READY}.status"),
-            _column("Stream", ".status.streamName"),
-            _column("Messages", ".status.messages", "integer"),
-            _column("Bytes", ".status.bytes", "integer", priority=1),
-            _column("Reason", f"{_READY}.reason", priority=1),
-        ]
-    else:
-        columns = [
-            _column("Ready", f"{_READY}.status"),
-            _column("Stream", ".status.streamName"),
-            _column("Consumer", ".status.consumerName"),
-            _column("Pending", ".status.numPending", "integer"),
-            _column("Ack Pending", ".status.numAckPending", "integer", priority=1),
-            _column("Reason", f"{_READY}.reason", priority=1),
-        ]
-    columns.append(_column("Age", ".metadata.creationTimestamp", "date"))
+    columns = [*_columns(kind), _column("Age", ".metadata.creationTimestamp", "date")]
+    root_rules = [_name_rule(name_field, kind)] + ([_bucket_name_rule(kind)] if kind in buckets.BUCKET_KINDS else [])
     schema: Schema = {
         "type": "object",
         "description": f"A JetStream {kind.lower()} managed by jsoperator.",
@@ -258,7 +338,7 @@ def crd(kind: str) -> Schema:
             "status": status,
         },
         "required": ["spec"],
-        "x-kubernetes-validations": [_name_rule(name_field, kind)],
+        "x-kubernetes-validations": root_rules,
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -289,7 +369,7 @@ def crd(kind: str) -> Schema:
     }
 
 
-KINDS = ("Stream", "Consumer")
+KINDS = ("Stream", "Consumer", "KeyValue", "ObjectStore")
 HEADER = "# Generated by `python3 -m jsoperator.crdgen` from operator/jsoperator/models.py. Do not edit.\n"
 
 
@@ -298,7 +378,7 @@ def render_one(kind: str) -> str:
 
 
 def render() -> str:
-    """Both CRDs as one multi-document YAML (what `jsoperator crds` prints)."""
+    """Every CRD as one multi-document YAML (what `jsoperator crds` prints)."""
     return "---\n".join(render_one(kind) for kind in KINDS)
 
 
@@ -371,7 +451,11 @@ def _table(model: type[BaseModel], wire: bool) -> str:
         prop = schema["properties"][alias]
         field_type = _field_type(info.annotation, prop)
         text = (info.description or "") + (" **Required.**" if alias in required else "")
-        if wire:
+        bucket_wire = buckets.WIRE.get(model.__name__.removesuffix("Spec"))
+        if wire and bucket_wire is not None:
+            key = f"`{bucket_wire[name]}`" if name in bucket_wire else "—"
+            rows.append(f"| `{alias}` | {field_type} | {key} | {text} |")
+        elif wire:
             key = "—" if name in mapping.OPERATOR_FIELDS else f"`{mapping.wire_name(name)}`"
             rows.append(f"| `{alias}` | {field_type} | {key} | {text} |")
         else:
@@ -381,7 +465,10 @@ def _table(model: type[BaseModel], wire: bool) -> str:
 
 def reference() -> str:
     """Markdown tables for every spec and status model (the README's field reference)."""
-    models = _models_in_order((StreamSpec, ConsumerSpec, StreamStatus, ConsumerStatus))
+    models = _models_in_order(
+        (StreamSpec, ConsumerSpec, KeyValueSpec, ObjectStoreSpec, StreamStatus, ConsumerStatus, KeyValueStatus,
+         ObjectStoreStatus)
+    )
     operator_only = {ConnectionSpec, SecretKeyRef, UserSecretRef, TlsSecretRef}
     spec_models = {m for m in models if m.model_config.get("extra") == "forbid" and m not in operator_only}
     parts = []
@@ -397,6 +484,8 @@ def immutability() -> str:
     for kind, table in (("Stream", plan.STREAM_IMMUTABLE), ("Consumer", plan.CONSUMER_IMMUTABLE)):
         rows += [f"| {kind} | `spec.{mapping.spec_name(key)}` | {rule.rule} |" for key, rule in table.items()]
     rows.append("| Consumer | `spec.streamName` | cannot change |")
+    for kind in buckets.BUCKET_KINDS:
+        rows += [f"| {kind} | `spec.{field}` | {rule.rule} |" for field, (_, rule) in bucket_immutables(kind).items()]
     return "\n".join(rows)
 
 

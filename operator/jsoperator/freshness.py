@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import annotations as annotation
-from . import jsclient, kubeapi, mapping, models, plan, scheduler, status
+from . import buckets, jsclient, kubeapi, mapping, models, plan, scheduler, status
 
 log = logging.getLogger("jsoperator")
 
@@ -77,7 +77,7 @@ async def _listing(
 ) -> dict[tuple[str, str | None], dict[str, Any]]:
     """StreamInfo / ConsumerInfo by (stream, consumer) for what these entries name."""
     found: dict[tuple[str, str | None], dict[str, Any]] = {}
-    if any(e.kind == "Stream" for e in entries):
+    if any(buckets.is_stream_kind(e.kind) for e in entries):
         found.update({(name, None): info for name, info in (await client.stream_list()).items()})
     for stream in sorted({e.server_names[0] for e in entries if e.kind == "Consumer"}):
         found.update({(stream, name): info for name, info in (await client.consumer_list(stream)).items()})
@@ -89,8 +89,8 @@ def _drifted(entry: scheduler.Entry, info: Mapping[str, Any]) -> bool:
     tells of a change made by hand only this way.)"""
     spec, name = entry.body.get("spec") or {}, entry.body["metadata"]["name"]
     try:
-        if entry.kind == "Stream":
-            desired = mapping.stream_config(models.parse_spec(models.StreamSpec, spec), name)
+        if buckets.is_stream_kind(entry.kind):
+            _, desired = buckets.desired(entry.kind, spec, name)
             return plan.plan_stream(desired, info.get("config") or {}).action != "none"
         consumer = mapping.consumer_config(models.parse_spec(models.ConsumerSpec, spec), name)
         return plan.plan_consumer(consumer, info.get("config") or {}).action != "none"
@@ -99,7 +99,8 @@ def _drifted(entry: scheduler.Entry, info: Mapping[str, Any]) -> bool:
 
 
 async def _patch_if_changed(entry: scheduler.Entry, info: Mapping[str, Any]) -> bool:
-    observed = status.stream_state(info) if entry.kind == "Stream" else status.consumer_state(info)
+    observed = status.observed_stream(entry.kind, info) if buckets.is_stream_kind(entry.kind) else (
+        status.consumer_state(info))
     current = entry.body.get("status") or {}
     if all(current.get(key) == value for key, value in observed.items()) or entry.lock.locked():
         return False  # unchanged, or a reconciliation is writing fresher numbers right now

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from . import events
 
 GROUP, VERSION = "jsoperator.io", "v1alpha1"
-PLURALS = {"Stream": "streams", "Consumer": "consumers"}
+PLURALS = {"Stream": "streams", "Consumer": "consumers", "KeyValue": "keyvalues", "ObjectStore": "objectstores"}
 
 __all__ = ["ApiException", "GROUP", "VERSION", "PLURALS"]
 

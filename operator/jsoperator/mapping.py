@@ -218,6 +218,16 @@ def _to_wire(model: BaseModel) -> Config:
     return config
 
 
+def wire(model: BaseModel) -> Config:
+    """A (nested) spec model as JetStream JSON: wire names, set fields only."""
+    return _to_wire(model)
+
+
+def wire_value(value: Any) -> Any:
+    """A spec value as JetStream JSON (models become objects, times RFC 3339)."""
+    return _wire_value(value)
+
+
 def _wire_value(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return _to_wire(value)

@@ -1,6 +1,6 @@
-"""Pydantic models of the Stream and Consumer custom resources: the single source of truth.
+"""Pydantic models of the Stream, Consumer, KeyValue and ObjectStore custom resources: the single source of truth.
 
-Owns the shape of `spec` and `status` for both CRDs (camelCase in YAML, snake_case in Python). The CRD
+Owns the shape of `spec` and `status` for every CRD (camelCase in YAML, snake_case in Python). The CRD
 YAML (crdgen.py), the JetStream mapping (mapping.py) and the field reference in operator/README.md are
 all derived from these classes; a field added here shows up everywhere.
 
@@ -464,6 +464,86 @@ class ConsumerSpec(_Spec):
         return value
 
 
+# -- buckets ----------------------------------------------------------------------------------------
+
+BUCKET_PATTERN = r"^[a-zA-Z0-9_-]+$"
+Bucket = Annotated[str, Field(min_length=1, max_length=250, pattern=BUCKET_PATTERN)]
+"""A KeyValue or ObjectStore bucket name, as the client libraries allow: letters, digits, ``_`` and ``-``."""
+KV_MAX_HISTORY = 64  # the client libraries refuse more
+
+
+def _bucket_policies(what: str) -> tuple[Any, Any]:
+    adoption, deletion, _ = _policy_fields(what)
+    return adoption, deletion
+
+
+_BUCKET_POLICIES = _bucket_policies("bucket")
+
+
+class KeyValueSpec(_Spec):
+    """KeyValue.spec: a key-value bucket, stored as the stream KV_<bucket> the client libraries create."""
+
+    bucket: Bucket | None = Field(
+        None, description="Bucket name on the server (stream KV_<bucket>). Unset: metadata.name. Immutable."
+    )
+    description: str | None = Field(None, max_length=4096, description="Free text.")
+    history: Annotated[int, Field(ge=1, le=KV_MAX_HISTORY)] | None = Field(
+        None, description=f"Values kept per key. Default 1, at most {KV_MAX_HISTORY}."
+    )
+    ttl: Duration | None = Field(None, description="How long a value is kept (e.g. 24h). Unset: forever.")
+    max_value_size: Size | None = Field(None, description="Largest value accepted. Unset: unlimited.")
+    max_bytes: Size | None = Field(None, description="Most bytes in the bucket (int or 1Gi). Unset: unlimited.")
+    storage: Literal["file", "memory"] | None = Field(None, description="Default: file. Immutable.")
+    replicas: Annotated[int, Field(ge=1, le=5)] | None = Field(None, description="Replica count. Default: 1.")
+    placement: Placement | None = Field(None, description="Cluster placement.")
+    republish: Republish | None = Field(None, description="Republish each change to another subject.")
+    mirror: StreamSource | None = Field(
+        None, description="Mirror another bucket (name: the bucket, or its KV_ stream); read-only. Immutable."
+    )
+    sources: list[StreamSource] | None = Field(
+        None, description="Gather the keys of other buckets (name: the bucket, or any stream with subjectTransforms)."
+    )
+    compression: bool | None = Field(None, description="Compress stored values (s2). Default: false.")
+    allow_msg_ttl: bool | None = Field(
+        None, description="Allow a TTL per key on puts (server 2.11+). Turned on by limitMarkerTtl. Cannot be turned off."
+    )
+    limit_marker_ttl: Duration | None = Field(
+        None,
+        description="Leave a delete marker kept this long when a key expires (server 2.11+; turns on allowMsgTtl).",
+    )
+    metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
+    adoption_policy: AdoptionPolicy | None = _BUCKET_POLICIES[0]
+    deletion_policy: DeletionPolicy | None = _BUCKET_POLICIES[1]
+    connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KeyValueSpec:
+        if self.mirror is not None and self.sources:
+            raise ValueError("a mirror cannot also set sources: remove one of them")
+        if self.limit_marker_ttl and self.allow_msg_ttl is False:
+            raise ValueError("limitMarkerTtl needs per-key TTLs: leave allowMsgTtl unset or true")
+        return self
+
+
+class ObjectStoreSpec(_Spec):
+    """ObjectStore.spec: an object store bucket, stored as the stream OBJ_<bucket> the client libraries create."""
+
+    bucket: Bucket | None = Field(
+        None, description="Bucket name on the server (stream OBJ_<bucket>). Unset: metadata.name. Immutable."
+    )
+    description: str | None = Field(None, max_length=4096, description="Free text.")
+    ttl: Duration | None = Field(None, description="How long an object is kept (e.g. 24h). Unset: forever.")
+    max_bytes: Size | None = Field(None, description="Most bytes in the bucket (int or 1Gi). Unset: unlimited.")
+    storage: Literal["file", "memory"] | None = Field(None, description="Default: file. Immutable.")
+    replicas: Annotated[int, Field(ge=1, le=5)] | None = Field(None, description="Replica count. Default: 1.")
+    placement: Placement | None = Field(None, description="Cluster placement.")
+    compression: bool | None = Field(None, description="Compress stored chunks (s2). Default: false.")
+    metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
+    adoption_policy: AdoptionPolicy | None = _BUCKET_POLICIES[0]
+    deletion_policy: DeletionPolicy | None = _BUCKET_POLICIES[1]
+    connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
+
+
 # -- status -----------------------------------------------------------------------------------------
 
 
@@ -542,9 +622,35 @@ class ConsumerStatus(_Status):
     last_unpin: LastUnpin | None = Field(None, description="The last unpin annotation executed.")
 
 
+class KeyValueStatus(_Status):
+    """KeyValue.status."""
+
+    observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
+    conditions: list[Condition] | None = Field(
+        None, description="Ready, Reconciling, Stalled, ...", json_schema_extra=_CONDITIONS_LIST
+    )
+    bucket: str | None = Field(None, description="Bucket name on the server.")
+    stream_name: str | None = Field(None, description="The bucket's stream (KV_<bucket>).")
+    values: int | None = Field(None, description="Values stored, history and delete markers included.")
+    bytes: int | None = Field(None, description="Bytes stored.")
+    history: int | None = Field(None, description="Values kept per key.")
+
+
+class ObjectStoreStatus(_Status):
+    """ObjectStore.status."""
+
+    observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
+    conditions: list[Condition] | None = Field(
+        None, description="Ready, Reconciling, Stalled, ...", json_schema_extra=_CONDITIONS_LIST
+    )
+    bucket: str | None = Field(None, description="Bucket name on the server.")
+    stream_name: str | None = Field(None, description="The bucket's stream (OBJ_<bucket>).")
+    bytes: int | None = Field(None, description="Bytes stored (chunks and metadata).")
+
+
 # -- parsing a CR's spec ----------------------------------------------------------------------------
 
-SpecT = TypeVar("SpecT", StreamSpec, ConsumerSpec)
+SpecT = TypeVar("SpecT", StreamSpec, ConsumerSpec, KeyValueSpec, ObjectStoreSpec)
 
 
 class SpecError(ValueError):

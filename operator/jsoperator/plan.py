@@ -30,11 +30,12 @@ class ImmutableChange:
     desired: Any
     observed: Any
     rule: str  # what the server does not allow, e.g. "cannot change"
+    label: str = ""  # the spec field, when not the Stream spec's (a bucket's `ttl` for max_age)
 
     @property
     def field(self) -> str:
         """The spec (camelCase) name."""
-        return mapping.spec_name(self.key)
+        return self.label or mapping.spec_name(self.key)
 
     def describe(self) -> str:
         server, spec = mapping.show(self.key, self.observed), mapping.show(self.key, self.desired)
@@ -60,6 +61,7 @@ class Plan:
     followup: bool = False
     differences: Mapping[str, Difference] = field(default_factory=dict)
     pause: Config | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)  # config key -> spec field, where not the Stream's
 
     @property
     def blocked(self) -> bool:
@@ -77,7 +79,8 @@ class Plan:
             return f"{kind} does not exist on the server: creating it"
         if self.action == "update":
             fields = ", ".join(
-                f"{mapping.spec_name(key)} (server: {mapping.show(key, have)}, spec: {mapping.show(key, want)})"
+                f"{self.labels.get(key) or mapping.spec_name(key)} (server: {mapping.show(key, have)}, "
+                f"spec: {mapping.show(key, want)})"
                 for key, (want, have) in self.differences.items()
             )
             return f"{kind} differs from the spec in {fields}: updating it"
@@ -135,13 +138,16 @@ CONSUMER_IMMUTABLE: dict[str, Immutable] = {
 }
 
 
-def plan_stream(desired: Config, observed: Mapping[str, Any] | None) -> Plan:
-    """Plan for a stream: ``desired`` from mapping.stream_config, ``observed`` the server's config."""
+def plan_stream(
+    desired: Config, observed: Mapping[str, Any] | None, labels: Mapping[str, str] | None = None
+) -> Plan:
+    """Plan for a stream: ``desired`` from mapping.stream_config (or buckets), ``observed`` the server's config;
+    ``labels`` names config keys as the resource's spec does (buckets.labels)."""
     if observed is None:
         sealed = bool(desired.get("sealed"))
         config = {key: value for key, value in desired.items() if key != "sealed"}
         return Plan("create", config, followup=sealed)
-    return _plan(desired, mapping.stream_diff(desired, observed), STREAM_IMMUTABLE)
+    return _plan(desired, mapping.stream_diff(desired, observed), STREAM_IMMUTABLE, labels or {})
 
 
 def plan_consumer(desired: Config, observed: Mapping[str, Any] | None, *, now: datetime | None = None) -> Plan:
@@ -152,20 +158,22 @@ def plan_consumer(desired: Config, observed: Mapping[str, Any] | None, *, now: d
     if observed is None:
         return Plan("create", dict(desired))
     differences = mapping.consumer_diff(desired, observed, now=now)
-    result = _plan(desired, differences, CONSUMER_IMMUTABLE)
+    result = _plan(desired, differences, CONSUMER_IMMUTABLE, {})
     if "pause_until" not in differences:
         return result
     until = desired.get("pause_until")
     return dataclasses.replace(result, pause={"pause_until": until} if until and differences["pause_until"][0] else {})
 
 
-def _plan(desired: Config, differences: dict[str, Difference], rules: Mapping[str, Immutable]) -> Plan:
-    drift = tuple(mapping.spec_name(key) for key in differences)
+def _plan(
+    desired: Config, differences: dict[str, Difference], rules: Mapping[str, Immutable], labels: Mapping[str, str]
+) -> Plan:
+    drift = tuple(labels.get(key) or mapping.spec_name(key) for key in differences)
     immutable = tuple(
-        ImmutableChange(key, want, have, rules[key].rule)
+        ImmutableChange(key, want, have, rules[key].rule, labels.get(key, ""))
         for key, (want, have) in differences.items()
         if key in rules and rules[key].refuses(want, have)
     )
     action: Action = "update" if differences else "none"
-    return Plan(action, dict(desired), drift, immutable, differences=differences)
+    return Plan(action, dict(desired), drift, immutable, differences=differences, labels=labels)
 

@@ -1,4 +1,4 @@
-"""One reconciliation or deletion of a Stream or Consumer, as I/O orchestration:
+"""One reconciliation or deletion of a Stream, Consumer, KeyValue or ObjectStore, as I/O orchestration:
 resource -> spec model -> JetStream config -> plan -> API calls -> Result (status patch, Events, retry).
 
 Decisions live in pure modules (annotations, plan, status); this module sequences the I/O
@@ -14,10 +14,12 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from . import annotations as annotation
-from . import credentials, events, jsclient, mapping, metrics, models, plan, reset, status, unpin
+from . import buckets, credentials, events, jsclient, mapping, metrics, models, plan, reset, status, unpin
 from .settings import Settings
 
-Kind = Literal["Stream", "Consumer"]
+Kind = Literal["Stream", "Consumer", "KeyValue", "ObjectStore"]
+# How messages name each kind's server object.
+NOUNS = {"Stream": "stream", "Consumer": "consumer", "KeyValue": "key-value bucket", "ObjectStore": "object store"}
 Trigger = Literal["create", "update", "resume", "timer", "signal"]
 
 
@@ -43,12 +45,16 @@ class Resource:
         )
 
     def server_name(self) -> str:
-        """Stream name (Stream) or durable name (Consumer) on the server, without full validation."""
+        """Stream name (Stream), durable name (Consumer) or bucket name on the server, without full validation."""
+        if self.kind in buckets.BUCKET_KINDS:
+            return buckets.bucket_name(self.spec, self.name)
         key = "name" if self.kind == "Stream" else "durableName"
         return str(self.spec.get(key) or self.name)
 
     def stream_name(self) -> str:
-        return self.server_name() if self.kind == "Stream" else str(self.spec.get("streamName") or "")
+        if buckets.is_stream_kind(self.kind):
+            return buckets.stream_of(self.kind, self.spec, self.name)
+        return str(self.spec.get("streamName") or "")
 
 
 @dataclasses.dataclass
@@ -126,29 +132,31 @@ async def _reconcile(
         return Result(_patch(resource, status.synced(""), mode="paused"))
     if conflict:
         kind = resource.kind.lower()
+        field = {"Stream": "spec.name", "Consumer": "spec.durableName"}.get(resource.kind, "spec.bucket")
         return _failed(resource, status.stalled(status.CONFLICT, 
             f"{conflict}: this {kind} changes nothing on the server. Delete one of the two resources, or give "
-            f"this one another {'spec.name' if resource.kind == 'Stream' else 'spec.durableName'} (or subjects)"))
-    if resource.kind == "Stream":
+            f"this one another {field} (or subjects)"))
+    if buckets.is_stream_kind(resource.kind):
         return await _reconcile_stream(resource, runtime, trigger)
     return await _reconcile_consumer(resource, runtime, trigger, executed)
 
 
 async def _reconcile_stream(resource: Resource, runtime: Runtime, trigger: Trigger) -> Result:
-    spec = models.parse_spec(models.StreamSpec, resource.spec)
-    desired = mapping.stream_config(spec, resource.name)
+    """A Stream, or a bucket (KeyValue, ObjectStore): a stream with a fixed mapping (buckets.py)."""
+    spec, desired = buckets.desired(resource.kind, resource.spec, resource.name)
     client = await runtime.client(resource, spec.connection)
+    noun = NOUNS[resource.kind]
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "stream", desired["name"])
     try:
-        done = await _converge_stream(client, desired, adoption)
+        done = await _converge_stream(client, desired, adoption, buckets.labels(resource.kind), noun)
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
     except _Unadoptable as exc:
         return _failed(resource, exc.outcome)
-    evs = _change_events(resource, "stream", done, trigger, adoption.adopted(done)) + _deprecations(spec, trigger)
-    return Result(_patch(resource, status.synced(_synced_message("stream", done)),
-                         observed=status.stream_state(done.info), adopted=adoption.adopted(done)), evs,
-                  reached=client.settings)
+    evs = _change_events(resource, noun, done, trigger, adoption.adopted(done)) + _deprecations(spec, trigger)
+    return Result(_patch(resource, status.synced(_synced_message(noun, done)),
+                         observed=status.observed_stream(resource.kind, done.info), adopted=adoption.adopted(done)),
+                  evs, reached=client.settings)
 
 
 async def _reconcile_consumer(
@@ -188,11 +196,12 @@ async def _reconcile_consumer(
                          adopted=adoption.adopted(done)), evs, reached=client.settings)
 
 
-def _deprecations(spec: models.StreamSpec | models.ConsumerSpec, trigger: Trigger) -> list[events.Event]:
+def _deprecations(spec: buckets.AnySpec | models.ConsumerSpec, trigger: Trigger) -> list[events.Event]:
     """A Warning for deprecated fields, when the spec is (re)read: not at every drift check."""
-    if spec.prevent_delete is None or trigger in ("timer", "signal"):
+    prevent_delete = getattr(spec, "prevent_delete", None)  # buckets never had it
+    if prevent_delete is None or trigger in ("timer", "signal"):
         return []
-    policy = models.effective_deletion_policy(spec.deletion_policy, spec.prevent_delete)
+    policy = models.effective_deletion_policy(spec.deletion_policy, prevent_delete)
     message = f"spec.preventDelete is deprecated and will be removed: write deletionPolicy: {policy} instead"
     return [events.Event("Warning", events.DEPRECATED, message)]
 
@@ -248,7 +257,7 @@ class _Unadoptable(Exception):
 
 def _owned(resource: Resource) -> bool:
     """Did this resource create or take over its server object before? (It then recreates it as drift.)"""
-    observed = resource.status.get("streamName" if resource.kind == "Stream" else "consumerName")
+    observed = resource.status.get("streamName" if buckets.is_stream_kind(resource.kind) else "consumerName")
     return bool(observed) or status.condition(resource.status, status.ADOPTED) is not None
 
 
@@ -279,12 +288,15 @@ class _Adoption:
         return None if self.owned else done.action != "created"
 
 
-async def _converge_stream(client: jsclient.JetStreamClient, desired: mapping.Config, adoption: _Adoption) -> _Converged:
+async def _converge_stream(
+    client: jsclient.JetStreamClient, desired: mapping.Config, adoption: _Adoption, labels: Mapping[str, str],
+    noun: str,
+) -> _Converged:
     info = await client.stream_info(desired["name"])
     adoption.check(info is not None)
-    p = plan.plan_stream(desired, info["config"] if info else None)
+    p = plan.plan_stream(desired, info["config"] if info else None, labels)
     if p.blocked:
-        raise _Blocked(p.message("stream"))
+        raise _Blocked(p.message(noun))
     if p.action == "none":
         assert info is not None
         return _Converged("unchanged", info, p)
@@ -292,7 +304,7 @@ async def _converge_stream(client: jsclient.JetStreamClient, desired: mapping.Co
         return _Converged("updated", await client.update_stream(p.config), p)
     info = await client.create_stream(p.config)
     if p.followup:  # sealed: the server only takes it as an update after the create
-        second = plan.plan_stream(desired, info["config"])
+        second = plan.plan_stream(desired, info["config"], labels)
         if second.action == "update":
             info = await client.update_stream(second.config)
     return _Converged("created", info, p)
@@ -332,13 +344,13 @@ async def delete(
     namespace is being deleted, or `jsoperator release --force`), leaving the server object in place.
     `conflict` names another resource that drives the same server object first: it is left to that one.
     """
-    kind = resource.kind.lower()
+    kind = NOUNS[resource.kind]
     keep = f"it belongs to another resource: {conflict}" if conflict else _kept_because(resource)
     if keep:
         return Result({}, [events.Event("Normal", events.LEFT_ON_SERVER, f"{kind} left on the server: {keep}")])
     if consumers_left:
         message = (
-            f"waiting for Consumer resources {sorted(consumers_left)} of stream {resource.server_name()} to be "
+            f"waiting for Consumer resources {sorted(consumers_left)} of stream {resource.stream_name()} to be "
             "deleted before deleting the stream"
         )
         outcome = status.deletion_blocked(message)
@@ -347,8 +359,8 @@ async def delete(
     try:
         conn = models.ConnectionSpec.model_validate(resource.spec.get("connection") or {})
         client = await runtime.client(resource, conn)
-        if resource.kind == "Stream":
-            existed = await client.delete_stream(resource.server_name())
+        if buckets.is_stream_kind(resource.kind):
+            existed = await client.delete_stream(resource.stream_name())
         else:
             existed = await client.delete_consumer(resource.stream_name(), resource.server_name())
     except (jsclient.BrokerUnavailable, credentials.CredentialsError) as exc:

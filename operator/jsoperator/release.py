@@ -43,7 +43,8 @@ async def release(settings: Settings, *, stop: str | None, force: bool, out: Any
     runtime = reconcile.Runtime(settings=settings, pool=pool)
     held = 0
     try:
-        for kind in ("Consumer", "Stream"):  # consumers first: a stream's deletion waits for none of them here
+        kinds: tuple[reconcile.Kind, ...] = ("Consumer", "Stream", "KeyValue", "ObjectStore")
+        for kind in kinds:  # consumers first: a stream's deletion waits for none of them here
             for body in await _listed(kind, settings.namespaces):
                 if FINALIZER in (body["metadata"].get("finalizers") or []) and _selected(body, settings.namespaces):
                     held += not await _release_one(kind, body, runtime, force, out)

@@ -18,11 +18,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from . import jsclient
+from . import buckets, jsclient
 
 log = logging.getLogger("jsoperator")
 
-Kind = Literal["Stream", "Consumer"]
+Kind = Literal["Stream", "Consumer", "KeyValue", "ObjectStore"]
 Key = tuple[str, str, str]  # kind, namespace, name
 Why = Literal["timer", "signal"]
 
@@ -42,7 +42,7 @@ def key_of(kind: str, body: Mapping[str, Any]) -> Key:
 
 @dataclasses.dataclass
 class Entry:
-    """One Stream or Consumer resource as the scheduler knows it."""
+    """One resource (Stream, Consumer, KeyValue, ObjectStore) as the scheduler knows it."""
 
     kind: Kind
     body: Mapping[str, Any]  # the latest seen by kopf's watch
@@ -55,11 +55,11 @@ class Entry:
 
     @property
     def server_names(self) -> tuple[str, str | None]:
-        """(stream, consumer) on the server; consumer None for a Stream."""
+        """(stream, consumer) on the server; consumer None for a Stream or a bucket."""
         spec = self.body.get("spec") or {}
         name = self.body["metadata"]["name"]
-        if self.kind == "Stream":
-            return str(spec.get("name") or name), None
+        if buckets.is_stream_kind(self.kind):
+            return buckets.stream_of(self.kind, spec, name), None
         return str(spec.get("streamName") or ""), str(spec.get("durableName") or name)
 
 

@@ -1,4 +1,4 @@
-"""The status patch of a Stream or Consumer: conditions, observedGeneration and the observed server state.
+"""The status patch of a Stream, Consumer, KeyValue or ObjectStore: conditions, observedGeneration and the observed server state.
 
 Owns how a reconciliation outcome reads in ``status`` (kstatus, Argo CD and Flux all read it):
 - ``Ready`` (True/False), ``Reconciling`` (True while work is in progress or will be retried),
@@ -236,6 +236,35 @@ def stream_state(info: Mapping[str, Any]) -> dict[str, Any]:
         "lastSeq": state.get("last_seq", 0),
         "consumerCount": state.get("consumer_count", 0),
     }
+
+
+def key_value_state(info: Mapping[str, Any]) -> dict[str, Any]:
+    """StreamInfo of KV_<bucket> -> the observed-state part of KeyValue.status (as nats.go's KeyValueStatus)."""
+    config, state = info.get("config") or {}, info.get("state") or {}
+    name = str(config.get("name") or "")
+    return {
+        "bucket": name.removeprefix("KV_"),
+        "streamName": name,
+        "values": state.get("messages", 0),
+        "bytes": state.get("bytes", 0),
+        "history": config.get("max_msgs_per_subject", 0),
+    }
+
+
+def object_store_state(info: Mapping[str, Any]) -> dict[str, Any]:
+    """StreamInfo of OBJ_<bucket> -> the observed-state part of ObjectStore.status."""
+    config, state = info.get("config") or {}, info.get("state") or {}
+    name = str(config.get("name") or "")
+    return {"bucket": name.removeprefix("OBJ_"), "streamName": name, "bytes": state.get("bytes", 0)}
+
+
+def observed_stream(kind: str, info: Mapping[str, Any]) -> dict[str, Any]:
+    """StreamInfo -> the observed-state part of a Stream, KeyValue or ObjectStore status."""
+    if kind == "KeyValue":
+        return key_value_state(info)
+    if kind == "ObjectStore":
+        return object_store_state(info)
+    return stream_state(info)
 
 
 def consumer_state(info: Mapping[str, Any]) -> dict[str, Any]:

@@ -43,17 +43,19 @@ def test_readme_reference_is_fresh() -> None:
 
 
 def test_readme_documents_every_field() -> None:
-    from jsoperator.models import ConsumerSpec, ConsumerStatus, StreamSpec, StreamStatus
+    from jsoperator import models as m
 
     text = (REPO / "operator" / "README.md").read_text()
-    for model in (StreamSpec, ConsumerSpec, StreamStatus, ConsumerStatus):
+    for model in (m.StreamSpec, m.ConsumerSpec, m.KeyValueSpec, m.ObjectStoreSpec, m.StreamStatus, m.ConsumerStatus,
+                  m.KeyValueStatus, m.ObjectStoreStatus):
         for name, info in model.model_fields.items():
             assert f"| `{info.alias or name}` |" in text, f"{model.__name__}.{name}"
 
 
-def test_render_is_both_crds() -> None:
+def test_render_is_every_crd() -> None:
     docs = list(yaml.safe_load_all(crdgen.render()))
-    assert [d["metadata"]["name"] for d in docs] == ["streams.jsoperator.io", "consumers.jsoperator.io"]
+    assert [d["metadata"]["name"] for d in docs] == [
+        "streams.jsoperator.io", "consumers.jsoperator.io", "keyvalues.jsoperator.io", "objectstores.jsoperator.io"]
 
 
 @pytest.mark.parametrize("kind", crdgen.KINDS)
@@ -85,6 +87,12 @@ def test_shape_names_columns() -> None:
     assert cols == ["Ready", "Stream", "Messages", "Age"]
     cols = [c["name"] for c in consumer["spec"]["versions"][0]["additionalPrinterColumns"] if not c.get("priority")]
     assert cols == ["Ready", "Stream", "Consumer", "Pending", "Age"]
+    kv, obj = crdgen.crd("KeyValue"), crdgen.crd("ObjectStore")
+    assert (kv["spec"]["names"]["shortNames"], obj["spec"]["names"]["shortNames"]) == (["jskv", "kv"], ["jsobj", "objstore"])
+    cols = [c["name"] for c in kv["spec"]["versions"][0]["additionalPrinterColumns"] if not c.get("priority")]
+    assert cols == ["Ready", "Bucket", "Values", "History", "Age"]
+    cols = [c["name"] for c in obj["spec"]["versions"][0]["additionalPrinterColumns"] if not c.get("priority")]
+    assert cols == ["Ready", "Bucket", "Bytes", "Age"]
 
 
 def test_every_immutable_field_has_a_cel_rule() -> None:
@@ -97,6 +105,12 @@ def test_every_immutable_field_has_a_cel_rule() -> None:
         for key in table:
             if key != name_key:
                 assert f"oldSelf.{mapping.spec_name(key)}" in rules, key
+    for kind in ("KeyValue", "ObjectStore"):
+        spec = crdgen.crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        rules = " ".join(r["rule"] for r in spec["x-kubernetes-validations"])
+        for field in crdgen.bucket_immutables(kind):
+            if field != "bucket":
+                assert f"oldSelf.{field}" in rules, (kind, field)
 
 
 # -- on a real kube-apiserver -----------------------------------------------------------------------
@@ -198,6 +212,22 @@ CONSUMER_EDITS: list[tuple[dict[str, Any], dict[str, Any], str | None]] = [
 ]
 
 
+BUCKET_EDITS: list[tuple[str, dict[str, Any], dict[str, Any], str | None]] = [
+    ("KeyValue", {}, {"storage": "memory"}, "spec.storage cannot change: the JetStream server refuses"),
+    ("KeyValue", {}, {"storage": "file", "history": 5, "ttl": "1h", "maxValueSize": "1Ki"}, None),
+    ("KeyValue", {}, {"bucket": "kv"}, None),  # = metadata.name
+    ("KeyValue", {}, {"bucket": "other"}, "spec.bucket cannot change: it names the keyvalue on the server"),
+    ("KeyValue", {"allowMsgTtl": True}, {}, "spec.allowMsgTtl cannot be turned off"),
+    ("KeyValue", {"limitMarkerTtl": "1m"}, {}, "nor limitMarkerTtl removed"),
+    ("KeyValue", {"limitMarkerTtl": "1m"}, {"allowMsgTtl": True}, None),
+    ("KeyValue", {}, {"allowMsgTtl": True, "compression": True}, None),
+    ("KeyValue", {}, {"mirror": {"name": "origin"}}, "spec.mirror cannot be added or changed"),
+    ("ObjectStore", {"storage": "memory"}, {}, "spec.storage cannot change"),
+    ("ObjectStore", {}, {"ttl": "1h", "maxBytes": "1Gi", "compression": True}, None),
+    ("ObjectStore", {}, {"bucket": "other"}, "spec.bucket cannot change"),
+]
+
+
 def _pairs(edits: list[tuple[dict[str, Any], dict[str, Any], str | None]]) -> list[Any]:
     return [pytest.param(before, after, msg, id=f"{i}") for i, (before, after, msg) in enumerate(edits)]
 
@@ -220,6 +250,26 @@ def test_consumer_edits_on_the_apiserver(objects: Objects, before: dict, after: 
         assert objects.replace_spec("Consumer", "c", {"streamName": "S", **after})["spec"]["streamName"] == "S"
     else:
         assert message in refusal(lambda: objects.replace_spec("Consumer", "c", {"streamName": "S", **after}))
+
+
+@pytest.mark.xdist_group("kube")
+@pytest.mark.parametrize(("kind", "before", "after", "message"),
+                         [pytest.param(*edit, id=f"{i}") for i, edit in enumerate(BUCKET_EDITS)])
+def test_bucket_edits_on_the_apiserver(objects: Objects, kind: str, before: dict, after: dict,
+                                       message: str | None) -> None:
+    objects.create(kind, "kv", before)
+    if message is None:
+        assert objects.replace_spec(kind, "kv", after)["spec"] == after
+    else:
+        assert message in refusal(lambda: objects.replace_spec(kind, "kv", after))
+
+
+@pytest.mark.xdist_group("kube")
+@pytest.mark.parametrize("kind", ["KeyValue", "ObjectStore"])
+def test_an_invalid_bucket_name_is_refused(objects: Objects, kind: str) -> None:
+    assert "metadata.name is not a valid bucket name" in refusal(lambda: objects.create(kind, "my.bucket", {}))
+    assert "spec.bucket" in refusal(lambda: objects.create(kind, "fine", {"bucket": "no.dots"}))
+    assert objects.create(kind, "my.bucket", {"bucket": "my_bucket"})["spec"] == {"bucket": "my_bucket"}
 
 
 @pytest.mark.xdist_group("kube")
@@ -246,6 +296,11 @@ def test_consumer_stream_name_cannot_change(objects: Objects) -> None:
         ("Consumer", {"streamName": "S", "optStartSeq": 3}, "optStartSeq and deliverPolicy: byStartSequence go"),
         ("Consumer", {"streamName": "S", "filterSubject": "a", "filterSubjects": ["b"]}, "not both"),
         ("Consumer", {}, "spec.streamName: Required value"),
+        ("KeyValue", {"history": 65}, "spec.history"),
+        ("KeyValue", {"history": 0}, "spec.history"),
+        ("KeyValue", {"mirror": {"name": "a"}, "sources": [{"name": "b"}]}, "a mirror cannot also set sources"),
+        ("KeyValue", {"limitMarkerTtl": "1m", "allowMsgTtl": False}, "limitMarkerTtl needs per-key TTLs"),
+        ("KeyValue", {"ttl": "1 day"}, "spec.ttl"),
         ("Stream", {"connection": {"tokenSecretRef": {"name": "t", "key": "k"}, "userSecretRef": {"name": "u"}}},
          "set at most one of credentialsSecretRef, tokenSecretRef, userSecretRef"),
     ],
@@ -286,8 +341,9 @@ def _status_patch(kind: str) -> dict[str, Any]:
     from jsoperator import status
 
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    if kind == "Stream":
-        observed = status.stream_state({"config": {"name": "orders"}, "state": {
+    if kind != "Consumer":
+        name = {"Stream": "orders", "KeyValue": "KV_orders", "ObjectStore": "OBJ_orders"}[kind]
+        observed = status.observed_stream(kind, {"config": {"name": name, "max_msgs_per_subject": 3}, "state": {
             "messages": 5, "bytes": 500, "first_seq": 1, "last_seq": 5, "consumer_count": 1}})
         return status.build(None, generation=1, outcome=status.synced("stream matches the spec"), now=now,
                             observed=observed)
@@ -321,6 +377,12 @@ def test_status_patches_are_stored_unpruned_and_shown_in_columns(
     if kind == "Stream":
         assert {k: row[k] for k in ("Ready", "Stream", "Messages", "Bytes", "Reason")} == {
             "Ready": "True", "Stream": "orders", "Messages": 5, "Bytes": 500, "Reason": "Synced"}
+    elif kind == "KeyValue":
+        assert {k: row[k] for k in ("Ready", "Bucket", "Values", "History", "Bytes", "Reason")} == {
+            "Ready": "True", "Bucket": "orders", "Values": 5, "History": 3, "Bytes": 500, "Reason": "Synced"}
+    elif kind == "ObjectStore":
+        assert {k: row[k] for k in ("Ready", "Bucket", "Bytes", "Reason")} == {
+            "Ready": "True", "Bucket": "orders", "Bytes": 500, "Reason": "Synced"}
     else:
         assert {k: row[k] for k in ("Ready", "Stream", "Consumer", "Pending", "Ack Pending", "Reason")} == {
             "Ready": "False", "Stream": "orders", "Consumer": "billing", "Pending": 7, "Ack Pending": 2,

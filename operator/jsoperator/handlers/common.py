@@ -1,4 +1,4 @@
-"""The glue shared by the Stream and Consumer handlers: register the reconcilers, run a reconciliation
+"""The glue shared by the Stream, Consumer and bucket handlers: register the reconcilers, run a reconciliation
 under the resource's lock, apply its Result through kopf (status patch, Events, TemporaryError with
 backoff) or, for the scheduler's reconciliations outside kopf's handlers, through the API; feed kopf's
 watch into the scheduler; delete with or without finalizers."""
@@ -12,7 +12,7 @@ from typing import Any
 
 import kopf
 
-from .. import conflicts, jsclient, kubeapi, metrics, reconcile, scheduler, state_storage
+from .. import buckets, conflicts, jsclient, kubeapi, metrics, reconcile, scheduler, state_storage
 from ..settings import Settings
 
 GROUP, VERSION = kubeapi.GROUP, kubeapi.VERSION
@@ -28,12 +28,13 @@ def claims_index(kind: str) -> str:
     return f"{kind.lower()}_claims"
 
 
-def conflict(kind: reconcile.Kind, body: Mapping[str, Any], claims: Any, *, subjects: bool = True) -> str:
-    """An older resource driving the same server object (or overlapping subjects), from the claims index."""
-    if claims is None:
-        return ""
+def conflict(kind: reconcile.Kind, body: Mapping[str, Any], indexes: Mapping[str, Any], *, subjects: bool = True) -> str:
+    """An older resource driving the same server object (or overlapping subjects), from the claims indexes
+    (kopf's, by id): a Stream, KeyValue or ObjectStore competes with all three kinds, a Consumer with Consumers."""
+    kinds = buckets.STREAM_KINDS if buckets.is_stream_kind(kind) else (kind,)
     key = conflicts.connection_key(body["metadata"]["namespace"], body.get("spec") or {})
-    return conflicts.conflict(conflicts.claim(kind, body), claims.get(key, []), subjects=subjects)
+    others = [c for k in kinds if (index := indexes.get(claims_index(k))) is not None for c in index.get(key, [])]
+    return conflicts.conflict(conflicts.claim(kind, body), others, subjects=subjects)
 
 
 def _runtime(memo: kopf.Memo) -> reconcile.Runtime:
@@ -71,7 +72,7 @@ async def _apply_by_api(kind: reconcile.Kind, body: Mapping[str, Any], result: r
 
 async def reconcile_handler(
     kind: reconcile.Kind, trigger: reconcile.Trigger, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
-    retry: int, claims: Any,
+    retry: int, claims: Mapping[str, Any],
 ) -> None:
     sched = _scheduler(memo)
     entry = sched.entry(kind, body)
@@ -96,7 +97,7 @@ def scheduled(runtime: reconcile.Runtime, sched: scheduler.Scheduler) -> schedul
             body = entry.body
             if body["metadata"].get("deletionTimestamp"):
                 return False, None
-            clash = conflict(entry.kind, body, sched.indexes.get(claims_index(entry.kind)))
+            clash = conflict(entry.kind, body, sched.indexes)
             result = await reconcile.reconcile(reconcile.Resource.from_body(entry.kind, body), runtime, why,
                                                entry.executed, clash)
             sched.wrote(entry, result.status)
@@ -108,7 +109,7 @@ def scheduled(runtime: reconcile.Runtime, sched: scheduler.Scheduler) -> schedul
 
 async def delete_handler(
     kind: reconcile.Kind, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int,
-    consumers_left: list[str], claims: Any,
+    consumers_left: list[str], claims: Mapping[str, Any],
 ) -> None:
     """The finalizer's work: delete (or keep) the server object, then kopf removes the finalizer."""
     namespace = body["metadata"]["namespace"]
@@ -126,7 +127,7 @@ async def delete_handler(
 
 
 async def _delete_without_finalizer(
-    kind: reconcile.Kind, body: Mapping[str, Any], runtime: reconcile.Runtime, claims: Any
+    kind: reconcile.Kind, body: Mapping[str, Any], runtime: reconcile.Runtime, claims: Mapping[str, Any]
 ) -> None:
     """--no-finalizers: the resource is already gone; delete the server object as the policy says, best effort."""
     resource = reconcile.Resource.from_body(kind, body)
@@ -153,7 +154,7 @@ def register_reconcilers(registry: kopf.OperatorRegistry, settings: Settings, ki
 
     def handler(trigger: reconcile.Trigger) -> Any:
         async def run(*, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **kw: Any) -> None:
-            await reconcile_handler(kind, trigger, body, patch, memo, retry, kw[index])
+            await reconcile_handler(kind, trigger, body, patch, memo, retry, kw)
 
         return run
 
@@ -169,7 +170,7 @@ def register_reconcilers(registry: kopf.OperatorRegistry, settings: Settings, ki
         if event.get("type") == "DELETED":
             sched.gone(kind, raw)
             if not settings.finalizers:
-                task = asyncio.create_task(_delete_without_finalizer(kind, raw, _runtime(memo), kw[index]))
+                task = asyncio.create_task(_delete_without_finalizer(kind, raw, _runtime(memo), kw))
                 memo["background"].add(task)
                 task.add_done_callback(memo["background"].discard)
         else:

@@ -21,6 +21,6 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
 
     async def on_delete(**kwargs: Any) -> None:
         await common.delete_handler("Consumer", kwargs["body"], kwargs["patch"], kwargs["memo"], kwargs["retry"], [],
-                                    kwargs[common.claims_index("Consumer")])
+                                    kwargs)
 
     common.register_delete(registry, settings, "consumers", on_delete)
