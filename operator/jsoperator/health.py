@@ -98,7 +98,7 @@ class Health:
             if found:
                 logger.warning("not ready: %s; grant the operator's ServiceAccount list on them", "; ".join(found))
             elif self._last:
-                logger.info("ready: Stream and Consumer resources can be listed")
+                logger.info("ready: the jsoperator.io resources can be listed")
             self._last = found
         return aiohttp.web.json_response({"ready": not found, "problems": found}, status=503 if found else 200)
 

@@ -24,11 +24,10 @@ from tests.operator.conftest import poll
 pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(120)]
 
 # The chart's namespaced rules (charts/jetstream-kopf/templates/operator-rbac.yaml).
+PLURALS = ["streams", "consumers", "keyvalues", "objectstores"]
 RULES = [
-    {"apiGroups": ["jsoperator.io"], "resources": ["streams", "consumers"],
-     "verbs": ["get", "list", "watch", "patch", "update"]},
-    {"apiGroups": ["jsoperator.io"], "resources": ["streams/status", "consumers/status"],
-     "verbs": ["get", "patch", "update"]},
+    {"apiGroups": ["jsoperator.io"], "resources": PLURALS, "verbs": ["get", "list", "watch", "patch", "update"]},
+    {"apiGroups": ["jsoperator.io"], "resources": [f"{p}/status" for p in PLURALS], "verbs": ["get", "patch", "update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 
@@ -77,8 +76,7 @@ def test_not_ready_while_it_cannot_list_its_resources_in_its_namespace(envtest, 
     status, body = get(port, "/readyz")
     assert status == 503 and body["ready"] is False, body
     assert body["problems"] == [
-        f"cannot list streams.jsoperator.io in namespace {kube_namespace}: 403 Forbidden",
-        f"cannot list consumers.jsoperator.io in namespace {kube_namespace}: 403 Forbidden"], body
+        f"cannot list {plural}.jsoperator.io in namespace {kube_namespace}: 403 Forbidden" for plural in PLURALS], body
     assert get(port, "/healthz")[0] == 200  # alive: a restart would not grant permissions
 
     with envtest.api_client() as client:
@@ -109,5 +107,4 @@ def test_cluster_wide_not_ready_with_a_binding_to_another_namespaces_account(env
     port = run_operator(kubeconfig)
     status, body = get(port, "/readyz")
     assert (status, body["problems"]) == (503, [
-        "cannot list streams.jsoperator.io at the cluster scope: 403 Forbidden",
-        "cannot list consumers.jsoperator.io at the cluster scope: 403 Forbidden"]), body
+        f"cannot list {plural}.jsoperator.io at the cluster scope: 403 Forbidden" for plural in PLURALS]), body

@@ -85,10 +85,11 @@ def test_cli_rejects_bad_settings_with_exit_code_2():
     assert "--drift-interval must be > 0" in proc.stderr
 
 
-def test_crds_command_prints_both_definitions():
+def test_crds_command_prints_every_definition():
     import yaml
 
     proc = subprocess.run([sys.executable, "-m", "jsoperator", "crds"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     names = sorted(doc["metadata"]["name"] for doc in yaml.safe_load_all(proc.stdout) if doc)
-    assert names == ["consumers.jsoperator.io", "streams.jsoperator.io"]
+    assert names == ["consumers.jsoperator.io", "keyvalues.jsoperator.io", "objectstores.jsoperator.io",
+                     "streams.jsoperator.io"]
