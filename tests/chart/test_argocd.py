@@ -1,4 +1,4 @@
-"""The Argo CD health checks (Lua) for Stream and Consumer, run in a real Lua interpreter (lupa) over
+"""The Argo CD health checks (Lua) for Stream, Consumer, KeyValue and ObjectStore, run in a real Lua interpreter (lupa) over
 their health_test.yaml cases, as Argo CD's own test harness does; argocd-cm.yaml carries the same Lua;
 the Argo CD and Flux examples point at folders that exist."""
 
@@ -45,11 +45,12 @@ def test_health_check_cases(kind, case):
     assert health((folder / "health.lua").read_text(), obj) == case["healthStatus"]
 
 
-def test_both_kinds_have_checks_and_argocd_cm_carries_the_same_lua():
-    assert sorted(p.name for p in CHECKS.iterdir()) == ["Consumer", "Stream"]
+def test_every_kind_has_checks_and_argocd_cm_carries_the_same_lua():
+    kinds = ["Consumer", "KeyValue", "ObjectStore", "Stream"]
+    assert sorted(p.name for p in CHECKS.iterdir()) == kinds
     script = (CHECKS / "Stream" / "health.lua").read_text()
     data = yaml.safe_load((ARGOCD / "argocd-cm.yaml").read_text())["data"]
-    assert data == {f"resource.customizations.health.jsoperator.io_{kind}": script for kind in ("Stream", "Consumer")}
+    assert data == {f"resource.customizations.health.jsoperator.io_{kind}": script for kind in kinds}
 
 
 def test_gitops_examples_point_at_folders_of_this_repository():

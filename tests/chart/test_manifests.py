@@ -128,6 +128,9 @@ def test_the_other_namespace_overlay_grants_the_accounts_in_its_namespace(kustom
         operator, broker = ("system:serviceaccount:team-x:jetstream-kopf-" + n for n in ("operator", "broker"))
         assert _allowed(client, operator, "list", "streams", "jsoperator.io")
         assert _allowed(client, operator, "watch", "consumers", "jsoperator.io")
+        for plural in ("keyvalues", "objectstores"):
+            assert _allowed(client, operator, "watch", plural, "jsoperator.io")
+            assert _allowed(client, operator, "patch", f"{plural}/status", "jsoperator.io")
         assert not _allowed(client, "system:serviceaccount:jetstream-kopf:jetstream-kopf-operator", "list", "streams",
                             "jsoperator.io")
         assert _allowed(client, broker, "get", "secrets", namespace="team-x", name="jetstream-kopf-broker-auth")
