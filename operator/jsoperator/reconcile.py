@@ -374,7 +374,7 @@ async def delete(
         outcome = status.api_error(exc.code, exc.err_code, exc.description, action=f"deleting the {kind}")
         evs = [events.Event("Warning", events.FAILED, outcome.message)]
         return Result(_patch(resource, outcome), evs, retry=True, done=False, message=outcome.message)
-    what = "deleted" if existed else "was already gone from"
+    what = "deleted from" if existed else "was already gone from"
     return Result({}, [events.Event("Normal", events.DELETED, f"{kind} {resource.server_name()} {what} the server")])
 
 

@@ -130,6 +130,7 @@ KV_CASES: list[tuple[dict[str, Any], list[str]]] = [
      ["--republish-source", ">", "--republish-destination", "repub.>", "--republish-headers", "--metadata",
       "team:a"]),
     ({"sources": [{"name": "origin"}]}, ["--source", "origin"]),
+    ({"mirror": {"name": "origin"}}, ["--mirror", "origin"]),
 ]
 OBJ_CASES: list[tuple[dict[str, Any], list[str]]] = [
     ({}, []),
@@ -152,10 +153,11 @@ def nats_cli(url: str, home: Path, *args: str) -> str:
 def test_nats_kv_add_makes_the_stream_a_key_value_resource_wants(server: Any, tmp_path: Path, index: int) -> None:
     spec, flags = KV_CASES[index]
     bucket = f"kvcase{index}_{server.kind.replace('-', '')}"
-    if spec.get("sources"):
-        nats_cli(server.url, tmp_path, "kv", "add", f"origin{bucket}")
-        flags = ["--source", f"origin{bucket}"]
-        spec = {"sources": [{"name": f"origin{bucket}"}]}
+    for key in ("sources", "mirror"):
+        if spec.get(key):  # a bucket of this server to gather from
+            nats_cli(server.url, tmp_path, "kv", "add", f"origin{bucket}")
+            flags = [f"--{key.removesuffix('s')}", f"origin{bucket}"]
+            spec = {key: [{"name": f"origin{bucket}"}] if key == "sources" else {"name": f"origin{bucket}"}}
     nats_cli(server.url, tmp_path, "kv", "add", bucket, *flags)
     try:
         observed = json.loads(nats_cli(server.url, tmp_path, "stream", "info", f"KV_{bucket}", "--json"))["config"]
@@ -164,6 +166,8 @@ def test_nats_kv_add_makes_the_stream_a_key_value_resource_wants(server: Any, tm
         assert p.action == "none", p.message("key-value bucket")
     finally:
         nats_cli(server.url, tmp_path, "kv", "del", bucket, "--force")
+        if flags[:1] in (["--source"], ["--mirror"]):
+            nats_cli(server.url, tmp_path, "kv", "del", f"origin{bucket}", "--force")
 
 
 @pytest.mark.parametrize("index", range(len(OBJ_CASES)))

@@ -74,18 +74,25 @@ def test_release_lets_go_of_everything_when_the_operator_is_gone(envtest, kube, 
     make_consumer(kube, broker, "doomed", "doomed-c")
     make_stream(kube, broker, "saved", deletionPolicy="retain")
     make_stream(kube, broker, "staying")
+    kube.create("KeyValue", "doomed-kv", {"storage": "memory", "connection": conn(broker)})
+    kube.create("ObjectStore", "saved-obj", {"storage": "memory", "deletionPolicy": "retain", "connection": conn(broker)})
+    kube.wait_condition("KeyValue", "doomed-kv", "Ready")
+    kube.wait_condition("ObjectStore", "saved-obj", "Ready")
+    gone = (("Consumer", "doomed-c"), ("Stream", "doomed"), ("Stream", "saved"), ("KeyValue", "doomed-kv"),
+            ("ObjectStore", "saved-obj"))
     operator.stop()
     try:
-        for kind, name in (("Consumer", "doomed-c"), ("Stream", "doomed"), ("Stream", "saved")):
+        for kind, name in gone:
             kube.delete(kind, name)  # stuck on the finalizer: nobody is there to remove it
         assert kube.get("Stream", "doomed")["metadata"]["finalizers"] == [FINALIZER]
         proc = release(envtest, "--namespace", kube.namespace)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"Stream {kube.namespace}/staying: released (server object kept, resource kept)" in proc.stdout
-        for kind, name in (("Consumer", "doomed-c"), ("Stream", "doomed"), ("Stream", "saved")):
+        for kind, name in gone:
             kube.wait_gone(kind, name, timeout=PROMPT)
         assert server_stream(broker.url, "doomed") is None  # its policy: delete
         assert server_stream(broker.url, "saved") is not None  # its policy: retain
+        assert server_stream(broker.url, "KV_doomed-kv") is None and server_stream(broker.url, "OBJ_saved-obj")
         staying = kube.get("Stream", "staying")
         assert not staying["metadata"].get("finalizers") and server_stream(broker.url, "staying") is not None
     finally:
