@@ -14,7 +14,7 @@ reference implementation of ADR-8 and ADR-20), so a bucket made here is byte-for
   (KV_ added) with mirror_direct and no subjects; a source without subjectTransforms names a bucket and
   gets the transform ``$KV.<origin>.>`` -> ``$KV.b.>`` (not for an external source of the same name).
 - ObjectStore ``b``: stream ``OBJ_b`` on ``$O.b.C.>`` and ``$O.b.M.>``; ttl -> max_age, maxBytes (unset
-  -1); always discard new, allow_rollup_hdrs, allow_direct.
+  -1); always discard new, allow_rollup_hdrs, allow_direct; sealed as the clients' Seal (an update).
 Pure: no I/O.
 """
 
@@ -62,6 +62,7 @@ WIRE = {
         "storage": "storage",
         "replicas": "num_replicas",
         "compression": "compression",
+        "sealed": "sealed",
         "placement": "placement",
         "description": "description",
         "metadata": "metadata",
@@ -163,7 +164,7 @@ def object_store_config(spec: models.ObjectStoreSpec, default_bucket: str) -> Co
         "allow_rollup_hdrs": True,
         "allow_direct": True,
         "compression": "s2" if spec.compression else "none",
-        **_optional(spec, ("description", "placement", "metadata")),
+        **_optional(spec, ("description", "placement", "metadata", "sealed")),
     }
 
 

@@ -127,6 +127,7 @@ _TIME_FIELDS = frozenset({"opt_start_time", "pause_until"})
 _EXACT = frozenset({"metadata"})
 # A sealed stream has these forced by the server (stream.go configUpdateCheckLocked).
 _FORCED_BY_SEAL = frozenset({"max_age", "discard", "deny_delete", "deny_purge", "allow_rollup_hdrs"})
+FORCED_BY_SEAL = _FORCED_BY_SEAL
 # A mirror's mirror_direct is copied by the server from the origin's allow_direct.
 _DERIVED_FOR_MIRRORS = frozenset({"mirror_direct"})
 

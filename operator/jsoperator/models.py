@@ -538,6 +538,9 @@ class ObjectStoreSpec(_Spec):
     replicas: Annotated[int, Field(ge=1, le=5)] | None = Field(None, description="Replica count. Default: 1.")
     placement: Placement | None = Field(None, description="Cluster placement.")
     compression: bool | None = Field(None, description="Compress stored chunks (s2). Default: false.")
+    sealed: bool | None = Field(
+        None, description="Seal the bucket (the clients' Seal): objects can be read, never put or deleted. Final."
+    )
     metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
     adoption_policy: AdoptionPolicy | None = _BUCKET_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _BUCKET_POLICIES[1]
@@ -646,6 +649,7 @@ class ObjectStoreStatus(_Status):
     bucket: str | None = Field(None, description="Bucket name on the server.")
     stream_name: str | None = Field(None, description="The bucket's stream (OBJ_<bucket>).")
     bytes: int | None = Field(None, description="Bytes stored (chunks and metadata).")
+    sealed: bool | None = Field(None, description="The bucket is sealed.")
 
 
 # -- parsing a CR's spec ----------------------------------------------------------------------------

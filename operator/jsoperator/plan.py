@@ -147,7 +147,12 @@ def plan_stream(
         sealed = bool(desired.get("sealed"))
         config = {key: value for key, value in desired.items() if key != "sealed"}
         return Plan("create", config, followup=sealed)
-    return _plan(desired, mapping.stream_diff(desired, observed), STREAM_IMMUTABLE, labels or {})
+    result = _plan(desired, mapping.stream_diff(desired, observed), STREAM_IMMUTABLE, labels or {})
+    if observed.get("sealed") and result.action == "update":
+        # An update of a sealed stream must repeat what sealing forced (the server refuses "cancelling" them).
+        forced = {key: observed.get(key, mapping.STREAM_DEFAULTS[key]) for key in mapping.FORCED_BY_SEAL}
+        return dataclasses.replace(result, config={**result.config, **forced})
+    return result
 
 
 def plan_consumer(desired: Config, observed: Mapping[str, Any] | None, *, now: datetime | None = None) -> Plan:

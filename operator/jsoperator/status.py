@@ -255,7 +255,8 @@ def object_store_state(info: Mapping[str, Any]) -> dict[str, Any]:
     """StreamInfo of OBJ_<bucket> -> the observed-state part of ObjectStore.status."""
     config, state = info.get("config") or {}, info.get("state") or {}
     name = str(config.get("name") or "")
-    return {"bucket": name.removeprefix("OBJ_"), "streamName": name, "bytes": state.get("bytes", 0)}
+    return {"bucket": name.removeprefix("OBJ_"), "streamName": name, "bytes": state.get("bytes", 0),
+            "sealed": bool(config.get("sealed"))}
 
 
 def observed_stream(kind: str, info: Mapping[str, Any]) -> dict[str, Any]:

@@ -112,7 +112,7 @@ def test_status_reads_like_the_clients_bucket_status() -> None:
     assert status.key_value_state(info) == {"bucket": "orders", "streamName": "KV_orders", "values": 7,
                                             "bytes": 300, "history": 5}
     assert status.object_store_state({"config": {"name": "OBJ_f"}, "state": {"bytes": 9}}) == {
-        "bucket": "f", "streamName": "OBJ_f", "bytes": 9}
+        "bucket": "f", "streamName": "OBJ_f", "bytes": 9, "sealed": False}
 
 
 # -- against the Go client (natscli, nats.go) on both servers -----------------------------------------

@@ -228,3 +228,37 @@ def test_buckets_across_a_broker_restart_and_a_deletion_by_hand(drift_kube, brok
     on_broker(broker.url, delete_by_hand)
     kube.wait_events("durable", "DriftRepaired", timeout=20)
     assert server_stream(broker.url, "KV_durable").config.max_msgs_per_subject == 2
+
+
+def test_sealing_an_object_store_from_the_spec_or_by_a_client(kube, broker):
+    kube.create("ObjectStore", "archive", {"storage": "memory", "connection": conn(broker)})
+    kube.create("ObjectStore", "sealed-by-hand", {"storage": "memory", "connection": conn(broker)})
+    kube.wait_condition("ObjectStore", "archive", "Ready")
+    kube.wait_condition("ObjectStore", "sealed-by-hand", "Ready")
+
+    async def put(js):
+        await (await js.object_store("archive")).put("report", b"final")
+        await (await js.object_store("sealed-by-hand")).seal()
+
+    on_broker(broker.url, put)
+    kube.patch("ObjectStore", "archive", {"spec": {"sealed": True}})
+    obj = kube.wait("ObjectStore", "archive", ready_at(2), timeout=PROMPT, what="generation 2 Ready")
+    assert obj["status"]["sealed"] is True
+
+    async def after(js):
+        store = await js.object_store("archive")
+        with pytest.raises(Exception):  # a sealed stream takes no more messages
+            await store.put("more", b"x")
+        return (await store.get("report")).data
+
+    assert on_broker(broker.url, after) == b"final"
+    with pytest.raises(ApiException) as err:
+        kube.patch("ObjectStore", "archive", {"spec": {"sealed": False}})
+    assert err.value.status == 422 and "spec.sealed cannot be turned off" in err.value.body
+    # Sealed by a client behind the resource's back: the spec would unseal it, which the server cannot do.
+    kube.patch("ObjectStore", "sealed-by-hand", {"spec": {"description": "touch"}})
+    obj = kube.wait_condition("ObjectStore", "sealed-by-hand", "Stalled", "True", "ImmutableFieldChange",
+                              timeout=PROMPT)
+    assert "sealed cannot be turned off" in condition(obj, "Ready")["message"]
+    kube.patch("ObjectStore", "sealed-by-hand", {"spec": {"sealed": True}})
+    kube.wait("ObjectStore", "sealed-by-hand", ready_at(3), timeout=PROMPT, what="generation 3 Ready")

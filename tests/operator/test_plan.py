@@ -424,3 +424,19 @@ async def test_random_consumer_changes_converge_in_one_update(nc: Any, unique: A
         assert settled.action == "none", f"{before} -> {after}: {settled.message('consumer')}"
     finally:
         await api(nc, f"STREAM.DELETE.{stream_name}")
+
+
+async def test_a_sealed_stream_can_still_take_an_update(nc: nats.NATS) -> None:
+    """Sealing forces deny_delete, deny_purge, ...: a later update (a description) repeats them, or the
+    server refuses it as "cancelling" them."""
+    first = await ok(nc, "STREAM.CREATE.SEALEDUP", stream({"maxAge": "1h"}, "SEALEDUP"))
+    try:
+        sealing = plan.plan_stream(stream({"maxAge": "1h", "sealed": True}, "SEALEDUP"), first["config"])
+        sealed = await ok(nc, "STREAM.UPDATE.SEALEDUP", sealing.config)
+        desired = stream({"maxAge": "1h", "sealed": True, "description": "archived"}, "SEALEDUP")
+        result = plan.plan_stream(desired, sealed["config"])
+        assert (result.action, result.drift, result.config["deny_delete"]) == ("update", ("description",), True)
+        updated = await ok(nc, "STREAM.UPDATE.SEALEDUP", result.config)
+        assert plan.plan_stream(desired, updated["config"]).action == "none"
+    finally:
+        await ok(nc, "STREAM.DELETE.SEALEDUP")
