@@ -1,5 +1,6 @@
 """End to end: the resources in deploy/examples/ as a user applies them (plus the test broker's address),
-Ready on both brokers, and doing what the ORDERS scenario says."""
+Ready on both brokers, and doing what the ORDERS scenario says; the buckets example used by nats-py's
+KeyValue and Object Store clients."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.operator.conftest import PROMPT, fetch, publish, server_consumer, server_stream
+from tests.operator.conftest import PROMPT, fetch, on_broker, publish, server_consumer, server_stream
 
 pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(120)]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "orders.yaml"
+BUCKETS = EXAMPLE.with_name("buckets.yaml")
 
 
 def test_the_orders_example_becomes_ready_and_works(kube, broker):
@@ -34,3 +36,23 @@ def test_the_orders_example_becomes_ready_and_works(kube, broker):
     assert publish(broker.url, "ORDERS.processed", 1) == [3]
     assert fetch(broker.url, "ORDERS", "NEW", 2) == [(1, 1), (2, 2)]
     assert fetch(broker.url, "ORDERS", "DISPATCH") == [(3, 1)]
+
+
+def test_the_buckets_example_becomes_ready_and_works(kube, broker):
+    docs = [d for d in yaml.safe_load_all(BUCKETS.read_text()) if d]
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [("KeyValue", "settings"), ("ObjectStore", "assets")]
+    for doc in docs:
+        kube.create(doc["kind"], doc["metadata"]["name"], {**doc["spec"], "connection": {"servers": [broker.url]}})
+    for doc in docs:
+        kube.wait_condition(doc["kind"], doc["metadata"]["name"], "Ready", timeout=PROMPT * 3)
+    kv = server_stream(broker.url, "KV_settings").config
+    assert (kv.max_msgs_per_subject, kv.max_age, kv.max_msg_size) == (5, 30 * 24 * 3600, 64 * 1024)
+    assert server_stream(broker.url, "OBJ_assets").config.max_bytes == 1 << 30
+
+    async def use(js):
+        settings, assets = await js.key_value("settings"), await js.object_store("assets")
+        await settings.put("color", b"blue")
+        await assets.put("logo.png", b"png" * 1000)
+        return (await settings.get("color")).value, len((await assets.get("logo.png")).data)
+
+    assert on_broker(broker.url, use) == (b"blue", 3000)
