@@ -137,6 +137,13 @@ def test_without_finalizers_deletion_and_drift_still_work(nofinalizer_kube, brok
     kube.wait_gone("Stream", "light", timeout=PROMPT)  # at once: nothing holds it
     poll(lambda: server_stream(broker.url, "light") is None, timeout=PROMPT, what="server stream deleted")
     assert server_stream(broker.url, "light-kept") is not None
+    # A bucket, the same way.
+    kube.create("KeyValue", "light-kv", {"storage": "memory", "connection": conn(broker)})
+    kube.wait_condition("KeyValue", "light-kv", "Ready")
+    assert not kube.get("KeyValue", "light-kv")["metadata"].get("finalizers")
+    kube.delete("KeyValue", "light-kv")
+    kube.wait_gone("KeyValue", "light-kv", timeout=PROMPT)
+    poll(lambda: server_stream(broker.url, "KV_light-kv") is None, timeout=PROMPT, what="bucket deleted")
 
 
 @pytest.mark.parametrize("broker", ["nats-server"], indirect=True)
