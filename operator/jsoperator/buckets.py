@@ -29,8 +29,7 @@ from pydantic.alias_generators import to_camel
 from jsoperator import mapping, models
 from jsoperator.mapping import Config
 
-StreamKind = Literal["Stream", "KeyValue", "ObjectStore"]
-STREAM_KINDS: tuple[StreamKind, ...] = ("Stream", "KeyValue", "ObjectStore")
+STREAM_KINDS: tuple[Literal["Stream", "KeyValue", "ObjectStore"], ...] = ("Stream", "KeyValue", "ObjectStore")
 BUCKET_KINDS = ("KeyValue", "ObjectStore")
 PREFIX = {"KeyValue": "KV_", "ObjectStore": "OBJ_"}
 _DUPLICATE_WINDOW = 120_000_000_000  # the clients' 2m
@@ -67,10 +66,6 @@ WIRE = {
         "description": "description",
         "metadata": "metadata",
     },
-}
-SPEC_MODELS: dict[str, type[models.KeyValueSpec] | type[models.ObjectStoreSpec]] = {
-    "KeyValue": models.KeyValueSpec,
-    "ObjectStore": models.ObjectStoreSpec,
 }
 
 
