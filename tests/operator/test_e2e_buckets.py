@@ -262,3 +262,39 @@ def test_sealing_an_object_store_from_the_spec_or_by_a_client(kube, broker):
     assert "sealed cannot be turned off" in condition(obj, "Ready")["message"]
     kube.patch("ObjectStore", "sealed-by-hand", {"spec": {"sealed": True}})
     kube.wait("ObjectStore", "sealed-by-hand", ready_at(3), timeout=PROMPT, what="generation 3 Ready")
+
+
+def test_a_mirror_and_a_sourcing_bucket_follow_their_origin(kube, broker):
+    kube.create("KeyValue", "origin", {"history": 2, "storage": "memory", "connection": conn(broker)})
+    kube.wait_condition("KeyValue", "origin", "Ready")
+    kube.create("KeyValue", "replica", {"mirror": {"name": "origin"}, "history": 2, "storage": "memory",
+                                        "connection": conn(broker)})
+    kube.create("KeyValue", "merged", {"sources": [{"name": "origin"}], "storage": "memory", "connection": conn(broker)})
+    for name in ("replica", "merged"):
+        kube.wait_condition("KeyValue", name, "Ready")
+    replica = server_stream(broker.url, "KV_replica").config
+    assert (replica.mirror.name, replica.mirror_direct, replica.subjects) == ("KV_origin", True, None)
+
+    async def put(js):
+        origin = await js.key_value("origin")
+        await origin.put("color", b"red")
+        await origin.put("color", b"blue")
+
+    on_broker(broker.url, put)
+
+    async def merged_value(js):  # the source's transform puts origin's keys under the merged bucket
+        for _ in range(100):
+            try:
+                return (await (await js.key_value("merged")).get("color")).value
+            except Exception:  # KeyNotFoundError until the source has caught up
+                await asyncio.sleep(0.1)  # polling interval for the source
+        return None
+
+    assert on_broker(broker.url, merged_value) == b"blue"
+    kube.wait("KeyValue", "replica", lambda o: o["status"].get("values") == 2, timeout=15,
+              what="the mirror holds both values (its own history: 2)")
+    # Nothing to repair: a later reconciliation (a spec touch) finds both as the spec says.
+    kube.patch("KeyValue", "replica", {"spec": {"description": "read-only copy"}})
+    kube.wait("KeyValue", "replica", ready_at(2), timeout=PROMPT, what="generation 2 Ready")
+    [updated] = kube.wait_events("replica", "Updated")
+    assert updated.message == "updated key-value bucket replica: description"
