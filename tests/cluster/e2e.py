@@ -396,7 +396,8 @@ class Scenario:
         poll(lambda: _labelled(self.kube, self.namespace) == kept, timeout=PROMPT,
               what=f"only {sorted(kept)} left (now {sorted(_labelled(self.kube, self.namespace))})")
         extensions = kubernetes.client.ApiextensionsV1Api(self.kube.client)
-        for crd in ("streams.jsoperator.io", "consumers.jsoperator.io"):
+        for crd in ("streams.jsoperator.io", "consumers.jsoperator.io", "keyvalues.jsoperator.io",
+                    "objectstores.jsoperator.io"):
             extensions.read_custom_resource_definition(crd)
 
     def documented_cleanup(self) -> None:
