@@ -1,5 +1,6 @@
 """Which resources would drive the same server object: two Streams naming one stream, two Consumers one
 durable, or two Streams with overlapping subjects, on the same server connection (in any namespaces).
+A KeyValue or ObjectStore counts as a Stream of its bucket's stream and subjects (buckets.py).
 The resource already driving the object (its status names it) keeps it, else the earlier one (by
 creationTimestamp, which has one-second steps, then namespace/name); the other is Stalled with reason
 Conflict and changes nothing on the server. Pure: claims are built from resource bodies and kept

@@ -47,3 +47,14 @@ def test_connection_keys_follow_servers_domain_and_secrets():
     assert key("a", {"connection": {"jsDomain": "hub"}}) != key("a", {})
     secret = {"connection": {"tokenSecretRef": {"name": "t", "key": "k"}}}
     assert key("a", secret) == key("a", secret) and key("a", secret) != key("b", secret)
+
+
+def test_a_bucket_claims_its_stream_and_subjects():
+    kv = conflicts.claim("KeyValue", body("settings", "2026-01-01T00:00:00Z"))
+    assert (kv.stream, kv.consumer, kv.subjects) == ("KV_settings", None, ("$KV.settings.>",))
+    same_stream = conflicts.claim("Stream", body("later", "2026-01-02T00:00:00Z", name="KV_settings", subjects=["x"]))
+    assert "KeyValue a/settings (first) already manages stream KV_settings" in conflicts.conflict(same_stream, [kv])
+    overlapping = conflicts.claim("Stream", body("wide", "2026-01-02T00:00:00Z", subjects=["$KV.>"]))
+    assert "subject $KV.> overlaps $KV.settings.>" in conflicts.conflict(overlapping, [kv])
+    obj = conflicts.claim("ObjectStore", body("files", "2026-01-01T00:00:00Z", bucket="f"))
+    assert (obj.stream, obj.subjects) == ("OBJ_f", ("$O.f.C.>", "$O.f.M.>"))
