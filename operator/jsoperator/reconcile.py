@@ -132,10 +132,11 @@ async def _reconcile(
         return Result(_patch(resource, status.synced(""), mode="paused"))
     if conflict:
         kind = resource.kind.lower()
-        field = {"Stream": "spec.name", "Consumer": "spec.durableName"}.get(resource.kind, "spec.bucket")
+        field = {"Stream": "spec.name (or subjects)", "Consumer": "spec.durableName (or subjects)"}.get(
+            resource.kind, "spec.bucket")
         return _failed(resource, status.stalled(status.CONFLICT, 
             f"{conflict}: this {kind} changes nothing on the server. Delete one of the two resources, or give "
-            f"this one another {field} (or subjects)"))
+            f"this one another {field}"))
     if buckets.is_stream_kind(resource.kind):
         return await _reconcile_stream(resource, runtime, trigger)
     return await _reconcile_consumer(resource, runtime, trigger, executed)

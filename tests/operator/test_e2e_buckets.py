@@ -167,6 +167,12 @@ def test_annotations_conflicts_and_a_name_the_apiserver_refuses(kube, broker):
     kube.delete("Stream", "clash")
     kube.wait_gone("Stream", "clash")
     assert server_stream(broker.url, "KV_flags") is not None  # left to the KeyValue
+    kube.create("KeyValue", "flags-again", {"bucket": "flags", "history": 9, "connection": conn(broker)})
+    obj = kube.wait_condition("KeyValue", "flags-again", "Stalled", "True", "Conflict")
+    assert condition(obj, "Ready")["message"].endswith("or give this one another spec.bucket")
+    kube.delete("KeyValue", "flags-again")
+    kube.wait_gone("KeyValue", "flags-again")
+    assert server_stream(broker.url, "KV_flags").config.max_msgs_per_subject == 1  # untouched, still there
 
     kube.annotate("KeyValue", "flags", {"jsoperator.io/pause-reconciliation": "true"})
     kube.patch("KeyValue", "flags", {"spec": {"history": 4}})
