@@ -304,3 +304,25 @@ def test_a_mirror_and_a_sourcing_bucket_follow_their_origin(kube, broker):
     kube.wait("KeyValue", "replica", ready_at(2), timeout=PROMPT, what="generation 2 Ready")
     [updated] = kube.wait_events("replica", "Updated")
     assert updated.message == "updated key-value bucket replica: description"
+
+
+def test_the_go_client_uses_the_buckets_the_operator_made(kube, broker, tmp_path):
+    """natscli (nats.go) reads and writes a KeyValue and an ObjectStore made by the operator, as its own."""
+    from tests.operator.test_buckets import nats_cli
+
+    kube.create("KeyValue", "goconf", {"history": 4, "storage": "memory", "connection": conn(broker)})
+    kube.create("ObjectStore", "gofiles", {"storage": "memory", "connection": conn(broker)})
+    kube.wait_condition("KeyValue", "goconf", "Ready")
+    kube.wait_condition("ObjectStore", "gofiles", "Ready")
+    nats_cli(broker.url, tmp_path, "kv", "put", "goconf", "color", "red")
+    nats_cli(broker.url, tmp_path, "kv", "put", "goconf", "color", "green")
+    assert nats_cli(broker.url, tmp_path, "kv", "get", "goconf", "color", "--raw").strip() == "green"
+    info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in
+                                                   nats_cli(broker.url, tmp_path, "kv", "info", "goconf").splitlines())}
+    assert (info["History Kept"], info["Values Stored"], info["JetStream Stream"]) == ("4", "2", "KV_goconf")
+    source = tmp_path / "report.txt"
+    source.write_bytes(b"quarterly\n" * 5000)
+    nats_cli(broker.url, tmp_path, "object", "put", "gofiles", str(source), "--name", "report.txt", "--force")
+    out = tmp_path / "out.txt"
+    nats_cli(broker.url, tmp_path, "object", "get", "gofiles", "report.txt", "--output", str(out), "--force")
+    assert out.read_bytes() == source.read_bytes()
