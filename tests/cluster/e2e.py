@@ -618,6 +618,9 @@ def with_broker_tls(target: Target, image: str, helm: Path, workdir: Path, names
     else:
         raise AssertionError("a client without a certificate was let in")
     run.helm.uninstall()
+    # Left behind, these would be the next cluster-wide operator's to reconcile (against its own default
+    # server): another install's ORDERS resources would then be Stalled with reason Conflict, rightly.
+    run.resources_left_delete_without_the_operator()
 
 
 # The kustomize base in another namespace ------------------------------------------------------------

@@ -38,14 +38,12 @@ def test_chart_with_its_broker_over_mutual_tls(e2e_target: e2e.Target, e2e_image
         e2e.with_broker_tls(e2e_target, e2e_image, helm, tmp_path)
 
 
-@pytest.mark.xfail(reason="open: after the operator-lifecycle merge (leader election, release hook) the operator in this namespace never becomes Ready / never syncs ORDERS within 240 s in the full suite; passed on the chart branch alone", strict=False)
 def test_kustomize_base_in_another_namespace(e2e_target: e2e.Target, e2e_image: str, kustomize: Path,
                                             tmp_path: Path) -> None:
     with e2e.diagnosed(e2e_target, e2e.OVERLAY_NAMESPACE):
         e2e.with_kustomize_overlay(e2e_target, e2e_image, kustomize, tmp_path)
 
 
-@pytest.mark.xfail(reason="open: after the operator-lifecycle merge (leader election, release hook) the operator in this namespace never becomes Ready / never syncs ORDERS within 240 s in the full suite; passed on the chart branch alone", strict=False)
 def test_chart_rendered_by_helm_template_at_every_sync(e2e_target: e2e.Target, e2e_image: str, helm: Path,
                                                      tmp_path: Path) -> None:
     with e2e.diagnosed(e2e_target, e2e.ARGO_NAMESPACE):
