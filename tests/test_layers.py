@@ -124,6 +124,7 @@ PURE = frozenset(
         "jsbroker.jetstream.stream_config",
         "jsbroker.jetstream.subject_transform",
         "jsbroker.jetstream.requests",
+        "jsbroker.jetstream.snapshot",  # the archive format: reads and writes only the file objects it is given
         "jsbroker.store.base",
         "jsbroker.store.record",
         "jsbroker.store.index_snapshot",

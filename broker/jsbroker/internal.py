@@ -88,6 +88,11 @@ class InternalBus(Protocol):
     def has_interest(self, subject: str, queue: str | None = None) -> bool:
         """Whether a publish to this literal subject would reach anyone (in `queue` when given)."""
 
+    def has_literal_interest(self, subject: str) -> bool:
+        """Whether a subscription names exactly this literal subject: nats-server's interest notifications
+        (a snapshot waits for its receiver's own subscription; the client's wildcard reply subscription
+        that also matches the deliver subject does not count)."""
+
     def watch_interest(self, subject: str, listener: InterestListener, queue: str | None = None) -> InterestWatch:
         """Call `listener` whenever interest in this literal subject (in `queue` when given) appears or
         disappears (push consumers deliver only while their deliver subject, in their deliver group, has

@@ -388,3 +388,6 @@ class Broker:
     def watch_interest(self, subject: str, listener: InterestListener, queue: str | None = None) -> Watch:
         return self.router.watch(subject, listener, queue)
 
+    def has_literal_interest(self, subject: str) -> bool:
+        return self.router.sublist.has_literal(subject)
+

@@ -81,6 +81,10 @@ class Sublist:
         self.cache.clear()
         self._ack_cache.clear()
 
+    def has_literal(self, subject: str) -> bool:
+        """Whether a subscription names exactly this literal subject (wildcards matching it do not count)."""
+        return subject in self._literal
+
     def remove(self, sub: Subscription) -> bool:
         subject = sub.subject
         if _is_literal(subject):

@@ -262,13 +262,19 @@ class Consumer:
             shutil.rmtree(directory, ignore_errors=True)
         advisories.action(self.bus, self.stream.name, self.name, created=False)
 
+    def snapshot_state(self) -> ConsumerState:
+        """A copy of the delivery state with every ack received so far applied (a stream snapshot)."""
+        self._settle_acks()
+        st = self.store.load()
+        return ConsumerState(st.delivered_consumer_seq, st.delivered_stream_seq, st.ack_floor_consumer_seq,
+                             st.ack_floor_stream_seq, dict(st.pending), dict(st.redelivered))
+
     def save_meta(self) -> None:
         """Persist the config next to the state so the consumer comes back after a restart; a memory
         consumer (`mem_storage`) keeps nothing on disk and is gone after one, as in nats-server."""
         directory = None if self.cfg.mem_storage else self.stream.consumer_dir(self.name)
         if directory:
-            meta = {"name": self.name, "created": self.created_ns, "config": self.cfg.to_json()}
-            storage.save_meta(directory, json.dumps(meta).encode())
+            storage.save_meta(directory, consumer_meta(self.name, self.created_ns, self.cfg.to_json()))
 
     def update_config(self, cfg: ConsumerConfig) -> None:
         """Apply an allowed update (checked by the caller with `consumer_config.update_refusal`)."""
@@ -1340,6 +1346,11 @@ class Consumer:
     @staticmethod
     def dynamic_metadata() -> dict[str, str]:
         return {"_nats.level": str(API_LEVEL), "_nats.ver": VERSION}
+
+
+def consumer_meta(name: str, created_ns: int, config: dict[str, Any]) -> bytes:
+    """What `save_meta` writes (a restore writes the same for the consumers of a snapshot)."""
+    return json.dumps({"name": name, "created": created_ns, "config": config}).encode()
 
 
 def load_meta(directory: Path) -> tuple[str, int, dict[str, Any]] | None:

@@ -17,6 +17,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from jsbroker import store as storage
+from jsbroker.store.base import ConsumerState
 
 from . import advisories, consumer_config, errors, headers
 from .api import Endpoint, Request
@@ -206,12 +207,19 @@ def restore_consumers(js: JetStream, stream: Stream) -> None:
             name, created, raw_cfg = meta
             if name in stream.consumers:
                 continue
-            consumer = _open(js, stream, name, ConsumerConfig.from_json(raw_cfg), created)
-            consumer.start(consumer.store.load())
+            restore_consumer(js, stream, name, created, raw_cfg, None)
         except Exception:
             log.exception("could not restore consumer", extra={"stream": stream.name, "directory": str(directory)})
-            continue
-        stream.add_consumer(consumer)
+
+
+def restore_consumer(js: JetStream, stream: Stream, name: str, created_ns: int, raw_cfg: dict[str, Any],
+                     state: ConsumerState | None) -> None:
+    """Bring back one consumer with its saved config and state (None: the state its store holds)."""
+    consumer = _open(js, stream, name, ConsumerConfig.from_json(raw_cfg), created_ns)
+    if state is not None:
+        consumer.store.reset(state)
+    consumer.start(consumer.store.load())
+    stream.add_consumer(consumer)
 
 
 # ---- other endpoints -------------------------------------------------------------------------------

@@ -12,23 +12,26 @@ import dataclasses
 import json
 import logging
 import shutil
+import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.config import JetStreamSettings
 from jsbroker.internal import InternalBus
-from jsbroker.jetstream import errors, sourcing, stream_config, times
+from jsbroker.jetstream import errors, snapshot, sourcing, stream_config, times
 from jsbroker.jetstream.api import ApiRouter
-from jsbroker.jetstream.consumer import Consumer
+from jsbroker.jetstream.consumer import Consumer, consumer_meta
 from jsbroker.jetstream.requests import API_LEVEL
 from jsbroker.jetstream.sourcing import Sourcing
-from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS, restore_consumers
-from jsbroker.jetstream.stream import Stream
+from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS, restore_consumer, restore_consumers
+from jsbroker.jetstream.stream import Stream, stored_ttl_ns
+from jsbroker.jetstream.snapshot_api import SNAPSHOT_HANDLERS
 from jsbroker.jetstream.stream_api import STREAM_HANDLERS
 from jsbroker.jetstream.stream_config import StreamConfig
+from jsbroker.store.base import StreamStore
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +47,7 @@ class JetStream:
         self._sourcing: dict[str, Sourcing] = {}  # the streams with a mirror or sources: their copying
         self._store_dir = Path(settings.store_dir) if settings.store_dir else None
         self._sync = storage.SyncPolicy(always=settings.sync_always, interval=settings.sync_interval)
-        self._router = ApiRouter(self, bus, STREAM_HANDLERS + CONSUMER_HANDLERS, self.domain)
+        self._router = ApiRouter(self, bus, STREAM_HANDLERS + CONSUMER_HANDLERS + SNAPSHOT_HANDLERS, self.domain)
         self._sync_handle: Any = None
         self.recovery_seconds = 0.0  # the last start's store recovery
 
@@ -53,6 +56,7 @@ class JetStream:
     async def start(self) -> None:
         started = time.perf_counter()
         if self._store_dir is not None:
+            storage.clear_restores(self._store_dir)
             for directory in storage.list_stream_dirs(self._store_dir):
                 await self._restore(directory)
         self.recovery_seconds = time.perf_counter() - started
@@ -97,11 +101,12 @@ class JetStream:
         restore_consumers(self, stream)
         stream.consumers_restored()
 
-    def _open(self, cfg: StreamConfig, directory: Path, created_ns: int) -> Stream:
-        store = storage.open_stream_store(cfg.storage, directory, cfg.store_limits(), self._sync_policy(cfg))  # type: ignore[arg-type]
+    def _open(self, cfg: StreamConfig, directory: Path | None, created_ns: int, store: StreamStore | None = None) -> Stream:
+        if store is None:
+            store = storage.open_stream_store(cfg.storage, directory, cfg.store_limits(), self._sync_policy(cfg))  # type: ignore[arg-type]
         s = self.settings
         limited = max(s.max_memory, s.max_storage, s.account.max_mem, s.account.max_file) > 0
-        dedupe = storage.take_dedupe(directory) if cfg.storage == "file" else None
+        dedupe = storage.take_dedupe(directory) if cfg.storage == "file" and directory is not None else None
         return Stream(self.bus, cfg, store, directory, created_ns, self.domain,
                       self._exhausted if limited else None, dedupe)
 
@@ -141,10 +146,7 @@ class JetStream:
             if existing.config.same_as_request(cfg):
                 return existing
             raise errors.STREAM_NAME_EXIST()
-        if 0 < self.settings.account.max_streams <= len(self.streams):
-            raise errors.MAXIMUM_STREAMS_LIMIT()
-        self._check_reservation(cfg, None)
-        self._check_overlap(cfg, None)
+        self._check_new(cfg)
         directory = self._directory(cfg.name)
         created = times.now_ns()
         self._save(cfg, directory, created)
@@ -157,6 +159,87 @@ class JetStream:
         self._start_sourcing(stream)
         self._origins_changed()
         return stream
+
+    def _check_new(self, cfg: StreamConfig) -> None:
+        """What a stream that does not exist yet must pass besides its own config (create and restore)."""
+        if 0 < self.settings.account.max_streams <= len(self.streams):
+            raise errors.MAXIMUM_STREAMS_LIMIT()
+        self._check_reservation(cfg, None)
+        self._check_overlap(cfg, None)
+
+    def check_restore(self, cfg: StreamConfig) -> StreamConfig:
+        """A RESTORE request's checks before any chunk is taken (nats-server's order); the checked config."""
+        cfg = sourcing.check_origins(cfg, self._origin_config)
+        self._check_max_bytes(cfg)
+        if cfg.num_replicas > 1:
+            raise errors.STREAM_REPLICAS_NOT_SUPPORTED()
+        self._check_new(cfg)
+        if cfg.name in self.streams:
+            raise errors.STREAM_NAME_EXIST_RESTORE_FAILED()
+        return cfg
+
+    def staging_file(self) -> IO[bytes]:
+        """A new file for an archive being received (removed when closed): beside the streams, so a
+        restore's rename stays on one file system."""
+        where = None if self._store_dir is None else storage.restores_root(self._store_dir)
+        if where is not None:
+            where.mkdir(parents=True, exist_ok=True)
+        return tempfile.TemporaryFile(dir=where)
+
+    async def restore_stream(self, cfg: StreamConfig, archive: IO[bytes]) -> Stream:
+        """Create stream `cfg` from a jsbroker snapshot (`snapshot.py`; errors raise `ArchiveError` or an
+        ApiError). A file stream is built in a staging directory in a worker thread, with its consumers,
+        and renamed into place at once, so a crash leaves either nothing or the whole stream; it is then
+        opened as a start opens it. A memory stream is built in memory the same way."""
+        cfg = self.check_restore(cfg)  # again: the registry may have changed while the chunks came in
+        created = times.now_ns()
+        loop = self.bus.loop
+        if cfg.storage == "memory":
+            store = storage.open_stream_store("memory", None, cfg.store_limits(), self._sync)
+            reader = await loop.run_in_executor(None, _fill, store, archive, cfg)
+            self.check_restore(cfg)
+            stream = self._open(cfg, None, created, store)
+            self.streams[cfg.name] = stream
+            stream.start()
+            self._start_sourcing(stream)
+            for c in reader.header.consumers:
+                restore_consumer(self, stream, c.name, c.created_ns, c.config, c.state)
+            stream.consumers_restored()
+        else:
+            final = self._directory(cfg.name)
+            staging = await loop.run_in_executor(None, self._stage, cfg, archive, created)
+            self.check_restore(cfg)
+            try:
+                storage.commit_restore(staging, final)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            await self._restore(final)
+            if cfg.name not in self.streams:
+                raise snapshot.ArchiveError("the restored stream could not be opened (see the broker's log)")
+        self._origins_changed()
+        return self.streams[cfg.name]
+
+    def _stage(self, cfg: StreamConfig, archive: IO[bytes], created: int) -> Path:
+        """The whole stream directory (messages, consumers, config) under the restores root (a thread)."""
+        assert self._store_dir is not None  # a file stream has a directory (`_directory` checked)
+        staging = Path(tempfile.mkdtemp(prefix=f"{cfg.name}.", dir=storage.restores_root(self._store_dir)))
+        try:
+            store = storage.open_stream_store("file", staging, cfg.store_limits(), self._sync)
+            try:
+                reader = _fill(store, archive, cfg)
+            finally:
+                store.close()
+            for c in reader.header.consumers:
+                directory = storage.consumer_dir(staging, c.name)
+                consumer_store = storage.open_consumer_store("file", directory, self._sync)
+                consumer_store.reset(c.state)
+                consumer_store.close()
+                storage.save_meta(directory, consumer_meta(c.name, c.created_ns, c.config))
+            self._save(cfg, staging, created)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return staging
 
     def update_stream(self, cfg: StreamConfig) -> Stream:
         cfg = sourcing.check_origins(cfg, self._origin_config)  # nats-server checks these before the name
@@ -350,3 +433,30 @@ class JetStream:
             stream = self.streams.get(tokens[5])
             return stream is None or tokens[6] not in stream.consumers
         return False
+
+
+def _fill(store: StreamStore, archive: IO[bytes], cfg: StreamConfig) -> snapshot.Reader:
+    """Store an archive's messages under their own sequences and times: its first sequence and the
+    gaps (removed messages) as in the snapshot, its last sequence even when the newest were removed."""
+    archive.seek(0)
+    reader = snapshot.Reader(archive)
+    if reader.header.config.get("name") != cfg.name:
+        raise snapshot.ArchiveError(f"the archive holds stream {reader.header.config.get('name')!r}, not "
+                                    f"{cfg.name!r}: restore it under its own name")
+    first = int(reader.header.state.get("first_seq") or 0)
+    if first > 1:
+        store.purge(up_to_seq=first)  # as a stream created with first_seq
+    last = first - 1 if first > 1 else 0
+    for n, m in enumerate(reader.messages(), 1):
+        if m.seq <= last:
+            raise snapshot.ArchiveError("the archive is corrupt (its sequences go back): take the backup again")
+        if m.seq > last + 1:
+            store.skip_msgs(m.seq)
+        ttl = stored_ttl_ns(m.hdr) if m.hdr and cfg.allow_msg_ttl else 0
+        last, _ = store.store_deferred(m.subject, m.hdr, m.data, ttl, ts_ns=m.ts)
+        if n % 4096 == 0:
+            store.flush()
+    store.flush()
+    if reader.last_seq > last:
+        store.skip_msgs(reader.last_seq + 1)
+    return reader

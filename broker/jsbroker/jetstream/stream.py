@@ -968,6 +968,13 @@ def _as_uint(text: str) -> int:
     return int(text) if text.isdigit() else -1
 
 
+def stored_ttl_ns(hdr: bytes) -> int:
+    """The TTL a stored message's Nats-TTL header gives it, as the store takes it (ns; -1 never; 0 none):
+    for messages stored again with their headers (a restore)."""
+    ttl = Stream._ttl_of(hdr)
+    return ttl * _NS if ttl > 0 else ttl
+
+
 def _parse_ttl(text: str) -> int:
     """Nats-TTL: seconds, a Go duration >= 1s, or "never" (-1); -2 marks an invalid value (10165 later)."""
     if text.lower() == "never":

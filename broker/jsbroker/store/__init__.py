@@ -7,10 +7,14 @@ and owns the on-disk directory layout (README.md next to it documents it):
     <store_dir>/jetstream/streams/<stream>/msgs/NNNNNNNN.blk      message blocks (file.py)
     <store_dir>/jetstream/streams/<stream>/msgs/index.snap        index snapshot: last checkpoint or clean close (index_snapshot.py)
     <store_dir>/jetstream/streams/<stream>/consumers/<name>/      meta.json + state.snap + state.log.<gen>
+    <store_dir>/jetstream/restores/                               archives being received and streams being
+                                                                  restored (jetstream/service.py); emptied at start
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Literal
 
@@ -27,6 +31,9 @@ __all__ = [
     "save_meta",
     "load_meta",
     "streams_root",
+    "restores_root",
+    "clear_restores",
+    "commit_restore",
     "stream_dir",
     "consumer_dir",
     "list_stream_dirs",
@@ -68,6 +75,30 @@ def _safe_name(name: str) -> str:
 
 def streams_root(store_dir: Path) -> Path:
     return Path(store_dir) / "jetstream" / "streams"
+
+
+def restores_root(store_dir: Path) -> Path:
+    return Path(store_dir) / "jetstream" / "restores"
+
+
+def clear_restores(store_dir: Path) -> None:
+    """Remove what restores interrupted by a stop or crash left (never part of a stream)."""
+    shutil.rmtree(restores_root(store_dir), ignore_errors=True)
+
+
+def commit_restore(staging: Path, final: Path) -> None:
+    """Move a fully written stream directory into place: one rename, then the parent's fsync, so after
+    a crash the stream is there whole or not at all. Whatever lies at `final` belongs to no stream (the
+    caller checked the name is free: a directory without a config left by an interrupted delete)."""
+    if final.exists():
+        shutil.rmtree(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(staging, final)
+    fd = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def stream_dir(store_dir: Path, name: str) -> Path:
