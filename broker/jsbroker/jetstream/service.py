@@ -167,15 +167,20 @@ class JetStream:
         self._check_reservation(cfg, None)
         self._check_overlap(cfg, None)
 
-    def check_restore(self, cfg: StreamConfig) -> StreamConfig:
-        """A RESTORE request's checks before any chunk is taken (nats-server's order); the checked config."""
+    def check_restore(self, cfg: StreamConfig, finishing: bool = False) -> StreamConfig:
+        """A RESTORE's checks (nats-server's order): the request's before any chunk is taken, and when
+        `finishing` everything a new stream must pass (the subjects overlap check comes only then)."""
         cfg = sourcing.check_origins(cfg, self._origin_config)
         self._check_max_bytes(cfg)
         if cfg.num_replicas > 1:
             raise errors.STREAM_REPLICAS_NOT_SUPPORTED()
-        self._check_new(cfg)
+        if 0 < self.settings.account.max_streams <= len(self.streams):
+            raise errors.MAXIMUM_STREAMS_LIMIT()
+        self._check_reservation(cfg, None)
         if cfg.name in self.streams:
             raise errors.STREAM_NAME_EXIST_RESTORE_FAILED()
+        if finishing:
+            self._check_overlap(cfg, None)
         return cfg
 
     def staging_file(self) -> IO[bytes]:
@@ -191,13 +196,13 @@ class JetStream:
         ApiError). A file stream is built in a staging directory in a worker thread, with its consumers,
         and renamed into place at once, so a crash leaves either nothing or the whole stream; it is then
         opened as a start opens it. A memory stream is built in memory the same way."""
-        cfg = self.check_restore(cfg)  # again: the registry may have changed while the chunks came in
+        cfg = self.check_restore(cfg, finishing=True)  # the registry may have changed while the chunks came in
         created = times.now_ns()
         loop = self.bus.loop
         if cfg.storage == "memory":
             store = storage.open_stream_store("memory", None, cfg.store_limits(), self._sync)
             reader = await loop.run_in_executor(None, _fill, store, archive, cfg)
-            self.check_restore(cfg)
+            self.check_restore(cfg, finishing=True)
             stream = self._open(cfg, None, created, store)
             self.streams[cfg.name] = stream
             stream.start()
@@ -208,7 +213,7 @@ class JetStream:
         else:
             final = self._directory(cfg.name)
             staging = await loop.run_in_executor(None, self._stage, cfg, archive, created)
-            self.check_restore(cfg)
+            self.check_restore(cfg, finishing=True)
             try:
                 storage.commit_restore(staging, final)
             finally:

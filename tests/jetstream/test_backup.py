@@ -1,0 +1,365 @@
+"""Stream backup and restore ($JS.API.STREAM.SNAPSHOT / RESTORE, jetstream/snapshot*.py) against nats-server.
+
+The same scenario on both servers: a stream with headers, an interior deletion, a purged head, a removed
+tail and consumers part way through; backed up and restored with nats-py over the raw API and with the
+Go `nats` CLI. On each server the restored stream must equal the original exactly (messages with their
+headers and times, sequences, deletions, consumer positions); across servers the normalised results
+must be equal. Bad input (an existing stream, a truncated or corrupt archive, a missing stream, another
+server's archive) gets the same error codes; a restored stream survives SIGTERM and kill -9; a stalled
+receiver gets nats-server's 408 while other clients are served.
+
+The archive format is each server's own: natscli only decompresses it (to show progress) and stores it,
+so a jsbroker archive restores into jsbroker and a nats-server one into nats-server; each refuses the
+other's (tested, with the texts)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Callable
+
+import nats
+import pytest
+
+from tests.differential import normalise
+from tests.servers import JSBROKER, NATS_SERVER, ServerHandle
+
+
+async def api(nc: Any, subject: str, body: Any = None, timeout: float = 5.0) -> dict[str, Any]:
+    data = json.dumps(body).encode() if isinstance(body, dict) else (body or b"")
+    return json.loads((await nc.request(subject, data, timeout=timeout)).data)
+
+
+async def snapshot(nc: Any, name: str, **fields: Any) -> tuple[dict[str, Any], bytes, dict[str, str] | None]:
+    """(the response, the archive, the closing message's headers) of a raw SNAPSHOT, every chunk acked."""
+    inbox, archive = nc.new_inbox(), bytearray()
+    done: asyncio.Future[dict[str, str] | None] = asyncio.get_running_loop().create_future()
+
+    async def on_chunk(msg: Any) -> None:
+        if not msg.data:
+            if not done.done():
+                done.set_result(msg.headers)
+            return
+        archive.extend(msg.data)
+        if msg.reply:
+            await nc.publish(msg.reply, b"")
+
+    sub = await nc.subscribe(inbox, cb=on_chunk)
+    try:
+        resp = await api(nc, f"$JS.API.STREAM.SNAPSHOT.{name}", {"deliver_subject": inbox, **fields})
+        if "error" in resp:
+            return resp, b"", None
+        closing = await asyncio.wait_for(done, 30)
+        return resp, bytes(archive), closing
+    finally:
+        await sub.unsubscribe()
+
+
+async def restore(nc: Any, name: str, meta: dict[str, Any], archive: bytes, chunk: int = 64 * 1024) -> dict[str, Any]:
+    """The closing answer of a raw RESTORE (or the request's own error), chunks sent as natscli sends them."""
+    resp = await api(nc, f"$JS.API.STREAM.RESTORE.{name}", {"config": meta["config"], "state": meta["state"]})
+    if "error" in resp:
+        return resp
+    for start in range(0, len(archive), chunk):
+        ack = await nc.request(resp["deliver_subject"], archive[start:start + chunk], timeout=5)
+        assert ack.data == b"", ack.data  # each chunk is acknowledged with an empty message
+    return json.loads((await nc.request(resp["deliver_subject"], b"", timeout=60)).data)
+
+
+async def build(nc: Any, name: str, storage: str = "file") -> None:
+    """A stream whose state has every shape a restore must keep, with consumers part way through."""
+    js = nc.jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"], storage=storage)
+    for i in range(40):
+        await js.publish(f"{name}.{i % 3}", f"body {i}".encode() * (i + 1), headers={"N": str(i)} if i % 2 else None)
+    await js.purge_stream(name, seq=4)  # the first sequence is 4
+    for seq in (10, 11, 40):  # interior gaps and a removed last message
+        await js.delete_msg(name, seq)
+    await js.add_consumer(name, durable_name="PULL", ack_policy="explicit", filter_subject=f"{name}.1")
+    sub = await js.pull_subscribe_bind("PULL", name)
+    msgs = await sub.fetch(6)
+    for m in msgs[:2]:
+        await m.ack()
+    await msgs[4].ack()  # an ack above the floor
+    await msgs[3].nak()
+    await js.add_consumer(name, durable_name="ALL", ack_policy="all", deliver_policy="by_start_sequence",
+                          opt_start_seq=20)
+    await sub.unsubscribe()
+
+
+async def contents(nc: Any, name: str) -> dict[str, Any]:
+    """Everything a restore must keep: the stream's config and state, every message and every consumer."""
+    info = await api(nc, f"$JS.API.STREAM.INFO.{name}")
+    state = info["state"]
+    messages = []
+    for seq in range(state["first_seq"], state["last_seq"] + 1):
+        got = await api(nc, f"$JS.API.STREAM.MSG.GET.{name}", {"seq": seq})
+        messages.append(got.get("message") or got["error"]["err_code"])
+    names = (await api(nc, f"$JS.API.CONSUMER.NAMES.{name}"))["consumers"] or []
+    consumers = {c: await api(nc, f"$JS.API.CONSUMER.INFO.{name}.{c}") for c in sorted(names)}
+    for c in consumers.values():  # a restored consumer has not been active yet, on both servers
+        for key in ("ts", "created"):
+            c.pop(key, None)
+        for key in ("delivered", "ack_floor"):
+            c[key].pop("last_active", None)
+    return {"config": info["config"], "state": state, "messages": messages, "consumers": consumers}
+
+
+def comparable(found: dict[str, Any]) -> dict[str, Any]:
+    """Across servers: times and server-made values normalised (the stream's metadata names the version)."""
+    out = normalise(found)
+    out["config"].get("metadata", {}).pop("_nats.level", None)
+    for c in out["consumers"].values():
+        c["config"].get("metadata", {}).pop("_nats.level", None)
+    return out
+
+
+def same_stream(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """On one server: the restored stream equals the original (times included), bar creation times."""
+    assert after["messages"] == before["messages"]
+    assert {k: v for k, v in after["state"].items() if k != "last_ts"} == \
+        {k: v for k, v in before["state"].items() if k != "last_ts"}
+    assert after["config"] == before["config"]
+    assert after["consumers"] == before["consumers"]
+
+
+async def round_trip(url: str, name: str, storage: str = "file") -> tuple[dict[str, Any], dict[str, Any]]:
+    nc = await nats.connect(url)
+    try:
+        await build(nc, name, storage)
+        before = await contents(nc, name)
+        meta, archive, closing = await snapshot(nc, name, chunk_size=1024)
+        assert (closing or {}).get("Status") == "204", closing  # full chunks went out: the closing 204
+        await api(nc, f"$JS.API.STREAM.DELETE.{name}")
+        done = await restore(nc, name, meta, archive, chunk=700)
+        assert done["type"] == "io.nats.jetstream.api.v1.stream_create_response" and "error" not in done, done
+        after = await contents(nc, name)
+        await api(nc, f"$JS.API.STREAM.DELETE.{name}")
+        return before, after
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize("storage", ["file", "memory"])
+async def test_raw_round_trip_keeps_everything(nats_server, jsbroker_server, unique, storage):
+    """nats-py over the raw API: SNAPSHOT, DELETE, RESTORE gives the same stream back on each server, and
+    the two servers' results agree (normalised)."""
+    name = unique("BK")
+    theirs = await round_trip(nats_server.url, name, storage)
+    ours = await round_trip(jsbroker_server.url, name, storage)
+    same_stream(*theirs)
+    same_stream(*ours)
+    assert comparable(ours[1]) == comparable(theirs[1])
+    assert ours[1]["state"]["first_seq"] == 4 and ours[1]["state"]["num_deleted"] == 3  # the shape was built
+    assert ours[1]["consumers"][f"PULL"]["num_ack_pending"] == 3
+
+
+async def test_snapshot_without_consumers(server, unique):
+    name = unique("NC")
+    nc = await nats.connect(server.url)
+    try:
+        await build(nc, name)
+        meta, archive, _ = await snapshot(nc, name, no_consumers=True)
+        await api(nc, f"$JS.API.STREAM.DELETE.{name}")
+        done = await restore(nc, name, meta, archive)
+        assert done["state"]["consumer_count"] == 0 and done["state"]["messages"] == 34
+        assert (await api(nc, f"$JS.API.CONSUMER.NAMES.{name}"))["consumers"] in (None, [])
+    finally:
+        await nc.close()
+
+
+async def test_bad_requests_get_nats_servers_errors(nats_server, jsbroker_server, unique):
+    """Snapshot of a missing stream, bad deliver subjects, empty bodies, restore onto an existing stream,
+    a name mismatch: the same answers."""
+
+    async def answers(url: str, name: str) -> list[Any]:
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().add_stream(name=name, subjects=[f"{name}.>"])
+            meta = await api(nc, f"$JS.API.STREAM.INFO.{name}")
+            return [
+                await api(nc, f"$JS.API.STREAM.SNAPSHOT.{name}_MISSING", {"deliver_subject": "x"}),
+                await api(nc, f"$JS.API.STREAM.SNAPSHOT.{name}", {"deliver_subject": "x.*"}),
+                await api(nc, f"$JS.API.STREAM.SNAPSHOT.{name}", {"chunk_size": 5}),
+                await api(nc, f"$JS.API.STREAM.SNAPSHOT.{name}", b"{}"),
+                await api(nc, f"$JS.API.STREAM.SNAPSHOT.{name}", b"{bad"),
+                await api(nc, f"$JS.API.STREAM.RESTORE.{name}", {"config": meta["config"]}),
+                await api(nc, f"$JS.API.STREAM.RESTORE.{name}_OTHER", {"config": meta["config"]}),
+                await api(nc, f"$JS.API.STREAM.RESTORE.{name}_X", b""),
+                await api(nc, f"$JS.API.STREAM.RESTORE.{name}_X", {"config": {"subjects": ["a b"]}}),
+            ]
+        finally:
+            await nc.close()
+
+    name = unique("BAD")
+    ours, theirs = await answers(jsbroker_server.url, name), await answers(nats_server.url, name)
+    for answer in ours + theirs:  # the 10025 text is Go's decoder's
+        if answer.get("error", {}).get("err_code") == 10025:
+            answer["error"]["description"] = "<invalid JSON>"
+    assert ours == theirs
+    assert [a["error"]["err_code"] for a in ours] == [10059, 10015, 10015, 10003, 10025, 10130, 10056, 10003, 10052]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt", "garbage"])
+async def test_damaged_archive_is_refused_and_leaves_nothing(server, unique, damage):
+    """A truncated or corrupt archive: 10062 "restore failed: ..." at the end, no stream left behind,
+    and the good archive restores afterwards."""
+    name = unique("DMG")
+    nc = await nats.connect(server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=name, subjects=[f"{name}.>"])
+        for i in range(300):
+            await js.publish(f"{name}.x", os.urandom(200))
+        meta, archive, _ = await snapshot(nc, name)
+        await api(nc, f"$JS.API.STREAM.DELETE.{name}")
+        bad = {"truncated": archive[: len(archive) // 2],
+               "corrupt": archive[:3000] + bytes([archive[3000] ^ 0xFF]) + archive[3001:],
+               "garbage": b"this is not an archive at all" * 10}[damage]
+        done = await restore(nc, name, meta, bad)
+        assert done["error"]["code"] == 500 and done["error"]["err_code"] == 10062, done
+        assert done["error"]["description"].startswith("restore failed: ")
+        if server.kind == JSBROKER:
+            assert "take the backup again" in done["error"]["description"] or "not a jsbroker snapshot" in \
+                done["error"]["description"]
+        assert (await api(nc, f"$JS.API.STREAM.INFO.{name}"))["error"]["err_code"] == 10059
+        done = await restore(nc, name, meta, archive)
+        assert done["state"]["messages"] == 300
+    finally:
+        await nc.close()
+
+
+async def test_each_server_refuses_the_others_archive(nats_server, jsbroker_server, unique):
+    """The archive formats differ: restoring one server's archive into the other fails with 10062 and
+    jsbroker's text says what to do; nothing is left behind."""
+    name = unique("X")
+    archives = {}
+    for handle in (nats_server, jsbroker_server):
+        nc = await nats.connect(handle.url)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name=name, subjects=[f"{name}.>"])
+            await js.publish(f"{name}.a", b"hello")
+            archives[handle.kind] = await snapshot(nc, name)
+            await api(nc, f"$JS.API.STREAM.DELETE.{name}")
+        finally:
+            await nc.close()
+    errors = {}
+    for handle, other in ((nats_server, JSBROKER), (jsbroker_server, NATS_SERVER)):
+        nc = await nats.connect(handle.url)
+        try:
+            meta, archive, _ = archives[other]
+            errors[handle.kind] = (await restore(nc, name, meta, archive))["error"]
+            assert (await api(nc, f"$JS.API.STREAM.INFO.{name}"))["error"]["err_code"] == 10059
+        finally:
+            await nc.close()
+    assert {k: (e["code"], e["err_code"]) for k, e in errors.items()} == {JSBROKER: (500, 10062), NATS_SERVER: (500, 10062)}
+    assert "this is a nats-server snapshot" in errors[JSBROKER]["description"]
+    assert "restore it into nats-server" in errors[JSBROKER]["description"]
+
+
+async def test_stalled_receiver_gets_408_and_others_are_served(server, unique):
+    """A receiver that never acks: after the window is full, 5 s later the closing message says
+    `408 No Flow Response`; meanwhile another client's publishes are answered at once."""
+    name = unique("STALL")
+    nc, other = await nats.connect(server.url), await nats.connect(server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=name, subjects=[f"{name}.>"])
+        for i in range(100):
+            await js.publish(f"{name}.x", os.urandom(1000))  # incompressible: many chunks
+        inbox, seen = nc.new_inbox(), []
+        closing: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        async def on_chunk(msg: Any) -> None:
+            seen.append(msg.reply)
+            if not msg.data and not closing.done():
+                closing.set_result(msg.headers)
+
+        await nc.subscribe(inbox, cb=on_chunk)
+        resp = await api(nc, f"$JS.API.STREAM.SNAPSHOT.{name}",
+                         {"deliver_subject": inbox, "chunk_size": 1024, "window_size": 4096})
+        assert resp["state"]["messages"] == 100
+        ack = await other.jetstream().publish(f"{name}.y", b"while a snapshot waits", timeout=1)
+        assert ack.seq == 101
+        headers = await asyncio.wait_for(closing, 15)
+        assert headers == {"Status": "408", "Description": "No Flow Response"}
+        assert len(seen) == 5  # four chunks filled the window, then the closing message
+        assert all(r.startswith(f"$JS.SNAPSHOT.ACK.{name}.") and r.endswith(f".1024.{i}")
+                   for i, r in enumerate(seen[:4], 1))
+    finally:
+        await nc.close()
+        await other.close()
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill"])
+async def test_restored_stream_survives_a_restart(server_factory, server_kind, unique, how):
+    """Restored data is durable: after SIGTERM or kill -9 right after the restore's answer, the restart
+    has the same stream, messages and consumers."""
+    handle = server_factory(server_kind)
+    name = unique("DUR")
+    nc = await nats.connect(handle.url)
+    await build(nc, name)
+    before = await contents(nc, name)
+    meta, archive, _ = await snapshot(nc, name)
+    await api(nc, f"$JS.API.STREAM.DELETE.{name}")
+    assert "error" not in await restore(nc, name, meta, archive)
+    await nc.close()
+    handle.stop() if how == "sigterm" else handle.kill()
+    handle.start()
+    nc = await nats.connect(handle.url)
+    try:
+        same_stream(before, await contents(nc, name))
+    finally:
+        await nc.close()
+
+
+# -- the Go nats CLI ----------------------------------------------------------------------------------
+
+
+def test_nats_cli_backup_and_restore(server_factory, tmp_path):
+    """`nats stream backup --consumers` and `nats stream restore` (natscli) give the same results on both
+    servers: the restored stream and consumer as before, and a second restore refused."""
+    from tests.chart import go_tools
+
+    cli = str(go_tools.NATS_CLI.for_test())
+
+    def transcript(kind: str) -> list[Any]:
+        handle = server_factory(kind)
+        home = tmp_path / kind
+
+        def run(*args: str) -> tuple[int, str]:
+            done = subprocess.run([cli, "--server", handle.url, "--timeout", "10s", *args], capture_output=True,
+                                  text=True, timeout=120, env={"HOME": str(home)})
+            return done.returncode, done.stdout + done.stderr
+
+        def info() -> Any:
+            stream = json.loads(run("stream", "info", "S", "--json")[1])
+            consumer = json.loads(run("consumer", "info", "S", "D", "--json")[1])
+            for key in ("delivered", "ack_floor"):  # a restored consumer has not been active yet (both)
+                consumer[key].pop("last_active", None)
+            return normalise([stream["state"], {k: consumer[k] for k in ("delivered", "ack_floor", "num_pending",
+                                                                          "num_ack_pending")}])
+
+        run("stream", "add", "S", "--subjects", "s.>", "--defaults")
+        run("pub", "s.a", "hello {{Count}}", "--count", "50", "-H", "X:{{Count}}")
+        run("stream", "rmm", "S", "7", "-f")
+        run("consumer", "add", "S", "D", "--pull", "--defaults")
+        run("consumer", "next", "S", "D", "--count", "5")
+        before = info()
+        out: list[Any] = [run("stream", "backup", "S", str(home / "bk"), "--consumers")[0],
+                          sorted(p.name for p in (home / "bk").iterdir()),
+                          run("stream", "rm", "S", "-f")[0], run("stream", "restore", str(home / "bk"))[0]]
+        after = info()
+        assert after == before, kind
+        code, text = run("stream", "restore", str(home / "bk"))
+        out += [after, code, "already exist" in text]
+        return out
+
+    ours, theirs = transcript(JSBROKER), transcript(NATS_SERVER)
+    assert ours == theirs
+    assert ours[1] == ["backup.json", "stream.arc.s2"] and ours[-2:] == [1, True]
