@@ -125,6 +125,7 @@ PURE = frozenset(
         "jsbroker.jetstream.subject_transform",
         "jsbroker.jetstream.requests",
         "jsbroker.jetstream.snapshot",  # the archive format: reads and writes only the file objects it is given
+        "jsbroker.jetstream.s2",  # s2 / Snappy stream decoding, the same
         "jsbroker.store.base",
         "jsbroker.store.record",
         "jsbroker.store.index_snapshot",

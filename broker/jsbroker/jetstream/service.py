@@ -208,7 +208,7 @@ class JetStream:
             stream.start()
             self._start_sourcing(stream)
             for c in reader.header.consumers:
-                restore_consumer(self, stream, c.name, c.created_ns, c.config, c.state)
+                restore_consumer(self, stream, c.name, created, c.config, c.state)
             stream.consumers_restored()
         else:
             final = self._directory(cfg.name)
@@ -239,7 +239,7 @@ class JetStream:
                 consumer_store = storage.open_consumer_store("file", directory, self._sync)
                 consumer_store.reset(c.state)
                 consumer_store.close()
-                storage.save_meta(directory, consumer_meta(c.name, c.created_ns, c.config))
+                storage.save_meta(directory, consumer_meta(c.name, created, c.config))
             self._save(cfg, staging, created)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -441,27 +441,29 @@ class JetStream:
 
 
 def _fill(store: StreamStore, archive: IO[bytes], cfg: StreamConfig) -> snapshot.Reader:
-    """Store an archive's messages under their own sequences and times: its first sequence and the
-    gaps (removed messages) as in the snapshot, its last sequence even when the newest were removed."""
+    """Store an archive's messages under their own sequences and times, as nats-server's restore does:
+    its first sequence and the gaps (removed messages) as in the snapshot, its last sequence even when
+    the newest were removed; a message whose Nats-TTL has run out is a gap too."""
     archive.seek(0)
     reader = snapshot.Reader(archive)
-    if reader.header.config.get("name") != cfg.name:
-        raise snapshot.ArchiveError(f"the archive holds stream {reader.header.config.get('name')!r}, not "
-                                    f"{cfg.name!r}: restore it under its own name")
-    first = int(reader.header.state.get("first_seq") or 0)
+    state = reader.header.state
+    first = int(state.get("first_seq") or 0)
     if first > 1:
         store.purge(up_to_seq=first)  # as a stream created with first_seq
-    last = first - 1 if first > 1 else 0
+    last, now = max(first - 1, 0), times.now_ns()
     for n, m in enumerate(reader.messages(), 1):
         if m.seq <= last:
-            raise snapshot.ArchiveError("the archive is corrupt (its sequences go back): take the backup again")
+            raise snapshot.ArchiveError(f"the archive is corrupt (sequence {m.seq} out of order): {snapshot.RETAKE}")
+        ttl = stored_ttl_ns(m.hdr) if m.hdr and cfg.allow_msg_ttl else 0
+        if ttl > 0 and m.ts + ttl < now:
+            continue
         if m.seq > last + 1:
             store.skip_msgs(m.seq)
-        ttl = stored_ttl_ns(m.hdr) if m.hdr and cfg.allow_msg_ttl else 0
         last, _ = store.store_deferred(m.subject, m.hdr, m.data, ttl, ts_ns=m.ts)
         if n % 4096 == 0:
             store.flush()
     store.flush()
-    if reader.last_seq > last:
-        store.skip_msgs(reader.last_seq + 1)
+    end = int(state.get("last_seq") or 0)
+    if end > store.state().last_seq:
+        store.skip_msgs(end + 1)
     return reader

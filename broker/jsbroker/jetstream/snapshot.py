@@ -1,209 +1,224 @@
-"""Stream snapshots: jsbroker's archive format (pure: values in, bytes out, and back).
+"""Stream snapshots: the archive nats-server 2.15 writes and reads (pure: values in, bytes out, and back).
 
-An archive is a Snappy framing-format stream, which nats-server's and natscli's s2 readers read (natscli
-decompresses what it receives to show progress and fails on bytes it cannot decode). Decompressed:
+So a backup moves between the two servers both ways, jsbroker uses nats-server's format: an s2 (Snappy
+framing compatible) stream holding `NATSARC1` and then entries, each: uvarint name length, zig-zag
+varint time (ns), uvarint sequence, uvarint header length, uvarint payload length, the name, then the
+header block and the payload. In order:
 
-    b"JSBROKER-SNAPSHOT 1\\n"
-    u32 length, then a JSON header: {"config", "state", "created", "consumers": [Consumer.to_json()...]}
-    one record per message: b"M", u64 seq, i64 time (ns), u16 subject length, u32 header length,
-                            u32 body length, subject, header block, body
-    the trailer:            b"E", u64 number of records, u64 the stream's last sequence
+    "state.json"          the StreamState JSON (first/last seq, consumer_count: how many entries follow)
+    "consumers/<name>"    {"config": ConsumerConfig, "state": ConsumerState} as nats-server's JSON
+    <subject>             one message: its sequence, time, header block and body (gaps are removed ones)
+    ""                    all zero: the end (an archive without it was cut short)
 
-Sequences are the stream's, so removed messages stay gaps; the trailer proves the archive is whole.
-nats-server's own snapshots (an s2 stream of its file store's blocks) are recognised by their s2 stream
-identifier and refused with an `ArchiveError` saying so (`read`).
+jsbroker writes Snappy framing (which nats-server's and natscli's s2 readers read) through cramjam, and
+reads both that and nats-server's s2 chunks (`s2.py`'s block decoder; every chunk's CRC-32C checked).
+The restored stream's config is the restore request's, as in nats-server: the archive holds none.
 """
 
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass, field
 from typing import IO, Any, Iterable, Iterator
 
 import cramjam
 
+from jsbroker.jetstream import s2
 from jsbroker.store.base import ConsumerState, StoredMsg
 
-MAGIC = b"JSBROKER-SNAPSHOT 1\n"
-_LEN = struct.Struct("<I")
-_RECORD = struct.Struct("<QqHII")  # seq, ts, subject length, header length, body length
-_TRAILER = struct.Struct("<QQ")  # records, last seq
-_BLOCK = 60 * 1024  # plain bytes per frame: one Snappy chunk each (the format's limit is 64 KiB)
-
-# Snappy framing: 1 byte chunk type, 3 bytes little-endian length; a stream identifier chunk first.
-_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
-_S2_IDENTIFIER = b"\xff\x06\x00\x00S2sTwO"  # nats-server's s2 writer
-_DATA_CHUNKS = (0x00, 0x01)  # compressed, uncompressed
+MAGIC = b"NATSARC1"
+STATE_ENTRY = "state.json"
+CONSUMER_PREFIX = "consumers/"
+_BLOCK = 64 * 1024  # plain bytes per frame: one Snappy chunk each (the framing format's limit)
 
 
 class ArchiveError(Exception):
-    """The bytes are not a whole jsbroker snapshot; the text says what is wrong and what to do."""
+    """The bytes are not a whole snapshot; the text says what is wrong and what to do."""
 
 
-FOREIGN = ("this is a nats-server snapshot (an s2 archive of its file store), which jsbroker cannot read: "
-           "restore it into nats-server, or take the backup from jsbroker")
+RETAKE = "take the backup again"
 
 
 @dataclass(slots=True)
 class ConsumerSnapshot:
     name: str
-    created_ns: int
-    config: dict[str, Any]  # ConsumerConfig.to_json()
+    config: dict[str, Any]  # ConsumerConfig JSON
     state: ConsumerState
 
 
 @dataclass(slots=True)
 class Header:
-    config: dict[str, Any]  # the stream's config as stored (StreamConfig.to_json(dynamic_metadata=False))
-    state: dict[str, Any]  # the StreamInfo state at the snapshot (for the reader's checks)
+    state: dict[str, Any]  # the StreamState JSON (first_seq, last_seq, consumer_count, ...)
     consumers: list[ConsumerSnapshot] = field(default_factory=list)
+
+
+# -- entries ------------------------------------------------------------------------------------------
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _entry(name: str, ts: int, seq: int, hdr: bytes, payload: bytes) -> bytes:
+    raw = name.encode()
+    zigzag = (ts << 1) ^ (ts >> 63)
+    return b"".join((_uvarint(len(raw)), _uvarint(zigzag & 0xFFFFFFFFFFFFFFFF), _uvarint(seq),
+                     _uvarint(len(hdr)), _uvarint(len(payload)), raw, hdr, payload))
+
+
+def _consumer_json(c: ConsumerSnapshot) -> bytes:
+    """nats-server's SnapshotConsumerState: its Redelivered counts redeliveries (deliveries - 1)."""
+    st = c.state
+    state: dict[str, Any] = {
+        "delivered": {"consumer_seq": st.delivered_consumer_seq, "stream_seq": st.delivered_stream_seq},
+        "ack_floor": {"consumer_seq": st.ack_floor_consumer_seq, "stream_seq": st.ack_floor_stream_seq},
+    }
+    if st.pending:
+        state["pending"] = {str(s): {"Sequence": d, "Timestamp": ts} for s, (d, ts) in sorted(st.pending.items())}
+    if st.redelivered:
+        state["redelivered"] = {str(s): n - 1 for s, n in sorted(st.redelivered.items()) if n > 1}
+    return json.dumps({"config": c.config, "state": state}).encode()
+
+
+def _consumer_from_json(name: str, raw: Any) -> ConsumerSnapshot:
+    try:
+        config, st = dict(raw["config"]), raw["state"]
+        delivered, floor = st.get("delivered") or {}, st.get("ack_floor") or {}
+        state = ConsumerState(
+            int(delivered.get("consumer_seq", 0)), int(delivered.get("stream_seq", 0)),
+            int(floor.get("consumer_seq", 0)), int(floor.get("stream_seq", 0)),
+            {int(s): (int(p["Sequence"]), int(p["Timestamp"])) for s, p in (st.get("pending") or {}).items()},
+            {int(s): int(n) + 1 for s, n in (st.get("redelivered") or {}).items()},
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ArchiveError(f"consumer {name!r} in the archive is damaged ({err!r}): {RETAKE}") from None
+    return ConsumerSnapshot(name, config, state)
 
 
 # -- writing ------------------------------------------------------------------------------------------
 
 
-def _consumer_json(c: ConsumerSnapshot) -> dict[str, Any]:
-    st = c.state
-    return {"name": c.name, "created": c.created_ns, "config": c.config,
-            "delivered": [st.delivered_consumer_seq, st.delivered_stream_seq],
-            "ack_floor": [st.ack_floor_consumer_seq, st.ack_floor_stream_seq],
-            "pending": [[s, d, ts] for s, (d, ts) in sorted(st.pending.items())],
-            "redelivered": sorted(st.redelivered.items())}
+def header_bytes(header: Header, now_ns: int) -> bytes:
+    """The entries before the messages, taken when the snapshot starts (the state goes on changing)."""
+    state = {**header.state, "consumer_count": len(header.consumers)}
+    parts = [MAGIC, _entry(STATE_ENTRY, now_ns, 0, b"", json.dumps(state).encode())]
+    parts += [_entry(CONSUMER_PREFIX + c.name, now_ns, 0, b"", _consumer_json(c)) for c in header.consumers]
+    return b"".join(parts)
 
 
-def header_bytes(header: Header) -> bytes:
-    """The header as the archive holds it, taken when the snapshot starts (the state goes on changing)."""
-    return json.dumps({"config": header.config, "state": header.state,
-                       "consumers": [_consumer_json(c) for c in header.consumers]}).encode()
-
-
-def write(body: bytes, messages: Iterable[StoredMsg], last_seq: int) -> Iterator[bytes]:
-    """The archive (`header_bytes`, then the messages) as compressed frames, produced as `messages` are
-    read: a large stream is never held in memory."""
-    plain = bytearray(MAGIC + _LEN.pack(len(body)) + body)
-    count = 0
+def write(head: bytes, messages: Iterable[StoredMsg]) -> Iterator[bytes]:
+    """The archive (`header_bytes`, the messages, the end) as compressed frames, produced as `messages`
+    are read: a large stream is never held in memory."""
+    plain = bytearray(head)
     for m in messages:
-        subject = m.subject.encode()
-        plain += b"M" + _RECORD.pack(m.seq, m.ts, len(subject), len(m.hdr), len(m.data))
-        plain += subject + m.hdr + m.data
-        count += 1
+        plain += _entry(m.subject, m.ts, m.seq, m.hdr, m.data)
         if len(plain) >= _BLOCK:
-            yield from _frames(plain)
-            plain = bytearray()
-    plain += b"E" + _TRAILER.pack(count, last_seq)
-    yield from _frames(plain)
+            yield from _frames(plain, last=False)
+            del plain[: len(plain) // _BLOCK * _BLOCK]
+    plain += _entry("", 0, 0, b"", b"")
+    yield from _frames(plain, last=True)
 
 
-def _frames(plain: bytearray) -> Iterator[bytes]:
+def _frames(plain: bytearray, last: bool) -> Iterator[bytes]:
     view = memoryview(plain)
-    for start in range(0, len(plain), _BLOCK):
+    end = len(plain) if last else len(plain) // _BLOCK * _BLOCK
+    for start in range(0, end, _BLOCK):
         yield bytes(cramjam.snappy.compress(view[start:start + _BLOCK]))
+    view.release()
 
 
 # -- reading ------------------------------------------------------------------------------------------
 
 
 class _Plain:
-    """The decompressed bytes of an archive file, read in order; every chunk's checksum is verified."""
+    """The decompressed bytes of an archive file, read in order."""
 
     def __init__(self, f: IO[bytes]) -> None:
-        self._f = f
+        self._chunks = s2.decode_stream(f)
         self._buf = b""
         self._pos = 0
-        self._seen_identifier = False
-
-    def _chunk(self) -> bytes | None:
-        """The next chunk's plain bytes (b"" for chunks without data), None at the end of the file."""
-        head = self._f.read(4)
-        if not head:
-            return None
-        if len(head) < 4:
-            raise ArchiveError("the archive is truncated (it ends inside a chunk header): take the backup again")
-        kind, length = head[0], int.from_bytes(head[1:], "little")
-        body = self._f.read(length)
-        if len(body) < length:
-            raise ArchiveError("the archive is truncated (it ends inside a chunk): take the backup again")
-        if kind == 0xFF:
-            if head + body == _S2_IDENTIFIER:
-                raise ArchiveError(FOREIGN)
-            if head + body != _IDENTIFIER:
-                raise ArchiveError("not a jsbroker snapshot (no Snappy stream identifier): restore an archive "
-                                   "written by `nats stream backup` from jsbroker")
-            self._seen_identifier = True
-            return b""
-        if not self._seen_identifier:
-            raise ArchiveError("not a jsbroker snapshot (it does not start with a Snappy stream identifier): "
-                               "restore an archive written by `nats stream backup` from jsbroker")
-        if kind in _DATA_CHUNKS:
-            try:
-                return bytes(cramjam.snappy.decompress(_IDENTIFIER + head + body))
-            except Exception as err:  # cramjam raises its own DecompressionError
-                raise ArchiveError(f"the archive is corrupt ({err}): take the backup again") from None
-        if kind < 0x80:
-            raise ArchiveError(f"the archive is corrupt (unknown chunk type {kind:#x}): take the backup again")
-        return b""  # a skippable chunk (0x80-0xfe)
 
     def read(self, n: int) -> bytes:
-        out = bytearray()
+        if self._pos + n <= len(self._buf):  # the common case: within the current chunk
+            self._pos += n
+            return self._buf[self._pos - n:self._pos]
+        out = bytearray(self._buf[self._pos:])
         while len(out) < n:
-            if self._pos >= len(self._buf):
-                chunk = self._chunk()
-                if chunk is None:
-                    raise ArchiveError("the archive is truncated (it ends before its trailer): take the backup again")
-                self._buf, self._pos = chunk, 0
-                continue
-            take = self._buf[self._pos:self._pos + n - len(out)]
-            self._pos += len(take)
-            out += take
+            try:
+                self._buf = next(self._chunks)
+            except StopIteration:
+                raise ArchiveError(f"the archive is truncated (it ends before its end marker): {RETAKE}") from None
+            except s2.CorruptStream as err:
+                raise ArchiveError(f"the archive is corrupt ({err}): {RETAKE}") from None
+            take = n - len(out)
+            out += self._buf[:take]
+            self._pos = min(take, len(self._buf))
         return bytes(out)
 
-    def at_end(self) -> bool:
-        while self._pos >= len(self._buf):
-            chunk = self._chunk()
-            if chunk is None:
-                return True
-            self._buf, self._pos = chunk, 0
-        return False
+    def uvarint(self) -> int:
+        shift = result = 0
+        while True:
+            byte = self.read(1)[0]
+            result |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return result
+            shift += 7
+            if shift > 63:
+                raise ArchiveError(f"the archive is corrupt (a number is too long): {RETAKE}")
 
-
-def _consumer_from_json(raw: dict[str, Any]) -> ConsumerSnapshot:
-    (dc, ds), (fc, fs) = raw["delivered"], raw["ack_floor"]
-    state = ConsumerState(dc, ds, fc, fs, {int(s): (int(d), int(ts)) for s, d, ts in raw["pending"]},
-                          {int(s): int(n) for s, n in raw["redelivered"]})
-    return ConsumerSnapshot(str(raw["name"]), int(raw["created"]), dict(raw["config"]), state)
+    def entry(self) -> tuple[str, int, int, bytes, bytes]:
+        """(name, time ns, seq, header block, payload)."""
+        name_len, zigzag, seq, hlen, plen = (self.uvarint() for _ in range(5))
+        ts = (zigzag >> 1) ^ -(zigzag & 1)
+        if name_len > 1 << 20:
+            raise ArchiveError(f"the archive is corrupt (an entry name of {name_len} bytes): {RETAKE}")
+        try:
+            name = self.read(name_len).decode()
+        except UnicodeDecodeError:
+            raise ArchiveError(f"the archive is corrupt (an entry name is not UTF-8): {RETAKE}") from None
+        body = self.read(hlen + plen)
+        return name, ts, seq, body[:hlen], body[hlen:]
 
 
 class Reader:
-    """An archive file read back: `header` at once, then `messages()`, then `last_seq` (the trailer)."""
+    """An archive file read back: `header` at once, then `messages()` up to the end marker."""
 
     def __init__(self, f: IO[bytes]) -> None:
         self._plain = _Plain(f)
         if self._plain.read(len(MAGIC)) != MAGIC:
-            raise ArchiveError("not a jsbroker snapshot (no JSBROKER-SNAPSHOT preamble): restore an archive "
-                               "written by `nats stream backup` from jsbroker")
-        (length,) = _LEN.unpack(self._plain.read(_LEN.size))
+            raise ArchiveError("not a stream snapshot (no NATSARC1 preamble; nats-server before 2.15 wrote "
+                               "tar archives, which jsbroker cannot read): restore an archive written by "
+                               "`nats stream backup` from jsbroker or nats-server 2.15")
+        name, _, _, _, body = self._plain.entry()
+        if name != STATE_ENTRY:
+            raise ArchiveError(f"the archive does not start with its state ({name!r}): {RETAKE}")
         try:
-            raw = json.loads(self._plain.read(length))
-            self.header = Header(dict(raw["config"]), dict(raw["state"]),
-                                 [_consumer_from_json(c) for c in raw["consumers"]])
-        except (ValueError, KeyError, TypeError) as err:
-            raise ArchiveError(f"the archive's header is damaged ({err}): take the backup again") from None
-        self.last_seq = 0
+            state = json.loads(body)
+            count = int(state.get("consumer_count") or 0)
+        except (ValueError, AttributeError, TypeError) as err:
+            raise ArchiveError(f"the archive's state is damaged ({err}): {RETAKE}") from None
+        consumers = []
+        for _ in range(count):
+            name, _, _, _, body = self._plain.entry()
+            if not name.startswith(CONSUMER_PREFIX):
+                raise ArchiveError(f"the archive holds {name!r} where a consumer was expected: {RETAKE}")
+            try:
+                raw = json.loads(body)
+            except ValueError as err:
+                raise ArchiveError(f"consumer {name!r} in the archive is damaged ({err}): {RETAKE}") from None
+            consumers.append(_consumer_from_json(name[len(CONSUMER_PREFIX):], raw))
+        self.header = Header(state, consumers)
 
     def messages(self) -> Iterator[StoredMsg]:
-        read, count = self._plain.read, 0
         while True:
-            kind = read(1)
-            if kind == b"E":
-                records, self.last_seq = _TRAILER.unpack(read(_TRAILER.size))
-                if records != count or not self._plain.at_end():
-                    raise ArchiveError("the archive is corrupt (its trailer does not match its records): "
-                                       "take the backup again")
+            subject, ts, seq, hdr, data = self._plain.entry()
+            if seq == 0:
+                if subject or ts or hdr or data:
+                    raise ArchiveError(f"the archive is corrupt (a message without a sequence): {RETAKE}")
                 return
-            if kind != b"M":
-                raise ArchiveError("the archive is corrupt (an unknown record): take the backup again")
-            seq, ts, slen, hlen, dlen = _RECORD.unpack(read(_RECORD.size))
-            payload = read(slen + hlen + dlen)
-            count += 1
-            yield StoredMsg(seq, payload[:slen].decode(), payload[slen:slen + hlen], payload[slen + hlen:], ts)
+            yield StoredMsg(seq, subject, hdr, data, ts)

@@ -24,7 +24,7 @@ import time
 from typing import IO, TYPE_CHECKING, Any, Iterator
 
 from jsbroker import subjects
-from jsbroker.jetstream import errors, snapshot, stream_config
+from jsbroker.jetstream import errors, snapshot, stream_config, times
 from jsbroker.jetstream.api import TYPE_PREFIX, Endpoint, Request, dumps
 from jsbroker.jetstream.consumer import Consumer
 from jsbroker.jetstream.requests import get_bool, get_int, get_object, get_str, parse_json
@@ -103,12 +103,11 @@ async def _snapshot(stream: Stream, reply: str, deliver: str, chunk: int, slots:
             err = errors.STREAM_SNAPSHOT(err=f"{unreadable} stored messages could not be read back")
             respond({"error": err.to_dict()})
             return
-    config = stream.config.to_json(dynamic_metadata=False)
     state = stream.info_state()
-    consumers = [snapshot.ConsumerSnapshot(c.name, c.created_ns, c.cfg.to_json(), c.snapshot_state())
+    consumers = [snapshot.ConsumerSnapshot(c.name, c.cfg.to_json(), c.snapshot_state())
                  for c in stream.consumers.values() if with_consumers and isinstance(c, Consumer)]
-    body = snapshot.header_bytes(snapshot.Header(config, state, consumers))
-    frames = snapshot.write(body, _messages(stream, state["last_seq"]), state["last_seq"])
+    head = snapshot.header_bytes(snapshot.Header(state, consumers), times.now_ns())
+    frames = snapshot.write(head, _messages(stream, state["last_seq"]))
     respond({"config": stream.config.to_json(dynamic_metadata=False), "state": state})
     await Sender(bus, stream.name, deliver, chunk, slots).run(frames)
 
