@@ -164,7 +164,7 @@ class Sender:
         """Send every chunk; the header of the closing empty message."""
         deadline = time.monotonic() + INTEREST_WAIT
         while not self.bus.has_literal_interest(self.deliver) and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.005)
         end, pending, index = b"", bytearray(), 1
         while True:
             for frame in frames:
