@@ -21,12 +21,13 @@ from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.config import JetStreamSettings
 from jsbroker.internal import InternalBus
-from jsbroker.jetstream import errors, snapshot, sourcing, stream_config, times
+from jsbroker.jetstream import consumer_config, errors, snapshot, sourcing, stream_config, times
 from jsbroker.jetstream.api import ApiRouter
 from jsbroker.jetstream.consumer import Consumer, consumer_meta
 from jsbroker.jetstream.requests import API_LEVEL
 from jsbroker.jetstream.sourcing import Sourcing
 from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS, restore_consumer, restore_consumers
+from jsbroker.jetstream.consumer_config import ConsumerConfig
 from jsbroker.jetstream.stream import Stream, stored_ttl_ns
 from jsbroker.jetstream.snapshot_api import SNAPSHOT_HANDLERS
 from jsbroker.jetstream.stream_api import STREAM_HANDLERS
@@ -446,6 +447,12 @@ def _fill(store: StreamStore, archive: IO[bytes], cfg: StreamConfig) -> snapshot
     the newest were removed; a message whose Nats-TTL has run out is a gap too."""
     archive.seek(0)
     reader = snapshot.Reader(archive)
+    for c in reader.header.consumers:  # refused before anything is stored, never dropped on the way
+        try:
+            consumer_config.refuse_unsupported(ConsumerConfig.from_json(c.config))
+        except errors.ApiError as err:
+            raise snapshot.ArchiveError(f"consumer {c.name!r} cannot be restored ({err.description}): back the "
+                                        "stream up without its consumers, or remove that consumer first") from None
     state = reader.header.state
     first = int(state.get("first_seq") or 0)
     if first > 1:
