@@ -17,6 +17,7 @@ import asyncio
 import base64
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Callable
@@ -363,3 +364,97 @@ def test_nats_cli_backup_and_restore(server_factory, tmp_path):
     ours, theirs = transcript(JSBROKER), transcript(NATS_SERVER)
     assert ours == theirs
     assert ours[1] == ["backup.json", "stream.arc.s2"] and ours[-2:] == [1, True]
+
+
+async def test_an_archive_consumer_jsbroker_cannot_run_fails_the_restore(nats_server, jsbroker_server, unique):
+    """A nats-server backup with a priority-group consumer (not built in jsbroker): the restore fails with
+    10062 naming the consumer and what to do; nothing is left; without consumers the same backup restores."""
+    name = unique("PG")
+    nc = await nats.connect(nats_server.url)
+    try:
+        await nc.jetstream().add_stream(name=name, subjects=[f"{name}.>"])
+        await nc.jetstream().publish(f"{name}.a", b"x")
+        await api(nc, f"$JS.API.CONSUMER.CREATE.{name}.PIN", {"stream_name": name, "config": {
+            "durable_name": "PIN", "ack_policy": "explicit", "priority_policy": "pinned_client",
+            "priority_groups": ["g"]}})
+        with_consumers = await snapshot(nc, name)
+        without = await snapshot(nc, name, no_consumers=True)
+        await api(nc, f"$JS.API.STREAM.DELETE.{name}")
+    finally:
+        await nc.close()
+    nc = await nats.connect(jsbroker_server.url)
+    try:
+        done = await restore(nc, name, with_consumers[0], with_consumers[1])
+        assert done["error"]["err_code"] == 10062
+        assert "consumer 'PIN' cannot be restored (priority_policy:" in done["error"]["description"]
+        assert "back the stream up without its consumers" in done["error"]["description"]
+        assert (await api(nc, f"$JS.API.STREAM.INFO.{name}"))["error"]["err_code"] == 10059
+        done = await restore(nc, name, without[0], without[1])
+        assert done["state"]["messages"] == 1 and done["state"]["consumer_count"] == 0
+    finally:
+        await nc.close()
+
+
+async def test_health_checked_snapshot(server, unique):
+    """`jsck` (natscli --check): every message is read back first; the snapshot is the same."""
+    name = unique("CK")
+    nc = await nats.connect(server.url)
+    try:
+        await build(nc, name)
+        meta, archive, closing = await snapshot(nc, name, jsck=True, chunk_size=1024)
+        assert meta["state"]["messages"] == 34 and closing == {"Status": "204"}
+        await api(nc, f"$JS.API.STREAM.DELETE.{name}")
+        assert (await restore(nc, name, meta, archive))["state"]["messages"] == 34
+    finally:
+        await nc.close()
+
+
+async def test_a_crash_during_a_restore_leaves_nothing(server_factory, unique):
+    """kill -9 while the chunks arrive: after the restart the stream does not exist, nothing of it is left
+    in the store directory, and the restore can be done again."""
+    handle = server_factory(JSBROKER)
+    name = unique("CR")
+    nc = await nats.connect(handle.url)
+    js = nc.jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"])
+    for i in range(2000):
+        await js.publish(f"{name}.x", os.urandom(100))
+    meta, archive, _ = await snapshot(nc, name)
+    await api(nc, f"$JS.API.STREAM.DELETE.{name}")
+    resp = await api(nc, f"$JS.API.STREAM.RESTORE.{name}", {"config": meta["config"], "state": meta["state"]})
+    await nc.request(resp["deliver_subject"], archive[: len(archive) // 2], timeout=5)
+    await nc.close()
+    assert handle.store_dir is not None
+    handle.kill()
+    handle.start()
+    restores = handle.store_dir / "jetstream" / "restores"
+    assert not restores.exists() or not any(restores.iterdir())
+    assert not (handle.store_dir / "jetstream" / "streams" / name).exists()
+    nc = await nats.connect(handle.url)
+    try:
+        assert (await api(nc, f"$JS.API.STREAM.INFO.{name}"))["error"]["err_code"] == 10059
+        assert (await restore(nc, name, meta, archive))["state"]["messages"] == 2000
+    finally:
+        await nc.close()
+
+
+async def test_a_staged_restore_left_by_a_crash_is_removed_at_start(server_factory, tmp_path):
+    """A crash after a file stream was staged but before its rename leaves a whole stream directory under
+    restores/: the next start removes it and no stream appears (the rename is the commit)."""
+    store = tmp_path / "store"
+    handle = server_factory(JSBROKER, store_dir=store)
+    nc = await nats.connect(handle.url)
+    await nc.jetstream().add_stream(name="S", subjects=["s.>"])
+    await nc.jetstream().publish("s.a", b"x")
+    await nc.close()
+    handle.stop()
+    staged = store / "jetstream" / "restores" / "T.x1"
+    (store / "jetstream" / "restores").mkdir(parents=True)
+    shutil.copytree(store / "jetstream" / "streams" / "S", staged)  # a whole stream, as _stage leaves it
+    handle.start()
+    assert not staged.exists()
+    nc = await nats.connect(handle.url)
+    try:
+        assert (await api(nc, "$JS.API.STREAM.NAMES"))["streams"] == ["S"]
+    finally:
+        await nc.close()
