@@ -1,7 +1,8 @@
 """The JetStream service: the account's streams, their persistence, the API router and the fsync timer.
 
-Owns: the stream registry (create / update / delete / lookup with nats-server's cross-stream rules), the
-on-disk layout `<store_dir>/streams/<name>/` (config metadata + the stream's store + `obs/` for durable
+Owns: the stream registry (create / update / delete / lookup with nats-server's cross-stream rules, and
+restoring a stream from a snapshot archive: `restore_stream`), the on-disk layout
+`<store_dir>/streams/<name>/` (config metadata + the stream's store + `obs/` for durable
 consumers), restoring every stream on start, the periodic fsync of the default sync policy, and the
 numbers `$JS.API.INFO`, /jsz and /varz report. The core starts it with `JetStream(bus, settings)`.
 """

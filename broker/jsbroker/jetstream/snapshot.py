@@ -65,6 +65,8 @@ def _uvarint(n: int) -> bytes:
         return _ONE_BYTE[n]
     if n < 0x4000:
         return bytes(((n & 0x7F) | 0x80, n >> 7))
+    if n < 0x200000:
+        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -136,8 +138,18 @@ def write(head: bytes, messages: Iterable[StoredMsg]) -> Iterator[bytes]:
     """The archive (`header_bytes`, the messages, the end) as compressed frames, produced as `messages`
     are read: a large stream is never held in memory."""
     plain = bytearray(head)
+    names: dict[str, tuple[bytes, bytes]] = {}  # subject -> (its length's varint, its bytes)
+    uvarint, time_varint = _uvarint, _time_varint
     for m in messages:
-        plain += _entry(m.subject, m.ts, m.seq, m.hdr, m.data)
+        name = names.get(m.subject)
+        if name is None:
+            if len(names) > 4096:
+                names.clear()
+            raw = m.subject.encode()
+            name = names[m.subject] = (uvarint(len(raw)), raw)
+        hdr, data = m.hdr, m.data
+        plain += b"".join((name[0], time_varint(m.ts), uvarint(m.seq), uvarint(len(hdr)), uvarint(len(data)),
+                           name[1], hdr, data))
         if len(plain) >= _BLOCK:
             yield from _frames(plain, last=False)
             del plain[: len(plain) // _BLOCK * _BLOCK]
