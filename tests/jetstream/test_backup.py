@@ -459,3 +459,30 @@ async def test_a_staged_restore_left_by_a_crash_is_removed_at_start(server_facto
         assert (await api(nc, "$JS.API.STREAM.NAMES"))["streams"] == ["S"]
     finally:
         await nc.close()
+
+
+@pytest.mark.parametrize("how", ["idle", "no reply"])
+async def test_an_abandoned_restore_stops_listening(server, unique, how):
+    """5 s without a chunk, or a chunk without a reply subject: the restore is dropped (its subject has
+    no responder any more) and no stream appears; a new restore works."""
+    name = unique("AB")
+    nc = await nats.connect(server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=name, subjects=[f"{name}.>"])
+        await js.publish(f"{name}.a", b"x")
+        meta, archive, _ = await snapshot(nc, name)
+        await api(nc, f"$JS.API.STREAM.DELETE.{name}")
+        resp = await api(nc, f"$JS.API.STREAM.RESTORE.{name}", {"config": meta["config"], "state": meta["state"]})
+        if how == "idle":
+            await nc.request(resp["deliver_subject"], archive[:10], timeout=5)
+            await asyncio.sleep(6)  # waiting out the server's 5 s idle limit is the behaviour under test
+        else:
+            await nc.publish(resp["deliver_subject"], archive[:10])
+
+        with pytest.raises(nats.errors.NoRespondersError):  # (a closing request would end a live restore)
+            await nc.request(resp["deliver_subject"], b"", timeout=2)
+        assert (await api(nc, f"$JS.API.STREAM.INFO.{name}"))["error"]["err_code"] == 10059
+        assert (await restore(nc, name, meta, archive))["state"]["messages"] == 1
+    finally:
+        await nc.close()

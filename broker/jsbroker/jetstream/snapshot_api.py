@@ -21,7 +21,7 @@ import asyncio
 import logging
 import secrets
 import time
-from typing import IO, TYPE_CHECKING, Any, Iterator
+from typing import IO, TYPE_CHECKING, Any, Coroutine, Iterator
 
 from jsbroker import subjects
 from jsbroker.jetstream import errors, snapshot, stream_config, times
@@ -66,7 +66,7 @@ def _is_empty(body: bytes) -> bool:
         return False
 
 
-def _spawn(coro: Any) -> None:
+def _spawn(coro: Coroutine[Any, Any, None]) -> None:
     task = asyncio.get_running_loop().create_task(coro)
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
@@ -98,7 +98,7 @@ async def _snapshot(stream: Stream, reply: str, deliver: str, chunk: int, slots:
         bus.publish(reply, None, b"", dumps({"type": TYPE_PREFIX + "stream_snapshot_response", **body}))
 
     if check:
-        unreadable = await _health_check(stream)
+        unreadable = _health_check(stream)
         if unreadable:
             err = errors.STREAM_SNAPSHOT(err=f"{unreadable} stored messages could not be read back")
             respond({"error": err.to_dict()})
@@ -112,13 +112,11 @@ async def _snapshot(stream: Stream, reply: str, deliver: str, chunk: int, slots:
     await Sender(bus, stream.name, deliver, chunk, slots).run(frames)
 
 
-async def _health_check(stream: Stream) -> int:
-    """jsck: how many stored messages cannot be read back (nats-server verifies its checksums)."""
-    expected, seen = stream.store.state().msgs, 0
-    for batch in _batches(stream, stream.store.state().last_seq):
-        seen += len(batch)
-        await asyncio.sleep(0)
-    return max(expected - seen, 0)
+def _health_check(stream: Stream) -> int:
+    """jsck: how many stored messages cannot be read back (nats-server verifies its checksums). In one
+    go, so no message comes or goes meanwhile: an explicit, occasional request."""
+    state = stream.store.state()
+    return max(state.msgs - sum(len(batch) for batch in _batches(stream, state.last_seq)), 0)
 
 
 def _batches(stream: Stream, last_seq: int) -> Iterator[list[StoredMsg]]:
@@ -156,6 +154,9 @@ class Sender:
             end = await self._send(frames)
         except (StoreError, OSError) as err:  # the stream went away or its store failed while being read
             end = b"NATS/1.0 500 %s\r\n\r\n" % str(err).encode()
+        except Exception:  # a bug must not leave the receiver waiting
+            log.exception("snapshot failed", extra={"subject": self.deliver})
+            end = b"NATS/1.0 500 internal error\r\n\r\n"
         finally:
             self.bus.unsubscribe_internal(sub)
         self.bus.publish(self.deliver, None, end, b"")
@@ -238,23 +239,26 @@ class Receiver:
     def _arm(self) -> None:
         if self._idle is not None:
             self._idle.cancel()
-        self._idle = self.bus.loop.call_later(RESTORE_IDLE, self._stop, "stalled: no chunk for 5 s")
+        self._idle = self.bus.loop.call_later(RESTORE_IDLE, self._abandon, "stalled: no chunk for 5 s")
 
-    def _stop(self, why: str = "") -> None:
-        if why:
-            log.warning("restore abandoned: %s", why, extra={"stream": self.cfg.name})
+    def _stop(self) -> None:
+        """Take no more chunks."""
         if self._idle is not None:
             self._idle.cancel()
         if self._sub is not None:
             self.bus.unsubscribe_internal(self._sub)
             self._sub = None
 
+    def _abandon(self, why: str) -> None:
+        log.warning("restore abandoned: %s", why, extra={"stream": self.cfg.name})
+        self._stop()
+        self.file.close()
+
     def _on_chunk(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
         if self._sub is None:
             return
         if not reply:
-            self._stop("a chunk came without a reply subject")
-            self.file.close()
+            self._abandon("a chunk came without a reply subject")
             return
         if not payload:
             self._stop()
@@ -263,8 +267,7 @@ class Receiver:
         try:
             self.file.write(payload)
         except OSError as err:
-            self._stop()
-            self.file.close()
+            self._abandon(f"the staging file could not be written: {err}")
             self._answer(reply, {"error": errors.STREAM_RESTORE(err=str(err)).to_dict()})
             return
         self._arm()
@@ -278,6 +281,9 @@ class Receiver:
             body = {"error": err.to_dict()}
         except (snapshot.ArchiveError, OSError, StoreError) as err:
             body = {"error": errors.STREAM_RESTORE(err=str(err)).to_dict()}
+        except Exception:  # a bug must not leave the client waiting; answered like the router's 500s
+            log.exception("restore failed", extra={"stream": self.cfg.name})
+            body = {"error": errors.STREAM_RESTORE(err="internal error (see the broker's log)").to_dict()}
         finally:
             self.file.close()
         self._answer(reply, body)
