@@ -486,3 +486,27 @@ async def test_an_abandoned_restore_stops_listening(server, unique, how):
         assert (await restore(nc, name, meta, archive))["state"]["messages"] == 1
     finally:
         await nc.close()
+
+
+async def test_publishes_during_a_snapshot_are_served_and_not_in_it(server, unique):
+    """Another client publishes while a snapshot is sent in small chunks: every publish is acked, and the
+    archive holds exactly the state the snapshot response announced."""
+    name = unique("LIVE")
+    nc, other = await nats.connect(server.url), await nats.connect(server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=name, subjects=[f"{name}.>"])
+        for i in range(3000):
+            await js.publish(f"{name}.x", os.urandom(300))
+        publishing = asyncio.ensure_future(asyncio.gather(
+            *(other.jetstream().publish(f"{name}.y", b"during", timeout=10) for _ in range(500))))
+        meta, archive, closing = await snapshot(nc, name, chunk_size=4096)
+        acks = await publishing
+        assert len(acks) == 500 and closing == {"Status": "204"}
+        await api(nc, f"$JS.API.STREAM.DELETE.{name}")
+        done = await restore(nc, name, meta, archive)
+        assert {k: done["state"][k] for k in ("messages", "first_seq", "last_seq")} == \
+            {k: meta["state"][k] for k in ("messages", "first_seq", "last_seq")}
+    finally:
+        await nc.close()
+        await other.close()
