@@ -510,3 +510,37 @@ async def test_publishes_during_a_snapshot_are_served_and_not_in_it(server, uniq
     finally:
         await nc.close()
         await other.close()
+
+
+def test_nats_cli_moves_a_stream_between_servers(server_factory, tmp_path):
+    """`nats stream backup --consumers --check` on one server, `nats stream restore` on the other, both
+    ways: the same stream state and consumer positions arrive."""
+    from tests.chart import go_tools
+
+    cli = str(go_tools.NATS_CLI.for_test())
+    servers = {kind: server_factory(kind) for kind in (JSBROKER, NATS_SERVER)}
+
+    def run(kind: str, *args: str) -> tuple[int, str]:
+        done = subprocess.run([cli, "--server", servers[kind].url, "--timeout", "10s", *args], capture_output=True,
+                              text=True, timeout=120, env={"HOME": str(tmp_path)})
+        return done.returncode, done.stdout + done.stderr
+
+    def info(kind: str, stream: str) -> Any:
+        state = json.loads(run(kind, "stream", "info", stream, "--json")[1])["state"]
+        consumer = json.loads(run(kind, "consumer", "info", stream, "D", "--json")[1])
+        return normalise([state, {k: consumer[k]["stream_seq"] for k in ("delivered", "ack_floor")},
+                          consumer["num_pending"], consumer["num_ack_pending"]])
+
+    for source, target in ((JSBROKER, NATS_SERVER), (NATS_SERVER, JSBROKER)):
+        stream = f"FROM_{source.replace('-', '_').upper()}"
+        run(source, "stream", "add", stream, "--subjects", f"{stream}.>", "--defaults")
+        run(source, "pub", f"{stream}.a", "hello {{Count}}", "--count", "30")
+        run(source, "stream", "rmm", stream, "3", "-f")
+        run(source, "consumer", "add", stream, "D", "--pull", "--defaults")
+        run(source, "consumer", "next", stream, "D", "--count", "4")
+        before = info(source, stream)
+        code, text = run(source, "stream", "backup", stream, str(tmp_path / stream), "--consumers", "--check")
+        assert code == 0, text
+        code, text = run(target, "stream", "restore", str(tmp_path / stream))
+        assert code == 0, text
+        assert info(target, stream) == before, (source, target)
