@@ -544,3 +544,38 @@ def test_nats_cli_moves_a_stream_between_servers(server_factory, tmp_path):
         code, text = run(target, "stream", "restore", str(tmp_path / stream))
         assert code == 0, text
         assert info(target, stream) == before, (source, target)
+
+
+def test_nats_cli_account_backup_and_restore(server_factory, tmp_path):
+    """`nats account backup` / `nats account restore` (every stream, a memory one too): the same on both."""
+    from tests.chart import go_tools
+
+    cli = str(go_tools.NATS_CLI.for_test())
+
+    def transcript(kind: str) -> list[Any]:
+        handle = server_factory(kind)
+
+        def run(*args: str) -> tuple[int, str]:
+            done = subprocess.run([cli, "--server", handle.url, "--timeout", "10s", *args], capture_output=True,
+                                  text=True, timeout=120, env={"HOME": str(tmp_path)})
+            return done.returncode, done.stdout + done.stderr
+
+        def states() -> Any:
+            return normalise([json.loads(run("stream", "info", s, "--json")[1])["state"] for s in ("A", "B")])
+
+        run("stream", "add", "A", "--subjects", "a.>", "--defaults")
+        run("stream", "add", "B", "--subjects", "b.>", "--defaults", "--storage", "memory")
+        run("pub", "a.x", "hello {{Count}}", "--count", "20")
+        run("pub", "b.x", "hello {{Count}}", "--count", "10")
+        before = states()
+        target = tmp_path / kind
+        out: list[Any] = [run("account", "backup", str(target), "-f")[0],
+                          sorted(str(p.relative_to(target)) for p in target.rglob("*"))]
+        out += [run("stream", "rm", s, "-f")[0] for s in ("A", "B")]
+        out += [run("account", "restore", str(target))[0], run("stream", "ls", "-n")[1].split()]
+        assert states() == before, kind
+        return out + [before]
+
+    ours, theirs = transcript(JSBROKER), transcript(NATS_SERVER)
+    assert ours == theirs
+    assert ours[0] == 0 and ours[-2] == ["A", "B"]
