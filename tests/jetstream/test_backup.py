@@ -123,6 +123,9 @@ def same_stream(before: dict[str, Any], after: dict[str, Any]) -> None:
     assert after["messages"] == before["messages"]
     assert {k: v for k, v in after["state"].items() if k != "last_ts"} == \
         {k: v for k, v in before["state"].items() if k != "last_ts"}
+    # the removed last message's time is gone: last_ts is that of the last message left, on both servers
+    last = [m for m in after["messages"] if isinstance(m, dict)][-1]
+    assert after["state"]["last_ts"] == last["time"]
     assert after["config"] == before["config"]
     assert after["consumers"] == before["consumers"]
 

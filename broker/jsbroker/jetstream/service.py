@@ -466,12 +466,12 @@ def _fill(store: StreamStore, archive: IO[bytes], cfg: StreamConfig) -> snapshot
         if ttl > 0 and m.ts + ttl < now:
             continue
         if m.seq > last + 1:
-            store.skip_msgs(m.seq)
+            store.skip_msgs(m.seq, stamp=False)
         last, _ = store.store_deferred(m.subject, m.hdr, m.data, ttl, ts_ns=m.ts)
         if n % 4096 == 0:
             store.flush()
     store.flush()
     end = int(state.get("last_seq") or 0)
     if end > store.state().last_seq:
-        store.skip_msgs(end + 1)
+        store.skip_msgs(end + 1, stamp=False)
     return reader

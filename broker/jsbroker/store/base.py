@@ -153,9 +153,11 @@ class StreamStore(Protocol):
         """The bytes this message would add to `state().bytes` (nats-server's file and memory stores
         account differently); for discard-new max_bytes checks."""
 
-    def skip_msgs(self, next_seq: int) -> None:
+    def skip_msgs(self, next_seq: int, stamp: bool = True) -> None:
         """Advance the sequence so the next stored message gets `next_seq` (interest retention with no
-        interest); last_ts becomes now, as nats-server's SkipMsg does. (A stream's first_seq is a purge.)"""
+        interest); last_ts becomes now, as nats-server's SkipMsg does, unless `stamp` is False (a restore
+        skipping removed messages keeps the last stored time, as nats-server's SkipMsgs). (A stream's
+        first_seq is a purge.)"""
 
     def load_msg(self, seq: int) -> StoredMsg | None:
         """The message with this sequence, or None when it never existed or was removed."""

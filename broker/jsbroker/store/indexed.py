@@ -459,12 +459,13 @@ class IndexedStore:
     def accounted_size(self, subject: str, hdr: bytes, data: bytes) -> int:
         return self._account(len(subject.encode()), len(hdr), len(data))
 
-    def skip_msgs(self, next_seq: int) -> None:
+    def skip_msgs(self, next_seq: int, stamp: bool = True) -> None:
         self._check_open()
         if next_seq <= self._last + 1:
             return
         self._last = next_seq - 1
-        self._last_ts = max(time.time_ns(), self._last_ts)  # nats-server's SkipMsg stamps the skip
+        if stamp:
+            self._last_ts = max(time.time_ns(), self._last_ts)  # nats-server's SkipMsg stamps the skip
         if self._msgs == 0:
             self._trim()
         else:
