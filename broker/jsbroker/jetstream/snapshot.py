@@ -207,37 +207,56 @@ class _Plain:
     def entry(self) -> tuple[str, int, int, bytes, bytes]:
         """(name, time ns, seq, header block, payload)."""
         self._ahead(_MAX_ENTRY_HEAD)
-        buf, at, fields = self._buf, self._pos, []
+        buf, at = self._buf, self._pos
         try:
-            for _ in range(5):
-                byte = buf[at]
-                at += 1
-                if byte < 0x80:  # most lengths
-                    fields.append(byte)
-                    continue
-                value, shift = byte & 0x7F, 7
-                while True:
-                    byte = buf[at]
-                    at += 1
-                    value |= (byte & 0x7F) << shift
-                    if byte < 0x80:
-                        break
-                    shift += 7
-                    if shift > 63:
-                        raise ArchiveError(f"the archive is corrupt (a number is too long): {RETAKE}")
-                fields.append(value)
+            name_len, at = _varint_at(buf, at)
+            raw = int.from_bytes(buf[at:at + 8], "little")
+            if raw & _HIGH_BITS == _HIGH_BITS and buf[at + 8] < 0x80:  # a time: nine bytes, in one go
+                zigzag, at = _compact(raw) | buf[at + 8] << 56, at + 9
+            else:
+                zigzag, at = _varint_at(buf, at)
+            seq, at = _varint_at(buf, at)
+            hlen, at = _varint_at(buf, at)
+            plen, at = _varint_at(buf, at)
         except IndexError:
             raise ArchiveError(f"the archive is truncated (it ends inside an entry): {RETAKE}") from None
         self._pos = at
-        name_len, zigzag, seq, hlen, plen = fields
         if name_len > 1 << 20:
             raise ArchiveError(f"the archive is corrupt (an entry name of {name_len} bytes): {RETAKE}")
+        body = self.read(name_len + hlen + plen)
         try:
-            name = self.read(name_len).decode()
+            name = body[:name_len].decode()
         except UnicodeDecodeError:
             raise ArchiveError(f"the archive is corrupt (an entry name is not UTF-8): {RETAKE}") from None
-        body = self.read(hlen + plen)
-        return name, (zigzag >> 1) ^ -(zigzag & 1), seq, body[:hlen], body[hlen:]
+        return name, (zigzag >> 1) ^ -(zigzag & 1), seq, body[name_len:name_len + hlen], body[name_len + hlen:]
+
+
+_HIGH_BITS = 0x8080808080808080
+
+
+def _compact(raw: int) -> int:
+    """The 56 value bits of eight varint bytes (little-endian in `raw`, continuation bits set)."""
+    x = raw & 0x7F7F7F7F7F7F7F7F
+    x = (x & 0x007F007F007F007F) | ((x & 0x7F007F007F007F00) >> 1)
+    x = (x & 0x00003FFF00003FFF) | ((x & 0x3FFF00003FFF0000) >> 2)
+    return (x & 0x000000000FFFFFFF) | ((x & 0x0FFFFFFF00000000) >> 4)
+
+
+def _varint_at(buf: bytes, at: int) -> tuple[int, int]:
+    """(the uvarint at `at`, the position after it); IndexError when the buffer ends inside it."""
+    byte = buf[at]
+    if byte < 0x80:
+        return byte, at + 1
+    value, shift = byte & 0x7F, 7
+    while True:
+        at += 1
+        byte = buf[at]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at + 1
+        shift += 7
+        if shift > 63:
+            raise ArchiveError(f"the archive is corrupt (a number is too long): {RETAKE}")
 
 
 class Reader:
