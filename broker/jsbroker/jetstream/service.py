@@ -194,10 +194,11 @@ class JetStream:
         return tempfile.TemporaryFile(dir=where)
 
     async def restore_stream(self, cfg: StreamConfig, archive: IO[bytes]) -> Stream:
-        """Create stream `cfg` from a jsbroker snapshot (`snapshot.py`; errors raise `ArchiveError` or an
+        """Create stream `cfg` from a snapshot archive (`snapshot.py`; errors raise `ArchiveError` or an
         ApiError). A file stream is built in a staging directory in a worker thread, with its consumers,
         and renamed into place at once, so a crash leaves either nothing or the whole stream; it is then
-        opened as a start opens it. A memory stream is built in memory the same way."""
+        opened as a start opens it. A memory stream is built in memory the same way (and removed again
+        when one of its consumers cannot be set up)."""
         cfg = self.check_restore(cfg, finishing=True)  # the registry may have changed while the chunks came in
         created = times.now_ns()
         loop = self.bus.loop
@@ -209,8 +210,12 @@ class JetStream:
             self.streams[cfg.name] = stream
             stream.start()
             self._start_sourcing(stream)
-            for c in reader.header.consumers:
-                restore_consumer(self, stream, c.name, created, c.config, c.state)
+            try:
+                for c in reader.header.consumers:
+                    restore_consumer(self, stream, c.name, created, c.config, c.state)
+            except Exception:
+                self.delete_stream(cfg.name)
+                raise
             stream.consumers_restored()
         else:
             final = self._directory(cfg.name)
