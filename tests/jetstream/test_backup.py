@@ -14,19 +14,18 @@ stores it), so a backup from either restores into the other (tested both ways)."
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import nats
 import pytest
 
 from tests.differential import normalise
-from tests.servers import JSBROKER, NATS_SERVER, ServerHandle
+from tests.servers import JSBROKER, NATS_SERVER, launch
 
 
 async def api(nc: Any, subject: str, body: Any = None, timeout: float = 5.0) -> dict[str, Any]:
@@ -615,3 +614,41 @@ async def test_empty_and_purged_streams(nats_server, jsbroker_server, unique):
     ours, theirs = await run(jsbroker_server.url, empty, purged), await run(nats_server.url, empty, purged)
     assert ours == theirs
     assert ours[1] == 1 and ours[3] == 6
+
+
+def test_a_restore_past_the_account_limit_is_refused(tmp_path):
+    """Account max_file 2 MB: a 1.5 MB archive restores into an empty account, and is refused (10047)
+    while another stream holds 1 MB, as nats-server reserves the archive's bytes; nothing is left."""
+    limits = {"max_streams": 5, "max_consumers": 5, "max_mem": 1 << 20, "max_file": 2 << 20}
+    ours = tmp_path / "jsbroker.toml"
+    ours.write_text("[authorization]\nuser = \"a\"\npassword = \"a\"\n\n[jetstream.account]\n"
+                    + "".join(f"{k} = {v}\n" for k, v in limits.items()))
+    theirs = tmp_path / "nats-server.json"
+    theirs.write_text(json.dumps({"accounts": {"A": {"jetstream": limits, "users": [{"user": "a", "password": "a"}]}}}))
+
+    async def scenario(url: str) -> list[Any]:
+        nc = await nats.connect(url, user="a", password="a")
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name="S", subjects=["s.>"])
+            for _ in range(15):
+                await js.publish("s.x", os.urandom(100_000))
+            meta, archive, _ = await snapshot(nc, "S")
+            await api(nc, "$JS.API.STREAM.DELETE.S")
+            await js.add_stream(name="F", subjects=["f.>"])
+            for _ in range(10):
+                await js.publish("f.x", os.urandom(100_000))
+            refused = await restore(nc, "S", meta, archive)
+            out: list[Any] = [refused.get("error"), (await api(nc, "$JS.API.STREAM.INFO.S")).get("error", {}).get("err_code")]
+            await api(nc, "$JS.API.STREAM.DELETE.F")
+            out.append((await restore(nc, "S", meta, archive))["state"]["messages"])
+            return out
+        finally:
+            await nc.close()
+
+    def run(kind: str, config: Path) -> list[Any]:
+        with launch(kind, extra_args=["-c", str(config)]) as handle:
+            return asyncio.run(scenario(handle.url))
+
+    assert run(JSBROKER, ours) == run(NATS_SERVER, theirs) == [
+        {"code": 500, "err_code": 10047, "description": "insufficient storage resources available"}, 10059, 15]

@@ -200,8 +200,10 @@ class JetStream:
         opened as a start opens it. A memory stream is built in memory the same way (and removed again
         when one of its consumers cannot be set up)."""
         cfg = self.check_restore(cfg, finishing=True)  # the registry may have changed while the chunks came in
-        created = times.now_ns()
         loop = self.bus.loop
+        size = int((await loop.run_in_executor(None, snapshot.read_state, archive)).get("bytes") or 0)
+        self._check_restore_size(cfg, size)
+        created = times.now_ns()
         if cfg.storage == "memory":
             store = storage.open_stream_store("memory", None, cfg.store_limits(), self._sync)
             reader = await loop.run_in_executor(None, _fill, store, archive, cfg)
@@ -230,6 +232,15 @@ class JetStream:
                 raise snapshot.ArchiveError("the restored stream could not be opened (see the broker's log)")
         self._origins_changed()
         return self.streams[cfg.name]
+
+    def _check_restore_size(self, cfg: StreamConfig, size: int) -> None:
+        """The archive's bytes against the limits before anything is stored, as nats-server reserves them:
+        as a `max_bytes` (10028 / 10047 when the reservations would pass the limit) and as usage."""
+        self._check_reservation(dataclasses.replace(cfg, max_bytes=max(cfg.max_bytes, size)), None)
+        limit = min((x for x in (self._limit(cfg.storage), self._account_limit(cfg.storage)) if x > 0), default=0)
+        used = sum(s.store.state().bytes for s in self.streams.values() if s.config.storage == cfg.storage)
+        if 0 < limit < used + size:
+            raise errors.MEMORY_RESOURCES_EXCEEDED() if cfg.storage == "memory" else errors.STORAGE_RESOURCES_EXCEEDED()
 
     def _stage(self, cfg: StreamConfig, archive: IO[bytes], created: int) -> Path:
         """The whole stream directory (messages, consumers, config) under the restores root (a thread)."""

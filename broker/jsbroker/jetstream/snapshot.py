@@ -259,6 +259,12 @@ def _varint_at(buf: bytes, at: int) -> tuple[int, int]:
             raise ArchiveError(f"the archive is corrupt (a number is too long): {RETAKE}")
 
 
+def read_state(f: IO[bytes]) -> dict[str, Any]:
+    """The state.json of an archive file (read from its start; the file is left where the read ended)."""
+    f.seek(0)
+    return Reader(f).header.state
+
+
 class Reader:
     """An archive file read back: `header` at once, then `messages()` up to the end marker."""
 
