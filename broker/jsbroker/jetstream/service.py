@@ -247,7 +247,7 @@ class JetStream:
         assert self._store_dir is not None  # a file stream has a directory (`_directory` checked)
         staging = Path(tempfile.mkdtemp(prefix=f"{cfg.name}.", dir=storage.restores_root(self._store_dir)))
         try:
-            store = storage.open_stream_store("file", staging, cfg.store_limits(), self._sync)
+            store = storage.open_stream_store("file", staging, cfg.store_limits(), self._sync_policy(cfg))
             try:
                 reader = _fill(store, archive, cfg)
             finally:
