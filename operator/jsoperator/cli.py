@@ -113,10 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _import_parser(sub: Any) -> None:
     imp = sub.add_parser(
-        "import", help="write Stream and Consumer manifests that adopt a server's streams and durable consumers",
-        description="Read every stream and durable consumer of a server and write Stream and Consumer manifests "
-        "that, applied, adopt them unchanged (adoptionPolicy: adopt; fields at the server's defaults left out). "
-        "KeyValue/ObjectStore buckets (KV_*, OBJ_*) and ephemeral consumers are skipped with a note on stderr. "
+        "import", help="write Stream, KeyValue, ObjectStore and Consumer manifests that adopt a server's streams, "
+        "buckets and durable consumers",
+        description="Read every stream and durable consumer of a server and write Stream, KeyValue, ObjectStore "
+        "and Consumer manifests that, applied, adopt them unchanged (adoptionPolicy: adopt; fields at the server's "
+        "defaults left out). A bucket (KV_*, OBJ_*) no bucket spec can say without a change is written as a Stream, "
+        "with a note on stderr; ephemeral consumers are skipped with a note. "
         "Exit status 1 when an object could not be imported (the note says why); the others are still written.")
     _nats_flags(imp)
     imp.add_argument("-n", "--namespace", help="metadata.namespace of the manifests (default: none, kubectl's)")
@@ -164,8 +166,9 @@ def _import(args: argparse.Namespace) -> int:
         print(f"jsoperator import: {' '.join(problem.split())}", file=sys.stderr)
         return 1
     kinds = [m["kind"] for m in result.manifests]
-    print(f"jsoperator import: {kinds.count('Stream')} Stream and {kinds.count('Consumer')} Consumer manifests "
-          f"from {where} written to {written}", file=sys.stderr)
+    *counts, last = (f"{kinds.count(kind)} {kind}" for kind in importer.KINDS)
+    print(f"jsoperator import: {', '.join(counts)} and {last} manifests from {where} written to {written}",
+          file=sys.stderr)
     return 1 if result.failed else 0
 
 

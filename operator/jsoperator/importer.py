@@ -1,4 +1,5 @@
-"""Server configs -> Stream and Consumer manifests that adopt them (`jsoperator import`): mapping in reverse.
+"""Server configs -> Stream, KeyValue, ObjectStore and Consumer manifests that adopt them (`jsoperator import`):
+mapping and buckets in reverse.
 
 Owns:
 - ``spec_fields``: a StreamConfig / ConsumerConfig as the server reports it -> the spec fields that say the
@@ -8,10 +9,13 @@ Owns:
   (mapping's own comparison, so "adopted with no change" holds by construction). The consumer limits the
   drift check ignores when unset (they come from the stream's consumer_limits) are left out only at the
   value the server picks itself;
-- resource names: DNS-1123 labels made from server names; spec.name / durableName keep the real name;
-- what is not imported, as one note each: KeyValue / ObjectStore buckets (``BUCKET_PREFIXES``; their
-  resources are imported once ``BUILDERS`` has a builder for them), ephemeral consumers, and objects the
-  spec cannot express.
+- buckets: a ``KV_*`` / ``OBJ_*`` stream (``BUCKET_PREFIXES``) becomes a KeyValue / ObjectStore when a
+  bucket spec reproduces it with no drift (buckets.py's mapping, checked the same way); else it becomes a
+  Stream, which adopts anything a StreamSpec can say, with a note naming what no bucket spec can hold (a
+  bucket made by nats-py has allow_direct off, which a bucket resource would turn on: a Stream changes nothing);
+- resource names: DNS-1123 labels made from server names (a bucket's from its bucket name); spec.name /
+  bucket / durableName keep the real name;
+- what is not imported, as one note each: ephemeral consumers, and objects the spec cannot express.
 Every manifest adopts (``adoptionPolicy: adopt``: never creates) and keeps the server object when the
 resource is deleted (``deletionPolicy: retain`` unless asked otherwise).
 Pure: configs in, manifests and notes out; the command (cli.py) reads the server and writes the files.
@@ -30,13 +34,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from jsoperator import mapping, units
-from jsoperator.models import ConnectionSpec, ConsumerSpec, DeletionPolicy, StreamSpec
+from pydantic.alias_generators import to_camel
+
+from jsoperator import buckets, mapping, units
+from jsoperator.models import ConnectionSpec, ConsumerSpec, DeletionPolicy, KeyValueSpec, ObjectStoreSpec, StreamSpec
 
 API_VERSION = "jsoperator.io/v1alpha1"
-# Stream name prefixes of the buckets nats.go and nats-py create -> the resource that will own them.
-# A kind is imported once BUILDERS (below) has a builder for it; until then its streams are skipped.
-BUCKET_PREFIXES = {"KV_": "KeyValue", "OBJ_": "ObjectStore"}
+KINDS = (*buckets.STREAM_KINDS, "Consumer")  # what an import writes, in the order it is summed up
+# Stream name prefixes of the buckets nats.go and nats-py create -> the resource that owns them.
+BUCKET_PREFIXES = {prefix: kind for kind, prefix in buckets.PREFIX.items()}
 
 Info = Mapping[str, Any]
 """A StreamInfo or ConsumerInfo as the JetStream API returns it (``config`` is the part imported)."""
@@ -59,7 +65,7 @@ class Options:
 class Imported:
     manifests: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)  # one line each: what was skipped and why
-    failed: int = 0  # objects that could not be imported (buckets and ephemeral consumers are skipped by design)
+    failed: int = 0  # objects that could not be imported (ephemeral consumers are skipped by design)
 
 
 def import_server(
@@ -69,39 +75,49 @@ def import_server(
 
     ``now`` decides whether a consumer's pause_until has passed (a passed one is not imported)."""
     out = Imported()
-    chosen = []
-    for name in sorted(streams):
-        kind = kind_of(name)
-        if kind in BUILDERS:
-            chosen.append((name, kind))
-        else:
-            out.notes.append(f"bucket {name.split('_', 1)[1]} skipped: {kind} resources cannot be imported yet "
-                             f"(its stream {name} and consumers are left out)")
+    kinds = {stream: kind_of(stream) for stream in streams}
+    bucket_names: dict[str, str] = {}
+    for kind, prefix in buckets.PREFIX.items():
+        bucket_names |= resource_names({s: s[len(prefix):] for s in streams if kinds[s] == kind}, "bucket")
+    as_buckets, not_buckets = {}, {}
+    for stream in sorted(bucket_names):
+        try:
+            as_buckets[stream] = BUILDERS[kinds[stream]](streams[stream]["config"], bucket_names[stream], options)
+        except Unrepresentable as exc:
+            not_buckets[stream] = exc
+    stream_names = resource_names({s: s for s in streams if s not in as_buckets}, "stream")
     durables: dict[str, list[str]] = {}
-    for stream, _ in chosen:
+    for stream in sorted(streams):
         for consumer, info in sorted(consumers.get(stream, {}).items()):
             if info.get("config", {}).get("durable_name"):
                 durables.setdefault(stream, []).append(consumer)
             else:
                 out.notes.append(f"consumer {consumer} of stream {stream} skipped: it is ephemeral (no durable name), "
                                  "the server removes it once idle")
-    stream_names = resource_names({s: s for s, _ in chosen}, "stream")
     consumer_names = resource_names({(s, c): f"{s}-{c}" for s, cs in durables.items() for c in cs}, "consumer")
-    for stream, kind in chosen:
+    for stream in sorted(streams):
         config = streams[stream]["config"]
-        _add(out, f"stream {stream}", BUILDERS[kind], config, stream_names[stream], options)
+        if stream in as_buckets:
+            out.manifests.append(as_buckets[stream])
+        elif _add(out, f"stream {stream}", stream_manifest, config, stream_names[stream], options) and (
+                stream in not_buckets):
+            out.notes.append(f"bucket {stream[len(buckets.PREFIX[kinds[stream]]):]} imported as the Stream "
+                             f"{stream_names[stream]}, which adopts it with no change: as a {kinds[stream]}, "
+                             f"{not_buckets[stream]}")
         for consumer in durables.get(stream, []):
             _add(out, f"consumer {consumer} of stream {stream}", consumer_manifest,
                  consumers[stream][consumer]["config"], stream, config, consumer_names[stream, consumer], options, now)
     return out
 
 
-def _add(out: Imported, what: str, build: Callable[..., dict[str, Any]], *args: Any) -> None:
+def _add(out: Imported, what: str, build: Callable[..., dict[str, Any]], *args: Any) -> bool:
     try:
         out.manifests.append(build(*args))
+        return True
     except Unrepresentable as exc:
         out.notes.append(f"{what} not imported: {exc}")
         out.failed += 1
+        return False
 
 
 def kind_of(stream: str) -> str:
@@ -150,8 +166,39 @@ def consumer_manifest(
     return _manifest("Consumer", name, spec, options)
 
 
+def key_value_manifest(config: Mapping[str, Any], name: str, options: Options) -> dict[str, Any]:
+    """The KeyValue that adopts the bucket stream (``KV_<bucket>``) with this config; Unrepresentable when
+    no KeyValue spec says exactly what the server has."""
+    return _bucket_manifest("KeyValue", KeyValueSpec, buckets.key_value_config, config, name, options)
+
+
+def object_store_manifest(config: Mapping[str, Any], name: str, options: Options) -> dict[str, Any]:
+    """The ObjectStore that adopts the bucket stream (``OBJ_<bucket>``) with this config (or Unrepresentable)."""
+    return _bucket_manifest("ObjectStore", ObjectStoreSpec, buckets.object_store_config, config, name, options)
+
+
 # Resource kind -> its manifest from a stream's config, resource name and options.
-BUILDERS: dict[str, Callable[[Mapping[str, Any], str, Options], dict[str, Any]]] = {"Stream": stream_manifest}
+BUILDERS: dict[str, Callable[[Mapping[str, Any], str, Options], dict[str, Any]]] = {
+    "Stream": stream_manifest, "KeyValue": key_value_manifest, "ObjectStore": object_store_manifest}
+
+
+def _bucket_manifest(
+    kind: str, model: type[KeyValueSpec] | type[ObjectStoreSpec], to_config: Callable[[Any, str], mapping.Config],
+    config: Mapping[str, Any], name: str, options: Options,
+) -> dict[str, Any]:
+    full = bucket_fields(kind, config)
+
+    def diff(spec: dict[str, Any]) -> dict[str, mapping.Difference]:
+        return mapping.stream_diff(to_config(_valid(model, spec), name), config)
+
+    left = diff(full)
+    if left:
+        labels = buckets.labels(kind)
+        raise Unrepresentable("it would change " + ", ".join(
+            f"{labels.get(key) or mapping.spec_name(key)} (server: {mapping.show(key, have)}, "
+            f"{kind}: {mapping.show(key, want)})" for key, (want, have) in left.items()))
+    spec = _minimal(full, lambda spec: list(diff(spec)), keep={"bucket"} if full["bucket"] != name else set())
+    return _manifest(kind, name, spec, options)
 
 
 def _manifest(kind: str, name: str, spec: dict[str, Any], options: Options) -> dict[str, Any]:
@@ -162,7 +209,7 @@ def _manifest(kind: str, name: str, spec: dict[str, Any], options: Options) -> d
     return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata, "spec": {**spec, **policies}}
 
 
-def _valid(model: type[StreamSpec] | type[ConsumerSpec], spec: dict[str, Any]) -> Any:
+def _valid(model: type[BaseModel], spec: dict[str, Any]) -> Any:
     try:
         return model.model_validate(spec)
     except ValidationError as exc:
@@ -227,6 +274,38 @@ def spec_fields(model: type[BaseModel], config: Mapping[str, Any]) -> dict[str, 
         shown = ", ".join(f"{key}={mapping.show(key, config[key])}" for key in unknown)
         raise Unrepresentable(f"the server sets {shown}, which this jsoperator version has no spec field for")
     return spec
+
+
+def bucket_fields(kind: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The KeyValue / ObjectStore spec fields saying what the bucket stream ``config`` has, where a bucket
+    field can: buckets.py's mapping in reverse (whether they say all of it is the drift check's to tell)."""
+    stream = spec_fields(StreamSpec, config)  # a server field no StreamSpec can hold: no bucket spec can either
+    fields = {"bucket": config["name"].removeprefix(buckets.PREFIX[kind])}
+    fields |= {to_camel(field): stream[mapping.spec_name(wire)] for field, wire in buckets.WIRE[kind].items()
+               if field != "bucket" and mapping.spec_name(wire) in stream}
+    if fields.pop("compression", None) == "s2":
+        fields["compression"] = True
+    if "mirror" in fields:
+        fields["mirror"] = {**fields["mirror"], "name": _bucket_of(fields["mirror"]["name"])}
+    if "sources" in fields:
+        fields["sources"] = [_kv_source(source, fields["bucket"]) for source in fields["sources"]]
+    return fields
+
+
+def _bucket_of(stream: str) -> str:
+    """How a KeyValue's mirror or source names the stream ``KV_<origin>``: by the bucket, unless that
+    would be read as a stream name itself (a bucket named ``KV_x``); other streams as they are."""
+    origin = stream.removeprefix("KV_")
+    return origin if stream.startswith("KV_") and not origin.startswith("KV_") else stream
+
+
+def _kv_source(source: dict[str, Any], bucket: str) -> dict[str, Any]:
+    """A source as a KeyValue spec names it: by the bucket, the transform nats.go adds for it left implied
+    (whether the spec's source is the server's is the drift check's to tell)."""
+    implied = [{"src": f"$KV.{source['name'].removeprefix('KV_')}.>", "dest": f"$KV.{bucket}.>"}]
+    if not source["name"].startswith("KV_") or source.get("subjectTransforms") not in (None, implied):
+        return source
+    return {**{k: v for k, v in source.items() if k != "subjectTransforms"}, "name": _bucket_of(source["name"])}
 
 
 def _is_zero(value: Any) -> bool:

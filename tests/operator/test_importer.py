@@ -1,10 +1,13 @@
 """`jsoperator import`'s reverse mapping (importer.py): server config -> spec, minimal and without drift.
 
-- Pure: every StreamSpec / ConsumerSpec field of test_mapping's cases round-trips spec -> wire -> spec;
-  resource names; what is skipped (buckets, ephemeral consumers) and refused (fields no spec can hold).
-- Against nats-server and jsbroker: each case is created on the server, imported from what the server
-  reports, and the imported spec sent back as an update leaves the server's config byte for byte the
-  same (after JSON normalisation): it says exactly what the server has, and no more than the case said.
+- Pure: every StreamSpec / ConsumerSpec field of test_mapping's cases, and every KeyValueSpec /
+  ObjectStoreSpec field, round-trips spec -> wire -> spec; resource names; what is skipped (ephemeral
+  consumers), imported as a Stream (a bucket stream no bucket spec can say) and refused (fields no spec
+  can hold).
+- Against nats-server and jsbroker: each case (and buckets made by nats-py) is created on the server,
+  imported from what the server reports, and the imported spec sent back as an update leaves the
+  server's config byte for byte the same (after JSON normalisation): it says exactly what the server
+  has, and no more than the case said.
 The command itself (flags, files, errors) and the apply-and-adopt round trip are in test_e2e_import.py.
 """
 
@@ -22,8 +25,8 @@ import nats
 import pytest
 import yaml
 
-from jsoperator import cli, crdgen, importer, mapping
-from jsoperator.models import ConnectionSpec, ConsumerSpec, StreamSpec
+from jsoperator import buckets, cli, crdgen, importer, mapping
+from jsoperator.models import ConnectionSpec, ConsumerSpec, KeyValueSpec, ObjectStoreSpec, StreamSpec
 from tests import servers
 from tests.operator.test_mapping import (  # noqa: F401  (server, nc: fixtures)
     CONSUMER_CASES,
@@ -39,6 +42,7 @@ from tests.operator.test_mapping import (  # noqa: F401  (server, nc: fixtures)
 
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
 POLICIES = {"adoptionPolicy", "deletionPolicy"}
+POLICY_VALUES = {"adoptionPolicy": "adopt", "deletionPolicy": "retain"}
 
 
 def _nonzero(config: dict[str, Any]) -> dict[str, Any]:
@@ -63,6 +67,55 @@ def test_every_consumer_field_round_trips(spec: dict[str, Any], expected: dict[s
     assert mapping.consumer_config(ConsumerSpec.model_validate({"streamName": "S", **back}), "x") == _nonzero(wire)
     assert set(back) == {key for key in spec if not importer._is_zero(wire[mapping.wire_name(_snake(key))])} | {
         "durableName"}
+
+
+# Every bucket spec field, at a value other than its default (the import leaves defaults out).
+KV_CASES: list[dict[str, Any]] = [
+    {},
+    {"bucket": "Orders_1", "description": "d", "history": 5, "ttl": "30s", "maxValueSize": "1Ki", "maxBytes": "1Mi",
+     "storage": "memory", "compression": True, "metadata": {"team": "a"},
+     "republish": {"src": ">", "dest": "repub.>", "headersOnly": True}},
+    {"ttl": "1h", "allowMsgTtl": True},
+    {"limitMarkerTtl": "5m"},
+    {"sources": [{"name": "origin"}, {"name": "KV_KV_odd"}, {"name": "ORIGIN", "subjectTransforms": [
+        {"src": "origin.>", "dest": "$KV.case4.origin.>"}]}]},
+    {"mirror": {"name": "origin", "filterSubject": "$KV.origin.a.>"}},
+    {"replicas": 3, "placement": {"cluster": "east", "tags": ["ssd"]}},  # pure only: one server has no cluster
+]
+OBJ_CASES: list[dict[str, Any]] = [
+    {},
+    {"bucket": "Files_1", "description": "d", "ttl": "2h", "maxBytes": "1Mi", "storage": "memory",
+     "compression": True, "metadata": {"team": "a"}},
+    {"sealed": True},
+    {"replicas": 3, "placement": {"cluster": "east"}},
+]
+BUCKET_CASES = [("KeyValue", KeyValueSpec, case) for case in KV_CASES] + [
+    ("ObjectStore", ObjectStoreSpec, case) for case in OBJ_CASES]
+
+
+def _as_reported(kind: str, config: dict[str, Any]) -> dict[str, Any]:
+    """A bucket stream config as the server reports it: the duplicate window it derives filled in."""
+    window = min(config.get("max_age") or 120 * 10**9, 120 * 10**9)
+    return {"duplicate_window": window, **config} if kind == "ObjectStore" else config
+
+
+@pytest.mark.parametrize(("kind", "model", "case"), BUCKET_CASES)
+def test_every_bucket_field_round_trips(kind: str, model: Any, case: dict[str, Any]) -> None:
+    spec = model.model_validate(case)
+    name = f"case{BUCKET_CASES.index((kind, model, case))}"
+    to_config = buckets.key_value_config if kind == "KeyValue" else buckets.object_store_config
+    wire = _as_reported(kind, to_config(spec, name))
+    manifest = importer.BUILDERS[kind](wire, name, importer.Options())
+    back = {key: value for key, value in manifest["spec"].items() if key not in POLICIES}
+    assert manifest["kind"] == kind and manifest["metadata"] == {"name": name}
+    assert set(back) == set(case)  # all of it, and no more
+    assert model.model_validate(back) == spec
+
+
+def test_the_bucket_cases_set_every_bucket_field() -> None:
+    for model, cases in ((KeyValueSpec, KV_CASES), (ObjectStoreSpec, OBJ_CASES)):
+        fields = {info.alias for field, info in model.model_fields.items() if field not in mapping.OPERATOR_FIELDS}
+        assert fields == {key for case in cases for key in case}, model
 
 
 def test_values_are_written_as_users_write_them() -> None:
@@ -162,26 +215,68 @@ def _consumer(**config: Any) -> dict[str, Any]:
                        "max_waiting": 512, "num_replicas": 0, **config}}
 
 
-def test_buckets_and_ephemeral_consumers_are_skipped_with_a_note_each() -> None:
-    streams = {"KV_config": _stream("KV_config"), "OBJ_files": _stream("OBJ_files"), "ORDERS": _stream("ORDERS")}
+def test_buckets_are_bucket_resources_and_ephemeral_consumers_are_skipped() -> None:
+    kv = buckets.key_value_config(KeyValueSpec(), "config")
+    streams = {"KV_config": {"config": kv}, "ORDERS": _stream("ORDERS"), "OBJ_my.files": {"config": _as_reported(
+        "ObjectStore", buckets.object_store_config(ObjectStoreSpec(bucket="my_files"), "x"))}}
     consumers = {"ORDERS": {"eph": _consumer(inactive_threshold=5 * 10**9), "work": _consumer(durable_name="work")},
                  "KV_config": {"w": _consumer(durable_name="w")}}
     out = importer.import_server(streams, consumers, importer.Options(), NOW)
     assert out.notes == [
-        "bucket config skipped: KeyValue resources cannot be imported yet (its stream KV_config and consumers are "
-        "left out)",
-        "bucket files skipped: ObjectStore resources cannot be imported yet (its stream OBJ_files and consumers are "
-        "left out)",
-        "consumer eph of stream ORDERS skipped: it is ephemeral (no durable name), the server removes it once idle",
-    ]
+        "consumer eph of stream ORDERS skipped: it is ephemeral (no durable name), the server removes it once idle"]
     assert out.failed == 0
-    assert [(m["kind"], m["metadata"]["name"]) for m in out.manifests] == [("Stream", "orders"),
-                                                                           ("Consumer", "orders-work")]
+    assert [(m["kind"], m["metadata"]["name"]) for m in out.manifests] == [
+        ("KeyValue", "config"), ("Consumer", "kv-config-w"), ("ObjectStore", "my-files"), ("Stream", "orders"),
+        ("Consumer", "orders-work")]
     assert out.manifests[0] == {
+        "apiVersion": "jsoperator.io/v1alpha1", "kind": "KeyValue", "metadata": {"name": "config"},
+        "spec": {"adoptionPolicy": "adopt", "deletionPolicy": "retain"}}
+    assert out.manifests[1]["spec"] == {"streamName": "KV_config", "durableName": "w", "adoptionPolicy": "adopt",
+                                        "deletionPolicy": "retain"}
+    assert out.manifests[2]["spec"] == {"bucket": "my_files", "adoptionPolicy": "adopt", "deletionPolicy": "retain"}
+    assert out.manifests[3] == {
         "apiVersion": "jsoperator.io/v1alpha1", "kind": "Stream", "metadata": {"name": "orders"},
         "spec": {"name": "ORDERS", "adoptionPolicy": "adopt", "deletionPolicy": "retain"}}
-    assert out.manifests[1]["spec"] == {"streamName": "ORDERS", "durableName": "work", "adoptionPolicy": "adopt",
+    assert out.manifests[4]["spec"] == {"streamName": "ORDERS", "durableName": "work", "adoptionPolicy": "adopt",
                                         "deletionPolicy": "retain"}
+
+
+# Bucket streams no bucket spec can say: (what the server has beyond the bucket's stream, the note's reason).
+NOT_BUCKETS = [
+    ({"allow_direct": False, "allow_msg_ttl": True},  # nats-py's create_key_value
+     "it would change allowDirect (server: false, KeyValue: true)"),
+    ({"max_msgs_per_subject": -1}, "spec.history: Input should be greater than or equal to 1"),
+    ({"subjects": ["$KV.b.>", "more.>"]}, 'it would change subjects (server: ["$KV.b.>", "more.>"], '
+                                          'KeyValue: ["$KV.b.>"])'),
+    ({"max_msgs": 10, "discard_new_per_subject": True},
+     "it would change maxMsgs (server: 10, KeyValue: -1), discardNewPerSubject (server: true, KeyValue: false)"),
+    ({"mirror": {"name": "ORDERS"}, "mirror_direct": True, "subjects": None},
+     'it would change mirror (server: {"name": "ORDERS"}, KeyValue: {"name": "KV_ORDERS"})'),
+    ({"sources": [{"name": "KV_a"}]}, "it would change sources"),
+]
+
+
+@pytest.mark.parametrize(("server", "reason"), NOT_BUCKETS)
+def test_a_bucket_no_bucket_spec_can_say_is_a_stream_with_a_note(server: dict[str, Any], reason: str) -> None:
+    config = {**buckets.key_value_config(KeyValueSpec(), "b"), **server}
+    config = {key: value for key, value in config.items() if value is not None}
+    out = importer.import_server({"KV_b": {"config": config}}, {"KV_b": {"w": _consumer(durable_name="w")}},
+                                 importer.Options(), NOW)
+    assert [(m["kind"], m["metadata"]["name"]) for m in out.manifests] == [("Stream", "kv-b"), ("Consumer", "kv-b-w")]
+    assert out.failed == 0 and len(out.notes) == 1
+    assert out.notes[0].startswith("bucket b imported as the Stream kv-b, which adopts it with no change: as a "
+                                   f"KeyValue, {reason}"), out.notes[0]
+    spec = out.manifests[0]["spec"]
+    assert spec["name"] == "KV_b"
+    assert mapping.stream_drift(mapping.stream_config(StreamSpec.model_validate(spec), "kv-b"), config) == []
+
+
+def test_a_bucket_no_spec_can_say_is_one_failure_note() -> None:
+    config = {**buckets.object_store_config(ObjectStoreSpec(), "f"), "future_limit": 3}
+    out = importer.import_server({"OBJ_f": {"config": config}}, {}, importer.Options(), NOW)
+    assert (out.manifests, out.failed) == ([], 1)
+    assert out.notes == ["stream OBJ_f not imported: the server sets future_limit=3, which this jsoperator version "
+                         "has no spec field for"]
 
 
 def test_options_reach_every_manifest() -> None:
@@ -277,6 +372,75 @@ async def test_imported_sealed_stream_says_what_the_server_has(nc: nats.NATS) ->
         assert mapping.stream_drift(resent, before) == []
     finally:
         await ok(nc, "STREAM.DELETE.sealed")
+
+
+ORIGIN_BUCKETS = ("KV_origin", "KV_KV_odd")
+
+
+async def _bucket_origins(nc: nats.NATS) -> None:
+    """What the bucket cases mirror and source: the buckets origin and KV_odd, the stream ORIGIN."""
+    await ensure_origins(nc)
+    for stream in ORIGIN_BUCKETS:
+        config = buckets.key_value_config(KeyValueSpec(), stream.removeprefix("KV_"))
+        await ok(nc, f"STREAM.CREATE.{stream}", config)
+
+
+async def _import_one(nc: nats.NATS, stream: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """(the server's config, the manifest importing it, the notes), after checking that the manifest sent
+    back changes nothing: no drift, and (unless sealed: the server takes no update then) an update
+    leaves the config byte for byte the same."""
+    before = (await ok(nc, f"STREAM.INFO.{stream}"))["config"]
+    out = importer.import_server({stream: {"config": before}}, {}, importer.Options(), NOW)
+    [manifest] = out.manifests
+    _, resent = buckets.desired(manifest["kind"], manifest["spec"], manifest["metadata"]["name"])
+    assert mapping.stream_drift(resent, before) == []
+    if not before.get("sealed"):
+        after = (await ok(nc, f"STREAM.UPDATE.{stream}", resent))["config"]
+        assert _normal(after) == _normal(before)
+    return before, manifest, out.notes
+
+
+@pytest.mark.parametrize("index", [i for i, (_, _, case) in enumerate(BUCKET_CASES) if "replicas" not in case])
+async def test_imported_bucket_says_what_the_server_has(nc: nats.NATS, index: int) -> None:
+    await _bucket_origins(nc)
+    kind, model, case = BUCKET_CASES[index]
+    _, config = buckets.desired(kind, case, f"case{index}")
+    sealed = config.pop("sealed", False)
+    stream = config["name"]
+    await ok(nc, f"STREAM.CREATE.{stream}", config)
+    try:
+        if sealed:
+            await ok(nc, f"STREAM.UPDATE.{stream}", {**config, "sealed": True})
+        _, manifest, notes = await _import_one(nc, stream)
+        assert (manifest["kind"], notes) == (kind, [])
+        assert model.model_validate(manifest["spec"]) == model.model_validate({**case, **{
+            key: value for key, value in manifest["spec"].items() if key in POLICIES}})
+    finally:
+        for name in (stream, *ORIGIN_BUCKETS):  # the other tests of this server see no buckets
+            await ok(nc, f"STREAM.DELETE.{name}")
+
+
+async def test_buckets_nats_py_made_are_imported_with_no_change(nc: nats.NATS) -> None:
+    """nats-py's KeyValue has allow_direct off unless asked (a KeyValue resource would turn it on): a Stream;
+    with direct=True, and its object stores, they are bucket resources (allowMsgTtl: nats-py always sets it)."""
+    js = nc.jetstream()
+    await js.create_key_value(bucket="pykv", history=3, ttl=60, description="py")
+    await js.create_key_value(bucket="pydirect", direct=True, max_value_size=1024)
+    await js.create_object_store("pyobj", description="files", max_bytes=1 << 20)
+    try:
+        _, manifest, notes = await _import_one(nc, "KV_pykv")
+        assert manifest["kind"] == "Stream" and manifest["spec"]["name"] == "KV_pykv"
+        assert notes == ["bucket pykv imported as the Stream kv-pykv, which adopts it with no change: as a KeyValue, "
+                         "it would change allowDirect (server: false, KeyValue: true)"]
+        _, manifest, notes = await _import_one(nc, "KV_pydirect")
+        assert (manifest["kind"], notes) == ("KeyValue", [])
+        assert manifest["spec"] == {"maxValueSize": 1024, "allowMsgTtl": True, **POLICY_VALUES}
+        _, manifest, notes = await _import_one(nc, "OBJ_pyobj")
+        assert (manifest["kind"], notes) == ("ObjectStore", [])
+        assert manifest["spec"] == {"description": "files", "maxBytes": 1 << 20, **POLICY_VALUES}
+    finally:
+        for stream in ("KV_pykv", "KV_pydirect", "OBJ_pyobj"):
+            await ok(nc, f"STREAM.DELETE.{stream}")
 
 
 @pytest.mark.parametrize("index", range(len(CONSUMER_CASES)))
@@ -381,4 +545,4 @@ def test_the_nats_flags_are_runs_user_and_password_from_the_environment(kind: st
         assert "authorization violation" in wrong.stderr.lower()
         right = run("s3cret")
         assert right.returncode == 0 and right.stdout == "", right.stderr  # an empty server: no manifests
-        assert f"0 Stream and 0 Consumer manifests from {url} written to stdout" in right.stderr
+        assert f"0 Stream, 0 KeyValue, 0 ObjectStore and 0 Consumer manifests from {url} written to stdout" in right.stderr
