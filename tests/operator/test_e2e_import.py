@@ -1,10 +1,11 @@
-"""End to end: `jsoperator import` against a server that already has streams and consumers, its manifests
-applied to the envtest apiserver and adopted by the running operator with no change on the server.
+"""End to end: `jsoperator import` against a server that already has streams, buckets and consumers, its
+manifests applied to the envtest apiserver and adopted by the running operator with no change on the server.
 
 The round trip, against nats-server and jsbroker: objects made with nats-py (limits, retention and storage
 kinds, filters, a mirror and a source, a sealed stream, consumer limits, pull and push consumers, metadata,
-a paused consumer, a KeyValue bucket and an ephemeral consumer that are skipped) -> `jsoperator import -o
-DIR/` -> created through the Kubernetes API -> every resource Ready and Adopted ("it matches the spec"), no
+a paused consumer, KeyValue and ObjectStore buckets, an ephemeral consumer that is skipped) and with the Go
+client (`nats kv add`, `nats object add`: natscli, nats.go) -> `jsoperator import -o DIR/` -> created
+through the Kubernetes API -> every resource Ready and Adopted ("it matches the spec"), no
 Updated/Created/DriftRepaired Event -> the server's stream and consumer configs byte for byte as before
 (JSON-normalised) -> deleting the resources (deletionPolicy retain, the import's default) leaves the server
 objects and their messages.
@@ -25,6 +26,8 @@ from jsoperator import mapping
 from jsoperator.models import ConsumerSpec
 from tests import servers
 from tests.operator.conftest import GROUP, PLURALS, VERSION, condition, on_broker, poll
+from tests.operator.test_buckets import nats_cli
+from tests.operator.test_importer import BUCKET_CASES, SERVER_BUCKET_CASES, _bucket_origins, create_bucket_case
 from tests.operator.test_mapping import (
     CONSUMER_CASES,
     SEALED_CASE,
@@ -67,7 +70,12 @@ async def _populate(js: Any) -> None:
     for i in range(5):
         await js.publish(f"orders.{'paid' if i % 2 else 'new'}", f"o{i}".encode())
         await js.publish("work.a", f"w{i}".encode())
-    await js.create_key_value(bucket="settings", history=3)
+    settings = await js.create_key_value(bucket="settings", history=3)  # allow_direct off: imported as a Stream
+    await settings.put("theme", b"dark")
+    cache = await js.create_key_value(bucket="cache", direct=True, ttl=600, max_value_size=4096)
+    await cache.put("k", b"v")
+    blobs = await js.create_object_store("blobs", description="uploads")
+    await blobs.put("a.txt", b"hello")
 
     await _api(js, "CONSUMER.CREATE.ORDERS.billing", {"stream_name": "ORDERS", "config": {
         "durable_name": "billing", "ack_policy": "explicit", "max_deliver": 5, "backoff": [NS, 10 * NS, 60 * NS],
@@ -84,6 +92,9 @@ async def _populate(js: Any) -> None:
         "durable_name": "workers", "ack_policy": "explicit", "ack_wait": 45 * NS, "max_waiting": 16}})
     await _api(js, "CONSUMER.CREATE.Events_v2.Tail_1", {"stream_name": "Events_v2", "config": {
         "durable_name": "Tail_1", "deliver_policy": "last_per_subject", "filter_subject": "events.>"}})
+    await _api(js, "CONSUMER.CREATE.KV_settings.watcher", {"stream_name": "KV_settings", "config": {
+        "durable_name": "watcher", "deliver_policy": "last_per_subject", "ack_policy": "explicit",
+        "filter_subject": "$KV.settings.>"}})
     await _api(js, "CONSUMER.CREATE.ORDERS", {"stream_name": "ORDERS", "config": {  # ephemeral
         "ack_policy": "explicit", "inactive_threshold": 600 * NS}})
 
@@ -109,8 +120,19 @@ def _import(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=60)
 
 
+def _populate_with_go(url: str, home: Path) -> None:
+    """Buckets as the Go client makes them (nats.go's CreateKeyValue / CreateObjectStore)."""
+    nats_cli(url, home, "kv", "add", "prefs", "--history", "5", "--ttl", "1h", "--description", "user prefs",
+             "--metadata", "team:web")
+    nats_cli(url, home, "kv", "put", "prefs", "lang", "en")
+    nats_cli(url, home, "object", "add", "files", "--max-bucket-size", "1048576", "--storage", "memory")
+    on_broker(url, lambda js: _api(js, "CONSUMER.CREATE.KV_prefs.audit", {"stream_name": "KV_prefs", "config": {
+        "durable_name": "audit", "ack_policy": "explicit", "filter_subject": "$KV.prefs.>"}}))
+
+
 def test_import_apply_adopts_with_no_change(kube, broker, tmp_path: Path) -> None:
     on_broker(broker.url, _populate)
+    _populate_with_go(broker.url, tmp_path)
     before = poll(lambda: (lambda s: s if (s["ORDERS_COPY"]["messages"], s["PAID"]["messages"]) == (5, 2) else None)(
         _snapshot(broker.url)), timeout=20, what="the mirror and the source caught up")
 
@@ -119,16 +141,28 @@ def test_import_apply_adopts_with_no_change(kube, broker, tmp_path: Path) -> Non
                    "-o", f"{out}/")
     assert done.returncode == 0, done.stderr
     notes = done.stderr.splitlines()
-    assert ("jsoperator import: bucket settings skipped: KeyValue resources cannot be imported yet (its stream "
-            "KV_settings and consumers are left out)") in notes
+    assert ("jsoperator import: bucket settings imported as the Stream kv-settings, which adopts it with no change: "
+            "as a KeyValue, it would change allowDirect (server: false, KeyValue: true)") in notes
     assert sum("of stream ORDERS skipped: it is ephemeral" in note for note in notes) == 1
-    assert f"6 Stream and 5 Consumer manifests from {broker.url} written to {out}/" in done.stderr
+    assert (f"7 Stream, 2 KeyValue, 2 ObjectStore and 7 Consumer manifests from {broker.url} written to {out}/"
+            in done.stderr)
 
     docs = {path.name: yaml.safe_load(path.read_text()) for path in sorted(out.glob("*.yaml"))}
     assert sorted(docs) == [
-        "consumer-events-v2-tail-1.yaml", "consumer-orders-audit.yaml", "consumer-orders-billing.yaml",
-        "consumer-orders-nightly.yaml", "consumer-work-workers.yaml", "stream-archive.yaml", "stream-events-v2.yaml",
+        "consumer-events-v2-tail-1.yaml", "consumer-kv-prefs-audit.yaml", "consumer-kv-settings-watcher.yaml",
+        "consumer-orders-audit.yaml", "consumer-orders-billing.yaml", "consumer-orders-nightly.yaml",
+        "consumer-work-workers.yaml", "keyvalue-cache.yaml", "keyvalue-prefs.yaml", "objectstore-blobs.yaml",
+        "objectstore-files.yaml", "stream-archive.yaml", "stream-events-v2.yaml", "stream-kv-settings.yaml",
         "stream-orders-copy.yaml", "stream-orders.yaml", "stream-paid.yaml", "stream-work.yaml"]
+    policies = {"adoptionPolicy": "adopt", "deletionPolicy": "retain", "connection": {"servers": [broker.url]}}
+    assert docs["keyvalue-prefs.yaml"]["spec"] == {  # nats.go's bucket: only what `nats kv add` was told
+        "description": "user prefs", "history": 5, "ttl": "1h", "metadata": {"team": "web"}, **policies}
+    assert docs["keyvalue-cache.yaml"]["spec"] == {  # nats-py's, made with direct=True: its allow_msg_ttl too
+        "ttl": "10m", "maxValueSize": 4096, "allowMsgTtl": True, **policies}
+    assert docs["objectstore-files.yaml"]["spec"] == {"maxBytes": 1048576, "storage": "memory", **policies}
+    assert docs["objectstore-blobs.yaml"]["spec"] == {"description": "uploads", **policies}
+    assert docs["stream-kv-settings.yaml"]["spec"]["name"] == "KV_settings"
+    assert docs["consumer-kv-prefs-audit.yaml"]["spec"]["streamName"] == "KV_prefs"
     assert docs["stream-events-v2.yaml"]["spec"] == {
         "name": "Events_v2", "subjects": ["events.>"], "retention": "interest", "maxMsgsPerSubject": 5,
         "storage": "memory", "duplicateWindow": "30s", "adoptionPolicy": "adopt", "deletionPolicy": "retain",
@@ -160,11 +194,14 @@ def test_import_apply_adopts_with_no_change(kube, broker, tmp_path: Path) -> Non
 
 
 def test_the_crds_accept_every_imported_field(kube, tmp_path: Path) -> None:
-    """Every case of test_mapping, made on nats-server and imported, passes the apiserver's validation
-    (the CRDs' OpenAPI schema and CEL rules: durations, sizes, times as the importer writes them)."""
+    """Every case of test_mapping and every bucket case of test_importer, made on nats-server and imported,
+    passes the apiserver's validation (the CRDs' OpenAPI schema and CEL rules: durations, sizes, times as the
+    importer writes them)."""
     async def populate(js: Any) -> None:
         nc = js._nc
-        await ensure_origins(nc)
+        await _bucket_origins(nc)
+        for index in SERVER_BUCKET_CASES:
+            await create_bucket_case(nc, index)
         for index, (case, _) in enumerate(STREAM_CASES + [SEALED_CASE]):
             config = mapping.stream_config(_stream_spec(index, case), f"case{index}")
             sealed = config.pop("sealed", False)
@@ -185,7 +222,11 @@ def test_the_crds_accept_every_imported_field(kube, tmp_path: Path) -> None:
         done = _import("--servers", server.url, "-n", kube.namespace, "-o", str(tmp_path / "all.yaml"))
     assert done.returncode == 0, done.stderr
     docs = [doc for doc in yaml.safe_load_all((tmp_path / "all.yaml").read_text()) if doc]
-    assert len(docs) == 2 + len(STREAM_CASES) + 1 + 2 * len(CONSUMER_CASES)
+    kinds = [doc["kind"] for doc in docs]
+    assert len(docs) == 2 + len(STREAM_CASES) + 1 + 2 * len(CONSUMER_CASES) + 2 + len(SERVER_BUCKET_CASES)
+    assert (kinds.count("KeyValue"), kinds.count("ObjectStore")) == (
+        2 + sum(BUCKET_CASES[i][0] == "KeyValue" for i in SERVER_BUCKET_CASES),
+        sum(BUCKET_CASES[i][0] == "ObjectStore" for i in SERVER_BUCKET_CASES))
     for doc in docs:
         kube.api.create_namespaced_custom_object(GROUP, VERSION, kube.namespace, PLURALS[doc["kind"]], doc,
                                                  dry_run="All")

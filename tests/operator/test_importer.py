@@ -400,17 +400,26 @@ async def _import_one(nc: nats.NATS, stream: str) -> tuple[dict[str, Any], dict[
     return before, manifest, out.notes
 
 
-@pytest.mark.parametrize("index", [i for i, (_, _, case) in enumerate(BUCKET_CASES) if "replicas" not in case])
+SERVER_BUCKET_CASES = [i for i, (_, _, case) in enumerate(BUCKET_CASES) if "replicas" not in case]
+
+
+async def create_bucket_case(nc: nats.NATS, index: int) -> str:
+    """BUCKET_CASES[index] made on the server as its resource would (sealed after the create); its stream."""
+    kind, _, case = BUCKET_CASES[index]
+    _, config = buckets.desired(kind, case, f"case{index}")
+    sealed = config.pop("sealed", False)
+    await ok(nc, f"STREAM.CREATE.{config['name']}", config)
+    if sealed:
+        await ok(nc, f"STREAM.UPDATE.{config['name']}", {**config, "sealed": True})
+    return str(config["name"])
+
+
+@pytest.mark.parametrize("index", SERVER_BUCKET_CASES)
 async def test_imported_bucket_says_what_the_server_has(nc: nats.NATS, index: int) -> None:
     await _bucket_origins(nc)
     kind, model, case = BUCKET_CASES[index]
-    _, config = buckets.desired(kind, case, f"case{index}")
-    sealed = config.pop("sealed", False)
-    stream = config["name"]
-    await ok(nc, f"STREAM.CREATE.{stream}", config)
+    stream = await create_bucket_case(nc, index)
     try:
-        if sealed:
-            await ok(nc, f"STREAM.UPDATE.{stream}", {**config, "sealed": True})
         _, manifest, notes = await _import_one(nc, stream)
         assert (manifest["kind"], notes) == (kind, [])
         assert model.model_validate(manifest["spec"]) == model.model_validate({**case, **{
