@@ -76,16 +76,47 @@ def import_server(
     ``now`` decides whether a consumer's pause_until has passed (a passed one is not imported)."""
     out = Imported()
     kinds = {stream: kind_of(stream) for stream in streams}
-    bucket_names: dict[str, str] = {}
-    for kind, prefix in buckets.PREFIX.items():
-        bucket_names |= resource_names({s: s[len(prefix):] for s in streams if kinds[s] == kind}, "bucket")
-    as_buckets, not_buckets = {}, {}
-    for stream in sorted(bucket_names):
-        try:
-            as_buckets[stream] = BUILDERS[kinds[stream]](streams[stream]["config"], bucket_names[stream], options)
-        except Unrepresentable as exc:
-            not_buckets[stream] = exc
+    as_buckets, not_buckets = _buckets(streams, kinds, options)
     stream_names = resource_names({s: s for s in streams if s not in as_buckets}, "stream")
+    durables = _durables(streams, consumers, out)
+    consumer_names = resource_names({(s, c): f"{s}-{c}" for s, cs in durables.items() for c in cs}, "consumer")
+    for stream in sorted(streams):
+        config = streams[stream]["config"]
+        if stream in as_buckets:
+            out.manifests.append(as_buckets[stream])
+        elif _add(out, f"stream {stream}", stream_manifest, config, stream_names[stream], options) and (
+                stream in not_buckets):
+            out.notes.append(f"bucket {_bucket(stream)} imported as the Stream {stream_names[stream]}, which adopts "
+                             f"it with no change: as a {kinds[stream]}, {not_buckets[stream]}")
+        for consumer in durables.get(stream, []):
+            _add(out, f"consumer {consumer} of stream {stream}", consumer_manifest,
+                 consumers[stream][consumer]["config"], stream, config, consumer_names[stream, consumer], options, now)
+    return out
+
+
+def _buckets(
+    streams: Mapping[str, Info], kinds: Mapping[str, str], options: Options
+) -> tuple[dict[str, dict[str, Any]], dict[str, Unrepresentable]]:
+    """Bucket stream -> its KeyValue / ObjectStore manifest, or why no bucket spec says what it has.
+
+    Resource names come from the bucket names, apart for each kind (a KeyValue and an ObjectStore may
+    share one)."""
+    names: dict[str, str] = {}
+    for kind in buckets.BUCKET_KINDS:
+        names |= resource_names({s: _bucket(s) for s in streams if kinds[s] == kind}, "bucket")
+    manifests, refused = {}, {}
+    for stream, name in names.items():
+        try:
+            manifests[stream] = BUILDERS[kinds[stream]](streams[stream]["config"], name, options)
+        except Unrepresentable as exc:
+            refused[stream] = exc
+    return manifests, refused
+
+
+def _durables(
+    streams: Mapping[str, Info], consumers: Mapping[str, Mapping[str, Info]], out: Imported
+) -> dict[str, list[str]]:
+    """Stream -> its durable consumers' names; each ephemeral one gets a note in ``out``."""
     durables: dict[str, list[str]] = {}
     for stream in sorted(streams):
         for consumer, info in sorted(consumers.get(stream, {}).items()):
@@ -94,20 +125,7 @@ def import_server(
             else:
                 out.notes.append(f"consumer {consumer} of stream {stream} skipped: it is ephemeral (no durable name), "
                                  "the server removes it once idle")
-    consumer_names = resource_names({(s, c): f"{s}-{c}" for s, cs in durables.items() for c in cs}, "consumer")
-    for stream in sorted(streams):
-        config = streams[stream]["config"]
-        if stream in as_buckets:
-            out.manifests.append(as_buckets[stream])
-        elif _add(out, f"stream {stream}", stream_manifest, config, stream_names[stream], options) and (
-                stream in not_buckets):
-            out.notes.append(f"bucket {stream[len(buckets.PREFIX[kinds[stream]]):]} imported as the Stream "
-                             f"{stream_names[stream]}, which adopts it with no change: as a {kinds[stream]}, "
-                             f"{not_buckets[stream]}")
-        for consumer in durables.get(stream, []):
-            _add(out, f"consumer {consumer} of stream {stream}", consumer_manifest,
-                 consumers[stream][consumer]["config"], stream, config, consumer_names[stream, consumer], options, now)
-    return out
+    return durables
 
 
 def _add(out: Imported, what: str, build: Callable[..., dict[str, Any]], *args: Any) -> bool:
@@ -123,6 +141,11 @@ def _add(out: Imported, what: str, build: Callable[..., dict[str, Any]], *args: 
 def kind_of(stream: str) -> str:
     """The resource kind a server stream belongs to: a bucket's (``KV_orders``) or Stream."""
     return next((kind for prefix, kind in BUCKET_PREFIXES.items() if stream.startswith(prefix)), "Stream")
+
+
+def _bucket(stream: str) -> str:
+    """The bucket name in a bucket's stream name (``KV_orders`` -> ``orders``)."""
+    return stream.removeprefix(buckets.PREFIX.get(kind_of(stream), ""))
 
 
 def render(manifests: list[dict[str, Any]]) -> str:
