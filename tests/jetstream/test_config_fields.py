@@ -99,15 +99,12 @@ CONSUMER_FIELDS: dict[str, tuple[str, Any]] = {
     "sourcing": (REFUSED, True),
     "metadata": (HONOURED, "test_consumer_api::CASES[actions_and_updates]"),
     "pause_until": (HONOURED, "test_consumer_policies::test_pause_holds_delivery"),
-    "priority_groups": (REFUSED, ["g"]),  # with a priority_policy; without one nats-server refuses it too
-    "priority_policy": (REFUSED, "overflow"),
-    "priority_timeout": (REFUSED, 60_000_000_000),  # needs pinned_client, refused with it
+    "priority_groups": (HONOURED, "test_priority::test_pinned_client_matches_nats_server"),
+    "priority_policy": (HONOURED, "test_priority::test_overflow_matches_nats_server"),
+    "priority_timeout": (HONOURED, "test_priority::test_pinned_client_matches_nats_server"),
 }
 # What a refused consumer field needs beside it to get past nats-server's own validation.
 _CONSUMER_COMPANIONS: dict[str, dict[str, Any]] = {
-    "priority_groups": {"priority_policy": "overflow"},
-    "priority_policy": {"priority_groups": ["g"]},
-    "priority_timeout": {"priority_policy": "pinned_client", "priority_groups": ["g"]},
     "direct": {"deliver_subject": "direct.deliver"},
     "sourcing": {"deliver_subject": "sourcing.deliver"},
 }
@@ -127,8 +124,7 @@ def test_stream_table_covers_jsbroker() -> None:
 def test_consumer_table_covers_jsbroker() -> None:
     ours = {f.name for f in dataclasses.fields(consumer_config.ConsumerConfig)}
     assert ours - set(CONSUMER_FIELDS) == set(), "a ConsumerConfig field without an entry in CONSUMER_FIELDS"
-    assert set(consumer_config.UNSUPPORTED) <= _status(CONSUMER_FIELDS, REFUSED)
-    assert _status(CONSUMER_FIELDS, REFUSED) - set(consumer_config.UNSUPPORTED) == {"priority_groups", "priority_timeout"}
+    assert set(consumer_config.UNSUPPORTED) == _status(CONSUMER_FIELDS, REFUSED)
 
 
 @pytest.mark.parametrize("evidence", sorted({e for t in (STREAM_FIELDS, CONSUMER_FIELDS) for k, e in t.values()

@@ -20,17 +20,19 @@ PREFIX = "$JS.EVENT.ADVISORY.CONSUMER."
 _TYPE = "io.nats.jetstream.advisory.v1."
 METRIC_ACK_PREFIX = "$JS.EVENT.METRIC.CONSUMER.ACK."
 _METRIC_TYPE = "io.nats.jetstream.metric.v1."
+ACCOUNT = "$G"  # the one account jsbroker serves (nats-server's global account)
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
-def _event_id() -> str:
+def new_id() -> str:
+    """A 22-character id like nats-server's nuids (advisory ids, pin ids)."""
     return "".join(secrets.choice(_ALPHABET) for _ in range(22))
 
 
 def _send(bus: InternalBus, subject: str, kind: str, fields: dict[str, Any], schema: str = _TYPE) -> None:
     if not bus.has_interest(subject):
         return
-    body = {"type": schema + kind, "id": _event_id(), "timestamp": rfc3339(now_ns()), **fields}
+    body = {"type": schema + kind, "id": new_id(), "timestamp": rfc3339(now_ns()), **fields}
     bus.publish(subject, None, b"", json.dumps(body, separators=(",", ":")).encode())
 
 
@@ -64,3 +66,17 @@ def action(bus: InternalBus, stream: str, consumer: str, created: bool) -> None:
     verb = "CREATED" if created else "DELETED"
     _send(bus, f"{PREFIX}{verb}.{stream}.{consumer}", "consumer_action",
           {"stream": stream, "consumer": consumer, "action": "create" if created else "delete"})
+
+
+def pinned(bus: InternalBus, stream: str, consumer: str, domain: str | None, group: str, pin_id: str) -> None:
+    """A priority group pinned a client (`pinned_client`)."""
+    _send(bus, f"{PREFIX}PINNED.{stream}.{consumer}", "consumer_group_pinned",
+          {"account": ACCOUNT, "stream": stream, "consumer": consumer, **({"domain": domain} if domain else {}),
+           "group": group, "pinned_id": pin_id})
+
+
+def unpinned(bus: InternalBus, stream: str, consumer: str, domain: str | None, group: str, reason: str) -> None:
+    """A pin ended: `reason` "timeout" (priority_timeout passed) or "admin" (CONSUMER.UNPIN)."""
+    _send(bus, f"{PREFIX}UNPINNED.{stream}.{consumer}", "consumer_group_unpinned",
+          {"account": ACCOUNT, "stream": stream, "consumer": consumer, **({"domain": domain} if domain else {}),
+           "group": group, "reason": reason})

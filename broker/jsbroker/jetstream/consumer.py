@@ -32,7 +32,7 @@ from jsbroker import subjects
 from jsbroker.config import VERSION
 from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreError, StreamStore, next_pending
 
-from . import ack, advisories, errors, headers, pull, rate
+from . import ack, advisories, errors, headers, priority, pull, rate
 from .requests import API_LEVEL, api_level_supported
 from .consumer_config import ConsumerConfig, set_static_metadata
 from .times import format_duration, now_ns, rfc3339
@@ -143,7 +143,8 @@ class Consumer:
         self.last_delivered_ns = 0
         self.last_acked_ns = 0
         # pull / push
-        self.waiting = pull.WaitQueue(cfg.max_waiting) if not cfg.is_push else None
+        self.waiting = pull.WaitQueue(cfg.max_waiting, cfg.priority_policy == "prioritized") if not cfg.is_push else None
+        self.priority = priority.Priority(cfg.priority_policy, cfg.priority_groups, cfg.priority_timeout)
         self.active = False
         self.pbytes = 0
         self.maxpb = FC_WINDOW_START if cfg.flow_control else 0
@@ -174,6 +175,7 @@ class Consumer:
         self._t_inactive = _Timer(self.loop, self._on_inactive_timer)
         self._t_pause = _Timer(self.loop, self._kick)
         self._t_hold = _Timer(self.loop, self._kick)
+        self._t_pin = _Timer(self.loop, self._on_pin_timer)
 
     def _configure(self) -> None:
         cfg = self.cfg
@@ -243,8 +245,9 @@ class Consumer:
         for w in self.waiting.clear() if self.waiting is not None else []:
             self.bus.publish(w.reply, None, pull.CONSUMER_DELETED, b"")
         self.closed = True
-        for t in (self._t_ack, self._t_wait, self._t_hb, self._t_inactive, self._t_pause, self._t_hold):
+        for t in (self._t_ack, self._t_wait, self._t_hb, self._t_inactive, self._t_pause, self._t_hold, self._t_pin):
             t.cancel()
+        self.priority.unassign()  # a stopped consumer pins nobody (nats-server keeps no pin across a restart)
         for sub in self._subs.items:
             self.bus.unsubscribe_internal(sub)
         self._subs.items.clear()
@@ -285,6 +288,8 @@ class Consumer:
         self._configure()
         if self.waiting is not None:
             self.waiting.max = cfg.max_waiting
+            self.waiting.prioritized = cfg.priority_policy == "prioritized"
+        self.priority.configure(cfg.priority_policy, cfg.priority_groups, cfg.priority_timeout)
         if (cfg.deliver_subject, cfg.deliver_group) != (old.deliver_subject, old.deliver_group) and cfg.is_push:
             if self._subs.watch is not None:
                 self._subs.watch.cancel()
@@ -560,6 +565,8 @@ class Consumer:
                 target, left_n, left_b = w.reply, w.n, w.b
                 if w.heartbeat and w.n > 0:
                     w.next_heartbeat = self._pass_mono + w.heartbeat
+                if (pin := self.priority.header()) is not None:
+                    hdr = headers.append(hdr, [(priority.PIN_ID, pin)])
             self._deliver(target, reply, msg.seq, msg.subject, hdr, data, dc, size)
             if left_n <= 0 and left_b > 0:
                 self._publish(target, None, pull.batch_completed(left_n, left_b), b"")
@@ -577,9 +584,10 @@ class Consumer:
             w, target, n = None, self.cfg.deliver_subject, budget + 1
         else:
             w = q.peek()
-            if w is None or w is not self._pass_served or w.b or len(q) != 1:
+            if w is None or w is not self._pass_served or w.b or len(q) != 1 or not priority.Priority.runs(w.ask):
                 return 0
             target, n = w.reply, min(w.n, budget + 1)
+        pin = self.priority.header()
         if self.maxp > 0:
             n = min(n, self.maxp - len(self.pending))
         ahead = self._ahead
@@ -593,8 +601,9 @@ class Consumer:
             seq = msg.seq
             self.sseq = seq + 1
             self.npc -= 1
+            hdr = msg.hdr if pin is None else headers.append(msg.hdr, [(priority.PIN_ID, pin)])
             deliver(target, reply_subject(prefix, 1, seq, self.dseq, msg.ts, max(self.npc, 0)), seq, msg.subject,
-                    msg.hdr, msg.data, 1, 0)
+                    hdr, msg.data, 1, 0)
             if self._congested:  # the subscriber is backed up: the rest waits in the read-ahead
                 ahead.extendleft(reversed(msgs[i + 1:]))
                 del msgs[i + 1:]
@@ -724,15 +733,34 @@ class Consumer:
         q = self.waiting
         assert q is not None
         w = q.peek()
-        if w is not None and w is self._pass_served and not w.b:
+        if w is not None and w is self._pass_served and not w.b and priority.Priority.runs(w.ask):
             q.take(w)
             return w
         now = self._pass_mono
+        prio = self.priority
+        choose = prio.policy != "none" or prio.pin
+        cycled = 0
         while (w := q.peek()) is not None:
             if w.expires_at and now >= w.expires_at:
                 self._publish(w.reply, None, pull.request_timeout(w.n, w.b), b"")
                 q.drop_head()
                 continue
+            pinned_now = False
+            if choose:
+                choice = prio.choose(w.ask, self.npc + 1, len(self.pending))  # npc: this message taken off
+                if choice is priority.Choice.SKIP:
+                    q.cycle()
+                    cycled += 1
+                    if cycled >= len(q):
+                        return None
+                    continue
+                if choice is priority.Choice.WRONG_PIN:
+                    self._publish(w.reply, None, priority.wrong_pin(w.n, w.b), b"")
+                    q.drop_head()
+                    continue
+                if choice is priority.Choice.PIN and w.ask is not None:
+                    self._pin(w.ask)
+                    pinned_now = True
             if w.b > 0:
                 size = len(subject) + len(reply) + len(hdr) + len(data)
                 if size <= w.b:
@@ -741,6 +769,8 @@ class Consumer:
                         w.n = 1
                 else:
                     self._publish(w.reply, None, pull.size_exceeds(w.n, w.b), b"")
+                    if pinned_now:  # the pin just given goes again, without an advisory (as nats-server)
+                        prio.unassign()
                     q.drop_head()
                     continue
             if w.reply in alive or self.bus.has_interest(w.reply):
@@ -846,13 +876,9 @@ class Consumer:
             return send(reply, pull.status(409, f"Exceeded MaxRequestExpires of {format_duration(cfg.max_expires)}"))
         if req.max_bytes > 0 and cfg.max_bytes > 0 and req.max_bytes > cfg.max_bytes:
             return send(reply, pull.status(409, f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}"))
-        if req.min_pending or req.min_ack_pending:
-            return send(reply, pull.status(400, "Bad Request - Not a Overflow Priority consumer"))
-        if req.pin_id:
-            return send(reply, pull.status(400, "Bad Request - Not a Pinned Client Priority consumer"))
-        if not 0 <= req.priority <= 9:
-            return send(reply, pull.status(400, "Bad Request - Priority must be between 0 and 9"))
         now = mono()
+        if (refused := self.priority.refusal(req.ask, now)) is not None:
+            return send(reply, refused)
         if q.full:
             self._sweep(end_of_stream=False)
         if req.no_wait:
@@ -871,7 +897,7 @@ class Consumer:
             return None
         expires_at = now + req.expires if req.expires > 0 else 0
         q.add(pull.Waiting(reply, req.batch, req.max_bytes, expires_at, req.no_wait, req.heartbeat,
-                           now + req.heartbeat if req.heartbeat else 0))
+                           now + req.heartbeat if req.heartbeat else 0, ask=req.ask))
         q.last_activity = now
         for t in (expires_at, now + req.heartbeat if req.heartbeat else 0):
             if t:
@@ -900,6 +926,32 @@ class Consumer:
         for w in self.waiting.due_heartbeats(now):
             self.bus.publish(w.reply, None, pull.idle_heartbeat(self.dseq - 1, self.sseq - 1), b"")
         self._sweep(end_of_stream=self._stall != "maxp")
+
+    # ---- priority groups: the pin (`priority.py` decides) -------------------------------------------
+
+    def _pin(self, ask: priority.Ask) -> None:
+        self.priority.assign(ask, advisories.new_id(), self._pass_mono, self._pass_ns)
+        self._t_pin.arm(self.priority.ttl, earliest=False)
+        advisories.pinned(self.bus, self.stream.name, self.name, self.stream.domain, ask.group, self.priority.pin)
+
+    def _on_pin_timer(self) -> None:
+        """The pin's TTL: a request with the pin id renews it, so the deadline may have moved on."""
+        if self.closed or not self.priority.pin:
+            return
+        now = mono()
+        if (group := self.priority.expired(now)) is not None:
+            advisories.unpinned(self.bus, self.stream.name, self.name, self.stream.domain, group, "timeout")
+            self._kick()
+        else:
+            self._t_pin.arm(self.priority.deadline - now, earliest=False)
+
+    def unpin(self, group: str) -> None:
+        """CONSUMER.UNPIN of a group of this consumer: nobody is pinned (an advisory says so even when nobody
+        was, as nats-server's does); the next request of the group gets the pin."""
+        self.priority.unassign()
+        self._t_pin.cancel()
+        advisories.unpinned(self.bus, self.stream.name, self.name, self.stream.domain, group, "admin")
+        self._kick()
 
     # ---- acks --------------------------------------------------------------------------------------
 
@@ -1341,6 +1393,8 @@ class Consumer:
             out["paused"] = True
             out["pause_remaining"] = min(until - now_ns(), 2**63 - 1)
         out["ts"] = rfc3339(now_ns())
+        if groups := self.priority.state():
+            out["priority_groups"] = groups
         return out
 
     @staticmethod

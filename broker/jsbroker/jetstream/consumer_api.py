@@ -280,6 +280,9 @@ def consumer_pause(req: Request) -> dict[str, Any]:
 
 
 def consumer_unpin(req: Request) -> dict[str, Any]:
+    """Checks in nats-server's order: the body (which must be JSON), the group, then the consumer."""
+    if not req.payload.strip():
+        raise errors.INVALID_JSON(err="unexpected end of JSON input")
     raw = req.json()
     group = get_str(raw, "group")
     if not group:
@@ -289,6 +292,7 @@ def consumer_unpin(req: Request) -> dict[str, Any]:
     consumer = _lookup(req)
     if group not in consumer.cfg.priority_groups:
         raise errors.CONSUMER_INVALID_PRIORITY_GROUP()
+    consumer.unpin(group)
     return {}
 
 

@@ -303,12 +303,9 @@ def set_static_metadata(cfg: ConsumerConfig) -> None:
 # ---- validation ----------------------------------------------------------------------------------
 
 # The ConsumerConfig fields nats-server knows and jsbroker refuses (10012): field -> why and what to do.
-# (priority_groups and priority_timeout come with a priority_policy: without one nats-server refuses them.)
 UNSUPPORTED: dict[str, str] = {
     "direct": "direct consumers serve mirrors and sources, which jsbroker does not support; leave direct unset",
     "sourcing": "sourcing consumers serve stream sources, which jsbroker does not support; leave sourcing unset",
-    "priority_policy": "priority groups are not supported by jsbroker yet; remove priority_policy, priority_groups "
-                       "and priority_timeout from the consumer config",
 }
 
 

@@ -13,6 +13,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from .errors import json_kind
+from .priority import Ask, rank
+
 PENDING_MSGS = "Nats-Pending-Messages"
 PENDING_BYTES = "Nats-Pending-Bytes"
 
@@ -57,18 +60,14 @@ class BadRequest(Exception):
 
 @dataclass(slots=True)
 class PullRequest:
-    """What one MSG.NEXT asked for (durations in ns)."""
+    """What one MSG.NEXT asked for (durations in ns); `ask` its priority fields (None: not a JSON body)."""
 
     batch: int = 1
     expires: int = 0
     max_bytes: int = 0
     no_wait: bool = False
     heartbeat: int = 0
-    group: str = ""
-    pin_id: str = ""
-    min_pending: int = 0
-    min_ack_pending: int = 0
-    priority: int = 0
+    ask: Ask | None = None
 
 
 def parse_request(body: bytes) -> PullRequest:
@@ -93,23 +92,35 @@ def parse_request(body: bytes) -> PullRequest:
         max_bytes=_int(data, "max_bytes"),
         no_wait=bool(data.get("no_wait") or False),
         heartbeat=_int(data, "idle_heartbeat"),
-        group=str(data.get("group") or ""),
-        pin_id=str(data.get("id") or ""),
-        min_pending=_int(data, "min_pending"),
-        min_ack_pending=_int(data, "min_ack_pending"),
-        priority=_int(data, "priority"),
+        ask=Ask(
+            group=_str(data, "group"),
+            min_pending=_int(data, "min_pending", "int64"),
+            min_ack_pending=_int(data, "min_ack_pending", "int64"),
+            pin_id=_str(data, "id"),
+            priority=_int(data, "priority"),
+        ),
     )
     if req.heartbeat > 0 and req.heartbeat * 2 > req.expires:
         raise BadRequest("heartbeat value too large")
     return req
 
 
-def _int(data: dict[str, object], key: str) -> int:
+def _int(data: dict[str, object], key: str, go_type: str = "int") -> int:
     value = data.get(key, 0)
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"json: cannot unmarshal {type(value).__name__} into Go struct field .{key} of type int")
+        kind = f"number {value}" if isinstance(value, float) else json_kind(value)
+        raise BadRequest(f"json: cannot unmarshal {kind} into Go struct field .{key} of type {go_type}")
+    return value
+
+
+def _str(data: dict[str, object], key: str) -> str:
+    value = data.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadRequest(f"json: cannot unmarshal {json_kind(value)} into Go struct field .{key} of type string")
     return value
 
 
@@ -125,13 +136,16 @@ class Waiting:
     heartbeat: int  # ns, 0 = none
     next_heartbeat: int  # monotonic ns
     delivered: int = 0
+    ask: Ask | None = None  # the priority fields (`priority.py`)
 
 
 class WaitQueue:
-    """Pending pull requests, served round-robin: one message each, then to the back of the queue."""
+    """Pending pull requests, served round-robin: one message each, then to the back of the queue;
+    `prioritized`: in order of `priority.rank`, round-robin within one rank."""
 
-    def __init__(self, max_waiting: int) -> None:
+    def __init__(self, max_waiting: int, prioritized: bool = False) -> None:
         self.max = max_waiting
+        self.prioritized = prioritized
         self._q: deque[Waiting] = deque()
         self.last_activity = 0  # monotonic ns of the last request or delivery (inactive_threshold)
 
@@ -146,7 +160,20 @@ class WaitQueue:
         return len(self._q) >= self.max > 0
 
     def add(self, w: Waiting) -> None:
-        self._q.append(w)
+        if self.prioritized:
+            self._insert(w)
+        else:
+            self._q.append(w)
+
+    def _insert(self, w: Waiting) -> None:
+        """Behind every request ranked the same or better (nats-server's insertAtPosition)."""
+        r = rank(w.ask)
+        at = next((i for i, other in enumerate(self._q) if rank(other.ask) > r), len(self._q))
+        self._q.insert(at, w)
+
+    def cycle(self) -> None:
+        """The head is not eligible now: to the back of the queue."""
+        self._q.rotate(-1)
 
     def owed(self) -> int:
         """Messages owed to all queued requests."""
@@ -161,7 +188,7 @@ class WaitQueue:
         w.n -= 1
         w.delivered += 1
         if w.n > 0:
-            self._q.append(w)
+            self.add(w)
 
     def take_many(self, w: Waiting, n: int) -> None:
         """Count `n` deliveries to `w`, the only request (as `take` n times: it stays the head)."""

@@ -305,6 +305,11 @@ class Stream:
         digest = hashlib.sha256(times.rfc3339(self.created_ns).encode()).digest()
         return "".join(_BASE62[b % 62] for b in digest[:8])
 
+    @property
+    def domain(self) -> str | None:
+        """The JetStream domain (consumer advisories name it)."""
+        return self._domain
+
     def consumer_dir(self, name: str) -> Path | None:
         if self.directory is None or self.config.storage == "memory":
             return None
