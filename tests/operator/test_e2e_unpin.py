@@ -1,7 +1,6 @@
 """End to end: the unpin annotation on a Consumer resource, executed once per distinct value within PROMPT
 seconds of an annotation-only patch, recorded in status.lastUnpin; refused clearly where nothing is pinned.
-nats-server pins and unpins for real; jsbroker refuses priority groups today, so there the refusals are
-what is tested (and that a refused pinnedClient consumer runs no unpin)."""
+Both brokers pin and unpin for real."""
 
 from __future__ import annotations
 
@@ -66,18 +65,6 @@ def touch(kube, consumer, value):
 
 
 def test_unpin_lets_the_pinned_client_go_once_per_value(kube, broker):
-    if broker.kind == "jsbroker":
-        kube.create("Stream", "up", {"name": "UP", "subjects": ["UP.>"], "storage": "memory",
-                                     "connection": {"servers": [broker.url]}})
-        kube.wait_condition("Stream", "up", "Ready")
-        kube.create("Consumer", "up", {"streamName": "UP", "ackPolicy": "explicit",
-                                       "connection": {"servers": [broker.url]}, **PINNED},
-                    annotations={UNPIN: "jobs"})
-        obj = kube.wait_condition("Consumer", "up", "Stalled", "True", "JetStreamError", timeout=PROMPT)
-        assert "priority groups are not supported by jsbroker" in obj["status"]["conditions"][0]["message"]
-        touch(kube, "up", "1")  # the consumer does not exist on the server: nothing to unpin, nothing recorded
-        assert "lastUnpin" not in kube.get("Consumer", "up").get("status", {})
-        return
     setup_consumer(kube, broker, "UP", "up", 0, **PINNED)
     publish(broker.url, "UP.x", 2)
     first = pin(broker.url, "UP", "up")

@@ -1,5 +1,5 @@
-"""jsoperator.unpin against real brokers: refusals before anything is sent, the server's refusal, and an
-unpin that lets the pinned client go (nats-server; jsbroker refuses priority groups today)."""
+"""jsoperator.unpin against real brokers (nats-server and jsbroker): refusals before anything is sent, the
+server's refusal, and an unpin that lets the pinned client go."""
 
 from __future__ import annotations
 
@@ -79,8 +79,6 @@ async def test_the_servers_refusal_is_recorded_with_its_err_code(broker, pool):
 
 
 async def test_unpin_lets_the_pinned_client_go(broker, pool):
-    if broker.kind == "jsbroker":
-        pytest.skip("jsbroker refuses priority groups (10012) until they land; the refusal is tested above")
     b = await setup(broker, pool, **PINNED)
     nc = await nats.connect(broker.url)
     try:
