@@ -2,7 +2,9 @@
 
 Each run pre-publishes N messages into a fresh file stream (raw socket, not timed), then a nats-py child
 process drains them and is timed: pull `fetch(100)` and `fetch(500)` with an ack per message, `fetch(500)`
-on an ack-none consumer, and a push consumer (ack none) counted in a callback. The server's CPU is read
+on an ack-none consumer, a push consumer (ack none) counted in a callback, and `fetch(500)` + ack on a
+`pinned_client` consumer (raw MSG.NEXT requests with the group and the pin id: nats-py has no priority
+groups; every delivery carries Nats-Pin-Id). The server's CPU is read
 around the drain only. The table shows medians: msgs/s and server CPU µs per message, jsbroker/nats-server;
 each run's line also shows the client's own CPU per message: a rate is the client's time plus the server
 time it waits for, so the client CPU tells how much of a difference is the server's.
@@ -17,7 +19,7 @@ import asyncio
 import itertools
 import multiprocessing as mp
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from common import KINDS, Sample, Workload, cpu_seconds, fill_stream, main, run_async
 from tests.servers import ServerHandle, launch
@@ -51,7 +53,10 @@ def _consumer(url: str, name: str, n: int, mode: str, batch: int, out: "mp.Queue
         js = nc.jetstream()
         ack = AckPolicy.NONE if mode in ("pull-none", "push") else AckPolicy.EXPLICIT
         got = 0
-        if mode == "push":
+        if mode == "pull-pinned":
+            start, cpu, sub = await _pinned(nc, name, n, batch, out)
+            await nc.flush()
+        elif mode == "push":
             done = asyncio.Event()
 
             async def cb(msg) -> None:
@@ -86,6 +91,34 @@ def _consumer(url: str, name: str, n: int, mode: str, batch: int, out: "mp.Queue
     run_async(main())
 
 
+async def _pinned(nc: Any, name: str, n: int, batch: int, out: "mp.Queue[tuple[float, float]]"
+                  ) -> tuple[float, float, Any]:
+    """Drain `n` messages from a pinned_client consumer, `batch` per request, acking each; returns the start
+    (perf_counter, process_time) once the consumer exists, and the inbox subscription."""
+    import json
+
+    config = {"durable_name": "BENCH", "ack_policy": "explicit", "max_ack_pending": -1, "filter_subject": name + ".x",
+              "priority_policy": "pinned_client", "priority_groups": ["g"]}
+    reply = await nc.request(f"$JS.API.CONSUMER.CREATE.{name}.BENCH",
+                             json.dumps({"stream_name": name, "config": config}).encode(), timeout=5)
+    assert b'"error"' not in reply.data, reply.data
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, pending_msgs_limit=10_000_000, pending_bytes_limit=1 << 31)
+    out.put((0.0, 0.0))  # ready
+    start, cpu = time.perf_counter(), time.process_time()
+    pin, got = "", 0
+    while got < n:
+        request = {"batch": batch, "expires": 5_000_000_000, "group": "g", **({"id": pin} if pin else {})}
+        await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{name}.BENCH", json.dumps(request).encode(), reply=inbox)
+        msgs = [await sub.next_msg(5) for _ in range(min(batch, n - got))]
+        for msg in msgs:  # acked after the batch, as the fetch workloads do
+            assert msg.reply, msg.headers  # a status would end the request: none is expected here
+            await nc.publish(msg.reply, b"")
+        pin = msgs[-1].headers["Nats-Pin-Id"] if msgs[-1].headers else pin
+        got += len(msgs)
+    return start, cpu, sub
+
+
 def consume(mode: str, batch: int = 0, size: int = SIZE) -> Callable[[ServerHandle, int], Sample]:
     def run(handle: ServerHandle, n: int) -> Sample:
         name = f"CBENCH{next(_names)}"
@@ -110,6 +143,7 @@ WORKLOADS: list[Workload] = [
     ("pull fetch(500) + ack each, file", consume("pull-ack", 500), 100_000),
     ("pull fetch(500), ack none, file", consume("pull-none", 500), 100_000),
     ("push (ack none), file", consume("push"), 100_000),
+    ("pinned_client fetch(500) + ack each, file", consume("pull-pinned", 500), 100_000),
     ("pull fetch(500) + ack each, file, 1 KB", consume("pull-ack", 500, 1024), 100_000),
     ("pull fetch(500) + ack each, file, 16 KB", consume("pull-ack", 500, 16 * 1024), 10_000),
     ("push (ack none), file, 1 KB", consume("push", 0, 1024), 100_000),
