@@ -290,6 +290,48 @@ async def test_prioritized_matches_nats_server(on_both: Any) -> None:
                               ("a", "n6"), ("c", "n7"), ("e", "n8"), ("e", "n9")]
 
 
+async def _pinned_edges(nc: Any, name: str) -> list[Any]:
+    """A request whose max_bytes the first message exceeds: 409, and the pin it was given goes again without an
+    UNPINNED advisory. headers_only: Nats-Msg-Size, then Nats-Pin-Id, after the stored headers. An update to
+    `overflow` keeps the pin, so requests without its id wait. Deleting the consumer sends no UNPINNED."""
+    js = nc.jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"])
+    for i in range(4):
+        await js.publish(f"{name}.a", b"m%d" % i, headers={"Foo": "bar"} if i % 2 else None)
+    adv = await nc.subscribe(f"$JS.EVENT.ADVISORY.CONSUMER.*.{name}.P")
+    config = {"durable_name": "P", "ack_policy": "explicit", "headers_only": True, "priority_policy": "pinned_client",
+              "priority_groups": ["g"]}
+    await api(nc, f"$JS.API.CONSUMER.CREATE.{name}.P", {"stream_name": name, "config": config})
+    pins = Pins()
+    t: list[Any] = [await pull(nc, name, "P", {"batch": 1, "group": "g", "max_bytes": 5}, pins)]
+    t.append(await groups(nc, name, "P", pins))
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{name}.P", json.dumps({"batch": 2, "group": "g"}).encode(), reply=inbox)
+    msgs = [await sub.next_msg(2) for _ in range(2)]
+    t.append([(m.data, [(k, pins.name(v) if k == PIN else v) for k, v in (m.headers or {}).items()]) for m in msgs])
+    updated = await api(nc, f"$JS.API.CONSUMER.CREATE.{name}.P", {"stream_name": name, "config": {
+        **config, "priority_policy": "overflow"}})
+    t.append((updated["config"]["priority_policy"], pins.name(updated["priority_groups"][0].get("pinned_client_id"))))
+    t.append(await pull(nc, name, "P", {"batch": 1, "group": "g", "expires": 300_000_000}, pins))
+    t.append(await pull(nc, name, "P", {"batch": 1, "group": "g", "id": pins.id_of("pin1")}, pins))
+    await api(nc, f"$JS.API.CONSUMER.DELETE.{name}.P")
+    t.append(await advisories(adv, pins))
+    await js.delete_stream(name)
+    return t
+
+
+async def test_pinned_edges_match_nats_server(on_both: Any) -> None:
+    ours, theirs = await on_both(_pinned_edges, "EDGE")
+    assert ours == theirs
+    assert ours == [
+        [("409", "Message Size Exceeds MaxBytes", "1")], [{"group": "g", "pinned_ts": "0001-01-01T00:00:00Z"}],
+        [(b"", [("Nats-Msg-Size", "2"), (PIN, "pin1")]), (b"", [("Foo", "bar"), ("Nats-Msg-Size", "2"), (PIN, "pin1")])],
+        ("overflow", "pin1"), [("408", "Request Timeout", "1")],
+        [("400", "Bad Request - Not a Pinned Client Priority consumer", None)],
+        [("PINNED", "consumer_group_pinned", "g", "pin2"), ("PINNED", "consumer_group_pinned", "g", "pin1")]]
+
+
 # -- the use case: ordered durable consumption with a reset and pinning ------------------------------------
 
 
