@@ -59,6 +59,8 @@ def test_overflow_waits_for_either_threshold() -> None:
     assert p.choose(Ask(group="g"), 0, 0) is Choice.SERVE and p.choose(None, 0, 0) is Choice.SERVE
     assert not Priority.runs(ask) and Priority.runs(Ask(group="g")) and Priority.runs(None)
     assert Priority("pinned_client", ["g"], S).choose(Ask(group="g", min_pending=5), 1, 0) is Choice.PIN
+    assert [Priority(policy, ["g"], S).chooses for policy in ("none", "overflow", "pinned_client", "prioritized")] == [
+        False, True, True, False]
 
 
 def _w(reply: str, n: int, ask: Ask | None) -> pull.Waiting:

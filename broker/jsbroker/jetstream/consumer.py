@@ -500,8 +500,10 @@ class Consumer:
         self._stall = ""
         self._congested = False
         self._ahead.clear()  # a new pass reads afresh: the stream or the filters may have changed
-        # pull requests say how many they want: read that many at once (push starts small and doubles)
-        owed = self.waiting.owed() if self.waiting is not None else 0
+        # pull requests say how many they want: read that many at once (push starts small and doubles); not
+        # when a priority policy may pass over every request (standby clients of a pin): each stored message
+        # would read ahead for nobody
+        owed = self.waiting.owed() if self.waiting is not None and not self.priority.chooses else 0
         self._ahead_n = min(max(owed, READ_AHEAD_FIRST), READ_AHEAD_MAX)
         if not self._paused():  # checked once: the pause timer kicks again when it ends
             self._pass_ns, self._pass_mono = now_ns(), mono()  # one clock read per pass
@@ -738,7 +740,7 @@ class Consumer:
             return w
         now = self._pass_mono
         prio = self.priority
-        choose = prio.policy != "none" or prio.pin
+        choose = prio.chooses
         cycled = 0
         while (w := q.peek()) is not None:
             if w.expires_at and now >= w.expires_at:

@@ -67,8 +67,9 @@ class Priority:
         self.policy, self.groups, self.ttl = policy, list(groups), ttl_ns
 
     @property
-    def prioritized(self) -> bool:
-        return self.policy == "prioritized"
+    def chooses(self) -> bool:
+        """Whether a queued request may be passed over or turned away (`choose` has a say)."""
+        return self.policy in ("overflow", "pinned_client") or bool(self.pin)
 
     # ---- a pull request arrives ----------------------------------------------------------------
 
