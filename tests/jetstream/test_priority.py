@@ -455,3 +455,50 @@ def test_pin_is_not_kept_across_a_restart(how: str) -> None:
     assert [t for i, t in enumerate(out["jsbroker"]) if not (how == "sigterm" and i == 2)] == [
         [{"group": "g", "pinned_ts": "0001-01-01T00:00:00Z"}], 120 * S_NS,
         [("423", "Nats-Wrong-Pin-Id", "1")], [("m2", "pin2"), ("m3", "pin2")]]
+
+
+# -- the Go nats CLI -------------------------------------------------------------------------------------------
+
+
+def test_nats_cli_pins_shows_and_unpins_as_on_nats_server(tmp_path: Any) -> None:
+    """natscli (nats.go): `consumer add --pinned-groups`, `consumer info` naming the pinned client, `consumer
+    unpin`; the same on both servers (times and the pin id blanked)."""
+    import re
+    import subprocess
+
+    from tests.chart import go_tools
+
+    cli = str(go_tools.NATS_CLI.for_test())
+
+    def transcript(kind: str) -> list[Any]:
+        with launch(kind) as handle:
+            def run(*args: str) -> tuple[int, list[str]]:
+                done = subprocess.run([cli, "--server", handle.url, "--timeout", "5s", *args], capture_output=True,
+                                      text=True, timeout=60, env={"HOME": str(tmp_path)})
+                text = re.sub(r"[A-Za-z0-9]{22}", "<pin>", done.stdout + done.stderr)
+                text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "<time>", text)
+                return done.returncode, [line.strip() for line in text.splitlines()
+                                         if any(w in line for w in ("Priority", "Pinned", "pinned", "nats: error"))]
+
+            out: list[Any] = [run("stream", "add", "S", "--subjects", "s.>", "--defaults")[0],
+                              run("pub", "s.a", "hello", "--count", "3")[0],
+                              run("consumer", "add", "S", "C", "--pull", "--pinned-groups", "jobs", "--pinned-ttl", "1m",
+                                  "--defaults"),
+                              run("consumer", "unpin", "S", "C", "jobs", "--force")]
+
+            async def pin() -> None:
+                nc = await nats.connect(handle.url)
+                got = await pull(nc, "S", "C", {"batch": 1, "group": "jobs"}, Pins(), count=1)
+                assert got == [("hello", "pin1")], got
+                await nc.close()
+
+            asyncio.run(pin())
+            out.append(run("consumer", "info", "S", "C"))
+            out.append(run("consumer", "unpin", "S", "C", "jobs", "--force"))
+            out.append(run("consumer", "info", "S", "C"))
+            return out
+
+    ours, theirs = transcript("jsbroker"), transcript("nats-server")
+    assert ours == theirs
+    assert ours[3][0] == 1 and ours[4][1][-1] == "Priority Groups: jobs: pinned <pin> at <time>"
+    assert ours[5][0] == 0 and ours[-1][1][-1] == "Priority Groups: jobs: No client"
