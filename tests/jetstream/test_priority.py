@@ -356,7 +356,8 @@ async def _ordered_handover(url: str, name: str) -> list[Any]:
         await a.publish(f"$JS.API.CONSUMER.MSG.NEXT.{name}.W",
                         json.dumps({"batch": 2, "group": "work", "id": a_pin}).encode(), reply=inbox)
         t.append(("A stuck on", [(await stuck.next_msg(2)).data.decode() for _ in range(2)]))
-        info = await api(admin, f"$JS.API.CONSUMER.INFO.{name}.W")
+        # A's acks come on its own connection: wait until they are applied (m0-m3 acked, m4 and m5 pending)
+        info = await poll_async(lambda: _state(admin, name, (4, 2)), timeout=3, what="A's acks of m0-m3")
         t.append(("floor", info["ack_floor"]["stream_seq"], info["num_ack_pending"]))
         t.append(await api(admin, f"$JS.API.CONSUMER.UNPIN.{name}.W", {"group": "work"}))
         reset = await admin.jsm().reset_consumer(name, "W")
@@ -364,7 +365,7 @@ async def _ordered_handover(url: str, name: str) -> list[Any]:
         t.append(("A again", await pull(a, name, "W", {"batch": 1, "group": "work", "id": a_pin}, pins)))
         t.append(("B", await pull(b, name, "W", {"batch": 10, "group": "work", "expires": 2 * S_NS}, pins, count=6)))
         t.append(("groups", await groups(admin, name, "W", pins)))
-        await poll_async(lambda: _acked_all(admin, name), timeout=3, what="B's acks")
+        await poll_async(lambda: _state(admin, name, (10, 0)), timeout=3, what="B's acks")
         await js.delete_stream(name)
         return t
     finally:
@@ -372,9 +373,10 @@ async def _ordered_handover(url: str, name: str) -> list[Any]:
             await nc.close()
 
 
-async def _acked_all(nc: Any, name: str) -> bool:
+async def _state(nc: Any, name: str, want: tuple[int, int]) -> dict[str, Any] | None:
+    """W's INFO once its (ack floor stream seq, num_ack_pending) is `want`, else None."""
     info = await api(nc, f"$JS.API.CONSUMER.INFO.{name}.W")
-    return bool(info["ack_floor"]["stream_seq"] == 10 and info["num_ack_pending"] == 0)
+    return info if (info["ack_floor"]["stream_seq"], info["num_ack_pending"]) == want else None
 
 
 async def test_reset_with_pinning_gives_ordered_durable_consumption(nats_server: Any, jsbroker_server: Any,
