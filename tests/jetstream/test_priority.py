@@ -448,15 +448,19 @@ def test_pin_is_not_kept_across_a_restart(how: str) -> None:
                 handle.stop()
             handle.restart()
             out[kind] = asyncio.run(_after_restart(handle.url, old_pin))
-    if how == "kill":  # nats-server writes plain acks lazily: after kill -9 its ack floor is back at 0, ours not
-        assert (out["jsbroker"][2], out["nats-server"][2]) == (2, 0)
-        out = {kind: t[:2] + t[3:] for kind, t in out.items()}
-    else:
-        assert out["jsbroker"][2] == out["nats-server"][2] == 2
-    assert out["jsbroker"] == out["nats-server"]
-    assert [t for i, t in enumerate(out["jsbroker"]) if not (how == "sigterm" and i == 2)] == [
-        [{"group": "g", "pinned_ts": "0001-01-01T00:00:00Z"}], 120 * S_NS,
+    assert out["jsbroker"] == [
+        [{"group": "g", "pinned_ts": "0001-01-01T00:00:00Z"}], 120 * S_NS, 2,
         [("423", "Nats-Wrong-Pin-Id", "1")], [("m2", "pin2"), ("m3", "pin2")]]
+    if how == "kill":
+        # nats-server writes a consumer's state lazily: after kill -9 its ack floor is back at 0 and delivery
+        # resumes at m1 or m2, depending on when it last wrote; ours keeps what was acknowledged. The pin
+        # part is compared.
+        def pin_part(t: list[Any]) -> list[Any]:
+            return [t[0], t[1], t[3], [pin for _, pin in t[4]]]
+
+        assert pin_part(out["nats-server"]) == pin_part(out["jsbroker"])
+    else:
+        assert out["nats-server"] == out["jsbroker"]
 
 
 # -- the Go nats CLI -------------------------------------------------------------------------------------------
