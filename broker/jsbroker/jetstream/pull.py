@@ -1,6 +1,7 @@
 """Pull requests (pure): parsing `$JS.API.CONSUMER.MSG.NEXT` bodies, the waiting-request queue a pull
-consumer serves round-robin, and the status messages that end or interrupt a request
-(`consumer.go nextReqFromMsg`, `waitQueue`, `processNextMsgRequest`, `processWaiting`).
+consumer serves round-robin (or by priority, `prioritized`), and the status messages that end or interrupt a
+request (`consumer.go nextReqFromMsg`, `waitQueue`, `processNextMsgRequest`, `processWaiting`). A request's
+priority-group fields are kept as a `priority.Ask`; what they decide is `priority.py`'s.
 
 Times here are `time.monotonic_ns()` values passed in by the caller (no clock reads, no timers): the
 consumer owns the single timer that calls `WaitQueue.sweep`.
