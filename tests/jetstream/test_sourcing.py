@@ -264,10 +264,7 @@ async def test_bad_combinations_match_nats_server(differential):
     assert codes[12:15] == [None, None, 10052]  # a filter away from the reader's subjects is no cycle; a mirror hides one
 
 
-@pytest.mark.parametrize("field, value", [
-    ("external", {"api": "$JS.hub.API"}),
-    ("consumer", {"name": "C", "deliver_subject": "d"}),
-])
+@pytest.mark.parametrize("field, value", [("external", {"api": "$JS.hub.API"})])
 @pytest.mark.parametrize("where", ["mirror", "sources"])
 async def test_unbuilt_source_fields_are_refused_naming_them(jsbroker_server, unique, field, value, where):
     name = unique("U")
@@ -278,6 +275,187 @@ async def test_unbuilt_source_fields_are_refused_naming_them(jsbroker_server, un
     assert answer["error"]["description"].startswith(f"{where}.{field}: ") and "jsbroker" in answer["error"]["description"]
     [answer] = await replay(jsbroker_server.url, [(f"$JS.API.STREAM.INFO.{name}", "")], name)
     assert answer["error"]["err_code"] == 10059  # nothing was created
+
+
+# -- durable sourcing (2.14's `consumer`): fed by a consumer the user created on the origin -------------
+
+
+def fc_consumer(stream: str, name: str, deliver_subject: str, **extra: Any) -> dict[str, Any]:
+    """The consumer durable sourcing needs: push, ack_policy flow_control (flow control, 1 s heartbeat)."""
+    return {"stream_name": stream, "config": {"durable_name": name, "deliver_subject": deliver_subject,
+                                              "ack_policy": "flow_control", "flow_control": True,
+                                              "idle_heartbeat": 1_000_000_000, **extra}}
+
+
+def consumer_state(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: body[k] for k in ("name", "num_ack_pending", "num_pending", "num_redelivered")} | {
+        "delivered": {k: v for k, v in body["delivered"].items() if k != "last_active"},
+        "ack_floor": {k: v for k, v in body["ack_floor"].items() if k != "last_active"},
+        "push_bound": body.get("push_bound", False)}
+
+
+async def settled_consumer(nc: Any, stream: str, name: str) -> dict[str, Any]:
+    """The consumer once the flow control responses acked everything it delivered (on a heartbeat)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        body = await api(nc, f"$JS.API.CONSUMER.INFO.{stream}.{name}")
+        if body["ack_floor"]["stream_seq"] == body["delivered"]["stream_seq"] or time.monotonic() > deadline:
+            return consumer_state(body)
+        await asyncio.sleep(0.1)
+
+
+async def wait_error(nc: Any, stream: str) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT
+    while "error" not in json.dumps(source_state(body := await info(nc, stream))) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    return source_state(body)
+
+
+async def durable_scenario(nc: Any, n: str) -> list[Any]:
+    out: list[Any] = []
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}O", {"name": f"{n}O", "subjects": [f"{n}.o.>"]})
+    for i in range(4):
+        await api(nc, f"{n}.o.{'ab'[i % 2]}", f"m{i}".encode(), {"Nats-Msg-Id": f"id{i}"})
+    created = await api(nc, f"$JS.API.STREAM.CREATE.{n}G", {"name": f"{n}G", "sources": [
+        {"name": f"{n}O", "consumer": {"name": "C", "deliver_subject": f"{n}.dlv.g"}}]})
+    out.append(("create", normalise(created["config"]), source_state(created)))
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}M", {"name": f"{n}M", "mirror": {
+        "name": f"{n}O", "consumer": {"name": "CM", "deliver_subject": f"{n}.dlv.m"}}})
+    # the consumers are the user's: one without ack_policy flow_control is an error on the link
+    await api(nc, f"$JS.API.CONSUMER.CREATE.{n}O.C", {"stream_name": f"{n}O", "config": {
+        "durable_name": "C", "deliver_subject": f"{n}.dlv.g", "ack_policy": "explicit"}})
+    await api(nc, f"$JS.API.CONSUMER.CREATE.{n}O.CM", {"stream_name": f"{n}O", "config": {
+        "durable_name": "CM", "deliver_subject": f"{n}.dlv.m", "ack_policy": "all"}})
+    out.append(("not flow control", await wait_error(nc, f"{n}G"), await wait_error(nc, f"{n}M")))
+    await api(nc, f"$JS.API.CONSUMER.DELETE.{n}O.C")
+    await api(nc, f"$JS.API.CONSUMER.DELETE.{n}O.CM")
+    await api(nc, f"$JS.API.CONSUMER.CREATE.{n}O.C", fc_consumer(f"{n}O", "C", f"{n}.dlv.g"))
+    # the mirror's consumer starts at the origin's third message: the mirror starts there too
+    await api(nc, f"$JS.API.CONSUMER.CREATE.{n}O.CM", fc_consumer(f"{n}O", "CM", f"{n}.dlv.m",
+                                                                  deliver_policy="by_start_sequence", opt_start_seq=3))
+    await api(nc, f"{n}.o.a", b"late")
+    for stream, count in ((f"{n}G", 5), (f"{n}M", 3)):
+        body = await wait_for(nc, stream, count, timeout=60)
+        out.append((stream, normalise(body["state"]), source_state(body), await messages(nc, stream)))
+    for name in ("C", "CM"):
+        out.append((name, await settled_consumer(nc, f"{n}O", name)))
+    out.append(("consumers", sorted(c["name"] for c in (await api(nc, f"$JS.API.CONSUMER.LIST.{n}O"))["consumers"])))
+    return out
+
+
+async def test_durable_sourcing_matches_nats_server(on_both):
+    ours, theirs = await on_both(durable_scenario, "DU")
+    assert ours == theirs
+    assert ours[1][1]["sources"][0]["error"]["err_code"] == 10217
+    assert ours[1][2]["mirror"]["error"]["err_code"] == 10214
+    assert [m[3] for m in ours[2][3]] == [b"m0", b"m1", b"m2", b"m3", b"late"]
+    assert [m[0] for m in ours[3][3]] == [3, 4, 5]  # the mirror starts where its consumer does
+    assert ours[4][1]["ack_floor"]["stream_seq"] == 5 and ours[4][1]["push_bound"]
+
+
+async def durable_interest_scenario(nc: Any, n: str) -> list[Any]:
+    """A workqueue origin: what its durable sourcing consumer delivered and had acked by the flow control
+    response is removed from it; the rest of the origin's messages stay."""
+    out: list[Any] = []
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}W", {"name": f"{n}W", "subjects": [f"{n}.w.>"], "retention": "workqueue"})
+    await api(nc, f"$JS.API.CONSUMER.CREATE.{n}W.C", fc_consumer(f"{n}W", "C", f"{n}.dlv", filter_subject=f"{n}.w.a"))
+    for subject in ("a", "b", "a", "a"):
+        await api(nc, f"{n}.w.{subject}", subject.encode())
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}G", {"name": f"{n}G", "sources": [
+        {"name": f"{n}W", "consumer": {"name": "C", "deliver_subject": f"{n}.dlv"}}]})
+    body = await wait_for(nc, f"{n}G", 3, timeout=60)
+    out.append((normalise(body["state"]), source_state(body)))
+    out.append(await settled_consumer(nc, f"{n}W", "C"))
+    deadline = time.monotonic() + WAIT
+    while (await info(nc, f"{n}W"))["state"]["messages"] > 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    out.append(normalise((await info(nc, f"{n}W"))["state"]))
+    return out
+
+
+async def test_durable_sourcing_of_a_workqueue_matches_nats_server(on_both):
+    ours, theirs = await on_both(durable_interest_scenario, "DW")
+    assert ours == theirs
+    assert ours[2]["messages"] == 1
+
+
+DURABLE_BAD = [
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "sources": [{"name": "O", "consumer": {"name": "C", "deliver_subject": "d"},
+                                                                "opt_start_seq": 2}]}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "sources": [{"name": "O", "consumer": {"name": "C", "deliver_subject": "d"},
+                                                                "opt_start_time": "2024-01-01T00:00:00Z"}]}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "sources": [{"name": "O", "consumer": {"name": "C", "deliver_subject": "d"},
+                                                                "filter_subject": "o.a"}]}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "sources": [{"name": "O", "consumer": {"name": "a.b", "deliver_subject": "d"}}]}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "sources": [{"name": "O", "consumer": {"name": "C", "deliver_subject": "d.*"}}]}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "sources": [{"name": "O", "consumer": {"name": "C"}}]}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "sources": [{"name": "O", "consumer": {}}]}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "sources": [{"name": "O", "consumer": "C"}]}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "sources": [
+        {"name": "O", "consumer": {"name": "C", "deliver_subject": "d"}},
+        {"name": "O", "consumer": {"name": "C", "deliver_subject": "e"}, "subject_transforms": [{"src": "o.a", "dest": "x"}]}]}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "sources": [
+        {"name": "O", "consumer": {"name": "C", "deliver_subject": "d"}}, {"name": "O", "consumer": {"name": "C", "deliver_subject": "d"}}]}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "mirror": {"name": "O", "consumer": {"name": "C", "deliver_subject": "d"},
+                                                              "opt_start_seq": 2}}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "mirror": {"name": "O", "consumer": {"name": "C", "deliver_subject": "d"},
+                                                              "filter_subject": "o.a"}}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "mirror": {"name": "O", "consumer": {"name": "", "deliver_subject": "d"}}}),
+    ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "mirror": {"name": "O", "consumer": {"name": "C", "deliver_subject": ">"}}}),
+    # accepted: a source and a mirror each naming their consumer (the two sources through two consumers)
+    ("$JS.API.STREAM.CREATE.{S}2", {"name": "{S}2", "sources": [
+        {"name": "O", "consumer": {"name": "C", "deliver_subject": "d"}}, {"name": "O", "consumer": {"name": "D", "deliver_subject": "e"},
+                                                                          "subject_transforms": [{"src": "o.a", "dest": "x"}]}]}),
+    ("$JS.API.STREAM.CREATE.{S}3", {"name": "{S}3", "mirror": {"name": "O", "consumer": {"name": "C", "deliver_subject": "d"}}}),
+    ("$JS.API.STREAM.UPDATE.{S}3", {"name": "{S}3", "mirror": {"name": "O", "consumer": {"name": "C2", "deliver_subject": "d"}}}),
+]
+
+
+async def test_durable_sourcing_bad_configs_match_nats_server(differential):
+    ours, theirs = await differential(DURABLE_BAD)
+    assert [strip_volatile(a) for a in ours] == [strip_volatile(a) for a in theirs]
+    codes = [a.get("error", {}).get("err_code") for a in ours]
+    assert codes == [10215] * 7 + [10025, 10216, 10140] + [10213] * 4 + [None, None, 10055]
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill"])
+async def test_restart_mid_durable_sourcing_loses_and_repeats_nothing(server_factory, server_kind, how):
+    """The consumer's ack floor is the durable position: after a restart the link resets it, skips what it
+    copied already, and the aggregate and the mirror hold every acked message once."""
+    handle = server_factory(server_kind)
+    nc = await nats.connect(handle.url)
+    await api(nc, "$JS.API.STREAM.CREATE.A", {"name": "A", "subjects": ["a.>"], "retention": "interest"})
+    await api(nc, "$JS.API.CONSUMER.CREATE.A.CG", fc_consumer("A", "CG", "dlv.g"))
+    await api(nc, "$JS.API.CONSUMER.CREATE.A.CM", fc_consumer("A", "CM", "dlv.m"))
+    await api(nc, "$JS.API.STREAM.CREATE.AGG", {"name": "AGG", "sources": [
+        {"name": "A", "consumer": {"name": "CG", "deliver_subject": "dlv.g"}}]})
+    await api(nc, "$JS.API.STREAM.CREATE.MIR", {"name": "MIR", "mirror": {
+        "name": "A", "consumer": {"name": "CM", "deliver_subject": "dlv.m"}}})
+    await wait_active(nc, "AGG")
+    await wait_active(nc, "MIR")
+    await nc.close()
+    task = asyncio.ensure_future(publish_many(handle.url, "a.x", 3000, 0))
+    await asyncio.sleep(0.5)
+    (handle.stop() if how == "sigterm" else handle.kill())
+    acked = await task
+    handle.start()
+    nc = await nats.connect(handle.url)
+    await api(nc, "a.x", b"after")
+    last = (await info(nc, "A"))["state"]["last_seq"]
+    assert last >= acked + 1
+    body = await wait_for(nc, "AGG", last, timeout=60)
+    await wait_for(nc, "MIR", last, timeout=60)
+    seqs = [int(m[2].split("Nats-Stream-Source: ")[1].split(" ")[1]) for m in await messages(nc, "AGG")]
+    assert seqs == list(range(1, last + 1)) and body["state"]["messages"] == last
+    assert [m[0] for m in await messages(nc, "MIR")] == list(range(1, last + 1))
+    for name in ("CG", "CM"):  # everything acked, and the interest origin then drops it
+        state = await settled_consumer(nc, "A", name)
+        assert state["ack_floor"]["stream_seq"] == last and state["num_pending"] == 0
+    deadline = time.monotonic() + WAIT
+    while (await info(nc, "A"))["state"]["messages"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert (await info(nc, "A"))["state"]["messages"] == 0
+    await nc.close()
 
 
 # -- restarts while sourcing --------------------------------------------------------------------------

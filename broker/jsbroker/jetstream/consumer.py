@@ -186,6 +186,7 @@ class Consumer:
         self.maxp = cfg.max_ack_pending
         self._ack_none = cfg.ack_policy == "none"
         self._ack_all = cfg.ack_policy in ("all", "flow_control")
+        self._fc_acks = cfg.ack_policy == "flow_control"  # acked by flow control responses only
         self._holds = cfg.is_push and (cfg.replay_policy == "original" or bool(cfg.rate_limit_bps))
         self._limiter = rate.limiter(cfg.rate_limit_bps, self.stream.config.max_msg_size, DEFAULT_MAX_PAYLOAD)
         self._headers_only = cfg.headers_only
@@ -216,7 +217,7 @@ class Consumer:
             self.store.reset(ConsumerState(delivered_stream_seq=self.sseq - 1, ack_floor_stream_seq=self.sseq - 1))
         self._recount_pending()
         bus, stream = self.bus, self.stream.name
-        if self.cfg.ack_policy != "none":  # nats-server listens for no acks then: an ack_sync gets the 503
+        if self.cfg.ack_policy not in ("none", "flow_control"):  # nats-server listens for no acks then
             self._subs.items.append(bus.subscribe_batched(ack.subscription_subject(stream, self.name), self._on_acks))
         self._subs.items.append(bus.subscribe_internal(f"{MSG_NEXT_PREFIX}{stream}.{self.name}", self._on_next))
         if self.cfg.is_push:
@@ -813,7 +814,7 @@ class Consumer:
             self._flush_out()
         if self.maxpb:
             self.pbytes += size
-            if not self.fcid and self.pbytes > self.maxpb // 2:
+            if not self.fcid and (self.pbytes > self.maxpb // 2 or self._fc_acks and 0 < self.maxp <= len(self.pending)):
                 self._send_flow_control()
         if self._ack_none and self._pass_retained:
             self.stream.acked(seq)  # interest/workqueue streams drop it once nobody needs it
@@ -1259,6 +1260,8 @@ class Consumer:
             if self.active:
                 hdr = pull.idle_heartbeat(self.dseq - 1, self.sseq - 1, stalled=self.fcid)
                 self.bus.publish(self.cfg.deliver_subject, None, hdr, b"")
+                if self._fc_acks and self.pending and not self.fcid:  # acks wait for a flow control response
+                    self._send_flow_control()
             self._last_out = mono()
             idle = 0
         self._t_hb.arm(hb - idle, earliest=False)
@@ -1274,6 +1277,10 @@ class Consumer:
         self.maxpb = min(self.maxpb * 2, FC_WINDOW_LIMIT)
         self.pbytes = max(self.pbytes - self.fcsz, 0)
         self.fcid, self.fcsz = "", 0
+        if self._fc_acks:  # ack_policy flow_control: the response names what its receiver stored
+            sseq = _header_int(hdr, headers.LAST_STREAM)
+            if sseq > 0:
+                self._ack(sseq, max(_header_int(hdr, headers.LAST_CONSUMER), 0))
         self._kick()
 
     # ---- inactivity and pause ----------------------------------------------------------------------
@@ -1407,6 +1414,14 @@ class Consumer:
 def consumer_meta(name: str, created_ns: int, config: dict[str, Any]) -> bytes:
     """What `save_meta` writes (a restore writes the same for the consumers of a snapshot)."""
     return json.dumps({"name": name, "created": created_ns, "config": config}).encode()
+
+
+def _header_int(hdr: bytes, key: str) -> int:
+    text = headers.get(hdr, key)
+    try:
+        return int(text) if text else 0
+    except ValueError:
+        return 0
 
 
 def load_meta(directory: Path) -> tuple[str, int, dict[str, Any]] | None:

@@ -37,6 +37,10 @@ LAST_SEQUENCE = "Nats-Last-Sequence"
 MSG_SIZE = "Nats-Msg-Size"  # a headers-only republish or consumer delivery: the size of the body left out
 UP_TO_SEQUENCE = "Nats-UpTo-Sequence"
 STREAM_IDENTITY = "Nats-Stream-Identity"
+# A push consumer's idle heartbeat, and the flow control response that acks up to them (ack_policy flow_control).
+LAST_CONSUMER = "Nats-Last-Consumer"
+LAST_STREAM = "Nats-Last-Stream"
+CONSUMER_STALLED = "Nats-Consumer-Stalled"
 # sourcing: "<stream> <origin seq> <filter> <transform destination> <original subject> <origin identity>"
 STREAM_SOURCE = "Nats-Stream-Source"
 STREAM_SOURCE_NEEDLE = b"Nats-Stream-Source"  # a cheap `in` before the exact lookup

@@ -18,6 +18,14 @@ such a per-source state in its store). An origin that is missing, deleted or
 created later is looked up again when streams come and go and on every health tick; a recreated origin
 (another identity) is read from its start by a source, from the mirror's last sequence + 1 by a mirror.
 
+A **durable** source or mirror (2.14's `consumer: {name, deliver_subject}`, ADR-58) is fed by a consumer
+the user created on the origin (ack_policy flow_control), as on nats-server: the link resets it (as the
+CONSUMER.RESET request nats-server sends: delivery restarts after its ack floor), subscribes its deliver
+subject, skips what it already holds, and answers its flow control requests with the last delivery and
+origin sequence it stored, which acks them on the origin (an interest or workqueue origin then drops
+them). The consumer's ack floor is the durable position; the copies are written before that answer goes
+out, so a restart (SIGTERM or kill -9) loses nothing, and what it redelivers is skipped.
+
 `Sourcing(stream, lookup, bus)` runs one stream's links; jetstream/service.py owns it: started after the
 stream starts (create, restore), stopped before the stream stops or changes its mirror/sources.
 """
@@ -25,14 +33,16 @@ stream starts (create, restore), stopped before the stream stops or changes its 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 from typing import Any, Callable
 
 from jsbroker import store as storage
 from jsbroker import subjects
-from jsbroker.internal import InternalBus
-from jsbroker.jetstream import errors, headers, times
+from jsbroker.internal import InternalBus, InternalSubscription, Origin
+from jsbroker.jetstream import ack, errors, headers, times
+from jsbroker.jetstream.consumer import Consumer
 from jsbroker.jetstream.stream import Stream
 from jsbroker.jetstream.stream_config import SourceConfig, StreamConfig
 from jsbroker.store.base import StoreError, StoredMsg
@@ -40,6 +50,7 @@ from jsbroker.store.base import StoreError, StoredMsg
 log = logging.getLogger(__name__)
 
 HEALTH_INTERVAL = 1.0  # s, nats-server's sourcing heartbeat: origins looked up again, `active` refreshed
+SILENT_NS = 10_000_000_000  # a durable link that heard nothing (not even a heartbeat) this long is set up again
 BATCH = 512  # messages one link copies per loop turn before it lets other work run
 _STRIP_PREFIXES = ("Nats-Expected-", "Nats-Batch-")  # the origin checked these; the copy does not again
 
@@ -91,6 +102,18 @@ def parse_source_header(value: str) -> tuple[str, int, str] | None:
     return f"{fields[0]} {fields[2]} {fields[3]}", int(fields[1]), fields[5] if len(fields) > 5 else ""
 
 
+def parse_delivery(reply: str) -> tuple[int, int, int, int, int] | None:
+    """(delivery count, origin seq, delivery seq, time ns, pending) of a consumer delivery's ack reply."""
+    toks = reply.split(".")
+    if len(toks) != 9:
+        return None
+    try:
+        dc, sseq, dseq, ts, pending = (int(t) for t in toks[4:])
+    except ValueError:
+        return None
+    return dc, sseq, dseq, ts, pending
+
+
 class Link:
     """One mirror or source: where it reads in its origin and what STREAM.INFO shows about it. It is
     also the origin's `SourceWatch`: kicked on new messages, and an interest for interest retention."""
@@ -110,6 +133,12 @@ class Link:
         self.origin: Stream | None = None
         self.stalled = False  # the stream refused a message: retried on the next health tick
         self.refused = 0  # the origin seq last refused (logged once)
+        # durable links: the origin's consumer feeding this link, the subscription of its deliver subject,
+        # the last delivery seq taken in order
+        self.durable = spec.consumer is not None
+        self.consumer: Consumer | None = None
+        self.sub: InternalSubscription | None = None
+        self.dseq = 0
 
     def wants(self, subject: str) -> bool:
         return self._filters is None or any(subjects.subject_matches(f, subject) for f in self._filters)
@@ -124,7 +153,10 @@ class Link:
 
     def update_lag(self) -> None:
         """nats-server's lag: the origin's pending count after the last message its consumer delivered
-        (the last one copied, or the one the stream refused), minus one, never below 0."""
+        (the last one copied, or the one the stream refused), minus one, never below 0. A durable link
+        takes it from the pending count of each delivery instead."""
+        if self.durable:
+            return
         pending = self.origin.store.num_pending(self.next_seq, self._filters) if self.origin is not None else 0
         self.lag = max(pending - (2 if self.stalled else 1), 0)
 
@@ -162,6 +194,7 @@ class Sourcing:
         persisted = stream.directory is not None and cfg.storage == "file" and bool(cfg.sources)
         self._directory = stream.directory if persisted else None
         self._saved: dict[str, list[Any]] = {}
+        self._write_armed = False  # a durable link's copies wait for one write before any output
 
     def start(self) -> None:
         self._positions_from_file()
@@ -192,6 +225,9 @@ class Sourcing:
         """Look every origin up again (streams were created or deleted) and position new ones."""
         for link in self.links:
             origin = self._lookup(link.spec.name)
+            if link.durable:  # an origin without the consumer is no error: a reset request gets no answer
+                self._attach(link, origin)
+                continue
             if origin is None:
                 self._unwatch(link)
                 if report_missing:
@@ -209,6 +245,122 @@ class Sourcing:
         if link.origin is not None and link in link.origin.watchers:
             link.origin.watchers.remove(link)
         link.origin = None
+        if link.sub is not None:
+            self._bus.unsubscribe_internal(link.sub)
+            link.sub = None
+        link.consumer = None
+
+    # -- durable links: fed by the origin's consumer ----------------------------------------------------
+
+    def _attach(self, link: Link, origin: Stream | None) -> None:
+        """Set a durable link up on its origin's consumer, as nats-server's reset request does: a consumer
+        that is missing leaves the link waiting; one without ack_policy flow_control is an error."""
+        assert link.spec.consumer is not None
+        found = origin.consumers.get(link.spec.consumer[0]) if origin is not None else None
+        consumer = found if isinstance(found, Consumer) else None
+        if consumer is not None and consumer is link.consumer and not link.stalled:
+            return
+        self._unwatch(link)
+        if origin is None or consumer is None:
+            return
+        consumer.reset(0)  # delivery restarts after the ack floor: the durable position
+        if consumer.cfg.ack_policy != "flow_control":
+            link.error = (errors.MIRROR_CONSUMER_REQUIRES_ACK_FC if link.is_mirror
+                          else errors.SOURCE_CONSUMER_REQUIRES_ACK_FC)()
+            return
+        link.error, link.stalled, link.dseq, link.lag = None, False, 0, 0
+        ident = origin.identity()
+        if link.ident and link.ident != ident and not link.is_mirror:
+            link.seq = 0  # a recreated origin: its sequences start again
+        link.ident = ident
+        delivered = consumer.ack_floor_seq
+        if link.is_mirror:
+            self._mirror_from(delivered)
+            link.seq = max(delivered, self.stream.last_seq)
+        else:
+            link.seq = max(link.seq, delivered)
+        link.origin, link.consumer = origin, consumer
+        link.last_active = times.now_ns()
+        link.sub = self._bus.subscribe_internal(link.spec.consumer[1], functools.partial(self._on_delivery, link))
+
+    def _mirror_from(self, delivered: int) -> None:
+        """A mirror behind its consumer's start (a consumer created after the messages it skips) moves its
+        sequence there, as nats-server does: an empty one starts after it, another one skips to it."""
+        if self.stream.last_seq >= delivered:
+            return
+        if self.stream.store.state().msgs == 0:
+            self.stream.store.purge(up_to_seq=delivered + 1)
+        else:
+            self.stream.store.skip_msgs(delivered + 1)
+        self.stream.last_seq = delivered
+
+    def _on_delivery(self, link: Link, subject: str, reply: str | None, hdr: bytes, payload: bytes,
+                     origin: Origin | None) -> None:
+        consumer = link.consumer
+        if self._closed or consumer is None or link.sub is None:
+            return
+        link.last_active = times.now_ns()
+        if not payload and hdr.startswith(b"NATS/1.0 100"):
+            self._on_control(link, reply, hdr)
+            return
+        if not reply or not reply.startswith(ack.reply_prefix(consumer.stream.name, consumer.name)):
+            return  # not from the link's consumer
+        delivery = parse_delivery(reply)
+        if delivery is None or delivery[0] > 1 or link.stalled:
+            return  # a redelivery: the link is set up again instead, as nats-server does
+        _, sseq, dseq, ts, pending = delivery
+        if sseq <= link.seq:  # held already (a reset redelivers from the ack floor)
+            if dseq == link.dseq + 1:
+                link.dseq = dseq
+            return
+        if dseq != link.dseq + 1 and not (link.is_mirror and sseq == link.seq + 1):
+            self._again(link)  # a delivery was missed
+            return
+        self._write_soon()
+        try:
+            self._store(link, StoredMsg(sseq, subject, hdr, payload, ts))
+        except (errors.ApiError, StoreError, OSError) as exc:
+            self._refused(link, sseq, exc)
+            link.stalled = True  # set up again on the next health tick, from the consumer's ack floor
+            return
+        link.dseq, link.seq = dseq, sseq
+        link.lag = max(pending - 1, 0)
+
+    def _on_control(self, link: Link, reply: str | None, hdr: bytes) -> None:
+        """A flow control request is answered with what the link stored (the consumer acks up to it); a
+        heartbeat naming another last delivery means one was missed."""
+        if reply:
+            self._write()  # the copies are on disk before the origin may drop them
+            answer = headers.build(((headers.LAST_CONSUMER, str(link.dseq)), (headers.LAST_STREAM, str(link.seq))))
+            self._bus.publish(reply, None, answer, b"")
+            return
+        last = headers.get(hdr, headers.LAST_CONSUMER)
+        if last and last.isdigit() and int(last) > 0 and int(last) != link.dseq:
+            self._again(link)
+        elif stalled := headers.get(hdr, headers.CONSUMER_STALLED):
+            self._bus.publish(stalled, None, b"", b"")
+
+    def _again(self, link: Link) -> None:
+        """Set a durable link up again (reset its consumer) on the next loop turn, out of the delivery."""
+        if not link.stalled:
+            link.stalled = True
+            self._bus.loop.call_soon(self._reattach, link)
+
+    def _reattach(self, link: Link) -> None:
+        if not self._closed:
+            self._attach(link, self._lookup(link.spec.name))
+
+    def _write_soon(self) -> None:
+        if not self._write_armed:
+            self._write_armed = True
+            self._bus.before_output(self._write)
+
+    def _write(self) -> None:
+        self._write_armed = False
+        try:
+            self.stream.store.flush()
+        except (StoreError, OSError) as exc:
+            log.error("sourcing could not write its copies", extra={"stream": self.stream.name, "error": str(exc)})
 
     def _positions_from_headers(self) -> None:
         """Where each source stopped: the newest stored message with its Nats-Stream-Source header (the
@@ -308,7 +460,7 @@ class Sourcing:
             return
         more = False
         for link in self.links:
-            if link.origin is not None and not link.stalled:
+            if link.origin is not None and not link.stalled and not link.durable:
                 more = self._copy(link) or more
         if more:
             self.kick()
@@ -324,10 +476,7 @@ class Sourcing:
                 self._store(link, msg)
             except (errors.ApiError, StoreError, OSError) as exc:
                 link.stalled = True  # nats-server retries the same message: so does the next tick
-                if link.refused != msg.seq:  # said once, not at every retry
-                    link.refused = msg.seq
-                    log.warning("sourcing stalled: the stream refused a message", extra={
-                        "stream": self.stream.name, "source": link.spec.name, "seq": msg.seq, "error": str(exc)})
+                self._refused(link, msg.seq, exc)
                 break
             link.next_seq = msg.seq + 1
             if release:
@@ -337,6 +486,12 @@ class Sourcing:
             link.last_active = times.now_ns()
         link.update_lag()
         return len(msgs) == BATCH and not link.stalled
+
+    def _refused(self, link: Link, seq: int, exc: Exception) -> None:
+        if link.refused != seq:  # said once, not at every retry
+            link.refused = seq
+            log.warning("sourcing stalled: the stream refused a message", extra={
+                "stream": self.stream.name, "source": link.spec.name, "seq": seq, "error": str(exc)})
 
     def _flush(self, link: Link) -> None:
         """One write for the batch, before any consumer of the stream delivers from it (its passes run on
@@ -359,7 +514,7 @@ class Sourcing:
         _, duplicate = self.stream.process(link.map(msg.subject),
                                            headers.append(hdr, ((headers.STREAM_SOURCE, value),)), msg.data,
                                            sourced=True)
-        if not duplicate:
+        if not duplicate or link.durable:  # nats-server's durable link moves on past a duplicate too
             link.seq = msg.seq
 
     def _tick(self) -> None:
@@ -369,7 +524,10 @@ class Sourcing:
         self._save_positions()
         now = times.now_ns()
         for link in self.links:
-            if link.origin is not None:
+            if link.durable:
+                if link.sub is not None and now - link.last_active > SILENT_NS:
+                    self._again(link)
+            elif link.origin is not None:
                 link.last_active = now
                 link.update_lag()
                 link.stalled = False

@@ -25,7 +25,6 @@ sequence still moves) -> Nats-TTL value (10165) -> raised to the delete marker T
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -36,14 +35,13 @@ from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.jetstream import api, counters, errors, headers, requests, times
 from jsbroker.jetstream.dedupe import MsgIdWindow
-from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform
+from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform, short_hash
 from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
 
 if TYPE_CHECKING:
     from jsbroker.internal import InternalBus, InternalSubscription, Origin
 
 log = logging.getLogger(__name__)
-_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 MAX_HEADER_SIZE = 65535
 _MAX_REPUBLISH_DEPTH = 16
@@ -302,8 +300,7 @@ class Stream:
     def identity(self) -> str:
         """nats-server's stream identity: 8 base-62 characters of the SHA-256 of the creation time
         (RFC 3339, ns), so a recreated stream of the same name has another one."""
-        digest = hashlib.sha256(times.rfc3339(self.created_ns).encode()).digest()
-        return "".join(_BASE62[b % 62] for b in digest[:8])
+        return short_hash(times.rfc3339(self.created_ns))
 
     @property
     def domain(self) -> str | None:

@@ -7,7 +7,7 @@ is the config as responses and the persisted metadata carry it (omit-empty field
 
 Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
 (atomic/batch publishing, message schedules) and the source fields in
-`UNSUPPORTED_IN_SOURCES` (external, consumer) are refused with 10052 naming the field and what to do.
+`UNSUPPORTED_IN_SOURCES` (external) are refused with 10052 naming the field and what to do.
 `mirror` and `sources` are `SourceConfig`s (jetstream/sourcing.py copies them); the checks that need
 other streams (cycles, message sizes, mirror_direct) are sourcing.check_origins'.
 `placement` and `compression` are stored and echoed: on a single server they change nothing a client sees.
@@ -16,6 +16,7 @@ other streams (cycles, message sizes, mirror_direct) are sourcing.check_origins'
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ MAX_REPLICAS = 5
 DEFAULT_DUPLICATE_WINDOW = 120_000_000_000  # 2 min in ns
 MIN_WINDOW = 100_000_000  # 100 ms: the smallest max_age / duplicate_window
 _BAD_NAME_CHARS = frozenset(" \t\r\n\f.*>\\/")
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 # Metadata keys the server owns: `_nats.req.level` is stored, the other two are added to responses only.
 REQ_LEVEL_KEY, LEVEL_KEY, VERSION_KEY = "_nats.req.level", "_nats.level", "_nats.ver"
 
@@ -59,15 +61,18 @@ class SourceConfig:
     opt_start_time: int | None = None  # ns
     filter_subject: str = ""
     subject_transforms: tuple[tuple[str, str], ...] = ()  # (src, dest)
+    consumer: tuple[str, str] | None = None  # durable sourcing: the origin's consumer (name, deliver_subject)
 
     @property
     def index_name(self) -> str:
-        """nats-server's index name, "<stream> <filters> <transform destinations>" ('>' when empty, several
-        joined by a form feed): what tells two sources apart and what a Nats-Stream-Source header names."""
+        """nats-server's index name, "<stream>[:C=<consumer hash>] <filters> <transform destinations>" ('>'
+        when empty, several joined by a form feed): what tells two sources apart and what a
+        Nats-Stream-Source header names."""
+        name = f"{self.name}:C={short_hash(self.consumer[0])}" if self.consumer is not None else self.name
         if not self.subject_transforms:
-            return f"{self.name} {self.filter_subject or '>'} >"
+            return f"{name} {self.filter_subject or '>'} >"
         srcs = "\f".join(src or ">" for src, _ in self.subject_transforms)
-        return f"{self.name} {srcs} " + "\f".join(dest or ">" for _, dest in self.subject_transforms)
+        return f"{name} {srcs} " + "\f".join(dest or ">" for _, dest in self.subject_transforms)
 
     @property
     def filters(self) -> list[str] | None:
@@ -92,6 +97,9 @@ class SourceConfig:
             out["filter_subject"] = self.filter_subject
         if self.subject_transforms:
             out["subject_transforms"] = [{"src": src, "dest": dest} for src, dest in self.subject_transforms]
+        if self.consumer is not None:
+            name, deliver_subject = self.consumer
+            out["consumer"] = {k: v for k, v in (("name", name), ("deliver_subject", deliver_subject)) if v}
         return out
 
 
@@ -191,6 +199,13 @@ class StreamConfig:
             other, metadata=_user_metadata(other.metadata))
 
 
+def short_hash(text: str) -> str:
+    """nats-server's getHash: 8 base-62 characters of the SHA-256 of `text` (stream identities, the
+    consumer part of a durable source's index name)."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return "".join(_BASE62[b % 62] for b in digest[:8])
+
+
 def is_valid_name(name: str) -> bool:
     """Stream and consumer names: non-empty, no `. * > / \\` and no whitespace."""
     return bool(name) and not any(c in _BAD_NAME_CHARS for c in name)
@@ -282,7 +297,6 @@ def _as_object(value: Any) -> dict[str, Any] | None:
 UNSUPPORTED_IN_SOURCES: dict[str, str] = {
     "external": "external (api / deliver prefixes) is not supported by jsbroker: name a stream of this "
                 "server and leave external out",
-    "consumer": "durable sourcing is not supported by jsbroker yet; leave consumer out",
 }
 
 
@@ -295,9 +309,12 @@ def _source(obj: dict[str, Any] | None, key: str) -> SourceConfig | None:
             raise _invalid(f"{key}.{field_name}: {text}")
     transforms = tuple((get_str(t, "src"), get_str(t, "dest"))
                        for t in (_as_object(item) or {} for item in _list(obj, "subject_transforms")))
+    consumer = get_object(obj, "consumer")
     return SourceConfig(name=get_str(obj, "name"), opt_start_seq=get_int(obj, "opt_start_seq", kind="uint64"),
                         opt_start_time=get_time(obj, "opt_start_time"),
-                        filter_subject=get_str(obj, "filter_subject"), subject_transforms=transforms)
+                        filter_subject=get_str(obj, "filter_subject"), subject_transforms=transforms,
+                        consumer=None if consumer is None else (get_str(consumer, "name"),
+                                                                get_str(consumer, "deliver_subject")))
 
 
 def _placement(raw: dict[str, Any]) -> dict[str, Any] | None:
@@ -439,6 +456,8 @@ def _check_mirror(cfg: StreamConfig) -> None:
         raise errors.MIRROR_WITH_SOURCES()
     if cfg.allow_msg_counter:
         raise errors.MIRROR_WITH_COUNTERS()
+    if not _durable_consumer_ok(cfg.mirror):
+        raise errors.MIRROR_DURABLE_CONSUMER_CFG_INVALID()
     if cfg.mirror.filter_subject and cfg.mirror.subject_transforms:
         raise errors.MIRROR_MULTIPLE_FILTERS_NOT_ALLOWED()
     if cfg.subject_delete_marker_ttl > 0:  # markers would take sequences the origin does not have
@@ -453,6 +472,7 @@ def _check_mirror(cfg: StreamConfig) -> None:
 
 def _check_sources(cfg: StreamConfig) -> None:
     seen: set[str] = set()
+    consumers: set[tuple[str, str]] = set()
     for source in cfg.sources:
         if not is_valid_name(source.name):
             raise errors.SOURCE_INVALID_STREAM_NAME()
@@ -465,6 +485,22 @@ def _check_sources(cfg: StreamConfig) -> None:
         srcs = [src for src, _ in source.subject_transforms]
         if any(subjects.is_subset(a, b) for i, a in enumerate(srcs) for j, b in enumerate(srcs) if i != j):
             raise errors.SOURCE_OVERLAPPING_SUBJECT_FILTERS()
+        if source.consumer is not None:
+            if not _durable_consumer_ok(source):
+                raise errors.SOURCE_DURABLE_CONSUMER_CFG_INVALID()
+            if (source.name, source.consumer[0]) in consumers:  # one consumer feeds one source
+                raise errors.SOURCE_DURABLE_CONSUMER_DUPLICATE_DETECTED()
+            consumers.add((source.name, source.consumer[0]))
+
+
+def _durable_consumer_ok(source: SourceConfig) -> bool:
+    """A durable source's consumer: a valid name and a literal deliver subject; where to start and what
+    to read are the consumer's own config, so the source names neither."""
+    if source.consumer is None:
+        return True
+    name, deliver_subject = source.consumer
+    return (is_valid_name(name) and subjects.is_literal(deliver_subject) and subjects.is_valid_subject(deliver_subject)
+            and not source.opt_start_seq and source.opt_start_time is None and not source.filter_subject)
 
 
 def _check_transforms(source: SourceConfig, bad_source: errors.ErrorKind, bad_destination: errors.ErrorKind) -> None:
