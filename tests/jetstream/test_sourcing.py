@@ -264,17 +264,95 @@ async def test_bad_combinations_match_nats_server(differential):
     assert codes[12:15] == [None, None, 10052]  # a filter away from the reader's subjects is no cycle; a mirror hides one
 
 
-@pytest.mark.parametrize("field, value", [("external", {"api": "$JS.hub.API"})])
-@pytest.mark.parametrize("where", ["mirror", "sources"])
-async def test_unbuilt_source_fields_are_refused_naming_them(jsbroker_server, unique, field, value, where):
-    name = unique("U")
-    spec = {"name": "O", field: value}
-    body = {"name": name, "mirror": spec} if where == "mirror" else {"name": name, "sources": [spec]}
-    [answer] = await replay(jsbroker_server.url, [(f"$JS.API.STREAM.CREATE.{name}", body)], name)
-    assert answer["error"]["err_code"] == 10052
-    assert answer["error"]["description"].startswith(f"{where}.{field}: ") and "jsbroker" in answer["error"]["description"]
-    [answer] = await replay(jsbroker_server.url, [(f"$JS.API.STREAM.INFO.{name}", "")], name)
-    assert answer["error"]["err_code"] == 10059  # nothing was created
+# -- external origins: nats-server's link through an api prefix never copies on one server -------------
+
+
+def external_bad(s: str) -> list[Any]:
+    return [(f"$JS.API.STREAM.CREATE.{s}X", {"name": f"{s}X", where: spec if where == "mirror" else [spec]})
+            for where in ("mirror", "sources") for spec in (
+                {"name": "O", "external": {"api": "$JS.API"}},
+                {"name": "O", "external": {"api": "$JS.*.API"}},
+                {"name": "O", "external": {"api": "$JS.hub.API", "deliver": "d.>"}},
+                {"name": "O", "external": {"api": "$JS.API", "deliver": "d.>"}},
+            )]
+
+
+async def external_scenario(nc: Any, n: str) -> list[Any]:
+    """Sources and a mirror through api / deliver prefixes: accepted, shown with their `external`, never
+    active, next to a local source of the same stream that copies."""
+    out: list[Any] = []
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}O", {"name": f"{n}O", "subjects": [f"{n}.o.>"]})
+    await api(nc, f"{n}.o.a", b"one")
+    created = await api(nc, f"$JS.API.STREAM.CREATE.{n}G", {"name": f"{n}G", "sources": [
+        {"name": f"{n}O"}, {"name": f"{n}O", "external": {"api": "$JS.hub.API", "deliver": "dlv.hub"}},
+        {"name": f"{n}O", "external": {"deliver": "dlv.only"}}]})
+    out.append(("create", normalise(created["config"]), source_state(created)))
+    for i, ext in enumerate(({"api": "$JS.hub.API"}, {"api": "$JS.hub.API", "deliver": "dlv"})):
+        body = {"name": f"{n}M{i}", "mirror": {"name": f"{n}O" if i else "not.a.name", "external": ext},
+                "mirror_direct": bool(i)}
+        out.append(normalise((await api(nc, f"$JS.API.STREAM.CREATE.{n}M{i}", body))["config"]))
+    for bad in external_bad(n):
+        out.append((await api(nc, bad[0], bad[1])).get("error"))
+    await wait_for(nc, f"{n}G", 1, active=False)
+    await asyncio.sleep(3)  # past nats-server's first consumer requests through the prefixes
+    for stream in (f"{n}G", f"{n}M0", f"{n}M1"):
+        body = await info(nc, stream)
+        out.append((stream, normalise(body["state"]), source_state(body)))
+    out.append(("origin consumers", (await api(nc, f"$JS.API.CONSUMER.NAMES.{n}O"))["consumers"]))
+    out.append(("mirror does not answer for its origin", await direct_get(nc, f"{n}O", {"seq": 1})))
+    return out
+
+
+async def test_external_origins_match_nats_server(on_both):
+    ours, theirs = await on_both(external_scenario, "EX")
+    assert ours == theirs
+    assert [e["err_code"] for e in ours[3:11]] == [10021, 10052, 10024, 10024] * 2
+    aggregate = ours[11][2]["sources"]
+    assert sorted(s["external"]["deliver"] for s in aggregate if s["active"] == "never") == ["dlv.hub", "dlv.only"]
+    assert ours[11][1]["messages"] == 1 and ours[12][2]["mirror"]["active"] == "never"
+
+
+async def external_domain_transcript(handle: ServerHandle) -> list[Any]:
+    nc = await nats.connect(handle.url)
+    try:
+        out: list[Any] = []
+        await api(nc, "$JS.API.STREAM.CREATE.O", {"name": "O", "subjects": ["o.>"]})
+        await api(nc, "o.a", b"one")
+        for i, ext in enumerate(({"api": "$JS.hub.API"}, {"api": "$JS.hub.API", "deliver": "dlv"})):
+            await api(nc, f"$JS.API.STREAM.CREATE.S{i}", {"name": f"S{i}", "sources": [{"name": "O", "external": ext}]})
+            await api(nc, f"$JS.API.STREAM.CREATE.M{i}", {"name": f"M{i}", "mirror": {"name": "O", "external": ext}})
+        out.append(await api(nc, "$JS.API.STREAM.CREATE.X", {"name": "X", "sources": [
+            {"name": "O", "external": {"api": "$JS.API"}}]}))
+        await asyncio.sleep(4)  # past nats-server's first consumer requests through the prefixes
+        for stream in ("S0", "M0", "S1", "M1"):
+            body = await info(nc, stream)
+            out.append((stream, normalise(body["state"]), source_state(body)))
+        out.append((await api(nc, "$JS.API.CONSUMER.NAMES.O"))["consumers"])
+        # a deliver prefix under which a local origin's wildcard subjects would be delivered
+        await api(nc, "$JS.API.STREAM.DELETE.O")
+        await api(nc, "$JS.API.STREAM.CREATE.W", {"name": "W", "subjects": ["*.>"], "no_ack": True})
+        for deliver in ("dlv", "dlv.x"):
+            out.append(await api(nc, "$JS.API.STREAM.CREATE.X", {"name": "X", "sources": [
+                {"name": "W"}, {"name": "O", "external": {"api": "$JS.hub.API", "deliver": deliver}}]}))
+        return out
+    finally:
+        await nc.close()
+
+
+@pytest.mark.slow
+async def test_external_origins_on_a_domain_server_match_nats_server(server_factory, tmp_path):
+    """`external: {api: "$JS.<domain>.API"}` on a server of that domain: nats-server's link stays inactive
+    too (its own domain prefix does not reach its API from inside), so jsbroker's does."""
+    ours_cfg = tmp_path / "jsbroker.toml"
+    ours_cfg.write_text('[jetstream]\ndomain = "hub"\n')
+    theirs_cfg = tmp_path / "nats-server.conf"
+    theirs_cfg.write_text("jetstream { domain: hub }\n")
+    ours, theirs = await asyncio.gather(
+        external_domain_transcript(server_factory(JSBROKER, extra_args=["-c", str(ours_cfg)])),
+        external_domain_transcript(server_factory(NATS_SERVER, extra_args=["-c", str(theirs_cfg)])))
+    assert ours == theirs
+    assert [e["error"]["err_code"] for e in ours[:1] + ours[-2:]] == [10021, 10022, 10022]
+    assert all(s[1]["messages"] == 0 and "never" in json.dumps(s[2]) for s in ours[1:5])
 
 
 # -- durable sourcing (2.14's `consumer`): fed by a consumer the user created on the origin -------------

@@ -329,11 +329,6 @@ def jsbroker_refused_field(body: dict[str, Any] | None) -> str | None:
         for key in fields:
             if values.get(key) not in unset:
                 return key
-    origins = [("mirror", (body or {}).get("mirror"))] + [("sources", s) for s in (body or {}).get("sources") or []]
-    for where, origin in origins:
-        for key in stream_config.UNSUPPORTED_IN_SOURCES:
-            if isinstance(origin, dict) and origin.get(key) not in unset:
-                return f"{where}.{key}"
     return None
 
 

@@ -26,6 +26,9 @@ origin sequence it stored, which acks them on the origin (an interest or workque
 them). The consumer's ack floor is the durable position; the copies are written before that answer goes
 out, so a restart (SIGTERM or kill -9) loses nothing, and what it redelivers is skipped.
 
+An **external** link (`external: {api, deliver}`) never copies and stays inactive: nats-server 2.15.1's
+consumer request through an api prefix is never answered on one server (its own `$JS.API` is refused).
+
 `Sourcing(stream, lookup, bus)` runs one stream's links; jetstream/service.py owns it: started after the
 stream starts (create, restore), stopped before the stream stops or changes its mirror/sources.
 """
@@ -57,14 +60,26 @@ _STRIP_PREFIXES = ("Nats-Expected-", "Nats-Batch-")  # the origin checked these;
 
 def check_origins(cfg: StreamConfig, lookup: Callable[[str], StreamConfig | None]) -> StreamConfig:
     """The rules that need the other streams, as nats-server's checkStreamCfg: message sizes against an
-    origin that exists, no cycle of sources / mirrors, mirror_direct taken from the origin's allow_direct."""
-    if cfg.mirror is not None and (origin := lookup(cfg.mirror.name)) is not None:
+    origin that exists, no cycle of sources / mirrors, mirror_direct taken from the origin's allow_direct,
+    external deliver prefixes away from the origins' subjects. An external origin is another
+    JetStream's: none of these look at it."""
+    subjects_read: list[str] = []
+    mirror = cfg.mirror
+    if mirror is not None and mirror.external is None and (origin := lookup(mirror.name)) is not None:
+        subjects_read += origin.subjects
         if _smaller_max_msg_size(cfg, origin):
             raise errors.MIRROR_MAX_MESSAGE_SIZE_TOO_BIG()
         cfg = dataclasses.replace(cfg, mirror_direct=origin.allow_direct)
     for source in cfg.sources:
-        if (origin := lookup(source.name)) is not None and _smaller_max_msg_size(cfg, origin):
-            raise errors.SOURCE_MAX_MESSAGE_SIZE_TOO_BIG()
+        if source.external is None and (origin := lookup(source.name)) is not None:
+            subjects_read += origin.subjects
+            if _smaller_max_msg_size(cfg, origin):
+                raise errors.SOURCE_MAX_MESSAGE_SIZE_TOO_BIG()
+    for spec in (cfg.mirror, *cfg.sources):
+        deliver = spec.external[1] if spec is not None and spec.external is not None else ""
+        for subject in subjects_read if deliver else ():
+            if subjects.subjects_overlap(subject, f"{deliver}.{subject}"):
+                raise errors.STREAM_EXTERNAL_DEL_PREFIX_OVERLAPS(prefix=deliver, subject=subject)
     _check_cycle(cfg, lookup)
     return cfg
 
@@ -81,13 +96,15 @@ def _check_cycle(cfg: StreamConfig, lookup: Callable[[str], StreamConfig | None]
         current = to_visit.pop(0)
         visited.add(current.name)
         for source in current.sources:
+            if source.external is not None:
+                continue
             if source.name in visited:
                 if not source.filter_subject or any(subjects.subjects_overlap(s, source.filter_subject)
                                                     for s in current.subjects):
                     raise errors.STREAM_INVALID_CONFIG(err="detected cycle")
             elif (other := lookup(source.name)) is not None:
                 to_visit.append(other)
-        if current.mirror is not None:
+        if current.mirror is not None and current.mirror.external is None:
             if current.mirror.name in visited:
                 raise errors.STREAM_INVALID_CONFIG(err="detected cycle")
             if (other := lookup(current.mirror.name)) is not None:
@@ -165,7 +182,10 @@ class Link:
         return self.origin.store.load_next_msgs(self.next_seq, self._filters, BATCH)
 
     def info(self, now: int) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.spec.name, "lag": self.lag}
+        out: dict[str, Any] = {"name": self.spec.name}
+        if self.spec.external is not None:
+            out["external"] = {"api": self.spec.external[0], "deliver": self.spec.external[1]}
+        out["lag"] = self.lag
         if self.seq and not self.is_mirror:
             out["seq"] = self.seq
         out["active"] = now - self.last_active if self.last_active else -1
@@ -224,6 +244,8 @@ class Sourcing:
     def relink(self, report_missing: bool = True) -> None:
         """Look every origin up again (streams were created or deleted) and position new ones."""
         for link in self.links:
+            if link.spec.external is not None:
+                continue  # nats-server's link through an api prefix is never answered on one server
             origin = self._lookup(link.spec.name)
             if link.durable:  # an origin without the consumer is no error: a reset request gets no answer
                 self._attach(link, origin)

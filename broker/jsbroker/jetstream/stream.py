@@ -222,8 +222,8 @@ class Stream:
         too: one queue group per stream name, so the origin or one of its mirrors answers, as nats-server."""
         cfg = self.config
         names = [self.name] if cfg.allow_direct else []
-        if cfg.mirror is not None and cfg.mirror_direct:
-            names.append(cfg.mirror.name)
+        if cfg.mirror is not None and cfg.mirror_direct and cfg.mirror.external is None:  # an external one
+            names.append(cfg.mirror.name)  # never catches up, so nats-server's never answers for its origin
         want = [] if self._closed else names
         if want == self._direct_names:
             return

@@ -6,8 +6,9 @@ gets the same error. `check_update(old, new)` adds the rules of a STREAM.UPDATE.
 is the config as responses and the persisted metadata carry it (omit-empty fields left out as Go does).
 
 Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
-(atomic/batch publishing, message schedules) and the source fields in
-`UNSUPPORTED_IN_SOURCES` (external) are refused with 10052 naming the field and what to do.
+(atomic/batch publishing, message schedules) are refused with 10052 naming the field and what to do.
+A source's `external` prefixes are checked and kept: nats-server's link through them never copies on
+one server, and jsbroker's stays inactive the same way (jetstream/sourcing.py).
 `mirror` and `sources` are `SourceConfig`s (jetstream/sourcing.py copies them); the checks that need
 other streams (cycles, message sizes, mirror_direct) are sourcing.check_origins'.
 `placement` and `compression` are stored and echoed: on a single server they change nothing a client sees.
@@ -42,6 +43,7 @@ MAX_REPLICAS = 5
 DEFAULT_DUPLICATE_WINDOW = 120_000_000_000  # 2 min in ns
 MIN_WINDOW = 100_000_000  # 100 ms: the smallest max_age / duplicate_window
 _BAD_NAME_CHARS = frozenset(" \t\r\n\f.*>\\/")
+JS_API_PREFIX = "$JS.API"  # what an external api prefix must not overlap
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 # Metadata keys the server owns: `_nats.req.level` is stored, the other two are added to responses only.
 REQ_LEVEL_KEY, LEVEL_KEY, VERSION_KEY = "_nats.req.level", "_nats.level", "_nats.ver"
@@ -62,13 +64,18 @@ class SourceConfig:
     filter_subject: str = ""
     subject_transforms: tuple[tuple[str, str], ...] = ()  # (src, dest)
     consumer: tuple[str, str] | None = None  # durable sourcing: the origin's consumer (name, deliver_subject)
+    external: tuple[str, str] | None = None  # another JetStream's (api prefix, deliver prefix)
 
     @property
     def index_name(self) -> str:
-        """nats-server's index name, "<stream>[:C=<consumer hash>] <filters> <transform destinations>" ('>'
-        when empty, several joined by a form feed): what tells two sources apart and what a
-        Nats-Stream-Source header names."""
-        name = f"{self.name}:C={short_hash(self.consumer[0])}" if self.consumer is not None else self.name
+        """nats-server's index name, "<stream>[:<api prefix hash>][:C=<consumer hash>] <filters> <transform
+        destinations>" ('>' when empty, several joined by a form feed): what tells two sources apart and
+        what a Nats-Stream-Source header names."""
+        name = self.name
+        if self.external is not None:
+            name += f":{short_hash(self.external[0])}"
+        if self.consumer is not None:
+            name += f":C={short_hash(self.consumer[0])}"
         if not self.subject_transforms:
             return f"{name} {self.filter_subject or '>'} >"
         srcs = "\f".join(src or ">" for src, _ in self.subject_transforms)
@@ -97,6 +104,8 @@ class SourceConfig:
             out["filter_subject"] = self.filter_subject
         if self.subject_transforms:
             out["subject_transforms"] = [{"src": src, "dest": dest} for src, dest in self.subject_transforms]
+        if self.external is not None:
+            out["external"] = {"api": self.external[0], "deliver": self.external[1]}
         if self.consumer is not None:
             name, deliver_subject = self.consumer
             out["consumer"] = {k: v for k, v in (("name", name), ("deliver_subject", deliver_subject)) if v}
@@ -293,28 +302,19 @@ def _as_object(value: Any) -> dict[str, Any] | None:
     return value
 
 
-# The fields of a `mirror` / `sources` entry jsbroker refuses (10052, "<mirror|sources>.<field>: ...").
-UNSUPPORTED_IN_SOURCES: dict[str, str] = {
-    "external": "external (api / deliver prefixes) is not supported by jsbroker: name a stream of this "
-                "server and leave external out",
-}
-
-
 def _source(obj: dict[str, Any] | None, key: str) -> SourceConfig | None:
     """A mirror / source object; None when absent (a JSON null source is kept as an invalid name)."""
     if obj is None:
         return None
-    for field_name, text in UNSUPPORTED_IN_SOURCES.items():
-        if obj.get(field_name):
-            raise _invalid(f"{key}.{field_name}: {text}")
     transforms = tuple((get_str(t, "src"), get_str(t, "dest"))
                        for t in (_as_object(item) or {} for item in _list(obj, "subject_transforms")))
-    consumer = get_object(obj, "consumer")
+    consumer, external = get_object(obj, "consumer"), get_object(obj, "external")
     return SourceConfig(name=get_str(obj, "name"), opt_start_seq=get_int(obj, "opt_start_seq", kind="uint64"),
                         opt_start_time=get_time(obj, "opt_start_time"),
                         filter_subject=get_str(obj, "filter_subject"), subject_transforms=transforms,
                         consumer=None if consumer is None else (get_str(consumer, "name"),
-                                                                get_str(consumer, "deliver_subject")))
+                                                                get_str(consumer, "deliver_subject")),
+                        external=None if external is None else (get_str(external, "api"), get_str(external, "deliver")))
 
 
 def _placement(raw: dict[str, Any]) -> dict[str, Any] | None:
@@ -436,6 +436,7 @@ def _validate(cfg: StreamConfig, pedantic: bool = False) -> StreamConfig:
             raise _invalid("async persist mode is not supported on replicated streams")
     _check_mirror(cfg)
     _check_sources(cfg)
+    _check_external_prefixes(cfg)
     if not cfg.subjects and cfg.mirror is None and not cfg.sources:
         cfg = dataclasses.replace(cfg, subjects=(cfg.name,))
     _check_subjects(cfg)
@@ -466,7 +467,7 @@ def _check_mirror(cfg: StreamConfig) -> None:
     srcs = [src for src, _ in cfg.mirror.subject_transforms]
     if any(subjects.subjects_overlap(a, b) for i, a in enumerate(srcs) for b in srcs[i + 1:]):
         raise errors.MIRROR_OVERLAPPING_SUBJECT_FILTERS()
-    if not is_valid_name(cfg.mirror.name):
+    if cfg.mirror.external is None and not is_valid_name(cfg.mirror.name):  # another domain's names are its own
         raise errors.MIRROR_INVALID_STREAM_NAME()
 
 
@@ -491,6 +492,20 @@ def _check_sources(cfg: StreamConfig) -> None:
             if (source.name, source.consumer[0]) in consumers:  # one consumer feeds one source
                 raise errors.SOURCE_DURABLE_CONSUMER_DUPLICATE_DETECTED()
             consumers.add((source.name, source.consumer[0]))
+
+
+def _check_external_prefixes(cfg: StreamConfig) -> None:
+    """The api and deliver prefixes of external origins: literal subjects, the api one away from this
+    server's own `$JS.API` (their overlap with the origins' subjects is sourcing.check_origins')."""
+    externals = [s.external for s in (cfg.mirror, *cfg.sources) if s is not None and s.external is not None]
+    for _, deliver in externals:
+        if deliver and not subjects.is_valid_publish_subject(deliver):
+            raise errors.STREAM_INVALID_EXTERNAL_DELIVERY_SUBJ(prefix=deliver)
+    for api, _ in externals:
+        if api and not subjects.is_valid_publish_subject(api):
+            raise _invalid(f'stream external api prefix "{api}" must be a valid subject without wildcards')
+        if api and subjects.subjects_overlap(api, JS_API_PREFIX):
+            raise errors.STREAM_EXTERNAL_API_OVERLAP(prefix=api, subject=JS_API_PREFIX)
 
 
 def _durable_consumer_ok(source: SourceConfig) -> bool:
