@@ -293,6 +293,7 @@ def _columns(kind: str) -> list[Schema]:
             _column("Stream", ".status.streamName"),
             _column("Messages", ".status.messages", "integer"),
             _column("Bytes", ".status.bytes", "integer", priority=1),
+            _column("Lag", ".status.lag", "integer", priority=1),
             reason,
         ]
     if kind == "KeyValue":

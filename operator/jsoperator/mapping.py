@@ -47,8 +47,11 @@ ENUM_VALUES = {
     "byStartTime": "by_start_time",
     "lastPerSubject": "last_per_subject",
     "pinnedClient": "pinned_client",
+    "flowControl": "flow_control",
 }
-ENUM_FIELDS = frozenset({"deliver_policy", "priority_policy"})
+ENUM_FIELDS = frozenset({"deliver_policy", "priority_policy", "ack_policy"})
+
+_FLOW_CONTROL_HEARTBEAT = 1_000_000_000  # ns: what ack_policy flow_control requires and the server sets
 
 # Fixed server defaults (nats-server 2.15.1, observed): an unset spec field means this value; None means
 # "absent or empty". Defaults that depend on other fields are in _stream/_consumer_expectations.
@@ -332,6 +335,9 @@ def _consumer_expectations(desired: Config) -> Config:
         want["ack_wait"] = _DEFAULT_ACK_WAIT if want.get("ack_policy") in ("explicit", "all") else 0
     if "max_waiting" not in want:
         want["max_waiting"] = 0 if want.get("deliver_subject") else _DEFAULT_MAX_WAITING
+    if want.get("ack_policy") == "flow_control":  # the server turns flow control on with a 1 s heartbeat
+        want.setdefault("flow_control", True)
+        want.setdefault("idle_heartbeat", _FLOW_CONTROL_HEARTBEAT)
     if "priority_timeout" not in want:
         want["priority_timeout"] = _DEFAULT_PINNED_TTL if want.get("priority_policy") == "pinned_client" else 0
     return want

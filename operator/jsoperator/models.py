@@ -393,8 +393,9 @@ class ConsumerSpec(_Spec):
         None, description="First stream sequence (deliverPolicy byStartSequence). Immutable."
     )
     opt_start_time: Timestamp | None = Field(None, description="Start time (deliverPolicy byStartTime). Immutable.")
-    ack_policy: Literal["none", "all", "explicit"] | None = Field(
-        None, description="How messages are acknowledged. Server default: none. Immutable."
+    ack_policy: Literal["none", "all", "explicit", "flowControl"] | None = Field(
+        None, description="How messages are acknowledged (flowControl: by a durable source's flow control "
+        "answers). Server default: none. Immutable."
     )
     ack_wait: Duration | None = Field(None, description="Redeliver when not acked within this. Server default: 30s.")
     max_deliver: Limit | None = Field(None, description="Most delivery attempts. Server default: -1 (unlimited).")
@@ -591,6 +592,15 @@ class SequencePair(_Status):
     stream_seq: int = Field(0, description="Stream sequence.")
 
 
+class SourceStatus(_Status):
+    """A mirror's or source's link as STREAM.INFO shows it."""
+
+    name: str = Field(description="The stream copied from.")
+    lag: int = Field(0, description="Messages of the origin not copied yet.")
+    active: bool = Field(False, description="The link heard from its origin in the last 10 s.")
+    error: str | None = Field(None, description="Why the link cannot copy, as the server says.")
+
+
 class StreamStatus(_Status):
     """Stream.status."""
 
@@ -604,6 +614,9 @@ class StreamStatus(_Status):
     first_seq: int | None = Field(None, description="First sequence stored.")
     last_seq: int | None = Field(None, description="Last sequence stored.")
     consumer_count: int | None = Field(None, description="Consumers on the server (all, not only CRs).")
+    lag: int | None = Field(None, description="Messages the mirror or the sources have not copied yet (their sum).")
+    mirror: SourceStatus | None = Field(None, description="The mirror's link.")
+    sources: list[SourceStatus] | None = Field(None, description="The sources' links, by name.")
 
 
 class ConsumerStatus(_Status):

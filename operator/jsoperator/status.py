@@ -15,12 +15,13 @@ Pure: callers pass the time and the server's info dicts; no I/O.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from jsoperator.models import Condition, LastReset, LastUnpin
+from jsoperator.models import Condition, LastReset, LastUnpin, SourceStatus
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 PAUSED, UNMANAGED = "ReconciliationPaused", "Unmanaged"
@@ -235,6 +236,7 @@ def stream_state(info: Mapping[str, Any]) -> dict[str, Any]:
         "firstSeq": state.get("first_seq", 0),
         "lastSeq": state.get("last_seq", 0),
         "consumerCount": state.get("consumer_count", 0),
+        **_links(info),
     }
 
 
@@ -266,6 +268,25 @@ def observed_stream(kind: str, info: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "ObjectStore":
         return object_store_state(info)
     return stream_state(info)
+
+
+_ACTIVE_NS = 10_000_000_000  # nats-server's sourcing health check: a link silent longer is set up again
+
+
+def _links(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The mirror / sources part: each link's lag, whether it is active and its error; None without links
+    (a merge patch then removes what a previous spec had). Sources sorted: the server lists them in any order."""
+    mirror = _link(info["mirror"]) if info.get("mirror") else None
+    sources = sorted((_link(s) for s in info.get("sources") or []), key=lambda s: (s["name"], json.dumps(s)))
+    links = [mirror] if mirror else sources
+    return {"lag": sum(link["lag"] for link in links) if links else None, "mirror": mirror, "sources": sources or None}
+
+
+def _link(entry: Mapping[str, Any]) -> dict[str, Any]:
+    link = SourceStatus(name=entry.get("name", ""), lag=entry.get("lag", 0),
+                        active=0 <= entry.get("active", -1) < _ACTIVE_NS,
+                        error=(entry.get("error") or {}).get("description"))
+    return link.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 def consumer_state(info: Mapping[str, Any]) -> dict[str, Any]:

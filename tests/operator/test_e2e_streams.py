@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.rest import ApiException
 
-from tests.operator.conftest import condition, has_condition, on_broker, poll, server_stream
+from tests.operator.conftest import condition, has_condition, on_broker, poll, publish, server_stream
 
 pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(180)]
 
@@ -110,3 +110,27 @@ def test_consumer_immutable_change_is_refused_by_the_apiserver(kube, broker):
     with pytest.raises(ApiException) as err:
         kube.patch("Consumer", "cimc", {"spec": {"ackPolicy": "all"}})
     assert err.value.status == 422 and "ackPolicy" in err.value.body
+
+
+def test_durable_source_through_a_consumer_resource(kube, broker):
+    """2.14's durable sourcing with both ends as resources: the origin's Consumer (ackPolicy flowControl)
+    and a Stream whose source names it. Until the consumer exists the link is inactive; then the copies
+    come and the status shows the link caught up."""
+    kube.create("Stream", "region", stream_spec(broker, ["region.>"], name="REGION"))
+    kube.create("Stream", "central", {"storage": "memory", "connection": {"servers": [broker.url]}, "name": "CENTRAL",
+                                      "sources": [{"name": "REGION", "consumer": {"name": "TO_CENTRAL",
+                                                                                  "deliverSubject": "central.in"}}]})
+    kube.wait_condition("Stream", "region", "Ready")
+    kube.wait_condition("Stream", "central", "Ready")
+    assert publish(broker.url, "region.a", 2) == [1, 2]
+    kube.create("Consumer", "to-central", {"streamName": "REGION", "durableName": "TO_CENTRAL",
+                                           "deliverSubject": "central.in", "ackPolicy": "flowControl",
+                                           "connection": {"servers": [broker.url]}})
+    kube.wait_condition("Consumer", "to-central", "Ready")
+    central = kube.wait("Stream", "central", lambda o: o["status"].get("messages") == 2 and o["status"].get("sources")
+                        == [{"name": "REGION", "lag": 0, "active": True}], timeout=60, what="the copies and the link")
+    assert central["status"]["lastSeq"] == 2
+    # the consumer's ack floor follows the flow control answers (a heartbeat later at the latest)
+    kube.wait("Consumer", "to-central", lambda o: (o["status"].get("ackFloor") or {}).get("streamSeq") == 2,
+              timeout=30, what="acked by the sourcing stream")
+    assert has_condition(kube.get("Consumer", "to-central"), "Ready")

@@ -166,6 +166,10 @@ CONSUMER_CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
         {"maxBatch": 100, "maxExpires": "30s", "maxBytes": "1Mi"},
         {"max_batch": 100, "max_expires": 30 * NS, "max_bytes": 1048576},
     ),
+    (  # what a durable source's consumer is: acked by the sourcing stream's flow control answers
+        {"deliverSubject": "push.src", "ackPolicy": "flowControl"},
+        {"deliver_subject": "push.src", "ack_policy": "flow_control"},
+    ),
     (
         {"deliverSubject": "push.group", "deliverGroup": "workers"},
         {"deliver_subject": "push.group", "deliver_group": "workers"},

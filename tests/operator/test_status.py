@@ -107,9 +107,26 @@ def test_stream_state_from_stream_info() -> None:
     info = {"config": {"name": "ORDERS"}, "state": {"messages": 5, "bytes": 250, "first_seq": 3, "last_seq": 7,
                                                      "consumer_count": 2, "first_ts": "x"}}
     assert status.stream_state(info) == {"streamName": "ORDERS", "messages": 5, "bytes": 250, "firstSeq": 3,
-                                         "lastSeq": 7, "consumerCount": 2}
+                                         "lastSeq": 7, "consumerCount": 2, "lag": None, "mirror": None,
+                                         "sources": None}  # null: a merge patch removes an old spec's links
     patch = status.build(None, generation=1, outcome=status.synced("ok"), now=T0, observed=status.stream_state(info))
     assert patch["messages"] == 5 and patch["streamName"] == "ORDERS"
+
+
+def test_stream_state_shows_the_mirror_and_sources_links() -> None:
+    """Each link's lag, whether it heard from its origin in the last 10 s, its error; sources in a fixed
+    order (the server lists them in any), the lags summed for the printer column."""
+    not_found = {"code": 404, "err_code": 10059, "description": "stream not found"}
+    sources = [{"name": "WEST", "lag": 3, "active": 12_000_000_000, "seq": 9},
+               {"name": "EAST", "lag": 0, "active": -1, "error": not_found},
+               {"name": "EAST", "lag": 2, "active": 400_000_000, "filter_subject": "east.a"}]
+    observed = status.stream_state({"config": {"name": "ALL"}, "state": {}, "sources": sources})
+    assert (observed["lag"], observed["mirror"], observed["sources"]) == (5, None, [
+        {"name": "EAST", "lag": 0, "active": False, "error": "stream not found"},
+        {"name": "EAST", "lag": 2, "active": True}, {"name": "WEST", "lag": 3, "active": False}])
+    assert status.stream_state({"config": {}, "sources": sources[::-1]})["sources"] == observed["sources"]
+    mirror = status.stream_state({"config": {}, "mirror": {"name": "ALL", "lag": 7, "active": 1000}})
+    assert (mirror["lag"], mirror["mirror"], mirror["sources"]) == (7, {"name": "ALL", "lag": 7, "active": True}, None)
 
 
 def test_consumer_state_from_consumer_info() -> None:
@@ -134,11 +151,11 @@ def test_last_reset_record() -> None:
 def test_patches_fit_the_status_models_the_crd_is_generated_from() -> None:
     from jsoperator.models import ConsumerStatus, StreamStatus
 
-    info = {"config": {"name": "S"}, "state": {"messages": 1}}
+    info = {"config": {"name": "S"}, "state": {"messages": 1}, "sources": [{"name": "O", "lag": 1, "active": 5}]}
     stream_patch = status.build(None, generation=1, outcome=status.synced("ok"), now=T0,
                                 observed=status.stream_state(info))
     assert StreamStatus.model_validate(stream_patch).model_dump(by_alias=True, mode="json", exclude_none=True) == (
-        stream_patch)
+        {k: v for k, v in stream_patch.items() if v is not None})
     consumer_patch = status.build(None, generation=1, outcome=status.synced("ok"), now=T0,
                                   observed=status.consumer_state({"stream_name": "S", "name": "c"}))
     consumer_patch["lastReset"] = status.last_reset("reset-to-sequence=1", succeeded=True, now=T0, reset_seq=1)
