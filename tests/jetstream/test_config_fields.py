@@ -1,4 +1,4 @@
-"""Nothing accepted and ignored: every StreamConfig and ConsumerConfig field nats-server 2.15 knows is
+"""Nothing accepted and ignored: every StreamConfig, ConsumerConfig and StreamSource field nats-server 2.15 knows is
 either honoured by jsbroker (a differential scenario shows its effect), stored where a single server
 has nothing to do with it, or refused with an error naming the field.
 
@@ -103,6 +103,17 @@ CONSUMER_FIELDS: dict[str, tuple[str, Any]] = {
     "priority_policy": (HONOURED, "test_priority::test_overflow_matches_nats_server"),
     "priority_timeout": (HONOURED, "test_priority::test_pinned_client_matches_nats_server"),
 }
+# The fields of a `mirror` / `sources` entry (nats-server's StreamSource): none refused. `external` is
+# stored: on one server nats-server's link through another JetStream's prefixes never copies, nor does ours.
+SOURCE_FIELDS: dict[str, tuple[str, Any]] = {
+    "name": (HONOURED, "test_sourcing::test_sources_match_nats_server"),
+    "opt_start_seq": (HONOURED, "test_sourcing::test_mirror_matches_nats_server"),
+    "opt_start_time": (HONOURED, "test_sourcing::test_mirror_matches_nats_server"),
+    "filter_subject": (HONOURED, "test_sourcing::test_sources_match_nats_server"),
+    "subject_transforms": (HONOURED, "test_sourcing::test_subject_transforms_in_sources_and_mirrors_match_nats_server"),
+    "external": (STORED, "test_sourcing::test_external_origins_match_nats_server"),
+    "consumer": (HONOURED, "test_sourcing::test_durable_sourcing_matches_nats_server"),
+}
 # What a refused consumer field needs beside it to get past nats-server's own validation.
 _CONSUMER_COMPANIONS: dict[str, dict[str, Any]] = {
     "direct": {"deliver_subject": "direct.deliver"},
@@ -127,7 +138,12 @@ def test_consumer_table_covers_jsbroker() -> None:
     assert set(consumer_config.UNSUPPORTED) == _status(CONSUMER_FIELDS, REFUSED)
 
 
-@pytest.mark.parametrize("evidence", sorted({e for t in (STREAM_FIELDS, CONSUMER_FIELDS) for k, e in t.values()
+def test_source_table_covers_jsbroker() -> None:
+    assert {f.name for f in dataclasses.fields(stream_config.SourceConfig)} == set(SOURCE_FIELDS)
+
+
+@pytest.mark.parametrize("evidence", sorted({e for t in (STREAM_FIELDS, CONSUMER_FIELDS, SOURCE_FIELDS)
+                                             for k, e in t.values()
                                              if k != REFUSED}))
 def test_evidence_exists(evidence: str) -> None:
     module_name, _, target = evidence.partition("::")
