@@ -1,4 +1,5 @@
-"""Sourcing benchmark: messages/s from two origins into one aggregate, and into a mirror, jsbroker vs
+"""Sourcing benchmark: messages/s from two origins into one aggregate (the server's own links, or 2.14's
+durable sourcing through a flow-control consumer on each origin), and into a mirror, jsbroker vs
 nats-server in one run (alternating), 128-byte messages, file storage.
 
 Each run fills two fresh origin streams with N/2 messages each (acked raw PUBs, not timed), then creates
@@ -27,7 +28,7 @@ async def _request(nc: object, subject: str, body: dict[str, object] | None = No
     return json.loads(msg.data)  # type: ignore[no-any-return]
 
 
-def _catch_up(handle: ServerHandle, n: int, mirror: bool) -> Sample:
+def _catch_up(handle: ServerHandle, n: int, mirror: bool, durable: bool = False) -> Sample:
     import nats
 
     run = next(_names)
@@ -37,6 +38,10 @@ def _catch_up(handle: ServerHandle, n: int, mirror: bool) -> Sample:
         nc = await nats.connect(handle.url)
         for origin in origins:
             await _request(nc, f"$JS.API.STREAM.CREATE.{origin}", {"name": origin, "subjects": [f"{origin}.>"]})
+            if durable:  # the consumer durable sourcing reads through (created before the messages: not timed)
+                await _request(nc, f"$JS.API.CONSUMER.CREATE.{origin}.C", {"stream_name": origin, "config": {
+                    "durable_name": "C", "deliver_subject": f"dlv.{origin}", "ack_policy": "flow_control",
+                    "flow_control": True, "idle_heartbeat": 1_000_000_000}})
         await nc.close()
 
     asyncio.run(setup())
@@ -46,8 +51,11 @@ def _catch_up(handle: ServerHandle, n: int, mirror: bool) -> Sample:
     async def timed() -> tuple[float, float]:
         nc = await nats.connect(handle.url)
         name = f"AGG{run}"
+        sources: list[dict[str, object]] = [
+            {"name": o, "consumer": {"name": "C", "deliver_subject": f"dlv.{o}"}} if durable else {"name": o}
+            for o in origins]
         cfg: dict[str, object] = ({"name": name, "mirror": {"name": origins[0]}} if mirror
-                                  else {"name": name, "sources": [{"name": o} for o in origins]})
+                                  else {"name": name, "sources": sources})
         cpu, start = cpu_seconds(handle.pid), time.perf_counter()
         await _request(nc, f"$JS.API.STREAM.CREATE.{name}", cfg)
         while (await _request(nc, f"$JS.API.STREAM.INFO.{name}"))["state"]["messages"] < n:  # type: ignore[index]
@@ -64,6 +72,7 @@ def _catch_up(handle: ServerHandle, n: int, mirror: bool) -> Sample:
 
 WORKLOADS: list[Workload] = [
     ("two origins -> one aggregate (sources)", lambda h, n: _catch_up(h, n, mirror=False), 200_000),
+    ("two origins -> one aggregate (durable consumers)", lambda h, n: _catch_up(h, n, False, durable=True), 200_000),
     ("one origin -> mirror", lambda h, n: _catch_up(h, n, mirror=True), 200_000),
 ]
 

@@ -140,6 +140,7 @@ class Link:
         self.is_mirror = is_mirror
         self.kick = kick
         self._filters = spec.filters
+        self.index_name = spec.index_name  # computed once: a durable source's holds a hash
         self._transforms = spec.transforms()
         self.next_seq = 0  # the next origin seq to read; 0 until positioned
         self.ident = ""  # the identity of the origin the position belongs to
@@ -156,6 +157,7 @@ class Link:
         self.consumer: Consumer | None = None
         self.sub: InternalSubscription | None = None
         self.dseq = 0
+        self.acks = ""  # the ack reply prefix of the consumer's deliveries
 
     def wants(self, subject: str) -> bool:
         return self._filters is None or any(subjects.subject_matches(f, subject) for f in self._filters)
@@ -302,6 +304,7 @@ class Sourcing:
         else:
             link.seq = max(link.seq, delivered)
         link.origin, link.consumer = origin, consumer
+        link.acks = ack.reply_prefix(origin.name, consumer.name)
         link.last_active = times.now_ns()
         link.sub = self._bus.subscribe_internal(link.spec.consumer[1], functools.partial(self._on_delivery, link))
 
@@ -318,14 +321,13 @@ class Sourcing:
 
     def _on_delivery(self, link: Link, subject: str, reply: str | None, hdr: bytes, payload: bytes,
                      origin: Origin | None) -> None:
-        consumer = link.consumer
-        if self._closed or consumer is None or link.sub is None:
+        if self._closed or link.sub is None:
             return
         link.last_active = times.now_ns()
         if not payload and hdr.startswith(b"NATS/1.0 100"):
             self._on_control(link, reply, hdr)
             return
-        if not reply or not reply.startswith(ack.reply_prefix(consumer.stream.name, consumer.name)):
+        if not reply or not reply.startswith(link.acks):
             return  # not from the link's consumer
         delivery = parse_delivery(reply)
         if delivery is None or delivery[0] > 1 or link.stalled:
@@ -387,7 +389,7 @@ class Sourcing:
     def _positions_from_headers(self) -> None:
         """Where each source stopped: the newest stored message with its Nats-Stream-Source header (the
         stream's own messages, the mirror's last sequence, need no scan)."""
-        waiting = {link.spec.index_name: link for link in self.links if not link.is_mirror}
+        waiting = {link.index_name: link for link in self.links if not link.is_mirror}
         store = self.stream.store
         state = store.state()
         if not waiting or state.msgs == 0:
@@ -409,7 +411,7 @@ class Sourcing:
         try:
             saved = json.loads(storage.load_sources(self._directory) or b"{}")
             for link in self.links:
-                seq, ident = saved.get(link.spec.index_name, (0, ""))
+                seq, ident = saved.get(link.index_name, (0, ""))
                 if seq:
                     link.seq, link.ident, link.next_seq = int(seq), str(ident), int(seq) + 1
             self._saved = saved
@@ -420,7 +422,7 @@ class Sourcing:
     def _save_positions(self) -> None:
         if self._directory is None:
             return
-        positions = {link.spec.index_name: [link.seq, link.ident] for link in self.links if link.seq}
+        positions = {link.index_name: [link.seq, link.ident] for link in self.links if link.seq}
         if positions == self._saved:
             return
         try:
@@ -531,7 +533,7 @@ class Sourcing:
                 self.stream.store_mirrored(msg.seq, msg.ts, link.map(msg.subject), hdr, msg.data)
             return
         hdr = headers.without(msg.hdr, headers.STREAM_SOURCE, prefixes=_STRIP_PREFIXES)
-        name, _, filters_and_dests = link.spec.index_name.partition(" ")
+        name, _, filters_and_dests = link.index_name.partition(" ")
         value = f"{name} {msg.seq} {filters_and_dests} {msg.subject} {link.ident}"
         _, duplicate = self.stream.process(link.map(msg.subject),
                                            headers.append(hdr, ((headers.STREAM_SOURCE, value),)), msg.data,
