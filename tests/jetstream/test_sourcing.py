@@ -457,6 +457,43 @@ async def test_durable_sourcing_of_a_workqueue_matches_nats_server(on_both):
     assert ours[2]["messages"] == 1
 
 
+async def durable_consumer_recreated_scenario(nc: Any, n: str) -> list[Any]:
+    """The consumer deleted under a linked source and mirror, messages published meanwhile, then the
+    consumer created again from the origin's start: the links take it up again and copy only what they
+    lack."""
+    out: list[Any] = []
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}O", {"name": f"{n}O", "subjects": [f"{n}.o"]})
+    for name, deliver in (("C", f"{n}.dlv.g"), ("CM", f"{n}.dlv.m")):
+        await api(nc, f"$JS.API.CONSUMER.CREATE.{n}O.{name}", fc_consumer(f"{n}O", name, deliver))
+    for i in range(3):
+        await api(nc, f"{n}.o", f"m{i}".encode())
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}G", {"name": f"{n}G", "sources": [
+        {"name": f"{n}O", "consumer": {"name": "C", "deliver_subject": f"{n}.dlv.g"}}]})
+    await api(nc, f"$JS.API.STREAM.CREATE.{n}M", {"name": f"{n}M", "mirror": {
+        "name": f"{n}O", "consumer": {"name": "CM", "deliver_subject": f"{n}.dlv.m"}}})
+    await wait_for(nc, f"{n}G", 3, timeout=60)
+    await wait_for(nc, f"{n}M", 3, timeout=60)
+    for name in ("C", "CM"):
+        await api(nc, f"$JS.API.CONSUMER.DELETE.{n}O.{name}")
+    for i in range(3, 5):
+        await api(nc, f"{n}.o", f"m{i}".encode())
+    for name, deliver in (("C", f"{n}.dlv.g"), ("CM", f"{n}.dlv.m")):
+        await api(nc, f"$JS.API.CONSUMER.CREATE.{n}O.{name}", fc_consumer(f"{n}O", name, deliver))
+    for stream in (f"{n}G", f"{n}M"):
+        body = await wait_for(nc, stream, 5, timeout=90)
+        out.append((stream, normalise(body["state"]), source_state(body), [m[:4] for m in await messages(nc, stream)]))
+    for name in ("C", "CM"):
+        out.append((name, await settled_consumer(nc, f"{n}O", name)))
+    return out
+
+
+async def test_durable_consumer_recreated_matches_nats_server(on_both):
+    ours, theirs = await on_both(durable_consumer_recreated_scenario, "DR")
+    assert ours == theirs
+    assert [m[3] for m in ours[0][3]] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+    assert [m[0] for m in ours[1][3]] == [1, 2, 3, 4, 5]
+
+
 DURABLE_BAD = [
     ("$JS.API.STREAM.CREATE.{S}1", {"name": "{S}1", "sources": [{"name": "O", "consumer": {"name": "C", "deliver_subject": "d"},
                                                                 "opt_start_seq": 2}]}),
