@@ -123,6 +123,46 @@ async def test_flow_control_stalls_until_answered(urls, unique) -> None:
     assert t[0] > 0
 
 
+async def test_ack_policy_flow_control_acks_by_the_flow_control_answer(urls, unique) -> None:
+    """ack_policy flow_control (what durable sourcing reads through): no $JS.ACK subscription (an ack gets
+    no responders), a flow control request once max_ack_pending is out, and the answer's
+    Nats-Last-Stream / Nats-Last-Consumer ack up to them."""
+    async def fn(nc: Any, s: str) -> Any:
+        await setup(nc, s, 5)
+        await create(nc, s, "C", deliver_subject=f"{s}-d", ack_policy="flow_control", flow_control=True,
+                     idle_heartbeat=1_000_000_000, max_ack_pending=3)
+        seen: list[Any] = []
+        requests: list[int] = []
+
+        async def answer(msg: Any) -> None:
+            if msg.reply and msg.reply.startswith("$JS.FC."):
+                last = [e for e in seen if e[0] == "msg"]
+                requests.append(len(last))
+                hdrs = {"Nats-Last-Consumer": str(len(last)), "Nats-Last-Stream": str(len(last))}
+                await nc.publish(msg.reply, b"", headers=hdrs)
+            elif msg.reply and len(requests) == 0 and not seen:
+                try:
+                    await nc.request(msg.reply, b"", timeout=0.5)
+                    seen.append(("acked",))
+                except Exception as exc:  # no responders: the consumer listens for no acks
+                    seen.append(("ack", type(exc).__name__))
+
+        async def on_entry(msg: Any) -> None:
+            await answer(msg)
+            seen.append(entry(msg))
+
+        # the last two are acked by the flow control request a heartbeat sends (1 s)
+        collecting = asyncio.ensure_future(collect(nc, f"{s}-d", wait=4, on_entry=on_entry))
+        info = await until_info(nc, s, "C", lambda i: i["ack_floor"]["stream_seq"] == 5, "all acked", timeout=4)
+        await collecting
+        floor = {k: v for k, v in info["ack_floor"].items() if k != "last_active"}
+        return [seen[0], requests[0], floor, info["num_ack_pending"], len([e for e in seen if e[0] == "msg"])]
+
+    t = await same(urls, unique, fn)
+    assert t[0] == ("ack", "NoRespondersError")
+    assert t[1] == 3 and t[2] == {"consumer_seq": 5, "stream_seq": 5} and t[3] == 0 and t[4] == 5
+
+
 async def test_deliver_group_splits_messages(urls, unique) -> None:
     async def fn(nc: Any, s: str) -> Any:
         await setup(nc, s, 0)
