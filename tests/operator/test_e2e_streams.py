@@ -134,3 +134,21 @@ def test_durable_source_through_a_consumer_resource(kube, broker):
     kube.wait("Consumer", "to-central", lambda o: (o["status"].get("ackFloor") or {}).get("streamSeq") == 2,
               timeout=30, what="acked by the sourcing stream")
     assert has_condition(kube.get("Consumer", "to-central"), "Ready")
+
+
+def test_source_status_shows_a_missing_origin_then_the_link(kube, broker):
+    """A source whose origin does not exist yet: the Stream is Ready (the server took it) and its status
+    says why nothing is copied; once the origin exists the error goes and the link is active."""
+    kube.create("Stream", "collector", {"storage": "memory", "connection": {"servers": [broker.url]},
+                                        "sources": [{"name": "LATER"}]})
+    kube.wait_condition("Stream", "collector", "Ready")
+    missing = kube.wait("Stream", "collector", lambda o: "error" in ((o["status"].get("sources") or [{}])[0]),
+                        timeout=60, what="the missing origin in status.sources")
+    assert missing["status"]["sources"] == [{"name": "LATER", "lag": 0, "active": False, "error": "stream not found"}]
+    kube.create("Stream", "later", stream_spec(broker, ["later.>"], name="LATER"))
+    kube.wait_condition("Stream", "later", "Ready")
+    publish(broker.url, "later.x", 1)
+    linked = kube.wait("Stream", "collector", lambda o: o["status"].get("sources") == [
+        {"name": "LATER", "lag": 0, "active": True}] and o["status"].get("messages") == 1, timeout=60,
+        what="the link active, its error gone")
+    assert linked["status"]["lag"] == 0
