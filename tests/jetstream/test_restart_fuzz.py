@@ -116,7 +116,7 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("add_consumer", "S1", "C2", {"ack_policy": "all", "ack_wait": ACK_WAIT_NS, "deliver_policy": "last_per_subject",
                                       "filter_subjects": ["c.*"], "max_deliver": 3, "max_ack_pending": 4}),
         ("pub", "S1", "c.y", "m3", None)],
-    # open: a purge of a stream that never stored a message
+    # a purge of a stream that never stored a message: nats-server's first_seq becomes 1, jsbroker's stayed 0
     "purge_of_unused_stream": [("add_stream", "S1", _LIMITS), ("purge", "S1", {})],
     # open: an interest stream's messages below its only consumer's start, at a restart
     "interest_messages_below_the_start_at_restart": [
@@ -193,9 +193,6 @@ XFAIL: dict[str, str] = {
         "nats-server starts a by_start_time consumer of an interest stream after the last message (delivered 2, "
         "pending 0) though message 1 is at the start time (filtered or not; limits streams start at 1 as jsbroker "
         "does)",
-    "purge_of_unused_stream":
-        "unused_stream_first_seq: nats-server's first_seq is 1 after purging a stream that never stored "
-        "anything, jsbroker's stays 0",
     "by_start_time_and_push_new_then_purge":
         "stream_seq_floor_differs: after a purge that removes nothing, delivered / ack_floor stream_seq differ "
         "(nats-server moves them to the stream's first seq after interest removals)",

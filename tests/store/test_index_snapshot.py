@@ -200,6 +200,29 @@ def test_a_store_killed_after_a_checkpoint_replays_what_came_after_and_equals_a_
     assert outcomes["replayed"] >= 8, outcomes
 
 
+@pytest.mark.parametrize("checkpoint", ["none", "before the purge", "after the purge"])
+def test_a_purged_never_used_store_keeps_first_seq_1_after_a_crash(tmp_path, checkpoint, caplog):
+    """A purge of a store that never held anything makes first_seq 1 (nats-server's): a crash keeps it
+    whether the open scans (the floor record), loads a snapshot and replays the purge, or loads a snapshot
+    written after it."""
+    caplog.set_level(logging.INFO, logger="jsbroker.store.file")
+    directory = tmp_path / "a"
+    s = open_store(directory)
+    if checkpoint == "before the purge":
+        s.checkpoint()
+    s.purge()
+    if checkpoint == "after the purge":
+        s.checkpoint()
+    crash(s)
+    scanned = open_store(scan_copy(directory, tmp_path / "b"))
+    s = open_store(directory)
+    assert (LOADED in caplog.text) == (checkpoint != "none")
+    for store in (s, scanned):
+        assert (store.state().first_seq, store.state().last_seq) == (1, 0)
+    s.close()
+    assert open_store(directory).state().first_seq == 1  # and from the snapshot of the clean close
+
+
 def test_a_store_killed_before_any_checkpoint_reads_closed_blocks_from_their_indexes(tmp_path, caplog):
     """No snapshot at all: every closed block has its index file (written when it was closed, rewritten or
     erased in), so the open after a kill scans only the active block, and gives exactly what a full scan

@@ -31,9 +31,21 @@ def test_empty_store(factory):
     assert s.num_pending(0, None) == 0 and s.subjects_state(">") == {}
     assert s.first_seq_at_or_after_time(0) == 1
     assert s.next_expiry() is None and s.expire(10**20) == 0
-    assert s.purge() == 0 and s.remove_msg(1) is False
-    assert s.state().first_seq == 0  # purging nothing leaves the never-used state
+    assert s.remove_msg(1) is False and s.purge("a") == 0 and s.purge(keep=2) == 0 and s.purge(up_to_seq=1) == 0
+    assert s.state().first_seq == 0  # nothing stored, nothing purged: nats-server's first_seq is still 0
     assert list(s.messages()) == []
+
+
+@pytest.mark.parametrize("purge", [{}, {"subject_filter": ">"}])
+def test_a_purge_of_a_never_used_store_sets_its_first_seq(factory, purge):
+    """nats-server's purge sets first_seq to last_seq + 1 even when nothing was ever stored: 1, then kept."""
+    s = factory.open()
+    assert s.purge(**purge) == 0
+    st = s.state()
+    assert (st.msgs, st.first_seq, st.last_seq, st.first_ts, st.last_ts) == (0, 1, 0, 0, 0)
+    s = factory.reopen(s)
+    assert (s.state().first_seq, s.state().last_seq) == (1, 0)
+    assert s.store_msg("a", b"", b"")[0] == 1 and s.state().first_seq == 1
 
 
 def test_store_and_load(factory):

@@ -153,8 +153,8 @@ class JetStream:
         created = times.now_ns()
         self._save(cfg, directory, created)
         stream = self._open(cfg, directory, created)
-        if cfg.first_seq > 1:
-            stream.store.purge(up_to_seq=cfg.first_seq)  # as nats-server: a purge, last_ts stays zero
+        if cfg.first_seq:  # as nats-server: a purge (first_seq 1 too: reported at once), last_ts stays zero
+            stream.store.purge(up_to_seq=cfg.first_seq if cfg.first_seq > 1 else 0)
             stream.last_seq = cfg.first_seq - 1
         self.streams[cfg.name] = stream
         stream.start()

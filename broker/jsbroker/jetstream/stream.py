@@ -536,7 +536,7 @@ class Stream:
         empty mirror starts at `seq` (a purge, as nats-server compacts it). Written by the sourcing's
         `store.flush()` after its batch."""
         state = self.store.state()
-        if state.first_seq == 0 and state.last_seq == 0 and seq > 1:
+        if state.last_seq == 0 and seq > 1:
             self.store.purge(up_to_seq=seq)
         elif seq > self.last_seq + 1:
             self.store.skip_msgs(seq)

@@ -6,7 +6,8 @@ decides when and how far a snapshot may be trusted; this module only encodes and
 integers little-endian; arrays are the raw machine arrays, byte-swapped on big-endian machines.
 
     magic(8) b"JSIXSNAP"  version(4)  total_len(8)  the whole file, the CRC included
-    head   base first last last_ts msgs bytes (8 each)
+    head   base first last last_ts msgs bytes (8 each); `first` as the store reports it (empty: 0 until a
+           purge or a message set it, then last + 1)
            n_rows n_subjects names_len n_ttl n_never n_blocks seq_width (8 each; seq_width: version 3 only)
     blocks n_blocks x (no size live live_bytes first_seq last_seq n_tombs (8 each) tail(4) head_crc(4)),
            then the tombstone seqs of each block in that order (8 each). `tail`: the block file's last 4

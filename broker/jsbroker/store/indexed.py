@@ -53,6 +53,9 @@ class IndexedStore:
         self._locs = array("Q")  # backend location per seq (file: block << 40 | offset)
         self._first = 0  # first live seq, 0 when there are no messages
         self._last = 0
+        # nats-server's first_seq of an empty store is last_seq + 1 once it was set, and a purge sets it
+        # even when nothing was ever stored (first_seq 1, last_seq 0); before that it is 0
+        self._first_set = False
         self._last_ts = 0
         self._msgs = 0
         self._bytes = 0
@@ -222,6 +225,7 @@ class IndexedStore:
         dropped = [gone for seq in range(self._base, min(floor, self._base + len(self._sids)))
                    if (gone := self._restore_delete(seq)) is not None]
         self._last = max(self._last, floor - 1)
+        self._first_set = self._first_set or floor > 0  # a floor record: the first seq was set (a purge)
         self._list_rows()
         self._listed = 0
         self._subjects.drop_empty()
@@ -256,8 +260,8 @@ class IndexedStore:
             sids = array("I", map(renumber.__getitem__, sids))
         ttl = [(at, seq) for at, seq in self._ttl if self._live(seq)]
         return IndexImage(
-            self._base, self._first, self._last, self._last_ts, self._msgs, self._bytes, sids, self._ts,
-            self._sizes, self._locs, [e.subject for e in entries],
+            self._base, self._first or self._empty_first(), self._last, self._last_ts, self._msgs, self._bytes, sids,
+            self._ts, self._sizes, self._locs, [e.subject for e in entries],
             [e.seqs[e.head :] if e.head else e.seqs for e in entries],
             array("q", [at for at, _ in ttl]), array("Q", [seq for _, seq in ttl]), array("Q", sorted(self._never)))
 
@@ -323,7 +327,9 @@ class IndexedStore:
                                and image.base + rows == image.last + 1):
             raise ValueError(f"first/last seq {image.first}/{image.last} do not fit rows from {image.base}")
         self._subjects = subjects
-        self._base, self._first, self._last, self._last_ts = image.base, image.first, image.last, image.last_ts
+        self._base, self._last, self._last_ts = image.base, image.last, image.last_ts
+        self._first = image.first if image.msgs else 0
+        self._first_set = bool(image.first or image.last)
         self._msgs, self._bytes = image.msgs, image.bytes
         self._sids, self._ts, self._sizes, self._locs = image.sids, image.ts, image.sizes, image.locs
         self._ttl = list(zip(image.ttl_at, image.ttl_seqs))
@@ -359,6 +365,7 @@ class IndexedStore:
         """Remove every seq below `floor`; past the end, the next message will get `floor`."""
         if floor > self._last:
             removed = self._msgs
+            self._first_set = True
             self._subjects = SubjectIndex()
             self._msgs = self._bytes = self._first = 0
             self._ttl.clear()
@@ -673,10 +680,13 @@ class IndexedStore:
                 i = self._first - self._base
                 st.deleted = [self._base + k for k in range(i, self._last - self._base + 1) if not self._sids[k]]
         else:
-            st.first_seq = self._last + 1 if self._last else 0
+            st.first_seq = self._empty_first()
             if deleted_details:
                 st.deleted = []
         return st
+
+    def _empty_first(self) -> int:
+        return self._last + 1 if self._last or self._first_set else 0
 
     def subjects_state(self, subject_filter: str) -> dict[str, int]:
         self._check_open()
