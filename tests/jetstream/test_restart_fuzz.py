@@ -42,6 +42,7 @@ REGRESSIONS: dict[str, list[Op]] = {
                                       "filter_subjects": ["b"]}),
         ("pub", "S1", "c.y", "m2", None),
         ("restart", "kill")],
+    # stream_seq_floor_differs: a purge that removes nothing stores where passes moved the consumers
     "by_start_time_and_push_new_then_purge": [
         ("add_stream", "S1", {**_LIMITS, "retention": "interest", "max_msgs_per_subject": 1}),
         ("add_consumer", "S1", "C2", {"ack_policy": "all", "ack_wait": ACK_WAIT_NS, "deliver_policy": "by_start_time",
@@ -53,20 +54,30 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("restart", "term"),
         ("fetch", "S1", "C2", 3),
         ("purge", "S1", {"seq": 1})],
-    # open: a filtered push consumer created on a stream with only other subjects' messages
+    # stream_seq_floor_differs (seed 1021): the pass at a restart moves a filtered push consumer past other
+    # subjects' messages and a purge that removes nothing stores that (nats-server delivered 2, jsbroker 1)
+    "purge_after_restart_stores_the_moved_start": [
+        ("add_stream", "S1", _LIMITS),
+        ("pub", "S1", "a", "m1", None),
+        ("add_consumer", "S1", "C2", {**_PULL, "deliver_policy": "new", "filter_subjects": ["c.*"],
+                                      "deliver_subject": True, "max_ack_pending": 3}),
+        ("pub", "S1", "a", "m2", None),
+        ("restart", "term"),
+        ("purge", "S1", {"keep": 3})],
+    # a filtered push consumer created on a stream with only other subjects' messages
     "filtered_push_consumer_created_past_other_subjects": [
         ("add_stream", "S5", _LIMITS),
         ("pub", "S5", "b", "m6", None),
         ("add_consumer", "S5", "C6", {**_PULL, "deliver_policy": "all", "filter_subjects": ["a"],
                                       "deliver_subject": True, "max_ack_pending": 1})],
-    # open: RESET past the end of a work-queue stream
+    # RESET past the end of a work-queue stream
     "reset_of_work_queue_consumer": [
         ("add_stream", "S1", {**_LIMITS, "retention": "workqueue", "max_msgs": 5}),
         ("pub", "S1", "b", "m5", None),
         ("add_consumer", "S1", "C3", {**_PULL, "deliver_policy": "all", "filter_subjects": ["b"], "max_deliver": 3,
                                       "deliver_subject": True, "max_ack_pending": 3}),
         ("reset", "S1", "C3", 7)],
-    # open: a push consumer's pending message removed by max_msgs
+    # open (XFAIL, timing): a push consumer's pending message removed by max_msgs
     "pending_message_removed_by_a_limit": [
         ("add_stream", "S1", {**_LIMITS, "retention": "interest", "max_msgs": 3, "max_msgs_per_subject": 2}),
         ("add_consumer", "S1", "C2", {**_PULL, "deliver_policy": "by_start_sequence", "opt_start_seq": 2,
@@ -76,7 +87,7 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "a", "m3", "id2"),
         ("pub", "S1", "c.x", "m4", None),
         ("pub", "S1", "a", "m5", None)],
-    # open: an interest stream's message below the consumer's start, when the delivered one is deleted
+    # an interest stream's message below the consumer's start, when the delivered one is deleted
     "interest_message_below_the_start_after_a_delete": [
         ("add_stream", "S1", {**_LIMITS, "retention": "interest"}),
         ("add_consumer", "S1", "C2", {"ack_policy": "all", "ack_wait": ACK_WAIT_NS, "deliver_policy": "last"}),
@@ -84,7 +95,7 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "c.x", "m3", None),
         ("fetch", "S1", "C2", 2),
         ("delete_msg", "S1", 2)],
-    # open: a by_start_time consumer created on an interest stream
+    # open (XFAIL): a by_start_time consumer created on an interest stream
     "by_start_time_on_interest_stream": [
         ("add_stream", "S1", {**_LIMITS, "retention": "interest"}),
         ("add_consumer", "S1", "C2", {**_PULL, "deliver_policy": "new", "filter_subjects": ["c.*"]}),
@@ -92,7 +103,7 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "b", "m4", None),
         ("add_consumer", "S1", "C3", {**_PULL, "deliver_policy": "by_start_time", "opt_start_time": {"seq": 1},
                                       "filter_subjects": ["c.*"]})],
-    # open: a keep-purge that removes a work-queue consumer's only undelivered message
+    # open (XFAIL): a keep-purge that removes a work-queue consumer's only undelivered message
     "keep_purge_of_work_queue_message": [
         ("add_stream", "S1", {**_LIMITS, "retention": "workqueue", "max_msgs_per_subject": 4}),
         ("pub", "S1", "b", "m1", None),
@@ -101,7 +112,7 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("add_consumer", "S1", "C3", {**_PULL, "deliver_policy": "all", "filter_subjects": ["b"], "max_deliver": 3}),
         ("pub", "S1", "c.x", "m4", None),
         ("purge", "S1", {"keep": 3})],
-    # open: a delivered, unacked message deleted from the stream
+    # a delivered, unacked message deleted from the stream
     "deleted_message_stays_pending": [
         ("add_stream", "S1", {**_LIMITS, "max_msgs": 2, "max_msgs_per_subject": 2}),
         ("pub", "S1", "b", "m1", None),
@@ -118,7 +129,7 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "c.y", "m3", None)],
     # a purge of a stream that never stored a message: nats-server's first_seq becomes 1, jsbroker's stayed 0
     "purge_of_unused_stream": [("add_stream", "S1", _LIMITS), ("purge", "S1", {})],
-    # open: an interest stream's messages below its only consumer's start, at a restart
+    # an interest stream's messages below its only consumer's start, at a restart
     "interest_messages_below_the_start_at_restart": [
         ("add_stream", "S1", {**_LIMITS, "retention": "interest"}),
         ("add_consumer", "S1", "C3", {**_PULL, "deliver_policy": "by_start_sequence", "opt_start_seq": 3,
@@ -193,9 +204,6 @@ XFAIL: dict[str, str] = {
         "nats-server starts a by_start_time consumer of an interest stream after the last message (delivered 2, "
         "pending 0) though message 1 is at the start time (filtered or not; limits streams start at 1 as jsbroker "
         "does)",
-    "by_start_time_and_push_new_then_purge":
-        "stream_seq_floor_differs: after a purge that removes nothing, delivered / ack_floor stream_seq differ "
-        "(nats-server moves them to the stream's first seq after interest removals)",
 }
 
 

@@ -7,7 +7,8 @@ State (names as in consumer.go):
   ack (dseq of the first delivery), `rdc` {sseq: redeliveries}, `rdq` the redelivery queue.
 - `npc` the cached num_pending (new messages matching the filters at/after `sseq`).
 - INFO reports the delivered/ack-floor pair the ConsumerStore keeps (`store.floors()`), whose rules
-  differ: delivered = last delivered, ack floor moved by acks only.
+  differ: delivered = last delivered, ack floor moved by acks only; the delivered pair is the live one
+  (`sseq` - 1) while the store has none (`has_state`), as nats-server's.
 
 Delivery runs in one pass per loop turn (`_kick` -> `_run`): a MSG.NEXT, a stored message, an ack that
 frees max_ack_pending, or a timer schedules it; it then sends every message it can. Timers are one
@@ -474,8 +475,7 @@ class Consumer:
         self.store.reset(ConsumerState(
             self.dseq - 1, self.sseq - 1, self.adflr, self.asflr,
             {s: (d, ts) for s, (d, ts) in self.pending.items()}, {s: n + 1 for s, n in self.rdc.items()},
-        ))
-        self._kick()
+        ))  # no delivery pass: nats-server's purge does not signal the consumer (a pass would move `sseq`)
 
     # ---- delivery ----------------------------------------------------------------------------------
 
@@ -659,16 +659,15 @@ class Consumer:
         return msg, 1
 
     def _at_end(self, store: StreamStore) -> None:
-        """Nothing new to deliver. The start stays where it is (on a file stream nats-server does not move a
-        filtered consumer over other subjects' messages), except on a memory stream holding no message for
-        the filters at all, which nats-server's memory store answers with its last sequence. Then its
-        checkNumPendingOnEOF: the count restarts at the stream's end."""
-        st = store.state()
-        if (self.filters and self.sseq <= st.last_seq and self.stream.config.storage == "memory"
-                and not store.num_pending(st.first_seq, self.filters)):
-            self.sseq = st.last_seq + 1
-        if self.sseq > st.last_seq:
-            self.npc, self.npf = 0, st.last_seq
+        """Nothing new to deliver: nats-server's stores answer the search with their last sequence and its
+        getNextMsg moves the start past it, over other subjects' messages. The stored position (what INFO
+        shows, see `info`) stays until something writes the whole state (a purge), and a restart forgets
+        the move. Then checkNumPendingOnEOF: the count restarts at the stream's end."""
+        last = store.state().last_seq
+        if self.sseq <= last:
+            self.sseq = last + 1
+        if self.npc:
+            self.npc, self.npf = 0, last
 
     def _next_new(self) -> StoredMsg | None:
         """The first new message from `sseq`, from a read-ahead that grows while the pass keeps taking
@@ -1373,10 +1372,10 @@ class Consumer:
         if self.waiting is not None:
             self._sweep(end_of_stream=False)
         delivered_dseq, delivered_sseq, floor_dseq, floor_sseq = self.store.floors()
-        has_state = delivered_dseq or delivered_sseq
+        stored = self.store.has_state()  # else the live position, moved by passes that found nothing (`_at_end`)
         delivered: dict[str, Any] = {
-            "consumer_seq": delivered_dseq if has_state else self.dseq - 1,
-            "stream_seq": delivered_sseq if has_state else self.sseq - 1,
+            "consumer_seq": delivered_dseq if stored else self.dseq - 1,
+            "stream_seq": delivered_sseq if stored else self.sseq - 1,
         }
         if self.last_delivered_ns:
             delivered["last_active"] = rfc3339(self.last_delivered_ns)

@@ -261,6 +261,10 @@ class ConsumerStore(Protocol):
         """(delivered consumer seq, delivered stream seq, ack floor consumer seq, ack floor stream seq) as
         the store holds them now (what INFO reports); cheap, no copy."""
 
+    def has_state(self) -> bool:
+        """Whether INFO reports the stored delivered pair (nats-server's HasState): a file store always (its
+        state is written at creation), a memory store once a delivered position is stored."""
+
     def update_delivered(self, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
         """Record a delivery as nats-server's consumer store does: delivered = max; a new stream seq becomes
         pending (consumer seq, ts); a redelivery refreshes the pending ts and, with delivery_count > 1,

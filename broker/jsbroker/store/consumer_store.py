@@ -101,6 +101,11 @@ class MemoryConsumerStore:
         return (st.delivered_consumer_seq, st.delivered_stream_seq, st.ack_floor_consumer_seq,
                 st.ack_floor_stream_seq)
 
+    def has_state(self) -> bool:
+        """nats-server's HasState: a memory store has one once a delivered position is stored."""
+        st = self._state
+        return bool(st.delivered_consumer_seq or st.delivered_stream_seq)
+
     # update_delivered / update_acks run once per delivered / acked message: kept to one call each.
     def update_delivered(self, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
         if self._closed:
@@ -201,6 +206,10 @@ class FileConsumerStore(MemoryConsumerStore):
         self._floor: tuple[int, int, int] | None = None  # the latest unwritten ack-none floor
         self._hook: Callable[[], None] | None = None
         self._recover()
+
+    def has_state(self) -> bool:
+        """Always: the state is on disk from the creation on (nats-server's file store HasState)."""
+        return True
 
     def _log_path(self, gen: int) -> Path:
         return self._dir / f"state.log.{gen}"
