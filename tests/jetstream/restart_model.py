@@ -368,9 +368,30 @@ class Difference:
         return f"step {self.step} {self.op!r}: {self.what} differs{fields}"
 
 
+def _limit_removal_pending_race(d: Difference) -> bool:
+    """Push deliveries that differ only in the pending count of their ack replies (the last field): nats-server
+    terminates a pending message a limit removed in a goroutine, racing the count of the new message."""
+    ours, theirs = d.changed.get("", (None, None))
+    return (d.what.startswith("push") and isinstance(ours, list) and isinstance(theirs, list)
+            and len(ours) == len(theirs) and all(a[:-1] == b[:-1] for a, b in zip(ours, theirs)))
+
+
+def _skip_time_before_message(d: Difference) -> bool:
+    """A by_start_time consumer that nats-server starts further on (past the end): its skip records carry a
+    100 ms-coarse time, which can be before the message stored just before, and its time lookup then misses."""
+    if d.op[0] != "add_consumer" or d.op[3].get("deliver_policy") != "by_start_time":
+        return False
+    delivered = d.changed.get("delivered")
+    return (set(d.changed) <= {"delivered", "ack_floor", "num_pending"} and delivered is not None
+            and delivered[0]["stream_seq"] < delivered[1]["stream_seq"])
+
+
 # Open differences, by the shape they show after the step (names as in test_restart_fuzz.XFAIL): a
-# difference matching one is counted, not shrunk again. None is open now.
-KNOWN: dict[str, Callable[[Difference], bool]] = {}
+# difference matching one is counted, not shrunk again. Both come from nats-server's timing.
+KNOWN: dict[str, Callable[[Difference], bool]] = {
+    "limit_removal_pending_race": _limit_removal_pending_race,
+    "skip_time_before_message": _skip_time_before_message,
+}
 
 
 @dataclass

@@ -412,23 +412,29 @@ class Consumer:
             if (self.active if self.cfg.is_push else len(self.waiting)):  # type: ignore[arg-type]
                 self._kick()
 
-    def on_removed(self, seq: int, subject: str) -> None:
+    def on_removed(self, seq: int, subject: str, terminate: bool = True) -> None:
         """One message left the stream (deleted, acked away, a limit, expiry): nats-server's
         decStreamPending. It no longer counts as pending delivery; a delivered, unacknowledged one is
-        terminated (acked, with a terminated advisory) so its ack floor moves on, and one waiting for
-        redelivery is forgotten."""
+        terminated (`terminate_removed`; a purge does that after it moved the consumers, as nats-server's
+        goroutine does), and one waiting for redelivery is forgotten."""
         if self.closed:
             return
         if seq >= self.sseq and self.wants(subject):
             self.npc -= 1
         self._settle_acks()
+        if seq not in self.pending:
+            self.rdc.pop(seq, None)
+        elif terminate:
+            self.terminate_removed(seq)
+
+    def terminate_removed(self, seq: int) -> None:
+        """A removed message still pending is terminated (acked, with a terminated advisory) so its ack
+        floor moves on."""
         p = self.pending.get(seq)
-        if p is not None:
+        if p is not None and not self.closed:
             dc = self.rdc.get(seq, 0) + 1
             self._ack(seq, p[0])
             advisories.terminated(self.bus, self.stream.name, self.name, seq, p[0], dc, TERM_REMOVED)
-        else:
-            self.rdc.pop(seq, None)
 
     def recount_pending(self, first_seq: int) -> None:
         """Messages went in a batch (a purge): count again, forget redeliveries of what is below the stream."""
@@ -436,6 +442,19 @@ class Consumer:
         self._recount_pending()
         for seq in [s for s in self.rdc if s < first_seq and s not in self.pending]:
             del self.rdc[seq]
+
+    def check_floor(self) -> int:
+        """nats-server's check floor of an interest stream's consumer (checkStateForInterestStream, as it
+        would compute it now): the first message after the stored ack floor this consumer takes, the stream's
+        end when there is none; 0 when the ack floor is past the stream's last message (nats-server then
+        leaves it unset). nats-server keeps the highest one it computed; this one is not remembered."""
+        self._settle_acks()
+        store = self.stream.store
+        asflr, last = self.store.floors()[3], store.state().last_seq
+        if asflr > last:
+            return 0
+        nxt = store.load_next_msgs(asflr + 1, self.filters or None, 1)
+        return nxt[0].seq if nxt else last + 1
 
     def purges_with(self, subject: str) -> tuple[bool, bool]:
         """For a purge of `subject`: (covered, wider). Covered: every filter of this consumer is the purged
@@ -1350,7 +1369,9 @@ class Consumer:
         self.last_delivered_ns = self.last_acked_ns = 0
         self.store.reset(ConsumerState(delivered_stream_seq=seq - 1, ack_floor_stream_seq=seq - 1))
         self._t_ack.cancel()
-        if self.stream.config.retention == "interest":  # not a work queue: nats-server keeps its messages
+        # not a work queue: nats-server keeps its messages; nor past the stream's end (its interest check
+        # refuses an ack floor above the last sequence)
+        if self.stream.config.retention == "interest" and seq - 1 <= self.stream.store.state().last_seq:
             self._release_below(seq)
         self._recount_pending(last_per_subject=False)  # a reset delivers every message from seq, as it counts
         self._kick()

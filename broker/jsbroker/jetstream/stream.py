@@ -48,6 +48,7 @@ _MAX_REPUBLISH_DEPTH = 16
 DIRECT_GET_GROUP = "_sys_"  # the queue group of DIRECT.GET subscriptions (a stream and its mirrors)
 _NS = 1_000_000_000
 FAST_BATCH_SUFFIX = ".$FI"  # a fast batch publish's reply subject ends so (ADR-50, nats-server 2.14)
+_INTEREST_SCAN_LIMIT = 100_000  # nats-server's cleanupNoInterestMessages checks up to this many one by one
 
 
 class ConsumerHook(Protocol):
@@ -65,9 +66,13 @@ class ConsumerHook(Protocol):
 
     def needs(self, seq: int) -> bool: ...
 
-    def on_removed(self, seq: int, subject: str) -> None: ...
+    def on_removed(self, seq: int, subject: str, terminate: bool = True) -> None: ...
+
+    def terminate_removed(self, seq: int) -> None: ...
 
     def recount_pending(self, first_seq: int) -> None: ...
+
+    def check_floor(self) -> int: ...
 
     def on_stream_purged(self, start: int, last_seq: int, wider: bool) -> None: ...
 
@@ -96,7 +101,8 @@ class Stream:
     - `add_consumer(c)` / `remove_consumer(c)`: register a consumer object. It provides `c.name`,
       `c.on_stored(seq, subject)` (called after every stored message), `c.wants(subject)` (its filter
       matches; for interest retention), `c.needs(seq)` (not yet acked by it; for interest/workqueue
-      retention), `c.recount_pending()`, `c.on_stream_purged()`, `c.purges_with()` and `c.stop()`.
+      retention), `c.on_removed()` / `c.terminate_removed()`, `c.recount_pending()`, `c.on_stream_purged()`,
+      `c.purges_with()`, `c.check_floor()` (interest retention) and `c.stop()`.
     - `acked(seq)`: a consumer calls it after an ack; with interest or workqueue retention the stream
       removes the message once no consumer still needs it.
     - `store`, `config`, `name`, `consumers` (name -> consumer), `consumer_dir(name)` (a directory for a
@@ -291,11 +297,32 @@ class Stream:
     def _drop_uninterested(self, start: int) -> None:
         """After a consumer of an interest stream was deleted (nats-server's cleanupNoInterestMessages): from
         its ack floor on, what no remaining consumer needs goes; with no consumer left, everything goes. A
-        work queue keeps its messages for the next consumer."""
+        work queue keeps its messages for the next consumer. When that floor is past the stream's last
+        message (nats-server's unsigned stop - start wraps around) or the range is too long to check,
+        nats-server runs its interest check instead: the stream is compacted to the lowest check floor of
+        the remaining consumers."""
         if not self.consumers:
             self.store.purge(None)
             return
-        self._drop_unneeded(max(start, self.store.state().first_seq))
+        st = self.store.state()
+        start = max(start, st.first_seq)
+        if start > st.last_seq or st.last_seq - start > _INTEREST_SCAN_LIMIT:
+            self._compact(min(c.check_floor() for c in self.consumers.values()))
+        else:
+            self._drop_unneeded(start)
+
+    def _compact(self, floor: int) -> None:
+        """nats-server's store Compact(floor): everything below `floor` goes; 0 or past the end is a purge
+        (which sets the first seq of a stream that never stored anything). The consumers count again."""
+        last = self.store.state().last_seq
+        if floor == 0 or floor > last:
+            purged = self.store.purge(None)
+        else:
+            purged = self.store.purge(up_to_seq=floor) if floor > 1 else 0
+        if purged:
+            first = self.store.state().first_seq
+            for consumer in self.consumers.values():
+                consumer.recount_pending(first)
 
     def identity(self) -> str:
         """nats-server's stream identity: 8 base-62 characters of the SHA-256 of the creation time
@@ -639,7 +666,7 @@ class Stream:
     def _rollup(self, subject: str, kind: str, new_seq: int) -> None:
         """A rollup is a purge (nats-server's purgeLocked): the consumers move past what it removed."""
         subject_filter = subject if kind == "sub" else ""
-        self._purged(subject_filter, self.store.purge(subject_filter or None, keep=1 if new_seq else 0))
+        self._purge(subject_filter, 0, 1 if new_seq else 0)
 
     # -- expiry -----------------------------------------------------------------------------------------
 
@@ -700,19 +727,37 @@ class Stream:
             raise errors.STREAM_SEALED()
         if self.config.deny_purge:
             raise errors.STREAM_PURGE_FAILED(err="stream purge not permitted")
-        purged = self.store.purge(subject_filter or None, up_to_seq=seq, keep=keep)
+        purged = self._purge(subject_filter, seq, keep)
         self.last_seq = max(self.last_seq, self.store.state().last_seq)
-        self._purged(subject_filter, purged)
         return purged
 
-    def _purged(self, subject_filter: str, purged: int) -> None:
+    def _purge(self, subject_filter: str, seq: int, keep: int) -> int:
+        """nats-server's purgeLocked (the PURGE request and rollups): the store's purge, then the consumers."""
+        # its PurgeEx removes one by one with a filter, or to keep some without a sequence; the first to go
+        # is then the oldest matching message
+        one_by_one = subject_filter not in ("", ">") or (keep > 0 and not seq)
+        oldest = self.store.load_next_msg(0, subject_filter or None) if one_by_one else None
+        purged = self.store.purge(subject_filter or None, up_to_seq=seq, keep=keep)
+        self._purged(subject_filter, purged, oldest if purged == 1 else None)
+        return purged
+
+    def _purged(self, subject_filter: str, purged: int, alone: StoredMsg | None) -> None:
         """The consumers after a purge, as nats-server's purgeLocked: every consumer counts its pending
-        messages again when something went; those the purge covers (no filter, or a consumer filter inside
-        the purged subject) move to the purged subject's first message left (past the end when none is),
-        and those whose filter is wider than the purged subject move to the stream's first message,
-        dropping pending messages that are gone."""
+        messages again when something went, except after a one-by-one purge that took a single message
+        (`alone`): nats-server's stores report that one as a single removal, the memory store under its
+        subject, the file store under the purge's filter (">" without one), which reaches only the
+        consumers whose filters take that as a subject (the others keep their count). Then those the purge
+        covers (no filter, or a consumer filter inside the purged subject) move to the purged subject's
+        first message left (past the end when none is), and those whose filter is wider than the purged
+        subject move to the stream's first message, dropping pending messages that are gone."""
         state = self.store.state()
-        if purged:
+        told: list[ConsumerHook] = []
+        if alone is not None:
+            subject = alone.subject if self.config.storage == "memory" else subject_filter or ">"
+            told = [c for c in self.consumers.values() if c.wants(subject)]
+            for consumer in told:
+                consumer.on_removed(alone.seq, subject, terminate=False)
+        elif purged:
             for consumer in self.consumers.values():
                 consumer.recount_pending(state.first_seq)
         start = state.first_seq
@@ -723,6 +768,9 @@ class Stream:
             covered, wider = consumer.purges_with(subject_filter) if subject_filter else (True, False)
             if covered or wider:
                 consumer.on_stream_purged(state.first_seq if wider else start, state.last_seq, wider)
+        if alone is not None:  # nats-server terminates a pending one in a goroutine, after the moves above
+            for consumer in told:
+                consumer.terminate_removed(alone.seq)
 
     def delete_msg(self, seq: int, erase: bool) -> None:
         if self.config.sealed:
