@@ -65,8 +65,6 @@ def cases() -> Iterator[Case]:
                 for push in (False, True):
                     for filtered in (False, True):
                         for state in PUSH_STATES if push else STATES:
-                            if retention == "workqueue" and state == "reset":
-                                continue  # open: a RESET of a work-queue consumer differs after a restart (#21)
                             yield Case(retention, empty, policy, push, filtered, state)
 
 
