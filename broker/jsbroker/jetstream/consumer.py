@@ -134,6 +134,7 @@ class Consumer:
         self.dseq = 1
         self.adflr = 0
         self.asflr = 0
+        self.restored_floor = 0
         self.npc = 0  # num_pending, a running count like nats-server's (see `_recount_pending`)
         self.npf = 0  # the stream sequence the count is valid through
         self.pending: dict[int, list[int]] = {}
@@ -356,6 +357,7 @@ class Consumer:
         self.dseq = state.delivered_consumer_seq + 1
         self.sseq = state.delivered_stream_seq + 1
         self.adflr, self.asflr = state.ack_floor_consumer_seq, state.ack_floor_stream_seq
+        self.restored_floor = self.asflr  # as stored, for the stream's check at start (`consumers_restored`)
         last = self.stream.store.state().last_seq
         if last and self.sseq > last + 1 and not state.pending:
             # a start beyond the end of a stream that has messages (by_start_sequence past it) comes back
@@ -1338,8 +1340,7 @@ class Consumer:
         self.cfg.pause_until = until or None
         set_static_metadata(self.cfg)  # a pause time needs API level 1: nats-server's stored config says so
         self.save_meta()
-        self._arm_pause()
-        self._kick()
+        self._arm_pause()  # no pass now: nats-server signals the consumer only when a pause runs out
 
     # ---- reset -------------------------------------------------------------------------------------
 
@@ -1378,10 +1379,14 @@ class Consumer:
         return seq
 
     def _release_below(self, seq: int) -> None:
-        """Interest streams: offer every message below the new floor for removal."""
-        st = self.stream.store.state()
-        for s in range(max(st.first_seq, 1), min(seq, st.last_seq + 1)):
-            self.stream.acked(s)
+        """Interest streams: offer the messages below the new floor that this consumer takes for removal
+        (nats-server's checkStateForInterestStream walks its own filters only)."""
+        store = self.stream.store
+        for s, subject in list(store.seqs()):
+            if s >= seq:
+                break
+            if self.wants(subject):
+                self.stream.acked(s)
 
     # ---- info --------------------------------------------------------------------------------------
 

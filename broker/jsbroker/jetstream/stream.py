@@ -60,6 +60,8 @@ class ConsumerHook(Protocol):
     @property
     def ack_floor_seq(self) -> int: ...  # every stream sequence up to it is acknowledged
 
+    restored_floor: int  # the ack floor as stored before a restart (0 for a new consumer)
+
     def on_stored(self, seq: int, subject: str) -> None: ...
 
     def wants(self, subject: str) -> bool: ...
@@ -377,13 +379,18 @@ class Stream:
         if not (self._retained and self.consumers):
             return
         consumers = list(self.consumers.values())
-        below = max(c.ack_floor_seq for c in consumers) + 1
+        last = self.store.state().last_seq
+        ackers = [c for c in consumers if c.restored_floor <= last]  # nats-server skips a stored floor past the end
+        if not ackers:
+            return
+        below = max(c.ack_floor_seq for c in ackers) + 1
         doomed = []
         for seq, subject in self.store.seqs():
             if seq >= below:
                 break
             wanted = [c for c in consumers if c.wants(subject)]
-            if any(seq <= c.ack_floor_seq for c in wanted) and not self._needed(seq, subject, wanted):
+            if (any(seq <= c.ack_floor_seq for c in wanted if c in ackers)
+                    and not self._needed(seq, subject, wanted)):
                 doomed.append((seq, subject))
         self._remove_all(doomed)
 
