@@ -250,7 +250,8 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "c.y", "m4", None),
         ("fetch", "S1", "C2", 5),
         ("purge", "S1", {"keep": 2})],
-    # open, long run seed 7406: a start past the end of an interest stream, a restart, a purge of other subjects
+    # long run, seed 7406: a purge of c.* moves a consumer with filters [a, c.x] (one filter overlaps it) to the
+    # stream's first message, as nats-server 2.15.1 does
     "filtered_purge_after_restart_with_start_past_the_end": [
         ("add_stream", "S1", {**_LIMITS, "retention": "interest", "max_msgs_per_subject": 3}),
         ("add_consumer", "S1", "C2", {"ack_policy": "all", "ack_wait": ACK_WAIT_NS, "deliver_policy": "by_start_sequence",
@@ -278,12 +279,6 @@ XFAIL: dict[str, str] = {
         "nats-server's ack floor after the keep purge is stream seq 3 (consumer seq 1), jsbroker's 2 as the "
         "consumer store's ack rules give it; not explained yet (nats-server's writeStoreState is refused as "
         "outdated there, so something else stores 3)",
-    "filtered_purge_after_restart_with_start_past_the_end":
-        "nats-server's delivered/ack floor become stream seq 2 at the purge of c.*, jsbroker's stay 1: nats-server "
-        "2.15.1 moves a consumer with filters [a, c.x] on a purge of c.* (seen without restarts too: a filter "
-        "inside the purged subject is enough, its isEqualOrSubsetMatch), jsbroker only when every filter is; a "
-        "purge of c.x itself leaves both at the stream's first seq. Not changed yet: the purges_with rule came "
-        "from differential tests and the exact start nats-server then uses is not pinned down",
 }
 
 

@@ -461,11 +461,12 @@ class Consumer:
     def purges_with(self, subject: str) -> tuple[bool, bool]:
         """For a purge of `subject`: (covered, wider). Covered: every filter of this consumer is the purged
         subject or inside it (nats-server 2.15.1: a consumer with filters [a, c.x] is not moved by a purge
-        of c.x). Wider: otherwise, the consumer sees the purged subject among others (a consumer without
+        of c.x). Wider: otherwise, when one of its filters overlaps the purged subject (nats-server 2.15.1:
+        filters [a, c.x] are moved to the stream's first message by a purge of c.*; a consumer without
         filters sees everything)."""
         if self.filters and all(f == subject or subjects.is_subset(f, subject) for f in self.filters):
             return True, False
-        wider = not self.filters or any(subjects.is_subset(subject, f) for f in self.filters)
+        wider = not self.filters or any(subjects.subjects_overlap(subject, f) for f in self.filters)
         return False, wider
 
     def on_stream_purged(self, start: int, last_seq: int, wider: bool) -> None:

@@ -380,7 +380,10 @@ class Stream:
             return
         consumers = list(self.consumers.values())
         last = self.store.state().last_seq
-        ackers = [c for c in consumers if c.restored_floor <= last]  # nats-server skips a stored floor past the end
+        # nats-server skips a consumer whose ack floor is past the end; a work queue judges the floor as stored,
+        # an interest stream the one the restart brought back to the end (both seen against nats-server 2.15.1)
+        work_queue = self.config.retention == "workqueue"
+        ackers = [c for c in consumers if (c.restored_floor if work_queue else c.ack_floor_seq) <= last]
         if not ackers:
             return
         below = max(c.ack_floor_seq for c in ackers) + 1
