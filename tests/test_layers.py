@@ -117,6 +117,7 @@ PURE = frozenset(
         "jsbroker.jetstream.ack",
         "jsbroker.jetstream.counters",
         "jsbroker.jetstream.schedule",
+        "jsbroker.jetstream.cron",
         "jsbroker.jetstream.pull",
         "jsbroker.jetstream.priority",
         "jsbroker.jetstream.headers",

@@ -12,7 +12,7 @@ from typing import Any
 import nats
 import pytest
 
-from jsbroker.jetstream import errors, schedule, times
+from jsbroker.jetstream import cron, errors, schedule, times
 from tests.jetstream.test_stream_api import C, D, G, I, P, U, cfg, on_storage, pub
 from tests.polling import poll_async
 
@@ -40,10 +40,19 @@ CASES = {
                          sched("{S}.a", FAR, "{S}.u", Nats_Rollup="sub"),
                          sched("{S}.c", FAR, "{S}.t", Nats_Schedule_Source="{S}.src"),
                          pub("{S}.d", "y", Nats_Schedule=""),
+                         sched("{S}.e", "0 0 * * * *", "{S}.t"), sched("{S}.f", "@hourly", "{S}.t"),
+                         sched("{S}.g", "@yearly", "{S}.t"), sched("{S}.h", "*/5,7 1-3 ? 1,15 JAN-mar Mon", "{S}.t"),
+                         sched("{S}.i", "0 0 12 ? * sun,sat", "{S}.t"), sched("{S}.j", "+5 0 0 * * *", "{S}.t"),
                          (G, {"last_by_subj": "{S}.a"}), (G, {"last_by_subj": "{S}.b"}),
                          (G, {"last_by_subj": "{S}.c"}), (G, {"last_by_subj": "{S}.d"}), (I, ""), (D, "")],
     "bad_schedules": [(C, scheduled()), sched("{S}.a", "@every 500ms", "{S}.t"), sched("{S}.a", "bogus", "{S}.t"),
                       sched("{S}.a", "0 * * * *", "{S}.t"), sched("{S}.a", "@at tomorrow", "{S}.t"),
+                      sched("{S}.a", "0 0 0 30 2 *", "{S}.t"), sched("{S}.a", "60 * * * * *", "{S}.t"),
+                      sched("{S}.a", "*/0 * * * * *", "{S}.t"), sched("{S}.a", "* * * * * 7", "{S}.t"),
+                      sched("{S}.a", "1-2-3 * * * * *", "{S}.t"), sched("{S}.a", "5-1 * * * * *", "{S}.t"),
+                      sched("{S}.a", "1/2/3 * * * * *", "{S}.t"), sched("{S}.a", "x * * * * *", "{S}.t"),
+                      sched("{S}.a", "* * * * foo *", "{S}.t"), sched("{S}.a", "@minutely", "{S}.t"),
+                      sched("{S}.a", "0 0 * * * *", "{S}.t", Nats_Schedule_Time_Zone="Nowhere/Else"),
                       sched("{S}.a", "@every", "{S}.t"), sched("{S}.a", "@every x", "{S}.t"),
                       sched("{S}.a", FAR, "other.t"), sched("{S}.a", FAR, "{S}.a"), sched("{S}.a", FAR, "{S}.*"),
                       pub("{S}.a", "x", Nats_Schedule=FAR),
@@ -80,11 +89,31 @@ async def test_schedules_match_nats_server(differential, name, storage):
     assert ours == theirs
 
 
-def test_cron_forms_are_refused_naming_what_jsbroker_lacks():
-    for pattern in ("0 0 * * * *", "@hourly", "@daily"):
+def test_cron_in_a_time_zone_is_refused_naming_what_jsbroker_lacks():
+    for pattern in ("0 0 * * * *", "@hourly"):
+        hdr = b"NATS/1.0\r\nNats-Schedule: %s\r\nNats-Schedule-Time-Zone: Europe/Berlin\r\n\r\n" % pattern.encode()
         with pytest.raises(errors.ApiError) as refused:
-            schedule.next_fire(b"NATS/1.0\r\nNats-Schedule: %s\r\n\r\n" % pattern.encode(), 0, 0)
+            schedule.next_fire(hdr, 0, 0)
         assert refused.value.err_code == 10189 and "not supported by jsbroker" in refused.value.description
+
+
+@pytest.mark.parametrize(("pattern", "after", "expected"), [
+    ("0 0 * * * *", "2026-01-01T10:00:00Z", "2026-01-01T11:00:00Z"),
+    ("* * * * * *", "2026-01-01T10:00:00.7Z", "2026-01-01T10:00:01Z"),
+    ("30 15 10 * * *", "2026-01-01T10:15:30Z", "2026-01-02T10:15:30Z"),
+    ("0 0 0 29 2 *", "2026-03-01T00:00:00Z", "2028-02-29T00:00:00Z"),
+    ("0 0 0 1 * mon", "2026-01-01T00:00:00Z", "2026-01-05T00:00:00Z"),  # day 1 OR a Monday
+    ("0 0 0 * * mon", "2026-01-01T00:00:00Z", "2026-01-05T00:00:00Z"),  # * and Monday: AND
+    ("0 0 0 13 * fri", "2026-02-01T00:00:00Z", "2026-02-06T00:00:00Z"),
+    ("0 */20 * * * *", "2026-01-01T10:41:00Z", "2026-01-01T11:00:00Z"),
+    ("0 5/20 * * * *", "2026-01-01T10:06:00Z", "2026-01-01T10:25:00Z"),
+    ("@weekly", "2026-01-01T00:00:00Z", "2026-01-04T00:00:00Z"),
+    ("@monthly", "2026-12-31T23:59:59Z", "2027-01-01T00:00:00Z"),
+])
+def test_cron_next_fire_times(pattern, after, expected):
+    expression = cron.parse(pattern)
+    assert expression is not None
+    assert expression.next_after(times.parse_rfc3339(after)) == times.parse_rfc3339(expected)
 
 
 def test_every_counts_whole_seconds_from_the_store_time():
@@ -121,13 +150,15 @@ async def _fire(nc: Any, name: str) -> list[Any]:
             (f"{name}.src.copy", {"Nats-Schedule": _at(0), "Nats-Schedule-Target": f"{name}.t.src",
                                   "Nats-Schedule-Source": f"{name}.src"}),
             (f"{name}.every", {"Nats-Schedule": "@every 1s", "Nats-Schedule-Target": f"{name}.t.every",
-                               "Nats-Schedule-Rollup": "sub"})]
+                               "Nats-Schedule-Rollup": "sub"}),
+            (f"{name}.cron", {"Nats-Schedule": "* * * * * *", "Nats-Schedule-Target": f"{name}.t.cron",
+                              "Nats-Schedule-Rollup": "sub"})]
     for subject, hdrs in plan:
         await js.publish(subject, subject.encode(), headers=hdrs)
 
     async def fired() -> bool:
         counts = (await js.stream_info(name, subjects_filter=f"{name}.t.>")).state.subjects or {}
-        return len(counts) == 4
+        return len(counts) == 5
 
     await poll_async(fired, timeout=10, what="every schedule fired")
     every = await js.get_last_msg(name, f"{name}.t.every")
@@ -136,7 +167,8 @@ async def _fire(nc: Any, name: str) -> list[Any]:
         return (await js.get_last_msg(name, f"{name}.t.every")).seq > every.seq
 
     await poll_async(repeated, timeout=10, what="@every fired again")
-    out = [_shape(await js.get_last_msg(name, f"{name}.t.{t}"), name) for t in ("once", "past", "src", "every")]
+    out = [_shape(await js.get_last_msg(name, f"{name}.t.{t}"), name)
+           for t in ("once", "past", "src", "every", "cron")]
     info = await js.stream_info(name, subjects_filter=">")
     out.append(sorted(s.replace(name, "S") for s in info.state.subjects or {}))  # one-shot schedules purged
     await js.delete_stream(name)
@@ -148,7 +180,7 @@ async def test_schedules_fire_like_nats_server(on_both):
     assert ours == theirs
     assert ours[0] == ("S.t.once", b"S.once", {"Foo": "bar", "Nats-Scheduler": "S.once",
                                                 "Nats-Schedule-Next": "purge"})
-    assert ours[-1] == ["S.every", "S.src", "S.t.every", "S.t.once", "S.t.past", "S.t.src"]
+    assert ours[-1] == ["S.cron", "S.every", "S.src", "S.t.cron", "S.t.every", "S.t.once", "S.t.past", "S.t.src"]
 
 
 # -- restarts ---------------------------------------------------------------------------------------

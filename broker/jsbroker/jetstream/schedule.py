@@ -11,10 +11,11 @@ the schedule's subject) or the next fire time (a repeating one), and `Nats-TTL` 
 `Nats-Schedule-TTL` / `Nats-Schedule-Rollup`. The stored messages are the whole state: a restarted stream
 reads its schedules back from them (`Table`), so a schedule due while it was down fires once it is up.
 
-Patterns: `@at <RFC 3339 time>` (once; a past time fires at once) and `@every <Go duration >= 1s>`
-(repeating from the schedule's store time, whole seconds). nats-server also takes 6-field cron expressions
-and `@yearly`..`@hourly` (with `Nats-Schedule-Time-Zone`): jsbroker refuses those at publish time with
-10189 and a text saying so, instead of storing a schedule it would never fire.
+Patterns: `@at <RFC 3339 time>` (once; a past time fires at once), `@every <Go duration >= 1s>`
+(repeating from the schedule's store time, whole seconds) and 6-field cron expressions or `@yearly`..`@hourly`
+(jetstream/cron.py), in UTC. nats-server also evaluates cron in a `Nats-Schedule-Time-Zone`: jsbroker
+refuses a cron schedule with that header at publish time (10189 with a text saying so) instead of firing
+it at other times than nats-server.
 """
 
 from __future__ import annotations
@@ -24,26 +25,25 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from jsbroker import subjects
-from jsbroker.jetstream import errors, headers, times
+from jsbroker.jetstream import cron, errors, headers, times
 
 _NS = 1_000_000_000
 MIN_DELAY_NS = 250_000_000  # nats-server's scheduler timer never fires sooner than this
 PURGE = "purge"
 # Dropped from a schedule's headers when it produces its message (each a key or a key prefix).
 _DROPPED = (headers.SCHEDULE, "Nats-Expected-", headers.MSG_ID, headers.TTL, headers.ROLLUP)
-_CRON_ONLY = "cron expressions, @yearly/@annually/@monthly/@weekly/@daily/@midnight/@hourly and " \
-             "Nats-Schedule-Time-Zone are not supported by jsbroker; use @at <RFC 3339 time> or @every <duration>"
+_NO_ZONES = "Nats-Schedule-Time-Zone is not supported by jsbroker (its cron schedules run in UTC); leave it out"
 
 
 def _unsupported() -> errors.ApiError:
     kind = errors.MESSAGE_SCHEDULES_PATTERN_INVALID
-    return errors.ApiError(kind, f"{kind.description}: {_CRON_ONLY}")
+    return errors.ApiError(kind, f"{kind.description}: {_NO_ZONES}")
 
 
 def next_fire(hdr: bytes, ts_ns: int, now_ns: int) -> tuple[int, bool] | None:
     """(when the schedule in `hdr` fires next after `ts_ns`, whether it repeats); None: no schedule (no or
-    an empty Nats-Schedule). Raises 10223 for a bad time zone, 10189 for a bad pattern, and the
-    unsupported-pattern refusal for cron forms."""
+    an empty Nats-Schedule). Raises 10223 for a bad time zone, 10189 for a bad pattern (and for a time zone
+    with a cron pattern, naming what jsbroker lacks)."""
     zone = headers.get(hdr, headers.SCHEDULE_TIME_ZONE)
     if zone is not None:
         _check_zone(zone)
@@ -54,9 +54,15 @@ def next_fire(hdr: bytes, ts_ns: int, now_ns: int) -> tuple[int, bool] | None:
         if zone is not None:  # a time zone only goes with cron forms
             raise errors.MESSAGE_SCHEDULES_PATTERN_INVALID()
         return _at(pattern[4:]) if pattern.startswith("@at ") else _every(pattern[7:], ts_ns, now_ns)
-    if _looks_like_cron(pattern):
+    expression = cron.parse(pattern)
+    if expression is not None and zone is not None:
         raise _unsupported()
-    raise errors.MESSAGE_SCHEDULES_PATTERN_INVALID()
+    due = expression.next_after(ts_ns) if expression is not None else None
+    if expression is not None and due is not None and due < now_ns:
+        due = expression.next_after(_round_second(now_ns))
+    if due is None:
+        raise errors.MESSAGE_SCHEDULES_PATTERN_INVALID()
+    return due, True
 
 
 def _check_zone(zone: str) -> None:
@@ -87,13 +93,6 @@ def _every(text: str, ts_ns: int, now_ns: int) -> tuple[int, bool]:
 def _round_second(ns: int) -> int:
     """Go's Time.Round(time.Second): halves round up."""
     return (ns + _NS // 2) // _NS * _NS
-
-
-def _looks_like_cron(pattern: str) -> bool:
-    """The forms nats-server would accept that jsbroker does not implement (whatever nats-server's cron
-    parser would say about the fields: both refuse, jsbroker naming what it lacks)."""
-    return pattern in ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly") \
-        or len(pattern.split()) == 6
 
 
 def check_publish(subject: str, hdr: bytes, stream_subjects: tuple[str, ...], enabled: bool, ttl_allowed: bool,
