@@ -5,6 +5,7 @@ subjects, bodies and headers; `Nats-Schedule-Next` of a repeating schedule is ch
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -232,3 +233,31 @@ async def test_schedules_fire_after_sigterm_and_kill_like_nats_server(server_fac
     ours = await _restart_transcript(server_factory("jsbroker"))
     assert ours == theirs
     assert ours[0] == ["sch.e", "sch.t.a"]  # the one-shot schedule purged, its product kept
+
+
+async def _sourced_products(nc: Any, name: str) -> list[Any]:
+    """A plain stream sourcing a schedule stream copies the schedule and its product; storing the product's
+    `Nats-Schedule-Next: purge` purges the copied schedule's subject there too."""
+    js = nc.jetstream()
+    copy = f"{name}C"
+    await js.add_stream(name=name, subjects=[f"{name}.>"], allow_msg_schedules=True)
+    await nc.request(f"$JS.API.STREAM.CREATE.{copy}", json.dumps(
+        {"name": copy, "subjects": [f"{copy}.>"], "sources": [{"name": name}]}).encode(), timeout=5)
+    await js.publish(f"{name}.s", b"S", headers={"Nats-Schedule": "@at 2020-01-01T00:00:00Z",
+                                                  "Nats-Schedule-Target": f"{name}.t"})
+
+    async def copied() -> bool:
+        return (await js.stream_info(copy)).state.last_seq >= 2
+
+    await poll_async(copied, timeout=10, what="the product copied")
+    out = []
+    for stream in (name, copy):
+        info = await js.stream_info(stream, subjects_filter=">")
+        out.append((info.state.messages, info.state.last_seq, sorted(s.replace(name, "S") for s in info.state.subjects or {})))
+        await js.delete_stream(stream)
+    return out
+
+
+async def test_a_sourced_product_purges_the_copied_schedule_like_nats_server(on_both):
+    ours, theirs = await on_both(_sourced_products, "SP")
+    assert ours == theirs

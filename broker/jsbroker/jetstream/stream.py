@@ -510,9 +510,9 @@ class Stream:
         elif cfg.max_age and ttl == 0:
             self._arm_expiry(ts + cfg.max_age)
         self._stored(seq, subject)
-        if hdr and headers.SCHEDULE_NEEDLE in hdr:
-            self._purge_schedule(hdr)
         if self._schedules is not None:
+            if hdr and headers.SCHEDULE_NEEDLE in hdr:
+                self._purge_schedule(hdr)
             self._schedules.track(seq, subject, hdr, ts, ts)
             self._arm_schedules()
         return seq, False
@@ -724,11 +724,11 @@ class Stream:
 
     def _purge_schedule(self, hdr: bytes) -> None:
         """A stored `Nats-Schedule-Next: purge` (a one-shot schedule's product, or a client's) purges the
-        schedule's subject, on any stream as nats-server."""
+        schedule's subject (a stream sourcing the product keeps its copy of the schedule, as nats-server)."""
         scheduler = headers.get(hdr, headers.SCHEDULER)
         if scheduler and headers.get(hdr, headers.SCHEDULE_NEXT) == schedule.PURGE:
             self._purged(scheduler, self.store.purge(scheduler))
-            if self._schedules is not None:
+            if self._schedules is not None:  # always set here; for the type checker
                 self._schedules.remove(scheduler)
 
     def _load_schedules(self) -> None:
