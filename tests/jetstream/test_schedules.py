@@ -235,14 +235,15 @@ async def test_schedules_fire_after_sigterm_and_kill_like_nats_server(server_fac
     assert ours[0] == ["sch.e", "sch.t.a"]  # the one-shot schedule purged, its product kept
 
 
-async def _sourced_products(nc: Any, name: str) -> list[Any]:
-    """A plain stream sourcing a schedule stream copies the schedule and its product; storing the product's
-    `Nats-Schedule-Next: purge` purges the copied schedule's subject there too."""
+async def _copied_products(nc: Any, name: str, how: str) -> list[Any]:
+    """A plain stream sourcing (or mirroring) a schedule stream copies the schedule and its product as plain
+    messages: the product's `Nats-Schedule-Next: purge` purges nothing there."""
     js = nc.jetstream()
     copy = f"{name}C"
     await js.add_stream(name=name, subjects=[f"{name}.>"], allow_msg_schedules=True)
-    await nc.request(f"$JS.API.STREAM.CREATE.{copy}", json.dumps(
-        {"name": copy, "subjects": [f"{copy}.>"], "sources": [{"name": name}]}).encode(), timeout=5)
+    body = {"name": copy, "subjects": [f"{copy}.>"], "sources": [{"name": name}]} if how == "sources" \
+        else {"name": copy, "mirror": {"name": name}}
+    await nc.request(f"$JS.API.STREAM.CREATE.{copy}", json.dumps(body).encode(), timeout=5)
     await js.publish(f"{name}.s", b"S", headers={"Nats-Schedule": "@at 2020-01-01T00:00:00Z",
                                                   "Nats-Schedule-Target": f"{name}.t"})
 
@@ -258,6 +259,8 @@ async def _sourced_products(nc: Any, name: str) -> list[Any]:
     return out
 
 
-async def test_a_sourced_product_purges_the_copied_schedule_like_nats_server(on_both):
-    ours, theirs = await on_both(_sourced_products, "SP")
+@pytest.mark.parametrize("how", ["sources", "mirror"])
+async def test_copies_of_products_purge_nothing_like_nats_server(on_both, how):
+    ours, theirs = await on_both(lambda nc, name: _copied_products(nc, name, how), "SP")
     assert ours == theirs
+    assert ours[1][:2] == (2, 2)
