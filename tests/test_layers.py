@@ -116,6 +116,8 @@ PURE = frozenset(
         "jsbroker.nkeys",  # key decoding and signature checks
         "jsbroker.jetstream.ack",
         "jsbroker.jetstream.counters",
+        "jsbroker.jetstream.schedule",
+        "jsbroker.jetstream.cron",
         "jsbroker.jetstream.pull",
         "jsbroker.jetstream.priority",
         "jsbroker.jetstream.headers",

@@ -60,7 +60,7 @@ async def replay(url: str, steps: Sequence[Step], name: str, timeout: float = 1.
             if isinstance(body, (dict, list)):
                 body = json.dumps(body)
             body = body.replace("{S}", name) if isinstance(body, str) else body
-            hdrs = step[2] if len(step) > 2 else None
+            hdrs = {k: v.replace("{S}", name) for k, v in step[2].items()} if len(step) > 2 and step[2] else None
             out.append(await request(nc, subject, body, hdrs, timeout))
         return out
     finally:

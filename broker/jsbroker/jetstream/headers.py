@@ -51,6 +51,16 @@ COUNTER_SOURCES = "Nats-Counter-Sources"
 # atomic batch publishing (ADR-50): a publish carrying a batch id is part of a batch
 BATCH_ID = "Nats-Batch-Id"
 BATCH_ID_NEEDLE = b"Nats-Batch-Id"
+# message schedules (ADR-51): a schedule message and the message it produces on its target
+SCHEDULE = "Nats-Schedule"
+SCHEDULE_NEEDLE = b"Nats-Schedule"  # also in Nats-Scheduler and every Nats-Schedule-* key
+SCHEDULE_TARGET = "Nats-Schedule-Target"
+SCHEDULE_SOURCE = "Nats-Schedule-Source"
+SCHEDULE_TTL = "Nats-Schedule-TTL"
+SCHEDULE_ROLLUP = "Nats-Schedule-Rollup"
+SCHEDULE_TIME_ZONE = "Nats-Schedule-Time-Zone"
+SCHEDULER = "Nats-Scheduler"  # on a produced message: the subject of the schedule that produced it
+SCHEDULE_NEXT = "Nats-Schedule-Next"  # on a produced message: "purge" (one-shot) or the next fire time
 
 
 def get(hdr: bytes, key: str) -> str | None:

@@ -15,12 +15,14 @@ Publish checks, in the order nats-server applies them (`processJetStreamMsgWithB
 stream's `subject_transform` mapped the subject: sealed (10109) -> Nats-Incr (10171, 10168, 10170) ->
 Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
 Nats-Expected-Last-Subject-Sequence[-Subject] (10071, 10193) -> Nats-Expected-Last-Sequence (10071) ->
+message schedule headers (schedule.check_publish: 10188-10192, 10203, 10212, 10223) ->
 Nats-Msg-Id duplicate (ack with "duplicate") -> Nats-Expected-Last-Msg-Id (10070) -> Nats-Rollup (10111)
 -> counter streams: increment missing (10169), the new total (10172, 10054) -> max_msg_size (10054) ->
 header size (10097) -> account or server memory/storage used up (10002, 10023) ->
 interest retention without interest (not stored, the
 sequence still moves) -> Nats-TTL value (10165) -> raised to the delete marker TTL -> discard new limits
-(10077) -> store -> rollup purge -> republish -> pub ack.
+(10077) -> store -> rollup purge -> republish -> a schedule purge (`Nats-Schedule-Next: purge`) and the
+schedule timer -> pub ack.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from jsbroker import store as storage
 from jsbroker import subjects
-from jsbroker.jetstream import api, counters, errors, headers, requests, times
+from jsbroker.jetstream import api, counters, errors, headers, requests, schedule, times
 from jsbroker.jetstream.dedupe import MsgIdWindow
 from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform, short_hash
 from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
@@ -135,6 +137,9 @@ class Stream:
         self._direct_names: list[str] = []  # the stream names whose DIRECT.GET this stream answers
         self._expiry_handle: Any = None
         self._expiry_at = 0
+        self._schedules: schedule.Table | None = None  # allow_msg_schedules: what the schedule timer waits on
+        self._schedule_handle: Any = None
+        self._schedule_at = 0
         self._closed = False
         self.counter_val = ""  # counter streams: the total the last stored message holds (its pub ack's "val")
         # File streams write the plain publishes of one read with one write(): their pub acks wait here
@@ -157,6 +162,7 @@ class Stream:
             self._subs.append(self.bus.subscribe_internal(subject, self._on_publish))
         self._sync_direct_get()
         self._arm_expiry(self.store.next_expiry())
+        self._load_schedules()
 
     def sync(self) -> None:
         """fsync what the stream's store and its consumers' stores wrote since the last sync (the
@@ -184,9 +190,10 @@ class Stream:
         self._subs.clear()
         self._direct_subs.clear()
         self._direct_names = []
-        if self._expiry_handle is not None:
-            self._expiry_handle.cancel()
-            self._expiry_handle = None
+        for handle in (self._expiry_handle, self._schedule_handle):
+            if handle is not None:
+                handle.cancel()
+        self._expiry_handle = self._schedule_handle = None
         for consumer in list(self.consumers.values()):
             consumer.stop()
 
@@ -205,6 +212,7 @@ class Stream:
         if self._retained and not was_retained and self.consumers:
             self._drop_unneeded()  # what every consumer already acked goes, as nats-server's checkInterestState
         self._arm_expiry(self.store.next_expiry())
+        self._load_schedules()
 
     def _apply_config(self) -> None:
         cfg = self.config
@@ -220,7 +228,7 @@ class Stream:
         self._republish = republish_transform(cfg)
         # A message without headers can only be refused by these; without them it takes the fast path.
         self._plain_ok = not (cfg.sealed or self._interest or self._discard_new or cfg.max_msg_size >= 0
-                              or self._exhausted is not None or self._counter)
+                              or self._exhausted is not None or self._counter or cfg.allow_msg_schedules)
         prefix = '{"stream":' + _json_str(cfg.name) + (',"domain":' + _json_str(self._domain) if self._domain else "")
         self._ack_prefix = (prefix + ',"seq":').encode()
         self._err_suffix = (',"stream":' + _json_str(cfg.name) + ',"seq":0}').encode()
@@ -481,11 +489,13 @@ class Stream:
         for reply, ack in held:
             self.bus.publish(reply, None, b"", ack)
 
-    def process(self, subject: str, hdr: bytes, payload: bytes, sourced: bool = False) -> tuple[int, bool]:
+    def process(self, subject: str, hdr: bytes, payload: bytes, sourced: bool = False,
+                scheduled: bool = False) -> tuple[int, bool]:
         """Check and store one message; returns (seq, duplicate). Raises ApiError with the pub-ack error.
         `sourced`: copied from a source by jetstream/sourcing.py (its Nats-Stream-Source header allowed,
         the checks its origin already made not repeated, as nats-server), and written by the sourcing's
-        `store.flush()` after its batch."""
+        `store.flush()` after its batch. `scheduled`: produced by a schedule (its Nats-Scheduler and
+        Nats-Schedule-Next are the server's, not checked as a client's)."""
         cfg = self.config
         if cfg.sealed:
             raise errors.STREAM_SEALED()
@@ -496,7 +506,7 @@ class Stream:
         if hdr:
             if self._counter or headers.INCR_NEEDLE in hdr:
                 incr = counters.increment(hdr, payload, self._counter, sourced)
-            msg_id, rollup, ttl, duplicate_of = self._check_headers(subject, hdr, sourced)
+            msg_id, rollup, ttl, duplicate_of, hdr = self._check_headers(subject, hdr, sourced, scheduled)
             if duplicate_of:
                 return duplicate_of, True
         if self._counter:
@@ -537,6 +547,11 @@ class Stream:
         elif cfg.max_age and ttl == 0:
             self._arm_expiry(ts + cfg.max_age)
         self._stored(seq, subject)
+        if self._schedules is not None:
+            if hdr and headers.SCHEDULE_NEEDLE in hdr:
+                self._purge_schedule(hdr)
+            self._schedules.track(seq, subject, hdr, ts, ts)
+            self._arm_schedules()
         return seq, False
 
     def _republish_target(self, subject: str) -> tuple[str, int] | None:
@@ -597,9 +612,10 @@ class Stream:
         ttl = _parse_ttl(text) if text else 0
         return ttl if ttl >= -1 else 0
 
-    def _check_headers(self, subject: str, hdr: bytes, sourced: bool = False) -> tuple[str, str, int, int]:
+    def _check_headers(self, subject: str, hdr: bytes, sourced: bool = False,
+                       scheduled: bool = False) -> tuple[str, str, int, int, bytes]:
         """The header checks up to the rollup: (msg id, rollup, ttl seconds or -1 never / -2 invalid,
-        seq of the original when the msg id is a duplicate)."""
+        seq of the original when the msg id is a duplicate, the headers: a schedule gets its rollup)."""
         cfg = self.config
         expected = headers.get(hdr, headers.EXPECTED_STREAM)
         if expected and expected != self.name:
@@ -621,12 +637,14 @@ class Stream:
         last_seq = headers.get(hdr, headers.EXPECTED_LAST_SEQ)
         if last_seq is not None and _as_uint(last_seq) != self.last_seq:
             raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=self.last_seq)
+        if not (sourced or scheduled) and headers.SCHEDULE_NEEDLE in hdr:
+            hdr = self._check_schedule(subject, hdr)
         if not sourced and headers.STREAM_SOURCE_NEEDLE in hdr and headers.get(hdr, headers.STREAM_SOURCE) is not None:
             raise errors.MESSAGE_SOURCE_HDR_NOT_ALLOWED()
         msg_id = headers.get(hdr, headers.MSG_ID) or ""
         duplicate_of = self._dedupe.find(msg_id, times.now_ns()) if msg_id and cfg.duplicate_window > 0 else 0
         if duplicate_of:
-            return msg_id, "", ttl, duplicate_of
+            return msg_id, "", ttl, duplicate_of, hdr
         last_id = headers.get(hdr, headers.EXPECTED_LAST_MSG_ID)
         if last_id and last_id != self.last_msg_id:
             raise errors.STREAM_WRONG_LAST_MSG_ID(id=self.last_msg_id)
@@ -638,7 +656,7 @@ class Stream:
                 raise errors.STREAM_ROLLUP_FAILED(err="rollup not permitted")
             if rollup not in ("sub", "all"):
                 raise errors.STREAM_ROLLUP_FAILED(err=f'rollup value invalid: "{rollup}"')
-        return msg_id, rollup, ttl, 0
+        return msg_id, rollup, ttl, 0, hdr
 
     def _size_error(self, hdr: bytes, payload: bytes) -> None:
         limit = self.config.max_msg_size
@@ -729,6 +747,79 @@ class Stream:
             log.warning("subject delete marker not written", extra={"stream": self.name, "error": str(exc)})
         if self.store.subject_of(expired.seq) is not None:
             self._remove(expired.seq, expired.subject)
+
+    # -- message schedules (jetstream/schedule.py) -----------------------------------------------------
+
+    def _check_schedule(self, subject: str, hdr: bytes) -> bytes:
+        def last_hdr(on: str) -> bytes | None:
+            msg = self.store.load_last_msg(on)
+            return None if msg is None else msg.hdr or b""
+
+        cfg = self.config
+        return schedule.check_publish(subject, hdr, cfg.subjects, cfg.allow_msg_schedules, cfg.allow_msg_ttl,
+                                      lambda text: _parse_ttl(text) != -2, last_hdr, times.now_ns())
+
+    def _purge_schedule(self, hdr: bytes) -> None:
+        """A stored `Nats-Schedule-Next: purge` (a one-shot schedule's product, or a client's) purges the
+        schedule's subject (a stream sourcing the product keeps its copy of the schedule, as nats-server)."""
+        scheduler = headers.get(hdr, headers.SCHEDULER)
+        if scheduler and headers.get(hdr, headers.SCHEDULE_NEXT) == schedule.PURGE:
+            self._purged(scheduler, self.store.purge(scheduler))
+            if self._schedules is not None:  # always set here; for the type checker
+                self._schedules.remove(scheduler)
+
+    def _load_schedules(self) -> None:
+        """A stream allowing schedules reads them back from its messages (so they survive any restart)."""
+        if not self.config.allow_msg_schedules or self._schedules is not None:
+            return
+        self._schedules = schedule.Table()
+        now = times.now_ns()
+        for msg in self.store.messages():
+            self._schedules.track(msg.seq, msg.subject, msg.hdr, msg.ts, now)
+        self._arm_schedules()
+
+    def _arm_schedules(self) -> None:
+        due = self._schedules.next_due() if self._schedules is not None else None
+        if due is None or self._closed:
+            return
+        if self._schedule_handle is not None:
+            if self._schedule_at <= due:
+                return
+            self._schedule_handle.cancel()
+        self._schedule_at = due
+        delay = max(due - times.now_ns(), schedule.MIN_DELAY_NS) / _NS
+        self._schedule_handle = self.bus.loop.call_later(delay, self._fire_schedules)
+
+    def _fire_schedules(self) -> None:
+        self._schedule_handle = None
+        if self._closed or self._schedules is None:
+            return
+        now = times.now_ns()
+        for seq, subject, at in self._schedules.due(now):
+            self._fire(seq, subject, at, now)
+        self._arm_schedules()
+
+    def _fire(self, seq: int, subject: str, at: int, now: int) -> None:
+        """Publish what a due schedule produces through the stream's own publish path; storing it moves the
+        schedule on (or purges it). When that does not happen (refused, not stored) the schedule stops
+        until the next start, as nats-server keeps it in flight."""
+        assert self._schedules is not None
+        before = self._schedules.entries.get(subject)
+        msg = self.store.load_msg(seq)
+        try:
+            fire = schedule.next_fire(msg.hdr, at, now) if msg is not None else None
+            if msg is not None and fire is not None:
+                source = headers.get(msg.hdr, headers.SCHEDULE_SOURCE)
+                last = self.store.load_last_msg(source) if source else None
+                target, hdr, body = schedule.produce(subject, msg.hdr, msg.data,
+                                                     None if last is None else (last.hdr, last.data),
+                                                     fire[0] if fire[1] else None)
+                self.process(target, hdr, body, scheduled=True)
+        except (errors.ApiError, StoreError, OSError) as exc:
+            log.warning("scheduled message not stored", extra={"stream": self.name, "schedule": subject,
+                                                               "error": str(exc)})
+        if self._schedules.entries.get(subject) == before:
+            self._schedules.remove(subject)
 
     # -- admin operations (called by stream_api) -------------------------------------------------------
 

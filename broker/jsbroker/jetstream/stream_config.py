@@ -6,7 +6,7 @@ gets the same error. `check_update(old, new)` adds the rules of a STREAM.UPDATE.
 is the config as responses and the persisted metadata carry it (omit-empty fields left out as Go does).
 
 Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
-(atomic/batch publishing, message schedules) are refused with 10052 naming the field and what to do.
+(atomic/batch publishing) are refused with 10052 naming the field and what to do.
 A source's `external` prefixes are checked and kept: nats-server's link through them never copies on
 one server, and jsbroker's stays inactive the same way (jetstream/sourcing.py).
 `mirror` and `sources` are `SourceConfig`s (jetstream/sourcing.py copies them); the checks that need
@@ -141,6 +141,7 @@ class StreamConfig:
     allow_msg_ttl: bool = False
     subject_delete_marker_ttl: int = 0  # ns
     allow_msg_counter: bool = False  # jetstream/counters.py
+    allow_msg_schedules: bool = False  # jetstream/schedule.py
     persist_mode: str = "default"  # "async": file streams whose writes are not fsynced one by one (service.py)
     republish: dict[str, Any] | None = None  # {src, dest[, headers_only]}
     subject_transform: dict[str, Any] | None = None  # {src, dest}
@@ -189,6 +190,8 @@ class StreamConfig:
             out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
         if self.allow_msg_counter:
             out["allow_msg_counter"] = True
+        if self.allow_msg_schedules:
+            out["allow_msg_schedules"] = True
         if self.persist_mode != "default":
             out["persist_mode"] = self.persist_mode
         metadata = dict(self.metadata)
@@ -257,6 +260,7 @@ def _decode(raw: dict[str, Any]) -> StreamConfig:
         allow_msg_ttl=get_bool(raw, "allow_msg_ttl"),
         subject_delete_marker_ttl=get_int(raw, "subject_delete_marker_ttl"),
         allow_msg_counter=get_bool(raw, "allow_msg_counter"),
+        allow_msg_schedules=get_bool(raw, "allow_msg_schedules"),
         persist_mode=_persist_mode(raw),
         mirror=_source(get_object(raw, "mirror"), "mirror"),
         sources=tuple(_source(_as_object(item), "sources") or SourceConfig("") for item in _list(raw, "sources")),
@@ -363,7 +367,6 @@ def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
 UNSUPPORTED: dict[str, str] = {
     "allow_atomic": "atomic batch publishing is not supported by jsbroker yet; leave allow_atomic unset",
     "allow_batched": "batch publishing is not supported by jsbroker yet; leave allow_batched unset",
-    "allow_msg_schedules": "message schedules are not supported by jsbroker yet; leave allow_msg_schedules unset",
 }
 _UNSET: tuple[object, ...] = (None, False, 0, "", {}, [])
 
@@ -429,6 +432,13 @@ def _validate(cfg: StreamConfig, pedantic: bool = False) -> StreamConfig:
         cfg = dataclasses.replace(cfg, allow_msg_ttl=True, allow_rollup_hdrs=True, deny_purge=False)
     elif cfg.subject_delete_marker_ttl < 0:
         raise _invalid("subject delete marker TTL must not be negative")
+    if cfg.allow_msg_schedules:
+        if cfg.discard == "new":
+            raise _invalid("message scheduling cannot use discard new")
+        if not cfg.allow_rollup_hdrs:
+            if pedantic:
+                raise _invalid("message scheduling cannot be set if roll-ups are disabled")
+            cfg = dataclasses.replace(cfg, allow_rollup_hdrs=True, deny_purge=False)
     if cfg.persist_mode == "async":
         if cfg.storage != "file":
             raise _invalid("async persist mode is only supported on file storage")
@@ -457,6 +467,8 @@ def _check_mirror(cfg: StreamConfig) -> None:
         raise errors.MIRROR_WITH_SOURCES()
     if cfg.allow_msg_counter:
         raise errors.MIRROR_WITH_COUNTERS()
+    if cfg.allow_msg_schedules:
+        raise errors.MIRROR_WITH_MSG_SCHEDULES()
     if not _durable_consumer_ok(cfg.mirror):
         raise errors.MIRROR_DURABLE_CONSUMER_CFG_INVALID()
     if cfg.mirror.filter_subject and cfg.mirror.subject_transforms:
@@ -472,6 +484,8 @@ def _check_mirror(cfg: StreamConfig) -> None:
 
 
 def _check_sources(cfg: StreamConfig) -> None:
+    if cfg.sources and cfg.allow_msg_schedules:
+        raise errors.SOURCE_WITH_MSG_SCHEDULES()
     seen: set[str] = set()
     consumers: set[tuple[str, str]] = set()
     for source in cfg.sources:
@@ -539,6 +553,8 @@ def _check_counter(cfg: StreamConfig) -> None:
             raise _invalid("counter stream cannot use discard new")
         if cfg.allow_msg_ttl:
             raise _invalid("counter stream cannot use message TTLs")
+        if cfg.allow_msg_schedules:
+            raise _invalid("counter stream cannot use message schedules")
         if cfg.retention != "limits":
             raise _invalid("counter stream can only use limits retention")
         if cfg.subject_delete_marker_ttl > 0:  # nats-server accepts it, then never stores a marker (no Nats-Incr)
@@ -632,10 +648,10 @@ def _user_metadata(metadata: dict[str, str]) -> dict[str, str]:
 
 
 def _stored_metadata(cfg: StreamConfig) -> dict[str, str]:
-    """User metadata plus the API level the config needs (1 for per-message TTLs, 2 for counters and async
-    persistence), as
-    nats-server keeps."""
-    level = 2 if cfg.allow_msg_counter or cfg.persist_mode == "async" else 1 if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0 else 0
+    """User metadata plus the API level the config needs (1 for per-message TTLs, 2 for counters, schedules
+    and async persistence), as nats-server keeps."""
+    level = 2 if cfg.allow_msg_counter or cfg.allow_msg_schedules or cfg.persist_mode == "async" \
+        else 1 if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0 else 0
     return {**_user_metadata(cfg.metadata), REQ_LEVEL_KEY: str(level)}
 
 
@@ -659,6 +675,8 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
         raise errors.STREAM_MIRROR_NOT_UPDATABLE()
     if old.allow_msg_ttl and not new.allow_msg_ttl:
         raise _invalid("message TTL status can not be disabled")
+    if old.allow_msg_schedules and not new.allow_msg_schedules:
+        raise _invalid("message schedules can not be disabled")
     if new.allow_msg_counter != old.allow_msg_counter:
         raise _invalid("stream configuration update can not change message counter setting")
     if new.persist_mode != old.persist_mode:
