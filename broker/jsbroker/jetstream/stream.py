@@ -764,7 +764,7 @@ class Stream:
         schedule's subject (a stream sourcing the product keeps its copy of the schedule, as nats-server)."""
         scheduler = headers.get(hdr, headers.SCHEDULER)
         if scheduler and headers.get(hdr, headers.SCHEDULE_NEXT) == schedule.PURGE:
-            self._purged(scheduler, self.store.purge(scheduler))
+            self._purge(scheduler, 0, 0)
             if self._schedules is not None:  # always set here; for the type checker
                 self._schedules.remove(scheduler)
 
