@@ -369,9 +369,9 @@ def test_nats_cli_backup_and_restore(server_factory, tmp_path):
     assert ours[1] == ["backup.json", "stream.arc.s2"] and ours[-2:] == [1, True]
 
 
-async def test_an_archive_consumer_jsbroker_cannot_run_fails_the_restore(nats_server, jsbroker_server, unique):
-    """A nats-server backup with a priority-group consumer (not built in jsbroker): the restore fails with
-    10062 naming the consumer and what to do; nothing is left; without consumers the same backup restores."""
+async def test_an_archive_priority_group_consumer_restores(nats_server, jsbroker_server, unique):
+    """A nats-server backup with a priority-group consumer restores into jsbroker with that consumer (its
+    policy and groups kept), and without consumers when the backup has none."""
     name = unique("PG")
     nc = await nats.connect(nats_server.url)
     try:
@@ -388,10 +388,11 @@ async def test_an_archive_consumer_jsbroker_cannot_run_fails_the_restore(nats_se
     nc = await nats.connect(jsbroker_server.url)
     try:
         done = await restore(nc, name, with_consumers[0], with_consumers[1])
-        assert done["error"]["err_code"] == 10062
-        assert "consumer 'PIN' cannot be restored (priority_policy:" in done["error"]["description"]
-        assert "back the stream up without its consumers" in done["error"]["description"]
-        assert (await api(nc, f"$JS.API.STREAM.INFO.{name}"))["error"]["err_code"] == 10059
+        assert done["state"]["messages"] == 1 and done["state"]["consumer_count"] == 1, done
+        pin = await api(nc, f"$JS.API.CONSUMER.INFO.{name}.PIN")
+        assert (pin["config"]["priority_policy"], pin["config"]["priority_groups"], pin["num_pending"]) == (
+            "pinned_client", ["g"], 1)
+        await api(nc, f"$JS.API.STREAM.DELETE.{name}")
         done = await restore(nc, name, without[0], without[1])
         assert done["state"]["messages"] == 1 and done["state"]["consumer_count"] == 0
     finally:

@@ -304,8 +304,8 @@ def set_static_metadata(cfg: ConsumerConfig) -> None:
 
 # The ConsumerConfig fields nats-server knows and jsbroker refuses (10012): field -> why and what to do.
 UNSUPPORTED: dict[str, str] = {
-    "direct": "direct consumers serve mirrors and sources, which jsbroker does not support; leave direct unset",
-    "sourcing": "sourcing consumers serve stream sources, which jsbroker does not support; leave sourcing unset",
+    "direct": "direct consumers are nats-server's internal ones for mirrors and sources; leave direct unset",
+    "sourcing": "sourcing consumers are nats-server's internal ones for stream sources; leave sourcing unset",
 }
 
 
