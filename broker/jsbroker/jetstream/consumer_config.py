@@ -304,8 +304,8 @@ def set_static_metadata(cfg: ConsumerConfig) -> None:
 
 # The ConsumerConfig fields nats-server knows and jsbroker refuses (10012): field -> why and what to do.
 UNSUPPORTED: dict[str, str] = {
-    "direct": "direct consumers are nats-server's internal ones for mirrors and sources; leave direct unset",
-    "sourcing": "sourcing consumers are nats-server's internal ones for stream sources; leave sourcing unset",
+    "direct": "direct consumers (nats-server's internal ones for mirrors and sources) are not supported by jsbroker; leave direct unset",
+    "sourcing": "sourcing consumers (nats-server's internal ones for stream sources) are not supported by jsbroker; leave sourcing unset",
 }
 
 
