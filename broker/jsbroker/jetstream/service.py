@@ -474,6 +474,8 @@ def _fill(store: StreamStore, archive: IO[bytes], cfg: StreamConfig) -> snapshot
     first = int(state.get("first_seq") or 0)
     if first > 1:
         store.purge(up_to_seq=first)  # as a stream created with first_seq
+    elif not state.get("last_seq"):
+        store.purge()  # a never-used stream comes back purged, first_seq 1 (as nats-server's restore)
     last, now = max(first - 1, 0), times.now_ns()
     for n, m in enumerate(reader.messages(), 1):
         if m.seq <= last:
