@@ -32,7 +32,8 @@ from tests.kube.fixtures import envtest, kube_namespace  # noqa: F401  (fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "jsoperator.io", "v1alpha1"
-PLURALS = {"Stream": "streams", "Consumer": "consumers", "KeyValue": "keyvalues", "ObjectStore": "objectstores"}
+PLURALS = {"Stream": "streams", "Consumer": "consumers", "KeyValue": "keyvalues", "ObjectStore": "objectstores",
+           "JetStreamConnection": "jetstreamconnections"}
 # The main operator's drift timer is far longer than any test: everything it serves must happen at once,
 # never because the timer came round. Drift repair and outage detection are the timer's job: those tests
 # use the drift operator (`drift_kube`), which watches its own namespaces with a short interval.
