@@ -5,6 +5,7 @@ appears, and hold a connection that is still named on its finalizer (deleting it
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -38,6 +39,20 @@ def _referrer_status(names: list[str]) -> dict[str, Any]:
     return {"referencedBy": len(names), "referrers": names[:REFERRERS_SHOWN]}
 
 
+class _Counts:
+    """Writes a connection's referencedBy/referrers, one write at a time per connection, each computed from
+    the indexes right before it is sent: the last write carries the newest count, whatever the order in
+    which the events that asked for them arrived."""
+
+    def __init__(self) -> None:
+        self._locks: dict[connections.Ref, asyncio.Lock] = {}
+
+    async def write(self, ref: connections.Ref, indexes: Mapping[str, Any]) -> None:
+        async with self._locks.setdefault(ref, asyncio.Lock()):
+            with contextlib.suppress(kubeapi.ApiException):  # e.g. no access to cluster connections
+                await kubeapi.patch_status(*ref, _referrer_status(referrers(ref, indexes)))
+
+
 async def _check(kind: str, body: Mapping[str, Any], settings: Settings, pool: jsclient.Pool) -> status.Outcome:
     """Resolve the Secrets and connect, as a resource naming it would."""
     ref = connections.ref_of_body(kind, body)
@@ -54,13 +69,14 @@ async def _check(kind: str, body: Mapping[str, Any], settings: Settings, pool: j
 
 
 def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
+    counts = _Counts()
     for resource_kind in RESOURCE_KINDS:
-        _register_users_index(registry, resource_kind)
+        _register_users_index(registry, resource_kind, counts)
     for kind in connections.KINDS:
-        _register_kind(registry, settings, kind, kubeapi.PLURALS[kind])
+        _register_kind(registry, settings, kind, kubeapi.PLURALS[kind], counts)
 
 
-def _register_users_index(registry: kopf.OperatorRegistry, kind: str) -> None:
+def _register_users_index(registry: kopf.OperatorRegistry, kind: str, counts: _Counts) -> None:
     plural = kubeapi.PLURALS[kind]
 
     @kopf.index(common.GROUP, common.VERSION, plural, id=users_index(kind), registry=registry)
@@ -85,11 +101,11 @@ def _register_users_index(registry: kopf.OperatorRegistry, kind: str) -> None:
             return  # most events (status patches) change no reference
         for changed in {before, ref} - {None}:
             assert changed is not None
-            with contextlib.suppress(kubeapi.ApiException):  # e.g. no access to cluster connections
-                await kubeapi.patch_status(*changed, _referrer_status(referrers(changed, kw)))
+            await counts.write(changed, kw)
 
 
-def _register_kind(registry: kopf.OperatorRegistry, settings: Settings, kind: str, plural: str) -> None:
+def _register_kind(registry: kopf.OperatorRegistry, settings: Settings, kind: str, plural: str,
+                   counts: _Counts) -> None:
     cluster = kind == connections.CLUSTER
 
     def served(spec: Mapping[str, Any], **_: Any) -> bool:
@@ -102,10 +118,9 @@ def _register_kind(registry: kopf.OperatorRegistry, settings: Settings, kind: st
     async def check(*, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **kw: Any) -> None:
         ref = connections.ref_of_body(kind, body)
         outcome = await _check(kind, body, memo["settings"], memo["pool"])
-        new = status.build(body.get("status"), generation=int(body["metadata"].get("generation") or 0),
-                           outcome=outcome, now=datetime.now(timezone.utc),
-                           observed=_referrer_status(referrers(ref, kw)))
-        patch.status.update(new)
+        patch.status.update(status.build(body.get("status"), generation=int(body["metadata"].get("generation") or 0),
+                                         outcome=outcome, now=datetime.now(timezone.utc)))
+        await counts.write(ref, kw)
         if outcome.reconciling:
             raise kopf.TemporaryError(outcome.message, delay=scheduler.backoff(retry))
 
@@ -140,6 +155,6 @@ def _register_kind(registry: kopf.OperatorRegistry, settings: Settings, kind: st
         if ready.get("message") != message:
             kopf.event(body, type="Warning", reason=events.DELETE_BLOCKED, message=message[:1024])
         patch.status.update(status.build(body.get("status"), generation=int(body["metadata"].get("generation") or 0),
-                                         outcome=status.deletion_blocked(message), now=datetime.now(timezone.utc),
-                                         observed=_referrer_status(names)))
+                                         outcome=status.deletion_blocked(message), now=datetime.now(timezone.utc)))
+        await counts.write(ref, kw)
         raise kopf.TemporaryError(message, delay=min(scheduler.backoff(retry), 5.0))
