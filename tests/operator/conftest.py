@@ -234,7 +234,8 @@ def operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFac
 @pytest.fixture(scope="session")
 def drift_operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     log = tmp_path_factory.mktemp("jsoperator-drift") / "operator.log"
-    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, DRIFT_NAMESPACE_PREFIX))
+    # One operator per cluster serves ClusterJetStreamConnections: the main one.
+    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, DRIFT_NAMESPACE_PREFIX, ("--no-cluster-connections",)))
 
 
 class Kube:
@@ -360,7 +361,8 @@ def kube(envtest: Any, operator: Operator) -> Iterator[Kube]:
 @pytest.fixture(scope="session")
 def nofinalizer_operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     log = tmp_path_factory.mktemp("jsoperator-nofin") / "operator.log"
-    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, NOFINALIZER_NAMESPACE_PREFIX, ("--no-finalizers",)))
+    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, NOFINALIZER_NAMESPACE_PREFIX,
+                                 ("--no-finalizers", "--no-cluster-connections")))
 
 
 @pytest.fixture

@@ -73,7 +73,10 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
     for resource_kind in RESOURCE_KINDS:
         _register_users_index(registry, resource_kind, counts)
     for kind in connections.KINDS:
-        _register_kind(registry, settings, kind, kubeapi.PLURALS[kind], counts)
+        # Any operator process with handlers for a kind takes its finalizer off objects its handlers do not
+        # match (kopf), so only one operator per cluster may serve the cluster-scoped kind.
+        if kind != connections.CLUSTER or settings.cluster_connections:
+            _register_kind(registry, settings, kind, kubeapi.PLURALS[kind], counts)
 
 
 def _register_users_index(registry: kopf.OperatorRegistry, kind: str, counts: _Counts) -> None:
