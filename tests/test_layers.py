@@ -33,6 +33,7 @@ OPERATOR_PURE = (
     "jsoperator.conflicts",
     "jsoperator.importer",
     "jsoperator.buckets",
+    "jsoperator.connections",
 )
 
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.

@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-finalizers", dest="finalizers", action="store_const", const=False,
                      help="put no finalizers on resources: deleting one deletes its server object best effort "
                      "(env JSOPERATOR_FINALIZERS=false)")
+    run.add_argument("--no-cluster-connections", dest="cluster_connections", action="store_const", const=False,
+                     help="leave ClusterJetStreamConnections to another operator of the cluster: read them only "
+                     "(env JSOPERATOR_CLUSTER_CONNECTIONS=false)")
     run.add_argument("--metrics-port", type=int, metavar="PORT",
                      help="Prometheus /metrics port, 0 = off (env JSOPERATOR_METRICS_PORT; default 8080)")
     run.add_argument("--health-port", type=int, metavar="PORT",

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jsoperator import buckets
+from jsoperator import buckets, connections
 
 _AUTH_REFS = ("credentialsSecretRef", "tokenSecretRef", "userSecretRef", "tlsSecretRef")
 
@@ -42,7 +42,11 @@ class Claim:
 
 
 def connection_key(namespace: str, spec: Mapping[str, Any]) -> str:
-    """Resources with equal keys reach the same server object namespace (servers, domain, credentials)."""
+    """Resources with equal keys reach the same server object namespace (servers, domain, credentials; or
+    the same connection object)."""
+    ref = connections.ref_of(namespace, spec)
+    if ref is not None:
+        return json.dumps({"connectionRef": list(ref)})
     conn = dict(spec.get("connection") or {})
     auth = {ref: conn[ref] for ref in _AUTH_REFS if conn.get(ref)}
     key = {"servers": sorted(conn.get("servers") or []), "domain": conn.get("jsDomain") or "",

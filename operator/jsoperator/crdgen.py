@@ -1,4 +1,5 @@
-"""Models -> the CustomResourceDefinitions ``streams``, ``consumers``, ``keyvalues`` and ``objectstores.jsoperator.io``.
+"""Models -> the CustomResourceDefinitions of jsoperator.io: streams, consumers, keyvalues, objectstores and the
+connection kinds (jetstreamconnections, clusterjetstreamconnections).
 
 Owns the CRD YAML: the structural OpenAPI schema derived from the pydantic models (no ``default:``
 anywhere: GitOps tools would show perpetual diffs, the server applies defaults), printer columns,
@@ -23,7 +24,11 @@ from pydantic.alias_generators import to_camel
 from jsoperator import buckets, mapping, plan, units
 from jsoperator.models import (
     BUCKET_PATTERN,
+    CONNECTION_CLASH,
+    ClusterConnectionSpec,
+    ConnectionRef,
     ConnectionSpec,
+    ConnectionStatus,
     ConsumerSpec,
     ConsumerStatus,
     KeyValueSpec,
@@ -239,16 +244,19 @@ def _bucket_rules(kind: str) -> list[dict[str, str]]:
     return static + transitions
 
 
+CONNECTION_RULE = {"rule": "!(has(self.connection) && has(self.connectionRef))", "message": CONNECTION_CLASH}
+
+
 def _spec_rules(kind: str) -> list[dict[str, str]]:
     if kind in buckets.BUCKET_KINDS:
-        return _bucket_rules(kind)
+        return _bucket_rules(kind) + [CONNECTION_RULE]
     table, defaults, static, name_key = (
         (plan.STREAM_IMMUTABLE, mapping.STREAM_DEFAULTS, STREAM_RULES, "name")
         if kind == "Stream"
         else (plan.CONSUMER_IMMUTABLE, mapping.CONSUMER_DEFAULTS, CONSUMER_RULES, "durable_name")
     )
     transitions = [_transition_rule(key, rule, defaults, kind) for key, rule in table.items() if key != name_key]
-    return static + [POLICY_RULE] + transitions
+    return static + [POLICY_RULE, CONNECTION_RULE] + transitions
 
 
 # -- CRDs -------------------------------------------------------------------------------------------
@@ -281,6 +289,15 @@ _KINDS: dict[str, tuple[type[BaseModel], type[BaseModel], list[str], str]] = {
     "Consumer": (ConsumerSpec, ConsumerStatus, ["jsc", "jsconsumer"], "durableName"),
     "KeyValue": (KeyValueSpec, KeyValueStatus, ["jskv", "kv"], "bucket"),
     "ObjectStore": (ObjectStoreSpec, ObjectStoreStatus, ["jsobj", "objstore"], "bucket"),
+    "JetStreamConnection": (ConnectionSpec, ConnectionStatus, ["jsconn"], ""),
+    "ClusterJetStreamConnection": (ClusterConnectionSpec, ConnectionStatus, ["cjsconn"], ""),
+}
+# The connection kinds: their spec's own rules (models) are all its CEL; any change is fine.
+_CONNECTION_SPECS = {
+    "JetStreamConnection": "Where and how to reach JetStream, for the resources of this namespace that name it "
+    "(spec.connectionRef).",
+    "ClusterJetStreamConnection": "Where and how to reach JetStream, for the resources of the namespaces it grants "
+    "(spec.connectionRef).",
 }
 
 
@@ -307,6 +324,8 @@ def _columns(kind: str) -> list[Schema]:
         ]
     if kind == "ObjectStore":
         return [ready, _column("Bucket", ".status.bucket"), _column("Bytes", ".status.bytes", "integer"), reason]
+    if kind in _CONNECTION_SPECS:
+        return [ready, _column("Referenced By", ".status.referencedBy", "integer"), reason]
     return [
         ready,
         _column("Stream", ".status.streamName"),
@@ -321,16 +340,21 @@ def crd(kind: str) -> Schema:
     """One CRD as a dict."""
     plural = kind.lower() + "s"
     spec_model, status_model, short, name_field = _KINDS[kind]
+    connection = kind in _CONNECTION_SPECS
     spec = structural(spec_model)
-    spec["description"] = (spec_model.__doc__ or "").strip().splitlines()[0]
-    spec["x-kubernetes-validations"] = _spec_rules(kind)
+    spec["description"] = _CONNECTION_SPECS[kind] if connection else (spec_model.__doc__ or "").strip().splitlines()[0]
+    if not connection:
+        spec["x-kubernetes-validations"] = _spec_rules(kind)
     status = structural(status_model)
-    status["description"] = f"Observed state of the {kind.lower()}, written by jsoperator."
+    what = "connection" if connection else kind.lower()
+    status["description"] = f"Observed state of the {what}, written by jsoperator."
     columns = [*_columns(kind), _column("Age", ".metadata.creationTimestamp", "date")]
-    root_rules = [_name_rule(name_field, kind)] + ([_bucket_name_rule(kind)] if kind in buckets.BUCKET_KINDS else [])
+    root_rules = [_name_rule(name_field, kind)] if name_field else []
+    root_rules += [_bucket_name_rule(kind)] if kind in buckets.BUCKET_KINDS else []
     schema: Schema = {
         "type": "object",
-        "description": f"A JetStream {kind.lower()} managed by jsoperator.",
+        "description": f"A connection to JetStream used by jsoperator resources ({kind})." if connection else
+        f"A JetStream {kind.lower()} managed by jsoperator.",
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
@@ -339,8 +363,9 @@ def crd(kind: str) -> Schema:
             "status": status,
         },
         "required": ["spec"],
-        "x-kubernetes-validations": root_rules,
     }
+    if root_rules:
+        schema["x-kubernetes-validations"] = root_rules
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -355,7 +380,7 @@ def crd(kind: str) -> Schema:
                 "shortNames": short,
                 "categories": ["jsoperator", "nats"],
             },
-            "scope": "Namespaced",
+            "scope": "Cluster" if kind.startswith("Cluster") else "Namespaced",
             "versions": [
                 {
                     "name": VERSION,
@@ -370,7 +395,7 @@ def crd(kind: str) -> Schema:
     }
 
 
-KINDS = ("Stream", "Consumer", "KeyValue", "ObjectStore")
+KINDS = ("Stream", "Consumer", "KeyValue", "ObjectStore", *_CONNECTION_SPECS)
 HEADER = "# Generated by `python3 -m jsoperator.crdgen` from operator/jsoperator/models.py. Do not edit.\n"
 
 
@@ -468,9 +493,9 @@ def reference() -> str:
     """Markdown tables for every spec and status model (the README's field reference)."""
     models = _models_in_order(
         (StreamSpec, ConsumerSpec, KeyValueSpec, ObjectStoreSpec, StreamStatus, ConsumerStatus, KeyValueStatus,
-         ObjectStoreStatus)
+         ObjectStoreStatus, ClusterConnectionSpec, ConnectionStatus)
     )
-    operator_only = {ConnectionSpec, SecretKeyRef, UserSecretRef, TlsSecretRef}
+    operator_only = {ConnectionSpec, ConnectionRef, ClusterConnectionSpec, SecretKeyRef, UserSecretRef, TlsSecretRef}
     spec_models = {m for m in models if m.model_config.get("extra") == "forbid" and m not in operator_only}
     parts = []
     for model in models:

@@ -1,5 +1,6 @@
 """Turn a resource's `spec.connection` (plus the operator's defaults) into resolved ConnectionSettings,
-reading the referenced Secrets from the resource's namespace.
+reading the referenced Secrets from the resource's namespace; read the connection object a
+`spec.connectionRef` names (its Secrets live in its own namespace or, cluster-scoped, its secretNamespace).
 
 Rule: the operator's own credentials (--creds, --creds-secret, token, user, TLS files) are only sent
 to the operator's own servers; a resource naming other servers brings its own Secrets or none.
@@ -11,7 +12,7 @@ import base64
 import dataclasses
 from pathlib import Path
 
-from . import jsclient, kubeapi, models
+from . import connections, jsclient, kubeapi, models
 from .settings import Settings
 
 
@@ -85,6 +86,18 @@ async def resolve(spec: models.ConnectionSpec | None, namespace: str, settings: 
         tls_key=tls_key,
         js_domain=spec.js_domain,
     )
+
+
+async def referenced(ref: models.ConnectionRef, namespace: str) -> tuple[models.ConnectionSpec, str]:
+    """The spec of the connection object a resource in `namespace` names, and the namespace of its Secrets;
+    connections.Unusable when it is missing, not granted or invalid."""
+    key = connections.ref_of(namespace, {"connectionRef": ref.model_dump(by_alias=True)})
+    assert key is not None
+    try:
+        body = await kubeapi.get_resource(*key)
+    except kubeapi.ApiException as exc:
+        raise CredentialsError(f"cannot read {connections.describe(key)}: {exc.reason}") from None
+    return connections.usable(key, body, namespace)
 
 
 def _has_auth(spec: models.ConnectionSpec) -> bool:

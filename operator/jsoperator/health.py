@@ -3,10 +3,11 @@
 `/healthz` (liveness) answers while the operator's event loop runs and reports the pooled broker
 connections; an unreachable broker never fails it (restarting the pod would not bring the broker back).
 
-`/readyz` (readiness) is 200 only while the operator can list its Stream and Consumer resources where it
-serves them. Without that permission (a ClusterRoleBinding naming another namespace's ServiceAccount, a
-missing Role) kopf watches nothing, so the pod must not look ready; the 503 body and one log line per
-change name what cannot be listed.
+`/readyz` (readiness) is 200 only while the operator can list its resources (Streams, Consumers,
+JetStreamConnections) where it serves them, and the cluster-scoped ClusterJetStreamConnections. Without
+that permission (a ClusterRoleBinding naming another namespace's ServiceAccount, a missing Role) kopf
+watches nothing, so the pod must not look ready; the 503 body and one log line per change name what
+cannot be listed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from kubernetes.client.exceptions import ApiException
 from . import jsclient
 from .crdgen import GROUP, KINDS, VERSION
 
-PLURALS = tuple(kind.lower() + "s" for kind in KINDS)
+PLURALS = tuple(kind.lower() + "s" for kind in KINDS if not kind.startswith("Cluster"))  # namespaced kinds
+CLUSTER_PLURALS = tuple(kind.lower() + "s" for kind in KINDS if kind.startswith("Cluster"))
 _GLOB = set("*?[")
 logger = logging.getLogger(__name__)
 
@@ -67,15 +69,17 @@ def _served(patterns: Sequence[str]) -> list[str]:
 
 def problems(namespaces: Sequence[str]) -> list[str]:
     """What the operator cannot list where it serves (`namespaces` empty: the whole cluster); [] = ready.
-    Cluster-wide access covers every namespace, so it is tried first."""
+    Cluster-wide access covers every namespace, so it is tried first; cluster-scoped kinds are listed at the
+    cluster scope in every mode."""
+    cluster_kinds = [p for p in (_cannot(plural, None) for plural in CLUSTER_PLURALS) if p]
     cluster = [p for p in (_cannot(plural, None) for plural in PLURALS) if p]
     if not cluster or not namespaces:
-        return cluster
+        return cluster + cluster_kinds
     try:
         served = _served(namespaces)
     except ApiException as exc:
         return [f"cannot list namespaces to match {', '.join(namespaces)}: {exc.status} {exc.reason}"]
-    return [p for ns in served for p in (_cannot(plural, ns) for plural in PLURALS) if p]
+    return [p for ns in served for p in (_cannot(plural, ns) for plural in PLURALS) if p] + cluster_kinds
 
 
 class Health:

@@ -16,7 +16,8 @@ from kubernetes.client.exceptions import ApiException
 from . import events
 
 GROUP, VERSION = "jsoperator.io", "v1alpha1"
-PLURALS = {"Stream": "streams", "Consumer": "consumers", "KeyValue": "keyvalues", "ObjectStore": "objectstores"}
+PLURALS = {"Stream": "streams", "Consumer": "consumers", "KeyValue": "keyvalues", "ObjectStore": "objectstores",
+           "JetStreamConnection": "jetstreamconnections", "ClusterJetStreamConnection": "clusterjetstreamconnections"}
 
 __all__ = ["ApiException", "GROUP", "VERSION", "PLURALS"]
 
@@ -44,13 +45,35 @@ async def secret_data(namespace: str, name: str) -> dict[str, str]:
     return {key: str(value) for key, value in (secret.data or {}).items()}
 
 
-async def patch_status(kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-    """Merge-patch `status` of one of our resources; a resource gone meanwhile is no error."""
+async def get_resource(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """One of our objects (namespace "" for a cluster-scoped kind), or None when it does not exist."""
+    api = custom()
     try:
-        await asyncio.to_thread(
-            custom().patch_namespaced_custom_object_status, GROUP, VERSION, namespace, PLURALS[kind], name,
-            {"status": status},
-        )
+        if namespace:
+            found = await asyncio.to_thread(api.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURALS[kind],
+                                            name)
+        else:
+            found = await asyncio.to_thread(api.get_cluster_custom_object, GROUP, VERSION, PLURALS[kind], name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    body: dict[str, Any] = found  # type: ignore[assignment]  # the client types it as object
+    return body
+
+
+async def patch_status(kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+    """Merge-patch `status` of one of our resources (namespace "": cluster-scoped); gone meanwhile is no error."""
+    api = custom()
+    try:
+        if namespace:
+            await asyncio.to_thread(
+                api.patch_namespaced_custom_object_status, GROUP, VERSION, namespace, PLURALS[kind], name,
+                {"status": status},
+            )
+        else:
+            await asyncio.to_thread(api.patch_cluster_custom_object_status, GROUP, VERSION, PLURALS[kind], name,
+                                    {"status": status})
     except ApiException as exc:
         if exc.status != 404:
             raise
@@ -82,7 +105,7 @@ async def namespace_terminating(namespace: str) -> bool:
 
 
 async def list_resources(kind: str, namespace: str | None) -> list[dict[str, Any]]:
-    """Every Stream or Consumer in `namespace` (None: all namespaces)."""
+    """Every object of `kind` in `namespace` (None: all namespaces, or a cluster-scoped kind)."""
     api = custom()
     if namespace is None:
         found = await asyncio.to_thread(api.list_cluster_custom_object, GROUP, VERSION, PLURALS[kind])
@@ -103,11 +126,16 @@ async def remove_finalizer(kind: str, body: dict[str, Any], finalizer: str) -> N
         {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
         {"op": "replace", "path": "/metadata/finalizers", "value": [f for f in finalizers if f != finalizer]},
     ]
+    api = custom()
     try:
-        await asyncio.to_thread(
-            custom().patch_namespaced_custom_object, GROUP, VERSION, meta["namespace"], PLURALS[kind], meta["name"],
-            patch, _content_type="application/json-patch+json",
-        )
+        if meta.get("namespace"):
+            await asyncio.to_thread(
+                api.patch_namespaced_custom_object, GROUP, VERSION, meta["namespace"], PLURALS[kind], meta["name"],
+                patch, _content_type="application/json-patch+json",
+            )
+        else:
+            await asyncio.to_thread(api.patch_cluster_custom_object, GROUP, VERSION, PLURALS[kind], meta["name"],
+                                    patch, _content_type="application/json-patch+json")
     except ApiException as exc:
         if exc.status != 404:
             raise

@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 from jsoperator import units
 
@@ -169,18 +170,17 @@ class TlsSecretRef(_Spec):
     key_key: str = Field("tls.key", min_length=1, description="Key of the client private key (default: tls.key).")
 
 
-class ConnectionSpec(_Spec):
-    """Where and how to reach JetStream for this resource; unset means the operator's own settings."""
+_ONE_AUTH_RULE: JsonDict = {
+    "rule": "[has(self.credentialsSecretRef), has(self.tokenSecretRef), has(self.userSecretRef)]"
+    ".filter(x, x).size() <= 1",
+    "message": "set at most one of credentialsSecretRef, tokenSecretRef, userSecretRef",
+}
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [{
-                "rule": "[has(self.credentialsSecretRef), has(self.tokenSecretRef), has(self.userSecretRef)]"
-                ".filter(x, x).size() <= 1",
-                "message": "set at most one of credentialsSecretRef, tokenSecretRef, userSecretRef",
-            }]
-        }
-    )
+
+class ConnectionSpec(_Spec):
+    """spec.connection and JetStreamConnection.spec: where and how to reach JetStream (unset: the operator's own)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_ONE_AUTH_RULE]})
 
     servers: list[str] | None = Field(
         None, description="NATS URLs, e.g. nats://nats.nats.svc:4222. Unset: the operator's --servers."
@@ -205,6 +205,70 @@ class ConnectionSpec(_Spec):
         if len(chosen) > 1:
             raise ValueError(f"set at most one of credentialsSecretRef, tokenSecretRef, userSecretRef (got {chosen})")
         return self
+
+
+ConnectionKind = Literal["JetStreamConnection", "ClusterJetStreamConnection"]
+K8S_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+
+class ConnectionRef(_Spec):
+    """A JetStreamConnection (same namespace) or ClusterJetStreamConnection to reach JetStream through."""
+
+    kind: ConnectionKind | None = Field(
+        None, description="JetStreamConnection (default: in this resource's namespace) or ClusterJetStreamConnection."
+    )
+    name: str = Field(min_length=1, max_length=253, pattern=K8S_NAME, description="Name of the connection resource.")
+
+
+NamespacePattern = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9*?\[\]!-]+$")]
+
+
+class ClusterConnectionSpec(ConnectionSpec):
+    """ClusterJetStreamConnection.spec: a connection for resources in the namespaces it grants."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _ONE_AUTH_RULE,
+                {
+                    "rule": "has(self.secretNamespace) || !(has(self.credentialsSecretRef) || "
+                    "has(self.tokenSecretRef) || has(self.userSecretRef) || has(self.tlsSecretRef))",
+                    "message": "a cluster connection reads its Secrets from secretNamespace: set it",
+                },
+            ]
+        }
+    )
+
+    secret_namespace: str | None = Field(
+        None, min_length=1, max_length=63, pattern=K8S_NAME,
+        description="Namespace of the Secrets named here (required when any *SecretRef is set).",
+    )
+    allowed_namespaces: list[NamespacePattern] = Field(
+        min_length=1,
+        description="Namespaces whose resources may use this connection: names or globs (team-*, * for all).",
+    )
+
+    @model_validator(mode="after")
+    def _secrets_have_a_namespace(self) -> ClusterConnectionSpec:
+        refs = (self.credentials_secret_ref, self.token_secret_ref, self.user_secret_ref, self.tls_secret_ref)
+        if self.secret_namespace is None and any(ref is not None for ref in refs):
+            raise ValueError("a cluster connection reads its Secrets from secretNamespace: set it")
+        return self
+
+
+CONNECTION_CLASH = "set spec.connection or spec.connectionRef, not both"
+
+
+def _connection_ref_field() -> Any:
+    return Field(
+        None, description="Operator: a JetStreamConnection or ClusterJetStreamConnection to use instead of "
+        "connection (exclusive with it).",
+    )
+
+
+def _check_connection(connection: ConnectionSpec | None, connection_ref: ConnectionRef | None) -> None:
+    if connection is not None and connection_ref is not None:
+        raise ValueError(CONNECTION_CLASH)
 
 
 # -- stream -----------------------------------------------------------------------------------------
@@ -330,10 +394,12 @@ class StreamSpec(_Spec):
     deletion_policy: DeletionPolicy | None = _STREAM_POLICIES[1]
     prevent_delete: bool | None = _STREAM_POLICIES[2]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
+    connection_ref: ConnectionRef | None = _connection_ref_field()
 
     @model_validator(mode="after")
     def _policies_agree(self) -> StreamSpec:
         _check_policies(self.deletion_policy, self.prevent_delete)
+        _check_connection(self.connection, self.connection_ref)
         return self
 
     @model_validator(mode="after")
@@ -441,10 +507,12 @@ class ConsumerSpec(_Spec):
     deletion_policy: DeletionPolicy | None = _CONSUMER_POLICIES[1]
     prevent_delete: bool | None = _CONSUMER_POLICIES[2]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
+    connection_ref: ConnectionRef | None = _connection_ref_field()
 
     @model_validator(mode="after")
     def _policies_agree(self) -> ConsumerSpec:
         _check_policies(self.deletion_policy, self.prevent_delete)
+        _check_connection(self.connection, self.connection_ref)
         return self
 
     @model_validator(mode="after")
@@ -516,9 +584,11 @@ class KeyValueSpec(_Spec):
     adoption_policy: AdoptionPolicy | None = _BUCKET_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _BUCKET_POLICIES[1]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
+    connection_ref: ConnectionRef | None = _connection_ref_field()
 
     @model_validator(mode="after")
     def _consistent(self) -> KeyValueSpec:
+        _check_connection(self.connection, self.connection_ref)
         if self.mirror is not None and self.sources:
             raise ValueError("a mirror cannot also set sources: remove one of them")
         if self.limit_marker_ttl and self.allow_msg_ttl is False:
@@ -546,6 +616,12 @@ class ObjectStoreSpec(_Spec):
     adoption_policy: AdoptionPolicy | None = _BUCKET_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _BUCKET_POLICIES[1]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
+    connection_ref: ConnectionRef | None = _connection_ref_field()
+
+    @model_validator(mode="after")
+    def _one_connection(self) -> ObjectStoreSpec:
+        _check_connection(self.connection, self.connection_ref)
+        return self
 
 
 # -- status -----------------------------------------------------------------------------------------
@@ -665,9 +741,21 @@ class ObjectStoreStatus(_Status):
     sealed: bool | None = Field(None, description="The bucket is sealed.")
 
 
+class ConnectionStatus(_Status):
+    """JetStreamConnection.status and ClusterJetStreamConnection.status."""
+
+    observed_generation: int | None = Field(None, description="metadata.generation last checked.")
+    conditions: list[Condition] | None = Field(
+        None, description="Ready (the Secrets resolve and the servers answer).", json_schema_extra=_CONDITIONS_LIST
+    )
+    referenced_by: int | None = Field(None, description="How many resources name this connection in connectionRef.")
+    referrers: list[str] | None = Field(None, description="Those resources (Kind namespace/name), the first 20.")
+
+
 # -- parsing a CR's spec ----------------------------------------------------------------------------
 
-SpecT = TypeVar("SpecT", StreamSpec, ConsumerSpec, KeyValueSpec, ObjectStoreSpec)
+SpecT = TypeVar("SpecT", StreamSpec, ConsumerSpec, KeyValueSpec, ObjectStoreSpec, ConnectionSpec,
+                  ClusterConnectionSpec)
 
 
 class SpecError(ValueError):

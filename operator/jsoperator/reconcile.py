@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from . import annotations as annotation
-from . import buckets, credentials, events, jsclient, mapping, metrics, models, plan, reset, status, unpin
+from . import buckets, connections, credentials, events, jsclient, mapping, metrics, models, plan, reset, status, unpin
 from .settings import Settings
 
 Kind = Literal["Stream", "Consumer", "KeyValue", "ObjectStore"]
@@ -76,8 +76,14 @@ class Runtime:
     settings: Settings
     pool: jsclient.Pool
 
-    async def client(self, resource: Resource, spec: models.ConnectionSpec | None) -> jsclient.JetStreamClient:
-        settings = await credentials.resolve(spec, resource.namespace, self.settings)
+    async def client(
+        self, resource: Resource, spec: models.ConnectionSpec | None, ref: models.ConnectionRef | None = None
+    ) -> jsclient.JetStreamClient:
+        """The connection of spec.connection, or of the connection object spec.connectionRef names."""
+        namespace = resource.namespace
+        if ref is not None:
+            spec, namespace = await credentials.referenced(ref, resource.namespace)
+        settings = await credentials.resolve(spec, namespace, self.settings)
         return await self.pool.client(settings)
 
 
@@ -117,6 +123,8 @@ async def reconcile(
             return _failed(resource, status.invalid_spec(str(exc)))
         except credentials.CredentialsError as exc:
             return _failed(resource, status.credentials_not_found(str(exc)))
+        except connections.Unusable as exc:  # reconciled again when the connection object changes
+            return _failed(resource, status.stalled(exc.reason, str(exc)))
         except jsclient.BrokerUnavailable as exc:
             return _failed(resource, status.broker_unavailable(str(exc)))
         except jsclient.ApiError as exc:
@@ -145,7 +153,7 @@ async def _reconcile(
 async def _reconcile_stream(resource: Resource, runtime: Runtime, trigger: Trigger) -> Result:
     """A Stream, or a bucket (KeyValue, ObjectStore): a stream with a fixed mapping (buckets.py)."""
     spec, desired = buckets.desired(resource.kind, resource.spec, resource.name)
-    client = await runtime.client(resource, spec.connection)
+    client = await runtime.client(resource, spec.connection, spec.connection_ref)
     noun = NOUNS[resource.kind]
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "stream", desired["name"])
     try:
@@ -167,7 +175,7 @@ async def _reconcile_consumer(
     pending = annotation.pending_reset(resource.annotations, resource.status.get("lastReset"))
     unpinning = annotation.pending_unpin(resource.annotations, resource.status.get("lastUnpin"))
     desired = mapping.consumer_config(spec, resource.name)
-    client = await runtime.client(resource, spec.connection)
+    client = await runtime.client(resource, spec.connection, spec.connection_ref)
     durable = desired["durable_name"]
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "consumer", durable)
     try:
@@ -359,11 +367,22 @@ async def delete(
         return Result(_patch(resource, outcome), evs, retry=True, done=False, message=message)
     try:
         conn = models.ConnectionSpec.model_validate(resource.spec.get("connection") or {})
-        client = await runtime.client(resource, conn)
+        ref = models.ConnectionRef.model_validate(resource.spec["connectionRef"]) if resource.spec.get(
+            "connectionRef") else None
+        client = await runtime.client(resource, conn, ref)
         if buckets.is_stream_kind(resource.kind):
             existed = await client.delete_stream(resource.stream_name())
         else:
             existed = await client.delete_consumer(resource.stream_name(), resource.server_name())
+    except connections.Unusable as exc:
+        if not _owned(resource):  # it never reached the server: nothing there is its own
+            return Result({}, [], message=str(exc))
+        if give_up:
+            message = f"{kind} {resource.server_name()} left on the server: {give_up}, and {exc}"
+            return Result({}, [events.Event("Warning", events.LEFT_ON_SERVER, message)], message=message)
+        message = f"cannot delete the {kind} yet: {exc} (or annotate {annotation.MANAGED}=false to let go)"
+        return Result(_patch(resource, status.stalled(exc.reason, str(exc))), [], retry=True, done=False,
+                      message=message)
     except (jsclient.BrokerUnavailable, credentials.CredentialsError) as exc:
         if give_up:
             message = f"{kind} {resource.server_name()} left on the server: {give_up}, and {exc}"

@@ -1,10 +1,12 @@
-"""`jsoperator release`: let go of every Stream and Consumer when the operator goes away, so nothing is
-stranded on its finalizer (run by the chart's pre-delete hook, or by hand after the operator is gone).
+"""`jsoperator release`: let go of every Stream, Consumer and connection when the operator goes away, so
+nothing is stranded on its finalizer (run by the chart's pre-delete hook, or by hand after the operator is gone).
 
 For each resource carrying the finalizer: one being deleted gets its server object deleted or kept as its
 deletion policy says, then loses the finalizer; any other just loses the finalizer (its server object and
 the resource stay; an operator started later puts the finalizer back). A running operator would put the
-finalizers back at once, so `--stop NS/DEPLOYMENT` first scales it to zero.
+finalizers back at once, so `--stop NS/DEPLOYMENT` first scales it to zero. Connections (JetStreamConnection,
+ClusterJetStreamConnection) come last, as the resources' deletions use them; one being deleted while a resource
+still names it is kept and named, unless `--force`.
 """
 
 from __future__ import annotations
@@ -12,20 +14,22 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
-from . import jsclient, kubeapi, reconcile
+from . import connections, jsclient, kubeapi, reconcile
 from .settings import FINALIZER, Settings
 
 STOP_TIMEOUT = 120.0
 
 
 def _selected(body: dict[str, Any], patterns: tuple[str, ...]) -> bool:
-    namespace = body["metadata"]["namespace"]
+    namespace = body["metadata"].get("namespace")
+    if namespace is None:  # a cluster connection: the one an operator watching `patterns` serves
+        return connections.may_serve((body.get("spec") or {}).get("allowedNamespaces") or [], patterns)
     return not patterns or any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
 
 
-async def _listed(kind: reconcile.Kind, patterns: tuple[str, ...]) -> list[dict[str, Any]]:
+async def _listed(kind: str, patterns: tuple[str, ...]) -> list[dict[str, Any]]:
     """Namespace by namespace when they are all named (an operator with Roles only may not list cluster-wide)."""
-    if not patterns or any(set("*?[!") & set(p) for p in patterns):
+    if kind == connections.CLUSTER or not patterns or any(set("*?[!") & set(p) for p in patterns):
         return await kubeapi.list_resources(kind, None)
     return [body for namespace in patterns for body in await kubeapi.list_resources(kind, namespace)]
 
@@ -42,15 +46,43 @@ async def release(settings: Settings, *, stop: str | None, force: bool, out: Any
     pool = jsclient.Pool(timeout=settings.request_timeout)
     runtime = reconcile.Runtime(settings=settings, pool=pool)
     held = 0
+    users: dict[connections.Ref, list[str]] = {}
     try:
         kinds: tuple[reconcile.Kind, ...] = ("Consumer", "Stream", "KeyValue", "ObjectStore")
         for kind in kinds:  # consumers first: a stream's deletion waits for none of them here
             for body in await _listed(kind, settings.namespaces):
                 if FINALIZER in (body["metadata"].get("finalizers") or []) and _selected(body, settings.namespaces):
-                    held += not await _release_one(kind, body, runtime, force, out)
+                    released = await _release_one(kind, body, runtime, force, out)
+                    held += not released
+                    if not (released and body["metadata"].get("deletionTimestamp")):
+                        _note_user(users, kind, body)
+        for connection_kind in connections.KINDS:
+            for body in await _listed(connection_kind, settings.namespaces):
+                if FINALIZER in (body["metadata"].get("finalizers") or []) and _selected(body, settings.namespaces):
+                    held += not await _release_connection(connection_kind, body, users, force, out)
     finally:
         await pool.close()
     return 1 if held else 0
+
+
+def _note_user(users: dict[connections.Ref, list[str]], kind: str, body: dict[str, Any]) -> None:
+    meta = body["metadata"]
+    ref = connections.ref_of(meta["namespace"], body.get("spec") or {})
+    if ref is not None:
+        users.setdefault(ref, []).append(f"{kind} {meta['namespace']}/{meta['name']}")
+
+
+async def _release_connection(kind: str, body: dict[str, Any], users: dict[connections.Ref, list[str]], force: bool,
+                              out: Any) -> bool:
+    ref = connections.ref_of_body(kind, body)
+    named_by = sorted(users.get(ref, []))
+    if body["metadata"].get("deletionTimestamp") and named_by and not force:
+        print(f"{connections.describe(ref)}: kept, being deleted while {', '.join(named_by)} still name it (delete "
+              "those or point them elsewhere, or run again with --force)", file=out)
+        return False
+    await kubeapi.remove_finalizer(kind, body, FINALIZER)
+    print(f"{connections.describe(ref)}: released", file=out)
+    return True
 
 
 async def _release_one(kind: reconcile.Kind, body: dict[str, Any], runtime: reconcile.Runtime, force: bool,

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from . import buckets, jsclient
+from . import buckets, connections, jsclient
 
 log = logging.getLogger("jsoperator")
 
@@ -134,6 +134,11 @@ class Scheduler(jsclient.Listener):
 
     def on_connection(self, settings: jsclient.ConnectionSettings) -> list[Entry]:
         return [e for e in self.entries.values() if e.reached == settings]
+
+    def referencing(self, ref: connections.Ref) -> list[Entry]:
+        """Resources naming that connection object in spec.connectionRef."""
+        return [e for e in self.entries.values()
+                if connections.ref_of(e.body["metadata"]["namespace"], e.body.get("spec") or {}) == ref]
 
     def naming(self, settings: jsclient.ConnectionSettings, stream: str, consumer: str | None = None) -> list[Entry]:
         """Resources for that stream (and consumer; a Stream matches any consumer of it) on that connection,

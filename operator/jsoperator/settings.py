@@ -47,6 +47,10 @@ class Settings:
     """`NAMESPACE/NAME` of a Lease: replicas elect one leader that reconciles; None: run alone."""
     finalizers: bool = True
     """Hold each resource with a finalizer until its server object is deleted or kept (False: best effort)."""
+    cluster_connections: bool = True
+    """Serve ClusterJetStreamConnections (status, finalizer, watch); False: only read them when resources name
+    them. Exactly one operator per cluster should serve them: kopf strips its finalizer from an object in any
+    other operator process whose handlers do not match it."""
     metrics_port: int | None = 8080
     health_port: int | None = 8081
     log_level: str = "INFO"
@@ -104,6 +108,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "status_interval": ("JSOPERATOR_STATUS_INTERVAL", float),
     "leader_election": ("JSOPERATOR_LEADER_ELECTION", str),
     "finalizers": ("JSOPERATOR_FINALIZERS", parse_bool),
+    "cluster_connections": ("JSOPERATOR_CLUSTER_CONNECTIONS", parse_bool),
     "metrics_port": ("JSOPERATOR_METRICS_PORT", int),
     "health_port": ("JSOPERATOR_HEALTH_PORT", int),
     "log_level": ("JSOPERATOR_LOG_LEVEL", str),

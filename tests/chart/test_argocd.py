@@ -1,4 +1,4 @@
-"""The Argo CD health checks (Lua) for Stream, Consumer, KeyValue and ObjectStore, run in a real Lua interpreter (lupa) over
+"""The Argo CD health checks (Lua) for every jsoperator.io kind, run in a real Lua interpreter (lupa) over
 their health_test.yaml cases, as Argo CD's own test harness does; argocd-cm.yaml carries the same Lua;
 the Argo CD and Flux examples point at folders that exist."""
 
@@ -46,7 +46,7 @@ def test_health_check_cases(kind, case):
 
 
 def test_every_kind_has_checks_and_argocd_cm_carries_the_same_lua():
-    kinds = ["Consumer", "KeyValue", "ObjectStore", "Stream"]
+    kinds = ["ClusterJetStreamConnection", "Consumer", "JetStreamConnection", "KeyValue", "ObjectStore", "Stream"]
     assert sorted(p.name for p in CHECKS.iterdir()) == kinds
     script = (CHECKS / "Stream" / "health.lua").read_text()
     data = yaml.safe_load((ARGOCD / "argocd-cm.yaml").read_text())["data"]

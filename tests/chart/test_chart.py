@@ -140,6 +140,9 @@ def test_defaults_run_the_broker_statefulset_and_point_the_operator_at_it(helm_b
     assert env(broker)["JSBROKER_AUTH_TOKEN"]["secretKeyRef"] == {"name": secret, "key": "token"}
     rules = one(docs, "ClusterRole")["rules"]
     assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]} in rules
+    granted = {r for rule in rules if rule["apiGroups"] == ["jsoperator.io"] for r in rule["resources"]}
+    assert {"jetstreamconnections", "clusterjetstreamconnections", "jetstreamconnections/status",
+            "clusterjetstreamconnections/status"} <= granted
 
 
 def test_no_secret_is_rendered_and_the_broker_creates_its_token_at_first_start(helm_bin):
@@ -261,7 +264,8 @@ def test_watched_namespaces_get_roles_and_no_cluster_wide_access_to_resources(he
     assert sorted(d["metadata"]["namespace"] for d in docs
                   if d["kind"] == "Role" and d["metadata"]["name"] == "jk-jetstream-kopf-operator") == ["jk-team-a", "jk-team-b"]
     cluster = {r for rule in one(docs, "ClusterRole")["rules"] for r in rule["resources"]}
-    assert cluster == {"customresourcedefinitions", "namespaces"}
+    assert cluster == {"customresourcedefinitions", "namespaces", "clusterjetstreamconnections",
+                       "clusterjetstreamconnections/status"}
     [operator] = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert env(operator)["JSOPERATOR_NAMESPACES"] == "jk-team-a,jk-team-b"
 

@@ -61,7 +61,8 @@ def test_the_external_nats_overlay_has_no_broker(kustomize_bin):
 def test_the_namespaced_overlay_grants_only_its_namespace(kustomize_bin):
     docs = build(kustomize_bin, "deploy/overlays/namespaced")
     cluster = {r for rule in one(docs, "ClusterRole")["rules"] for r in rule["resources"]}
-    assert cluster == {"customresourcedefinitions", "namespaces"}
+    assert cluster == {"customresourcedefinitions", "namespaces", "clusterjetstreamconnections",
+                       "clusterjetstreamconnections/status"}
     assert one(docs, "Role", "jetstream-kopf-operator")["metadata"]["namespace"] == "team-a"
     [operator] = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert env(operator)["JSOPERATOR_NAMESPACES"] == "team-a"

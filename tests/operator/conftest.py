@@ -32,7 +32,8 @@ from tests.kube.fixtures import envtest, kube_namespace  # noqa: F401  (fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "jsoperator.io", "v1alpha1"
-PLURALS = {"Stream": "streams", "Consumer": "consumers", "KeyValue": "keyvalues", "ObjectStore": "objectstores"}
+PLURALS = {"Stream": "streams", "Consumer": "consumers", "KeyValue": "keyvalues", "ObjectStore": "objectstores",
+           "JetStreamConnection": "jetstreamconnections"}
 # The main operator's drift timer is far longer than any test: everything it serves must happen at once,
 # never because the timer came round. Drift repair and outage detection are the timer's job: those tests
 # use the drift operator (`drift_kube`), which watches its own namespaces with a short interval.
@@ -233,7 +234,8 @@ def operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFac
 @pytest.fixture(scope="session")
 def drift_operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     log = tmp_path_factory.mktemp("jsoperator-drift") / "operator.log"
-    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, DRIFT_NAMESPACE_PREFIX))
+    # One operator per cluster serves ClusterJetStreamConnections: the main one.
+    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, DRIFT_NAMESPACE_PREFIX, ("--no-cluster-connections",)))
 
 
 class Kube:
@@ -359,7 +361,8 @@ def kube(envtest: Any, operator: Operator) -> Iterator[Kube]:
 @pytest.fixture(scope="session")
 def nofinalizer_operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     log = tmp_path_factory.mktemp("jsoperator-nofin") / "operator.log"
-    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, NOFINALIZER_NAMESPACE_PREFIX, ("--no-finalizers",)))
+    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, NOFINALIZER_NAMESPACE_PREFIX,
+                                 ("--no-finalizers", "--no-cluster-connections")))
 
 
 @pytest.fixture

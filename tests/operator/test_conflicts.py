@@ -58,3 +58,13 @@ def test_a_bucket_claims_its_stream_and_subjects():
     assert "subject $KV.> overlaps $KV.settings.>" in conflicts.conflict(overlapping, [kv])
     obj = conflicts.claim("ObjectStore", body("files", "2026-01-01T00:00:00Z", bucket="f"))
     assert (obj.stream, obj.subjects) == ("OBJ_f", ("$O.f.C.>", "$O.f.M.>"))
+
+
+def test_connection_keys_follow_the_connection_object_named():
+    key = conflicts.connection_key
+    mine = {"connectionRef": {"name": "main"}}
+    assert key("a", mine) == key("a", {"connectionRef": {"kind": "JetStreamConnection", "name": "main"}})
+    assert key("a", mine) != key("b", mine)  # a namespaced connection per namespace
+    shared = {"connectionRef": {"kind": "ClusterJetStreamConnection", "name": "main"}}
+    assert key("a", shared) == key("b", shared) != key("a", mine)
+    assert key("a", shared) != key("a", {})

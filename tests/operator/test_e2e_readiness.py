@@ -1,5 +1,5 @@
 """The operator's readiness on a real kube-apiserver: `/readyz` is 503 and names what it cannot list while
-its ServiceAccount lacks the RBAC to list Streams and Consumers (the issue-24 kustomize overlay: a
+its ServiceAccount lacks the RBAC to list Streams, Consumers and connections (the issue-24 kustomize overlay: a
 ClusterRoleBinding naming another namespace's account), and turns 200 once the chart's rules are bound;
 liveness `/healthz` answers throughout (a restart would not grant permissions)."""
 
@@ -24,11 +24,18 @@ from tests.operator.conftest import poll
 pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(120)]
 
 # The chart's namespaced rules (charts/jetstream-kopf/templates/operator-rbac.yaml).
-PLURALS = ["streams", "consumers", "keyvalues", "objectstores"]
+PLURALS = ["streams", "consumers", "keyvalues", "objectstores", "jetstreamconnections"]
 RULES = [
     {"apiGroups": ["jsoperator.io"], "resources": PLURALS, "verbs": ["get", "list", "watch", "patch", "update"]},
     {"apiGroups": ["jsoperator.io"], "resources": [f"{p}/status" for p in PLURALS], "verbs": ["get", "patch", "update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+# The chart's ClusterRole rules for the cluster-scoped connections (in every mode).
+CLUSTER_RULES = [
+    {"apiGroups": ["jsoperator.io"], "resources": ["clusterjetstreamconnections"],
+     "verbs": ["get", "list", "watch", "patch", "update"]},
+    {"apiGroups": ["jsoperator.io"], "resources": ["clusterjetstreamconnections/status"],
+     "verbs": ["get", "patch", "update"]},
 ]
 
 
@@ -76,7 +83,8 @@ def test_not_ready_while_it_cannot_list_its_resources_in_its_namespace(envtest, 
     status, body = get(port, "/readyz")
     assert status == 503 and body["ready"] is False, body
     assert body["problems"] == [
-        f"cannot list {plural}.jsoperator.io in namespace {kube_namespace}: 403 Forbidden" for plural in PLURALS], body
+        *(f"cannot list {plural}.jsoperator.io in namespace {kube_namespace}: 403 Forbidden" for plural in PLURALS),
+        "cannot list clusterjetstreamconnections.jsoperator.io at the cluster scope: 403 Forbidden"], body
     assert get(port, "/healthz")[0] == 200  # alive: a restart would not grant permissions
 
     with envtest.api_client() as client:
@@ -86,8 +94,17 @@ def test_not_ready_while_it_cannot_list_its_resources_in_its_namespace(envtest, 
             "metadata": {"name": "jsoperator"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "jsoperator"},
             "subjects": [{"kind": "ServiceAccount", "name": "jsoperator", "namespace": kube_namespace}]})
+        poll(lambda: get(port, "/readyz")[1]["problems"] == [
+            "cannot list clusterjetstreamconnections.jsoperator.io at the cluster scope: 403 Forbidden"], timeout=30,
+            what="only the cluster-scoped connections left once the Role is bound")
+        name = f"{kube_namespace}-connections"
+        rbac.create_cluster_role({"metadata": {"name": name}, "rules": CLUSTER_RULES})
+        rbac.create_cluster_role_binding({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": "jsoperator", "namespace": kube_namespace}]})
     poll(lambda: get(port, "/readyz") == (200, {"ready": True, "problems": []}), timeout=30,
-         what="/readyz 200 once the Role is bound")
+         what="/readyz 200 once the Role and the ClusterRole are bound")
 
 
 def test_cluster_wide_not_ready_with_a_binding_to_another_namespaces_account(envtest, crds, kube_namespace, run_operator,
@@ -107,4 +124,5 @@ def test_cluster_wide_not_ready_with_a_binding_to_another_namespaces_account(env
     port = run_operator(kubeconfig)
     status, body = get(port, "/readyz")
     assert (status, body["problems"]) == (503, [
-        f"cannot list {plural}.jsoperator.io at the cluster scope: 403 Forbidden" for plural in PLURALS]), body
+        *(f"cannot list {plural}.jsoperator.io at the cluster scope: 403 Forbidden" for plural in PLURALS),
+        "cannot list clusterjetstreamconnections.jsoperator.io at the cluster scope: 403 Forbidden"]), body

@@ -198,7 +198,7 @@ def _aliases(model: type) -> set[str]:
     return {info.alias or name for name, info in model.model_fields.items()}  # type: ignore[attr-defined]
 
 
-OPERATOR_ONLY = {"adoptionPolicy", "deletionPolicy", "preventDelete", "connection", "streamName"}
+OPERATOR_ONLY = {"adoptionPolicy", "deletionPolicy", "preventDelete", "connection", "connectionRef", "streamName"}
 
 
 def test_every_stream_field_has_a_case() -> None:
@@ -228,6 +228,8 @@ def test_consumer_field_maps_to_wire(spec: dict[str, Any], expected: dict[str, A
 
 def test_operator_fields_never_reach_the_server() -> None:
     spec = StreamSpec.model_validate({"preventDelete": True, "connection": {"servers": ["nats://x:4222"]}})
+    assert mapping.stream_config(spec, "s") == {"name": "s"}
+    spec = StreamSpec.model_validate({"connectionRef": {"kind": "ClusterJetStreamConnection", "name": "shared"}})
     assert mapping.stream_config(spec, "s") == {"name": "s"}
 
 

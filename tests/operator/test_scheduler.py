@@ -57,3 +57,14 @@ def test_advisories_and_connections_wake_the_resources_they_concern():
     assert jsclient.Advisory.parse("$JS.EVENT.ADVISORY.CONSUMER.CREATED.ORDERS.d") == jsclient.Advisory(
         "CREATED", "ORDERS", "d")
     assert jsclient.Advisory.parse("$JS.EVENT.ADVISORY.API") is None
+
+
+def test_a_connection_object_wakes_the_resources_naming_it():
+    sched = scheduler.Scheduler(drift_interval=3600)
+    main = sched.seen("Stream", body("s", connectionRef={"name": "main"}))
+    shared = sched.seen("Consumer", body("c", streamName="S", connectionRef={"kind": "ClusterJetStreamConnection",
+                                                                            "name": "main"}))
+    sched.seen("Stream", body("inline", connection={"servers": ["nats://a:4222"]}))
+    assert sched.referencing(("JetStreamConnection", "ns", "main")) == [main]
+    assert sched.referencing(("JetStreamConnection", "other", "main")) == []
+    assert sched.referencing(("ClusterJetStreamConnection", "", "main")) == [shared]

@@ -91,5 +91,6 @@ def test_crds_command_prints_every_definition():
     proc = subprocess.run([sys.executable, "-m", "jsoperator", "crds"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     names = sorted(doc["metadata"]["name"] for doc in yaml.safe_load_all(proc.stdout) if doc)
-    assert names == ["consumers.jsoperator.io", "keyvalues.jsoperator.io", "objectstores.jsoperator.io",
+    assert names == ["clusterjetstreamconnections.jsoperator.io", "consumers.jsoperator.io",
+                     "jetstreamconnections.jsoperator.io", "keyvalues.jsoperator.io", "objectstores.jsoperator.io",
                      "streams.jsoperator.io"]

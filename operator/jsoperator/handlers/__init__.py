@@ -18,7 +18,7 @@ from ..settings import FINALIZER, Settings
 
 
 def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
-    from . import consumers, streams
+    from . import connections, consumers, streams
 
     # A plain registry has no fallback login: use the kubernetes client's (kubeconfig or in-cluster).
     @kopf.on.login(registry=registry)
@@ -27,6 +27,7 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
 
     streams.register(registry, settings)
     consumers.register(registry, settings)
+    connections.register(registry, settings)
 
     # kopf waits up to 5 s at exit for every task started after it (the NATS clients' readers among
     # them): stop the operator's loops and close the connections as kopf stops, so it exits at once

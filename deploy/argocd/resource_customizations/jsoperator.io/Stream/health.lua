@@ -1,4 +1,5 @@
--- Argo CD health of a jsoperator.io Stream, Consumer, KeyValue or ObjectStore, from its kstatus-style conditions.
+-- Argo CD health of a jsoperator.io Stream, Consumer, KeyValue, ObjectStore or (Cluster)JetStreamConnection,
+-- from its kstatus-style conditions.
 -- Paused -> Suspended; Stalled (an error retrying cannot cure) -> Degraded; a spec generation the
 -- operator has not applied yet, or Ready=False while it retries -> Progressing; Ready -> Healthy.
 local function health(status, message)

@@ -1,0 +1,1 @@
+../JetStreamConnection/health.lua

@@ -1,0 +1,1 @@
+../Stream/health.lua
