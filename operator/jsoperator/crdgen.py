@@ -530,6 +530,8 @@ def readme_with_fresh_blocks(text: str) -> str:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2 or (len(sys.argv) == 2 and sys.argv[1].startswith("-")):
+        sys.exit("usage: python -m jsoperator.crdgen [DIR]   (no DIR: crds/ and the README's field tables)")
     for written_path in write(Path(sys.argv[1]) if len(sys.argv) > 1 else CRD_DIR):
         print(written_path)
     if len(sys.argv) == 1:

@@ -677,13 +677,18 @@ class SourceStatus(_Status):
     error: str | None = Field(None, description="Why the link cannot copy, as the server says.")
 
 
-class StreamStatus(_Status):
-    """Stream.status."""
+class _ReconciledStatus(_Status):
+    """The fields every reconciled resource's status starts with."""
 
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
     conditions: list[Condition] | None = Field(
         None, description="Ready, Reconciling, Stalled, ...", json_schema_extra=_CONDITIONS_LIST
     )
+
+
+class StreamStatus(_ReconciledStatus):
+    """Stream.status."""
+
     stream_name: str | None = Field(None, description="Name of the stream on the server.")
     messages: int | None = Field(None, description="Messages stored.")
     bytes: int | None = Field(None, description="Bytes stored.")
@@ -695,13 +700,9 @@ class StreamStatus(_Status):
     sources: list[SourceStatus] | None = Field(None, description="The sources' links, by name.")
 
 
-class ConsumerStatus(_Status):
+class ConsumerStatus(_ReconciledStatus):
     """Consumer.status."""
 
-    observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
-    conditions: list[Condition] | None = Field(
-        None, description="Ready, Reconciling, Stalled, ...", json_schema_extra=_CONDITIONS_LIST
-    )
     stream_name: str | None = Field(None, description="Stream on the server.")
     consumer_name: str | None = Field(None, description="Consumer name on the server.")
     delivered: SequencePair | None = Field(None, description="Last delivered position.")
@@ -714,13 +715,9 @@ class ConsumerStatus(_Status):
     last_unpin: LastUnpin | None = Field(None, description="The last unpin annotation executed.")
 
 
-class KeyValueStatus(_Status):
+class KeyValueStatus(_ReconciledStatus):
     """KeyValue.status."""
 
-    observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
-    conditions: list[Condition] | None = Field(
-        None, description="Ready, Reconciling, Stalled, ...", json_schema_extra=_CONDITIONS_LIST
-    )
     bucket: str | None = Field(None, description="Bucket name on the server.")
     stream_name: str | None = Field(None, description="The bucket's stream (KV_<bucket>).")
     values: int | None = Field(None, description="Values stored, history and delete markers included.")
@@ -728,13 +725,9 @@ class KeyValueStatus(_Status):
     history: int | None = Field(None, description="Values kept per key.")
 
 
-class ObjectStoreStatus(_Status):
+class ObjectStoreStatus(_ReconciledStatus):
     """ObjectStore.status."""
 
-    observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
-    conditions: list[Condition] | None = Field(
-        None, description="Ready, Reconciling, Stalled, ...", json_schema_extra=_CONDITIONS_LIST
-    )
     bucket: str | None = Field(None, description="Bucket name on the server.")
     stream_name: str | None = Field(None, description="The bucket's stream (OBJ_<bucket>).")
     bytes: int | None = Field(None, description="Bytes stored (chunks and metadata).")
