@@ -303,7 +303,9 @@ async def test_stalled_receiver_gets_408_and_others_are_served(server, unique):
 @pytest.mark.parametrize("how", ["sigterm", "kill"])
 async def test_restored_stream_survives_a_restart(server_factory, server_kind, unique, how):
     """Restored data is durable: after SIGTERM or kill -9 right after the restore's answer, the restart
-    has the same stream, messages and consumers."""
+    has the same stream, messages and consumers. After kill -9 that is jsbroker's promise: nats-server may
+    come back with its restored consumers' positions lost (seen: a pull consumer's pending 11 for 5, its
+    ack pending 0 for 3), so there only the stream, its messages and the consumers' configs are compared."""
     handle = server_factory(server_kind)
     name = unique("DUR")
     nc = await nats.connect(handle.url)
@@ -317,9 +319,13 @@ async def test_restored_stream_survives_a_restart(server_factory, server_kind, u
     handle.start()
     nc = await nats.connect(handle.url)
     try:
-        same_stream(before, await contents(nc, name))
+        after = await contents(nc, name)
     finally:
         await nc.close()
+    if how == "kill" and server_kind == NATS_SERVER:
+        before["consumers"] = {c: info["config"] for c, info in before["consumers"].items()}
+        after["consumers"] = {c: info["config"] for c, info in after["consumers"].items()}
+    same_stream(before, after)
 
 
 # -- the Go nats CLI ----------------------------------------------------------------------------------

@@ -105,9 +105,9 @@ def test_cluster_connection_reads_its_token_from_its_secret_namespace(kube, guar
         kube.wait_condition("Consumer", "runner", "Ready")
         authed = f"nats://{TOKEN}@127.0.0.1:{guarded.port}"
         assert server_consumer(authed, "tasks", "runner").name == "runner"
-        conn = poll(lambda: (o := clustered.get(shared)) and (o.get("status") or {}).get("referencedBy") == 2 and o,
-                    timeout=10, what="referencedBy 2")
-        assert condition(conn, "Ready")["status"] == "True"
+        # the count and the Ready condition are written by separate patches: wait for both
+        poll(lambda: (o := clustered.get(shared)) and (o.get("status") or {}).get("referencedBy") == 2
+             and (condition(o, "Ready") or {}).get("status") == "True", timeout=10, what="referencedBy 2 and Ready")
     finally:
         kube.release_all()
         kube.core.delete_namespace(secrets)
