@@ -593,8 +593,16 @@ def with_broker_tls(target: Target, image: str, helm: Path, workdir: Path, names
             "metadata": {"name": name}, "type": "kubernetes.io/tls",
             "stringData": {"tls.crt": pair.cert.read_text(), "tls.key": pair.key.read_text(),
                            "ca.crt": authority.ca.read_text()}})
+    # With the chart's placement and network options on (issue 25): they install, and the scenario works
+    # through them (clients in this namespace are the NetworkPolicy's allowed peers).
+    spread = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}]
+    extra_env = [{"name": "E2E_EXTRA_ENV", "value": "set"}]
     values = _values(image, broker={"tls": {"enabled": True, "secretName": "broker-tls", "verify": True,
-                                            "operatorSecret": "operator-tls", "monitoring": True}})
+                                            "operatorSecret": "operator-tls", "monitoring": True},
+                                    "networkPolicy": {"enabled": True, "clients": [{"podSelector": {}}],
+                                                      "monitoring": [{"namespaceSelector": {}}]},
+                                    "topologySpreadConstraints": spread, "extraEnv": extra_env},
+                     operator={"topologySpreadConstraints": spread, "extraEnv": extra_env})
     token = {"name": "NATS_TOKEN", "valueFrom": {"secretKeyRef": {"name": f"{BROKER}-auth", "key": "token"}}}
     files = {"NATS_CA": "ca.crt", "NATS_CERT": "tls.crt", "NATS_KEY": "tls.key"}
     client_env = [{"name": "NATS_URL", "value": f"tls://{service}:4222"}, token,
@@ -608,6 +616,12 @@ def with_broker_tls(target: Target, image: str, helm: Path, workdir: Path, names
         {"messages": 3, "last_seq": 3, "consumers": {"NEW": {"ack_floor": 2, "delivered": 2, "num_pending": 1,
                                                              "num_ack_pending": 0}}}]
     run.helm_test()  # with the operator's client certificate
+    policies = kubernetes.client.NetworkingV1Api(kube.client).list_namespaced_network_policy(namespace).items
+    assert [p.spec.pod_selector.match_labels.get("app.kubernetes.io/component") for p in policies] == ["broker"]
+    for component in (BROKER_PODS, OPERATOR_PODS):
+        spec = run.pod(component).spec
+        assert spec.topology_spread_constraints[0].topology_key == "kubernetes.io/hostname", component
+        assert {"E2E_EXTRA_ENV": "set"}.items() <= {e.name: e.value for e in spec.containers[0].env}.items(), component
     # The same client without its certificate: the Job fails, refused by the broker.
     no_cert = Scenario(kube, run.helm, image, [e for e in client_env if e["name"] not in ("NATS_CERT", "NATS_KEY")],
                        "client-tls")
