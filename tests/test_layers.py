@@ -117,6 +117,7 @@ PURE = frozenset(
         "jsbroker.nkeys",  # key decoding and signature checks
         "jsbroker.jetstream.ack",
         "jsbroker.jetstream.counters",
+        "jsbroker.jetstream.atomic_batch",
         "jsbroker.jetstream.schedule",
         "jsbroker.jetstream.cron",
         "jsbroker.jetstream.pull",

@@ -1,7 +1,6 @@
-"""Batch publishes (ADR-50) against nats-server. jsbroker does not build atomic (`allow_atomic`) or fast
-(`allow_batched`) batches yet and refuses both settings; a batch publish into any of its streams is answered
-as nats-server answers it on a stream without them (10174 / 10205 after the sealed, resources and size
-checks) and never stored as a plain message."""
+"""Batch publishes (ADR-50) into streams without `allow_atomic` / `allow_batched`, against nats-server: answered
+10174 / 10205 after the sealed, resources and size checks, never stored as a plain message. jsbroker does not
+build fast (`allow_batched`) batches yet and refuses the setting; atomic batches are test_atomic_batch.py's."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ CASES = {
                                          batch("{S}.a", "", Nats_Batch_Id="b1", Nats_Incr="1"),
                                          batch("{S}.a", "", Nats_Batch_Id="b1", Nats_Incr="x",
                                                Nats_Expected_Stream="other"), (I, ""), (D, "")],
-    "batch_settings_refused": [(C, cfg(allow_atomic=True)), (C, cfg(allow_batched=True))],
+    "batch_settings_refused": [(C, cfg(allow_batched=True))],
 }
 JSBROKER_REFUSES = {"batch_settings_refused"}  # compared with jsbroker's own refusal, not nats-server's answer
 
@@ -41,10 +40,10 @@ async def test_atomic_batches_are_answered_like_nats_server_without_allow_atomic
     assert ours == theirs
 
 
-async def test_batch_settings_are_refused_naming_them(differential):
+async def test_fast_batch_setting_is_refused_naming_it(differential):
     ours, _ = await differential(CASES["batch_settings_refused"])
     assert [(o["error"]["err_code"], o["error"]["description"].split(":")[0]) for o in ours] == [
-        (10052, "allow_atomic"), (10052, "allow_batched")]
+        (10052, "allow_batched")]
 
 
 async def _fast_batches(nc: Any, name: str) -> list[Any]:

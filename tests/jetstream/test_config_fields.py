@@ -60,7 +60,7 @@ STREAM_FIELDS: dict[str, tuple[str, Any]] = {
     "allow_msg_ttl": (HONOURED, "test_publish::test_per_message_ttl_expires"),
     "subject_delete_marker_ttl": (HONOURED, "test_delete_markers::test_max_age_leaves_a_marker_for_each_subject_as_nats_server"),
     "allow_msg_counter": (HONOURED, "test_counters::test_counters_match_nats_server"),
-    "allow_atomic": (REFUSED, True),
+    "allow_atomic": (HONOURED, "test_atomic_batch::CASES[commit_and_eob]"),
     "allow_msg_schedules": (HONOURED, "test_schedules::test_schedules_fire_like_nats_server"),
     "persist_mode": (HONOURED, "test_persist_mode::test_sync_always_leaves_async_streams_to_the_interval"),
     "allow_batched": (REFUSED, True),

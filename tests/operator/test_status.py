@@ -211,7 +211,7 @@ async def test_a_field_jsbroker_refuses_stalls_the_resource_naming_it(jsbroker_s
     from jsoperator.models import StreamSpec
 
     config = mapping.stream_config(StreamSpec.model_validate(
-        {"subjects": ["tr.in.>"], "allowAtomicPublish": True}), "TR")
+        {"subjects": ["tr.in.>"], "allowBatchPublish": True}), "TR")
     client = await nats.connect(jsbroker_server.url)
     try:
         error = (await api(client, "STREAM.CREATE.TR", config))["error"]
@@ -222,7 +222,7 @@ async def test_a_field_jsbroker_refuses_stalls_the_resource_naming_it(jsbroker_s
     assert conditions(patch) == {"Ready": ("False", "JetStreamError"), "Reconciling": ("False", "JetStreamError"),
                                  "Stalled": ("True", "JetStreamError"), "Synced": ("False", "JetStreamError")}
     message = status.condition(patch, "Ready")["message"]  # type: ignore[index]
-    assert "10052" in message and "allow_atomic: atomic batch publishing is not supported by jsbroker" in message
+    assert "10052" in message and "allow_batched: batch publishing is not supported by jsbroker" in message
 
 
 def test_adopted_says_how_the_server_object_came_and_stays() -> None:

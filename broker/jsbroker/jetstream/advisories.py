@@ -1,4 +1,4 @@
-"""Consumer advisories published on `$JS.EVENT.ADVISORY.CONSUMER.*`, and the sampled ack metrics on
+"""Consumer advisories published on `$JS.EVENT.ADVISORY.CONSUMER.*`, a stream's abandoned atomic batches, and the sampled ack metrics on
 `$JS.EVENT.METRIC.CONSUMER.ACK.*` (`jetstream_events.go` shapes).
 
 Advisories are optional for clients, so one is built only when somebody listens on its subject: the
@@ -80,3 +80,9 @@ def unpinned(bus: InternalBus, stream: str, consumer: str, domain: str | None, g
     _send(bus, f"{PREFIX}UNPINNED.{stream}.{consumer}", "consumer_group_unpinned",
           {"account": ACCOUNT, "stream": stream, "consumer": consumer, **({"domain": domain} if domain else {}),
            "group": group, "reason": reason})
+
+
+def batch_abandoned(bus: InternalBus, stream: str, domain: str | None, batch_id: str, reason: str) -> None:
+    """An open atomic batch went without being stored (`reason`: atomic_batch.TIMEOUT, LARGE, ...)."""
+    _send(bus, f"$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.{stream}", "stream_batch_abandoned",
+          {"stream": stream, **({"domain": domain} if domain else {}), "batch": batch_id, "reason": reason})

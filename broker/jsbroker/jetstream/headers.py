@@ -51,6 +51,8 @@ COUNTER_SOURCES = "Nats-Counter-Sources"
 # atomic batch publishing (ADR-50): a publish carrying a batch id is part of a batch
 BATCH_ID = "Nats-Batch-Id"
 BATCH_ID_NEEDLE = b"Nats-Batch-Id"
+BATCH_SEQUENCE = "Nats-Batch-Sequence"  # its place in the batch, from 1
+BATCH_COMMIT = "Nats-Batch-Commit"  # on the last: "1" (stored) or "eob" (an end marker, not stored)
 # message schedules (ADR-51): a schedule message and the message it produces on its target
 SCHEDULE = "Nats-Schedule"
 SCHEDULE_NEEDLE = b"Nats-Schedule"  # also in Nats-Scheduler and every Nats-Schedule-* key
@@ -130,3 +132,8 @@ def put(hdr: bytes, key: str, value: str) -> bytes:
         start += 1
     end = hdr.find(b"\r", start)
     return hdr if end < 0 else hdr[:start] + value.encode() + hdr[end:]
+
+
+def as_uint(text: str) -> int:
+    """nats-server parses expected sequences as unsigned ints; garbage reads as "no value" (-1 never matches)."""
+    return int(text) if text.isdigit() else -1

@@ -22,7 +22,7 @@ from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.config import JetStreamSettings
 from jsbroker.internal import InternalBus
-from jsbroker.jetstream import consumer_config, errors, snapshot, sourcing, stream_config, times
+from jsbroker.jetstream import atomic_batch, consumer_config, errors, snapshot, sourcing, stream_config, times
 from jsbroker.jetstream.api import ApiRouter
 from jsbroker.jetstream.consumer import Consumer, consumer_meta
 from jsbroker.jetstream.requests import API_LEVEL
@@ -51,6 +51,7 @@ class JetStream:
         self._sync = storage.SyncPolicy(always=settings.sync_always, interval=settings.sync_interval)
         self._router = ApiRouter(self, bus, STREAM_HANDLERS + CONSUMER_HANDLERS + SNAPSHOT_HANDLERS, self.domain)
         self._sync_handle: Any = None
+        self._batches = atomic_batch.Inflight()  # the open atomic batches of all streams (a server-wide limit)
         self.recovery_seconds = 0.0  # the last start's store recovery
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ class JetStream:
         limited = max(s.max_memory, s.max_storage, s.account.max_mem, s.account.max_file) > 0
         dedupe = storage.take_dedupe(directory) if cfg.storage == "file" and directory is not None else None
         return Stream(self.bus, cfg, store, directory, created_ns, self.domain,
-                      self._exhausted if limited else None, dedupe)
+                      self._exhausted if limited else None, dedupe, self._batches)
 
     def _sync_policy(self, cfg: StreamConfig) -> storage.SyncPolicy:
         """`persist_mode: async` opts a stream out of `sync: always`, as nats-server's (its stats stay shared)."""

@@ -8,8 +8,9 @@ It talks to storage only through `jsbroker.store.base.StreamStore`.
 
 Batch publishes come first, as nats-server dispatches them before any other check: a reply subject ending in
 `.$FI` (a fast batch) or a `Nats-Batch-Id` header (an atomic batch) gets sealed (10109) -> memory/storage used
-up (10002, 10023) -> max_msg_size (10054) -> batch publish disabled (10205) / atomic publish disabled (10174):
-no jsbroker stream allows them (`stream_config.UNSUPPORTED`), so none is stored as a plain message.
+up (10002, 10023) -> max_msg_size (10054) -> batch publish disabled (10205: no jsbroker stream allows fast
+batches) / without allow_atomic 10174, else the atomic batch (atomic_batch.py stages it and checks its
+commit; the commit stores the batch with one write). None is stored as a plain message.
 
 Publish checks, in the order nats-server applies them (`processJetStreamMsgWithBatch`), after the
 stream's `subject_transform` mapped the subject: sealed (10109) -> Nats-Incr (10171, 10168, 10170) ->
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from jsbroker import store as storage
 from jsbroker import subjects
-from jsbroker.jetstream import api, counters, errors, headers, requests, schedule, times
+from jsbroker.jetstream import advisories, api, atomic_batch, counters, errors, headers, requests, schedule, times
 from jsbroker.jetstream.dedupe import MsgIdWindow
 from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform, short_hash
 from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
@@ -118,7 +119,7 @@ class Stream:
     def __init__(self, bus: InternalBus, config: StreamConfig, store: StreamStore, directory: Path | None,
                  created_ns: int, domain: str | None = None,
                  resources_exhausted: Callable[[str], errors.ErrorKind | None] | None = None,
-                 dedupe: bytes | None = None) -> None:
+                 dedupe: bytes | None = None, batches: atomic_batch.Inflight | None = None) -> None:
         self.bus = bus
         # The account's and the server's memory / storage check (None when no limit is set): the error it names.
         self._exhausted = resources_exhausted
@@ -140,6 +141,8 @@ class Stream:
         self._schedules: schedule.Table | None = None  # allow_msg_schedules: what the schedule timer waits on
         self._schedule_handle: Any = None
         self._schedule_at = 0
+        self._batches = atomic_batch.Batches(batches or atomic_batch.Inflight())  # open atomic batches
+        self._batch_handle: Any = None  # the timer dropping the batches whose time is up
         self._closed = False
         self.counter_val = ""  # counter streams: the total the last stored message holds (its pub ack's "val")
         # File streams write the plain publishes of one read with one write(): their pub acks wait here
@@ -148,6 +151,8 @@ class Stream:
         self._release_armed = False
         store.set_on_remove(self._on_removed)  # limits and expiry remove messages inside the store
         self._apply_config()
+        if config.allow_atomic:
+            self._drop_partial_batch()
         state = store.state()
         self.last_seq = state.last_seq
         self.last_msg_id = ""
@@ -190,10 +195,11 @@ class Stream:
         self._subs.clear()
         self._direct_subs.clear()
         self._direct_names = []
-        for handle in (self._expiry_handle, self._schedule_handle):
+        for handle in (self._expiry_handle, self._schedule_handle, self._batch_handle):
             if handle is not None:
                 handle.cancel()
-        self._expiry_handle = self._schedule_handle = None
+        self._expiry_handle = self._schedule_handle = self._batch_handle = None
+        self._batches.clear()
         for consumer in list(self.consumers.values()):
             consumer.stop()
 
@@ -203,6 +209,8 @@ class Stream:
         self.config = config
         self._apply_config()
         self._dedupe.window_ns = config.duplicate_window
+        if not config.allow_atomic:
+            self._batches.clear()
         if config.subjects != old_subjects:
             for sub in self._subs:
                 self.bus.unsubscribe_internal(sub)
@@ -416,7 +424,8 @@ class Stream:
             subject = self._transform.apply(subject) or subject
         try:
             if reply is not None and reply.endswith(FAST_BATCH_SUFFIX) and len(reply) > 4:
-                self._refuse_batch(hdr, payload, errors.BATCH_PUBLISH_DISABLED)
+                self._batch_checks(hdr, payload)
+                raise errors.BATCH_PUBLISH_DISABLED()
             if not hdr and self._plain_ok:  # the common case: no headers, no check that could refuse it
                 republish = self._republish_target(subject) if self._republish is not None else None
                 if self._held is None:
@@ -438,9 +447,9 @@ class Stream:
                 for watcher in self.watchers:
                     watcher.kick()
                 ack = b"%s%d}" % (self._ack_prefix, seq)
+            elif headers.BATCH_ID_NEEDLE in hdr and (batch_id := headers.get(hdr, headers.BATCH_ID)):
+                ack = self._atomic_batch(batch_id, subject, hdr, payload)
             else:
-                if headers.BATCH_ID_NEEDLE in hdr and headers.get(hdr, headers.BATCH_ID):
-                    self._refuse_batch(hdr, payload, errors.ATOMIC_PUBLISH_DISABLED)
                 seq, duplicate = self.process(subject, hdr, payload)
                 if duplicate:
                     ack = b'%s%d,"duplicate": true}' % (self._ack_prefix, seq)
@@ -453,7 +462,7 @@ class Stream:
         except (StoreError, OSError) as exc:  # disk full, I/O error: the publisher hears of it, no timeout
             log.error("stream store failed", extra={"stream": self.name, "error": str(exc)})
             ack = b'{"error":' + _error_json(errors.STREAM_STORE_FAILED(err=str(exc))) + self._err_suffix
-        if reply and self._acks:
+        if reply and self._acks:  # an atomic batch's staged message gets an empty reply
             if self._held is None:
                 self.bus.publish(reply, None, b"", ack)
             else:  # in order behind the held ones
@@ -462,8 +471,8 @@ class Stream:
                     self._release_armed = True
                     self.bus.before_output(self._release)
 
-    def _refuse_batch(self, hdr: bytes, payload: bytes, disabled: errors.ErrorKind) -> None:
-        """A batch publish: the checks nats-server makes before it looks at the batch, then `disabled`."""
+    def _batch_checks(self, hdr: bytes, payload: bytes) -> None:
+        """The checks nats-server makes of a batch publish before it looks at the batch."""
         if self.config.sealed:
             raise errors.STREAM_SEALED()
         if self._exhausted is not None and (kind := self._exhausted(self.config.storage)) is not None:
@@ -471,7 +480,59 @@ class Stream:
         limit = self.config.max_msg_size
         if limit >= 0 and len(hdr) + len(payload) > limit:
             raise errors.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
-        raise disabled()
+
+    def _atomic_batch(self, batch_id: str, subject: str, hdr: bytes, payload: bytes) -> bytes:
+        """One message of an atomic batch (atomic_batch.py): b"" (an empty reply) while the batch is open,
+        the pub ack of its commit, which stores the whole batch with one write."""
+        self._batch_checks(hdr, payload)
+        if not self.config.allow_atomic:
+            raise errors.ATOMIC_PUBLISH_DISABLED()
+        now = times.now_ns()
+        try:
+            msgs = self._batches.stage(batch_id, atomic_batch.Msg(subject, hdr, payload), now)
+        except atomic_batch.Refused as refused:
+            if refused.abandoned:
+                advisories.batch_abandoned(self.bus, self.name, self._domain, batch_id, refused.abandoned)
+            raise refused.error from None
+        if msgs is None:
+            self._arm_batches()
+            return b""
+        for msg in atomic_batch.check_commit(msgs, _BatchView(self), now):
+            self.process(msg.subject, msg.hdr, msg.payload, checked=True)
+        self.store.flush()
+        return b'%s%d,"batch":%s,"count":%d}' % (self._ack_prefix, self.last_seq, _json_str(batch_id).encode(),
+                                                 len(msgs))
+
+    def _arm_batches(self) -> None:
+        due = self._batches.next_deadline()
+        if due is None or self._closed or self._batch_handle is not None:
+            return
+        self._batch_handle = self.bus.loop.call_later(max(due - times.now_ns(), 0) / _NS, self._expire_batches)
+
+    def _expire_batches(self) -> None:
+        """An open batch without a message for atomic_batch.TIMEOUT_NS goes (no commit can follow)."""
+        self._batch_handle = None
+        for batch_id in self._batches.expire(times.now_ns()):
+            advisories.batch_abandoned(self.bus, self.name, self._domain, batch_id, atomic_batch.TIMEOUT)
+        self._arm_batches()
+
+    def _drop_partial_batch(self) -> None:
+        """After a crash inside a commit's write (a torn tail, a write per store block), the store may end
+        with the first messages of a batch whose last one (carrying Nats-Batch-Commit) is missing: they go,
+        so a batch is stored whole or not at all."""
+        last_seq = self.store.state().last_seq
+        msg = self.store.load_msg(last_seq) if last_seq else None
+        batch_id = headers.get(msg.hdr, headers.BATCH_ID) if msg is not None and msg.hdr else None
+        if msg is None or not batch_id or headers.get(msg.hdr, headers.BATCH_COMMIT) is not None:
+            return
+        dropped = 0
+        while msg is not None and headers.get(msg.hdr, headers.BATCH_ID) == batch_id:
+            self.store.remove_msg(msg.seq)
+            dropped += 1
+            position = headers.get(msg.hdr, headers.BATCH_SEQUENCE)
+            msg = self.store.load_msg(msg.seq - 1) if position != "1" and msg.seq > 1 else None
+        log.warning("dropped the messages of an atomic batch whose commit was not written",
+                    extra={"stream": self.name, "batch": batch_id, "messages": dropped})
 
     def _release(self) -> None:
         """Write the deferred records (and fsync them with sync: always), then send the held acks; when
@@ -490,35 +551,40 @@ class Stream:
             self.bus.publish(reply, None, b"", ack)
 
     def process(self, subject: str, hdr: bytes, payload: bytes, sourced: bool = False,
-                scheduled: bool = False) -> tuple[int, bool]:
+                scheduled: bool = False, checked: bool = False) -> tuple[int, bool]:
         """Check and store one message; returns (seq, duplicate). Raises ApiError with the pub-ack error.
         `sourced`: copied from a source by jetstream/sourcing.py (its Nats-Stream-Source header allowed,
         the checks its origin already made not repeated, as nats-server), and written by the sourcing's
         `store.flush()` after its batch. `scheduled`: produced by a schedule (its Nats-Scheduler and
-        Nats-Schedule-Next are the server's, not checked as a client's)."""
+        Nats-Schedule-Next are the server's, not checked as a client's). `checked`: a message of an atomic
+        batch whose checks `atomic_batch.check_commit` made (stored deferred, the batch's flush writes it)."""
         cfg = self.config
-        if cfg.sealed:
+        if cfg.sealed and not checked:
             raise errors.STREAM_SEALED()
         msg_id = ""
         rollup = ""
         ttl = 0
         incr = None
-        if hdr:
+        if checked:
+            if hdr:
+                msg_id, rollup, ttl = headers.get(hdr, headers.MSG_ID) or "", headers.get(hdr, headers.ROLLUP) or "", \
+                    self._ttl_of(hdr)
+        elif hdr:
             if self._counter or headers.INCR_NEEDLE in hdr:
                 incr = counters.increment(hdr, payload, self._counter, sourced)
             msg_id, rollup, ttl, duplicate_of, hdr = self._check_headers(subject, hdr, sourced, scheduled)
             if duplicate_of:
                 return duplicate_of, True
-        if self._counter:
+        if self._counter and not checked:
             if incr is None:
                 raise errors.MESSAGE_INCR_MISSING()
             last = self.store.load_last_msg(subject)
             hdr, payload, self.counter_val = counters.apply(
                 incr, (last.hdr, last.data) if last is not None else None, hdr, payload, self.bus.max_payload)
         limit = cfg.max_msg_size
-        if (limit >= 0 and len(hdr) + len(payload) > limit) or len(hdr) > MAX_HEADER_SIZE:
+        if not checked and ((limit >= 0 and len(hdr) + len(payload) > limit) or len(hdr) > MAX_HEADER_SIZE):
             self._size_error(hdr, payload)
-        if self._exhausted is not None and (kind := self._exhausted(cfg.storage)) is not None:
+        if not checked and self._exhausted is not None and (kind := self._exhausted(cfg.storage)) is not None:
             raise kind()
         if self._interest and not any(c.wants(subject) for c in self.consumers.values()) \
                 and not any(w.wants(subject) for w in self.watchers):
@@ -529,10 +595,10 @@ class Stream:
             # nats-server: a message must outlive the marker that may replace it; the header says so.
             ttl = self._marker_ttl
             hdr = headers.append(headers.without(hdr, headers.TTL), ((headers.TTL, str(ttl)),))
-        if self._discard_new:
+        if self._discard_new and not checked:
             self._check_discard_new(subject, hdr, payload, rollup)
         republish = self._republish_target(subject) if self._republish is not None else None
-        store = self.store.store_deferred if sourced else self.store.store_msg
+        store = self.store.store_deferred if sourced or checked else self.store.store_msg
         seq, ts = store(subject, hdr, payload, ttl * _NS if ttl > 0 else ttl)
         self.last_seq = seq
         self.last_msg_id = msg_id
@@ -609,7 +675,7 @@ class Stream:
     @staticmethod
     def _ttl_of(hdr: bytes) -> int:
         text = headers.get(hdr, headers.TTL)
-        ttl = _parse_ttl(text) if text else 0
+        ttl = times.parse_ttl(text) if text else 0
         return ttl if ttl >= -1 else 0
 
     def _check_headers(self, subject: str, hdr: bytes, sourced: bool = False,
@@ -621,7 +687,7 @@ class Stream:
         if expected and expected != self.name:
             raise errors.STREAM_NOT_MATCH()
         ttl_text = headers.get(hdr, headers.TTL)
-        ttl = _parse_ttl(ttl_text) if ttl_text else 0
+        ttl = times.parse_ttl(ttl_text) if ttl_text else 0
         if ttl not in (0, -2) and not cfg.allow_msg_ttl:
             if not sourced:
                 raise errors.MESSAGE_TTL_DISABLED()
@@ -630,12 +696,12 @@ class Stream:
         last_subj = headers.get(hdr, headers.EXPECTED_LAST_SUBJ_SEQ_SUBJ)
         if last_subj_seq is not None:
             found = self.store.last_seq(last_subj or subject)
-            if _as_uint(last_subj_seq) != found:
+            if headers.as_uint(last_subj_seq) != found:
                 raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=found)
         elif last_subj:
             raise errors.STREAM_EXPECTED_LAST_SEQ_PER_SUBJECT_INVALID()
         last_seq = headers.get(hdr, headers.EXPECTED_LAST_SEQ)
-        if last_seq is not None and _as_uint(last_seq) != self.last_seq:
+        if last_seq is not None and headers.as_uint(last_seq) != self.last_seq:
             raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=self.last_seq)
         if not (sourced or scheduled) and headers.SCHEDULE_NEEDLE in hdr:
             hdr = self._check_schedule(subject, hdr)
@@ -757,7 +823,7 @@ class Stream:
 
         cfg = self.config
         return schedule.check_publish(subject, hdr, cfg.subjects, cfg.allow_msg_schedules, cfg.allow_msg_ttl,
-                                      lambda text: _parse_ttl(text) != -2, last_hdr, times.now_ns())
+                                      lambda text: times.parse_ttl(text) != -2, last_hdr, times.now_ns())
 
     def _purge_schedule(self, hdr: bytes) -> None:
         """A stored `Nats-Schedule-Next: purge` (a one-shot schedule's product, or a client's) purges the
@@ -928,6 +994,37 @@ class Stream:
             key = subject.split(".", 5)[5] if subject.count(".") >= 5 else ""
             for out_hdr, data in direct_get(self, hdr, payload, key):
                 self.bus.publish(reply, None, out_hdr, data)
+
+
+class _BatchView:
+    """The stream as atomic_batch.check_commit reads it (its StreamView)."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.config = stream.config
+        self.last_seq = stream.last_seq
+        self.max_payload = stream.bus.max_payload
+        self._store = stream.store
+        self._dedupe = stream._dedupe
+
+    def last_msg(self, subject: str) -> tuple[bytes, bytes] | None:
+        msg = self._store.load_last_msg(subject)
+        return None if msg is None else (msg.hdr, msg.data)
+
+    def last_seq_of(self, subject: str) -> int:
+        return self._store.last_seq(subject)
+
+    def is_duplicate(self, msg_id: str) -> bool:
+        return bool(self._dedupe.find(msg_id, times.now_ns()))
+
+    def totals(self) -> tuple[int, int]:
+        state = self._store.state()
+        return state.msgs, state.bytes
+
+    def subject_count(self, subject: str) -> int:
+        return self._store.subjects_state(subject).get(subject, 0)
+
+    def accounted_size(self, subject: str, hdr: bytes, payload: bytes) -> int:
+        return self._store.accounted_size(subject, hdr, payload)
 
 
 _STATUS_408_EMPTY = b"NATS/1.0 408 Empty Request\r\n\r\n"
@@ -1114,26 +1211,8 @@ def _error_json(err: errors.ApiError) -> bytes:
     return api.dumps(err.to_dict())
 
 
-def _as_uint(text: str) -> int:
-    """nats-server parses expected sequences as unsigned ints; garbage reads as "no value" (-1 never matches)."""
-    return int(text) if text.isdigit() else -1
-
-
 def stored_ttl_ns(hdr: bytes) -> int:
     """The TTL a stored message's Nats-TTL header gives it, as the store takes it (ns; -1 never; 0 none):
     for messages stored again with their headers (a restore)."""
     ttl = Stream._ttl_of(hdr)
     return ttl * _NS if ttl > 0 else ttl
-
-
-def _parse_ttl(text: str) -> int:
-    """Nats-TTL: seconds, a Go duration >= 1s, or "never" (-1); -2 marks an invalid value (10165 later)."""
-    if text.lower() == "never":
-        return -1
-    try:
-        ns = times.parse_duration(text)
-        return ns // _NS if ns >= _NS else -2
-    except ValueError:
-        pass
-    return int(text) if text.isdigit() else -2
-

@@ -6,7 +6,7 @@ gets the same error. `check_update(old, new)` adds the rules of a STREAM.UPDATE.
 is the config as responses and the persisted metadata carry it (omit-empty fields left out as Go does).
 
 Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
-(atomic/batch publishing) are refused with 10052 naming the field and what to do.
+(fast batch publishing) are refused with 10052 naming the field and what to do.
 A source's `external` prefixes are checked and kept: nats-server's link through them never copies on
 one server, and jsbroker's stays inactive the same way (jetstream/sourcing.py).
 `mirror` and `sources` are `SourceConfig`s (jetstream/sourcing.py copies them); the checks that need
@@ -141,6 +141,7 @@ class StreamConfig:
     allow_msg_ttl: bool = False
     subject_delete_marker_ttl: int = 0  # ns
     allow_msg_counter: bool = False  # jetstream/counters.py
+    allow_atomic: bool = False  # jetstream/atomic_batch.py
     allow_msg_schedules: bool = False  # jetstream/schedule.py
     persist_mode: str = "default"  # "async": file streams whose writes are not fsynced one by one (service.py)
     republish: dict[str, Any] | None = None  # {src, dest[, headers_only]}
@@ -190,6 +191,8 @@ class StreamConfig:
             out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
         if self.allow_msg_counter:
             out["allow_msg_counter"] = True
+        if self.allow_atomic:
+            out["allow_atomic"] = True
         if self.allow_msg_schedules:
             out["allow_msg_schedules"] = True
         if self.persist_mode != "default":
@@ -260,6 +263,7 @@ def _decode(raw: dict[str, Any]) -> StreamConfig:
         allow_msg_ttl=get_bool(raw, "allow_msg_ttl"),
         subject_delete_marker_ttl=get_int(raw, "subject_delete_marker_ttl"),
         allow_msg_counter=get_bool(raw, "allow_msg_counter"),
+        allow_atomic=get_bool(raw, "allow_atomic"),
         allow_msg_schedules=get_bool(raw, "allow_msg_schedules"),
         persist_mode=_persist_mode(raw),
         mirror=_source(get_object(raw, "mirror"), "mirror"),
@@ -365,7 +369,6 @@ def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
 
 # The StreamConfig fields nats-server knows and jsbroker refuses (10052): field -> why and what to do.
 UNSUPPORTED: dict[str, str] = {
-    "allow_atomic": "atomic batch publishing is not supported by jsbroker yet; leave allow_atomic unset",
     "allow_batched": "batch publishing is not supported by jsbroker yet; leave allow_batched unset",
 }
 _UNSET: tuple[object, ...] = (None, False, 0, "", {}, [])
@@ -444,6 +447,8 @@ def _validate(cfg: StreamConfig, pedantic: bool = False) -> StreamConfig:
             raise _invalid("async persist mode is only supported on file storage")
         if cfg.num_replicas > 1:
             raise _invalid("async persist mode is not supported on replicated streams")
+        if cfg.allow_atomic:
+            raise _invalid("async persist mode is not supported with atomic batch publish")
     _check_mirror(cfg)
     _check_sources(cfg)
     _check_external_prefixes(cfg)
@@ -467,6 +472,8 @@ def _check_mirror(cfg: StreamConfig) -> None:
         raise errors.MIRROR_WITH_SOURCES()
     if cfg.allow_msg_counter:
         raise errors.MIRROR_WITH_COUNTERS()
+    if cfg.allow_atomic:
+        raise errors.MIRROR_WITH_ATOMIC_PUBLISH()
     if cfg.allow_msg_schedules:
         raise errors.MIRROR_WITH_MSG_SCHEDULES()
     if not _durable_consumer_ok(cfg.mirror):
@@ -648,9 +655,9 @@ def _user_metadata(metadata: dict[str, str]) -> dict[str, str]:
 
 
 def _stored_metadata(cfg: StreamConfig) -> dict[str, str]:
-    """User metadata plus the API level the config needs (1 for per-message TTLs, 2 for counters, schedules
-    and async persistence), as nats-server keeps."""
-    level = 2 if cfg.allow_msg_counter or cfg.allow_msg_schedules or cfg.persist_mode == "async" \
+    """User metadata plus the API level the config needs (1 for per-message TTLs, 2 for counters, schedules,
+    atomic batches and async persistence), as nats-server keeps."""
+    level = 2 if cfg.allow_msg_counter or cfg.allow_msg_schedules or cfg.allow_atomic or cfg.persist_mode == "async" \
         else 1 if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0 else 0
     return {**_user_metadata(cfg.metadata), REQ_LEVEL_KEY: str(level)}
 

@@ -96,3 +96,15 @@ def _decimal(value: int, scale: int) -> str:
         return str(whole)
     digits = len(str(scale)) - 1
     return f"{whole}." + f"{frac:0{digits}d}".rstrip("0")
+
+
+def parse_ttl(text: str) -> int:
+    """Nats-TTL: seconds, a Go duration >= 1s, or "never" (-1); -2 marks an invalid value (10165 later)."""
+    if text.lower() == "never":
+        return -1
+    try:
+        ns = parse_duration(text)
+        return ns // _NS_PER_S if ns >= _NS_PER_S else -2
+    except ValueError:
+        pass
+    return int(text) if text.isdigit() else -2
