@@ -448,3 +448,10 @@ def test_limits_of_open_batches_are_per_stream_and_server_wide():
     assert inflight.count == atomic_batch.MAX_INFLIGHT_TOTAL - atomic_batch.MAX_INFLIGHT_PER_STREAM
     assert _refusal(two, "y", str(atomic_batch.MAX_SIZE + 1)) == (10199, "")
     assert _refusal(two, "b" * 65, "1") == (10179, "") and _refusal(two, "z", "1", "yes") == (10200, "")
+
+
+def test_a_message_with_only_batch_headers_skips_the_header_checks():
+    plain = _msg("a", "1", "1").hdr
+    assert atomic_batch.only_batch_headers(plain)
+    assert not atomic_batch.only_batch_headers(headers.append(plain, ((headers.MSG_ID, "m"),)))
+    assert not atomic_batch.only_batch_headers(headers.build(((headers.MSG_ID, "Nats-Batch-x"),)))

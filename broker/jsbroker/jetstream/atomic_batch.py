@@ -101,7 +101,7 @@ class Batches:
         if commit is not None and not eob and commit != "1":
             self.drop(batch_id)
             raise Refused(errors.ATOMIC_PUBLISH_INVALID_BATCH_COMMIT())
-        if headers.get(msg.hdr, headers.REQUIRED_API_LEVEL) is not None:
+        if not only_batch_headers(msg.hdr) and headers.get(msg.hdr, headers.REQUIRED_API_LEVEL) is not None:
             if not requests.api_level_supported(msg.hdr):
                 self.drop(batch_id)
                 raise Refused(errors.REQUIRED_API_LEVEL(), UNSUPPORTED)
@@ -145,6 +145,12 @@ class Batches:
         return min((batch.deadline for batch in self._open.values()), default=None)
 
 
+def only_batch_headers(hdr: bytes) -> bool:
+    """Whether every header of the block is a `Nats-Batch-*` one (most batch messages): no other check
+    applies to it. A block has a line per header between its first line and its blank end."""
+    return hdr.count(b"\r\nNats-Batch-") == hdr.count(b"\r\n") - 2
+
+
 class StreamView(Protocol):
     """What the commit checks read of the stream, before the batch is stored."""
 
@@ -181,9 +187,10 @@ def check_commit(msgs: list[Msg], view: StreamView, now: int) -> list[Msg]:
     rollup), or ApiError: the first check any of them fails."""
     staged = _Staged()
     for i, msg in enumerate(msgs):
-        if headers.get(msg.hdr, headers.EXPECTED_LAST_MSG_ID):
+        plain = only_batch_headers(msg.hdr)
+        if not plain and headers.get(msg.hdr, headers.EXPECTED_LAST_MSG_ID):
             raise errors.ATOMIC_PUBLISH_UNSUPPORTED_HEADER(header=headers.EXPECTED_LAST_MSG_ID)
-        _check(msg, view, staged, view.last_seq + i, now)
+        _check(msg, plain, view, staged, view.last_seq + i, now)
         staged.ops[msg.subject] = staged.ops.get(msg.subject, 0) + 1
         staged.size += view.accounted_size(msg.subject, msg.hdr, msg.payload)
         staged.last[msg.subject] = (msg.hdr, msg.payload)
@@ -191,13 +198,13 @@ def check_commit(msgs: list[Msg], view: StreamView, now: int) -> list[Msg]:
     return msgs
 
 
-def _check(msg: Msg, view: StreamView, staged: _Staged, last_seq: int, now: int) -> None:
+def _check(msg: Msg, plain: bool, view: StreamView, staged: _Staged, last_seq: int, now: int) -> None:
     cfg = view.config
     subject, hdr = msg.subject, msg.hdr
     incr = None
-    if hdr:
-        if len(hdr) > MAX_HEADER_SIZE:
-            raise errors.STREAM_HEADER_EXCEEDS_MAXIMUM()
+    if len(hdr) > MAX_HEADER_SIZE:
+        raise errors.STREAM_HEADER_EXCEEDS_MAXIMUM()
+    if not plain:
         incr = counters.increment(hdr, msg.payload, cfg.allow_msg_counter, False)
         expected = headers.get(hdr, headers.EXPECTED_STREAM)
         if expected and expected != cfg.name:
@@ -222,7 +229,7 @@ def _check(msg: Msg, view: StreamView, staged: _Staged, last_seq: int, now: int)
         last = staged.last.get(subject) or view.last_msg(subject)
         limit = min(view.max_payload, cfg.max_msg_size) if cfg.max_msg_size >= 0 else view.max_payload
         hdr, msg.payload, _ = counters.apply(incr, last, hdr, msg.payload, limit)
-    if hdr:
+    if not plain:
         hdr = _check_expected(msg, hdr, view, staged, last_seq, now)
     msg.hdr = hdr
 

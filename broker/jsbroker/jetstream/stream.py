@@ -504,8 +504,10 @@ class Stream:
                                                  len(msgs))
 
     def _arm_batches(self) -> None:
+        if self._closed or self._batch_handle is not None:
+            return
         due = self._batches.next_deadline()
-        if due is None or self._closed or self._batch_handle is not None:
+        if due is None:
             return
         self._batch_handle = self.bus.loop.call_later(max(due - times.now_ns(), 0) / _NS, self._expire_batches)
 
@@ -566,7 +568,7 @@ class Stream:
         ttl = 0
         incr = None
         if checked:
-            if hdr:
+            if not atomic_batch.only_batch_headers(hdr):
                 msg_id, rollup, ttl = headers.get(hdr, headers.MSG_ID) or "", headers.get(hdr, headers.ROLLUP) or "", \
                     self._ttl_of(hdr)
         elif hdr:
