@@ -46,7 +46,7 @@ CASES: dict[str, list[Any]] = {
                            b("b1", 1, "2"), b("b1", 1, ""), b("b1", 1, "EOB"), b("b1", 1, "eob"),
                            b("b2", 1), b("b2", 3), b("b2", 2, "1"), b("b3", 1), b("b3", 1),
                            b("b4", 1, "1", Nats_Required_Api_Level="99"), b("b5", 1, "1", Nats_Required_Api_Level="2"),
-                           get(1), (I, ""), (D, "")],
+                           b("b6", 1, "1", Nats_Required_Api_Level=""), get(1), get(2), (I, ""), (D, "")],
     "size_and_seal": [(C, atomic(max_msg_size=60)), b("b1", 1), b("b1", 2, "1", body="x" * 61),
                       b("b1", 2, "1"), (U, atomic(max_msg_size=60, sealed=True)), b("b2", 1), (I, ""), (D, "")],
     "interleaved_batches_and_plain_publishes": [(C, atomic()), b("b1", 1), b("b2", 1, subject="{S}.b"),

@@ -101,7 +101,7 @@ class Batches:
         if commit is not None and not eob and commit != "1":
             self.drop(batch_id)
             raise Refused(errors.ATOMIC_PUBLISH_INVALID_BATCH_COMMIT())
-        if not only_batch_headers(msg.hdr) and headers.get(msg.hdr, headers.REQUIRED_API_LEVEL) is not None:
+        if not only_batch_headers(msg.hdr) and headers.get(msg.hdr, headers.REQUIRED_API_LEVEL):
             if not requests.api_level_supported(msg.hdr):
                 self.drop(batch_id)
                 raise Refused(errors.REQUIRED_API_LEVEL(), UNSUPPORTED)
