@@ -18,6 +18,7 @@ import pytest
 from jsbroker.jetstream import atomic_batch, errors, headers
 from jsbroker.jetstream.stream_config import StreamConfig
 from tests.differential import normalise
+from tests.polling import poll_async
 from tests.jetstream.test_stream_api import C, D, G, I, U, cfg, on_storage, pub
 from tests.servers import JSBROKER, launch
 
@@ -257,6 +258,39 @@ async def test_other_clients_and_streams_are_unaffected_by_a_refused_batch(jsbro
         assert (await js.stream_info(other)).state.messages == 1
     finally:
         await nc.close()
+
+
+async def _copied(nc: Any, name: str) -> list[Any]:
+    """A mirror and a source of a stream that took a batch copy its messages without the Nats-Batch-* headers."""
+    js = nc.jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"], allow_atomic=True)
+    for seq in (1, 2):
+        hdrs = {"Nats-Batch-Id": "c", "Nats-Batch-Sequence": str(seq), "Nats-Msg-Id": f"m{seq}",
+                **({"Nats-Batch-Commit": "1"} if seq == 2 else {})}
+        await nc.request(f"{name}.a", b"x", headers=hdrs)
+    mirror, source = f"{name}M", f"{name}S"
+    await nc.request(f"$JS.API.STREAM.CREATE.{mirror}", json.dumps({"name": mirror, "mirror": {"name": name}}).encode())
+    await nc.request(f"$JS.API.STREAM.CREATE.{source}", json.dumps(
+        {"name": source, "subjects": [f"{source}.>"], "sources": [{"name": name}], "allow_atomic": True}).encode())
+    out = []
+    for copy in (mirror, source):
+        await poll_async(lambda c=copy: _count(js, c), timeout=10, what=f"{copy} to copy 2 messages")
+        msgs = [(await js.get_msg(copy, seq)).headers or {} for seq in (1, 2)]
+        # the origin's identity (the last field of Nats-Stream-Source) hashes its creation time
+        out.append([{k: v.rsplit(" ", 1)[0] if k == "Nats-Stream-Source" else v for k, v in h.items()} for h in msgs])
+    for stream in (mirror, source, name):
+        await js.delete_stream(stream)
+    return out
+
+
+async def _count(js: Any, stream: str) -> bool:
+    return (await js.stream_info(stream)).state.messages == 2  # type: ignore[no-any-return]
+
+
+async def test_mirrors_and_sources_copy_a_batch_without_its_batch_headers(on_both):
+    ours, theirs = await on_both(_copied, "AC")
+    assert ours == theirs
+    assert not any(key.startswith("Nats-Batch-") for copies in ours for hdrs in copies for key in hdrs)
 
 
 # -- restarts ---------------------------------------------------------------------------------------------
