@@ -119,6 +119,7 @@ PURE = frozenset(
         "jsbroker.jetstream.counters",
         "jsbroker.jetstream.atomic_batch",
         "jsbroker.jetstream.schedule",
+        "jsbroker.jetstream.fast_batch",
         "jsbroker.jetstream.cron",
         "jsbroker.jetstream.pull",
         "jsbroker.jetstream.priority",

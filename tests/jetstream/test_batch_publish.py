@@ -1,6 +1,6 @@
 """Batch publishes (ADR-50) into streams without `allow_atomic` / `allow_batched`, against nats-server: answered
-10174 / 10205 after the sealed, resources and size checks, never stored as a plain message. jsbroker does not
-build fast (`allow_batched`) batches yet and refuses the setting; atomic batches are test_atomic_batch.py's."""
+10174 / 10205 after the sealed, resources and size checks, never stored as a plain message. Atomic batches are
+test_atomic_batch.py's, fast batches test_fast_batch.py's."""
 
 from __future__ import annotations
 
@@ -28,22 +28,14 @@ CASES = {
                                          batch("{S}.a", "", Nats_Batch_Id="b1", Nats_Incr="1"),
                                          batch("{S}.a", "", Nats_Batch_Id="b1", Nats_Incr="x",
                                                Nats_Expected_Stream="other"), (I, ""), (D, "")],
-    "batch_settings_refused": [(C, cfg(allow_batched=True))],
 }
-JSBROKER_REFUSES = {"batch_settings_refused"}  # compared with jsbroker's own refusal, not nats-server's answer
 
 
 @pytest.mark.parametrize("storage", ["memory", "file"])
-@pytest.mark.parametrize("name", sorted(set(CASES) - JSBROKER_REFUSES))
+@pytest.mark.parametrize("name", sorted(CASES))
 async def test_atomic_batches_are_answered_like_nats_server_without_allow_atomic(differential, name, storage):
     ours, theirs = await differential(on_storage(CASES[name], storage))
     assert ours == theirs
-
-
-async def test_fast_batch_setting_is_refused_naming_it(differential):
-    ours, _ = await differential(CASES["batch_settings_refused"])
-    assert [(o["error"]["err_code"], o["error"]["description"].split(":")[0]) for o in ours] == [
-        (10052, "allow_batched")]
 
 
 async def _fast_batches(nc: Any, name: str) -> list[Any]:

@@ -63,7 +63,7 @@ STREAM_FIELDS: dict[str, tuple[str, Any]] = {
     "allow_atomic": (HONOURED, "test_atomic_batch::CASES[commit_and_eob]"),
     "allow_msg_schedules": (HONOURED, "test_schedules::test_schedules_fire_like_nats_server"),
     "persist_mode": (HONOURED, "test_persist_mode::test_sync_always_leaves_async_streams_to_the_interval"),
-    "allow_batched": (REFUSED, True),
+    "allow_batched": (HONOURED, "test_fast_batch::CASES[disabling_drops_open_batches]"),
     "metadata": (HONOURED, "test_stream_api::CASES[create_full_config]"),
 }
 CONSUMER_FIELDS: dict[str, tuple[str, Any]] = {

@@ -202,16 +202,16 @@ async def test_server_errors_become_conditions(
             await api(nc, "STREAM.DELETE." + subject.rsplit(".", 1)[1])
 
 
-async def test_a_field_jsbroker_refuses_stalls_the_resource_naming_it(jsbroker_server: Any) -> None:
-    """A Stream spec with allowAtomicPublish against jsbroker: its 10052 refusal becomes Stalled, the message
-    naming the field and what to do."""
+async def test_a_config_jsbroker_refuses_stalls_the_resource_naming_it(jsbroker_server: Any) -> None:
+    """A Stream spec jsbroker refuses with 10052 (async persistence on memory storage, as nats-server; no field
+    is refused as unsupported any more): Stalled, the message naming what is wrong."""
     import nats
 
     from jsoperator import mapping
     from jsoperator.models import StreamSpec
 
     config = mapping.stream_config(StreamSpec.model_validate(
-        {"subjects": ["tr.in.>"], "allowBatchPublish": True}), "TR")
+        {"subjects": ["tr.in.>"], "storage": "memory", "persistMode": "async"}), "TR")
     client = await nats.connect(jsbroker_server.url)
     try:
         error = (await api(client, "STREAM.CREATE.TR", config))["error"]
@@ -222,7 +222,7 @@ async def test_a_field_jsbroker_refuses_stalls_the_resource_naming_it(jsbroker_s
     assert conditions(patch) == {"Ready": ("False", "JetStreamError"), "Reconciling": ("False", "JetStreamError"),
                                  "Stalled": ("True", "JetStreamError"), "Synced": ("False", "JetStreamError")}
     message = status.condition(patch, "Ready")["message"]  # type: ignore[index]
-    assert "10052" in message and "allow_batched: batch publishing is not supported by jsbroker" in message
+    assert "10052" in message and "async persist mode is only supported on file storage" in message
 
 
 def test_adopted_says_how_the_server_object_came_and_stays() -> None:

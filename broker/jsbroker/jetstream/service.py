@@ -22,7 +22,7 @@ from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.config import JetStreamSettings
 from jsbroker.internal import InternalBus
-from jsbroker.jetstream import atomic_batch, consumer_config, errors, snapshot, sourcing, stream_config, times
+from jsbroker.jetstream import atomic_batch, consumer_config, errors, fast_batch, snapshot, sourcing, stream_config, times
 from jsbroker.jetstream.api import ApiRouter
 from jsbroker.jetstream.consumer import Consumer, consumer_meta
 from jsbroker.jetstream.requests import API_LEVEL
@@ -43,6 +43,7 @@ _META_VERSION = 1
 class JetStream:
     def __init__(self, bus: InternalBus, settings: JetStreamSettings) -> None:
         self.bus = bus
+        self._fast_inflight = fast_batch.Inflight()  # open fast batches across streams (nats-server's 50,000)
         self.settings = settings
         self.domain = settings.domain or None
         self.streams: dict[str, Stream] = {}
@@ -111,7 +112,7 @@ class JetStream:
         limited = max(s.max_memory, s.max_storage, s.account.max_mem, s.account.max_file) > 0
         dedupe = storage.take_dedupe(directory) if cfg.storage == "file" and directory is not None else None
         return Stream(self.bus, cfg, store, directory, created_ns, self.domain,
-                      self._exhausted if limited else None, dedupe, self._batches)
+                      self._exhausted if limited else None, dedupe, self._batches, self._fast_inflight)
 
     def _sync_policy(self, cfg: StreamConfig) -> storage.SyncPolicy:
         """`persist_mode: async` opts a stream out of `sync: always`, as nats-server's (its stats stay shared)."""

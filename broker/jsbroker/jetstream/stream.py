@@ -8,9 +8,11 @@ It talks to storage only through `jsbroker.store.base.StreamStore`.
 
 Batch publishes come first, as nats-server dispatches them before any other check: a reply subject ending in
 `.$FI` (a fast batch) or a `Nats-Batch-Id` header (an atomic batch) gets sealed (10109) -> memory/storage used
-up (10002, 10023) -> max_msg_size (10054) -> batch publish disabled (10205: no jsbroker stream allows fast
-batches) / without allow_atomic 10174, else the atomic batch (atomic_batch.py stages it and checks its
-commit; the commit stores the batch with one write). None is stored as a plain message.
+up (10002, 10023) -> max_msg_size (10054) -> without `allow_batched` 10205 "batch publish is disabled" /
+without `allow_atomic` 10174. Then a fast batch message goes to jetstream/fast_batch.py (10206, 10207, 10208,
+10211, 10185, gaps, flow acks) and, when it lets it through, through the publish checks below into the store,
+the outcome going back to it for the flow acks, "err" answers and the closing pub ack; an atomic batch to
+atomic_batch.py, which stages it and checks its commit (the commit stores the batch with one write).
 
 Publish checks, in the order nats-server applies them (`processJetStreamMsgWithBatch`), after the
 stream's `subject_transform` mapped the subject: sealed (10109) -> Nats-Incr (10171, 10168, 10170) ->
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from jsbroker import store as storage
 from jsbroker import subjects
-from jsbroker.jetstream import advisories, api, atomic_batch, counters, errors, headers, requests, schedule, times
+from jsbroker.jetstream import advisories, api, atomic_batch, counters, errors, fast_batch, headers, requests, schedule, times
 from jsbroker.jetstream.dedupe import MsgIdWindow
 from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform, short_hash
 from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
@@ -50,7 +52,10 @@ MAX_HEADER_SIZE = 65535
 _MAX_REPUBLISH_DEPTH = 16
 DIRECT_GET_GROUP = "_sys_"  # the queue group of DIRECT.GET subscriptions (a stream and its mirrors)
 _NS = 1_000_000_000
-FAST_BATCH_SUFFIX = ".$FI"  # a fast batch publish's reply subject ends so (ADR-50, nats-server 2.14)
+# The refusals nats-server makes while storing a fast batch message, after the batch took it: the pub ack
+# error goes out as for a plain publish and the batch does not count the message as handled.
+# (A store that fails is one too.)
+_LATE_BATCH_ERRORS = (errors.STREAM_WRONG_LAST_MSG_ID, errors.INSUFFICIENT_RESOURCES, errors.ACCOUNT_RESOURCES_EXCEEDED)
 _INTEREST_SCAN_LIMIT = 100_000  # nats-server's cleanupNoInterestMessages checks up to this many one by one
 
 
@@ -119,8 +124,11 @@ class Stream:
     def __init__(self, bus: InternalBus, config: StreamConfig, store: StreamStore, directory: Path | None,
                  created_ns: int, domain: str | None = None,
                  resources_exhausted: Callable[[str], errors.ErrorKind | None] | None = None,
-                 dedupe: bytes | None = None, batches: atomic_batch.Inflight | None = None) -> None:
+                 dedupe: bytes | None = None, batches: atomic_batch.Inflight | None = None,
+                 fast_inflight: fast_batch.Inflight | None = None) -> None:
         self.bus = bus
+        self._fast_inflight = fast_inflight  # the server's count of open fast batches (None: this stream's own)
+        self._fast: fast_batch.Batches | None = None  # allow_batched: the open fast batches
         # The account's and the server's memory / storage check (None when no limit is set): the error it names.
         self._exhausted = resources_exhausted
         self.config = config
@@ -200,8 +208,14 @@ class Stream:
                 handle.cancel()
         self._expiry_handle = self._schedule_handle = self._batch_handle = None
         self._batches.clear()
+        self._close_fast_batches()
         for consumer in list(self.consumers.values()):
             consumer.stop()
+
+    def _close_fast_batches(self) -> None:
+        if self._fast is not None:
+            self._fast.close()
+            self._fast = None
 
     def update(self, config: StreamConfig) -> None:
         """Apply an already validated new config (subjects, limits, flags)."""
@@ -221,6 +235,8 @@ class Stream:
             self._drop_unneeded()  # what every consumer already acked goes, as nats-server's checkInterestState
         self._arm_expiry(self.store.next_expiry())
         self._load_schedules()
+        if not config.allow_batched:  # nats-server drops the open batches when the setting goes
+            self._close_fast_batches()
 
     def _apply_config(self) -> None:
         cfg = self.config
@@ -423,9 +439,9 @@ class Stream:
         if self._transform is not None:  # a subject the transform's source does not match is kept as is
             subject = self._transform.apply(subject) or subject
         try:
-            if reply is not None and reply.endswith(FAST_BATCH_SUFFIX) and len(reply) > 4:
-                self._batch_checks(hdr, payload)
-                raise errors.BATCH_PUBLISH_DISABLED()
+            if reply is not None and fast_batch.is_fast_batch(reply):
+                self._fast_batch(subject, reply, hdr, payload)  # answered at once, not behind held acks
+                return
             if not hdr and self._plain_ok:  # the common case: no headers, no check that could refuse it
                 republish = self._republish_target(subject) if self._republish is not None else None
                 if self._held is None:
@@ -535,6 +551,43 @@ class Stream:
             msg = self.store.load_msg(msg.seq - 1) if position != "1" and msg.seq > 1 else None
         log.warning("dropped the messages of an atomic batch whose commit was not written",
                     extra={"stream": self.name, "batch": batch_id, "messages": dropped})
+
+    def _fast_batch(self, subject: str, reply: str, hdr: bytes, payload: bytes) -> None:
+        """A publish whose reply subject names a fast batch."""
+        ref = None
+        try:
+            self._batch_checks(hdr, payload)
+            if not self.config.allow_batched:
+                raise errors.BATCH_PUBLISH_DISABLED()
+            ref = fast_batch.parse(reply)
+            if self._fast is None:
+                self._fast = fast_batch.Batches(self._fast_inflight)
+            answers, store = self._fast.receive(ref, times.now_ns(), requests.api_level_supported(hdr))
+        except errors.ApiError as err:
+            answers, store = [fast_batch.Answer("error", error=err, needs_acks=True)], False
+        self._answer_batch(reply, ref, answers)
+        if not store or ref is None or self._fast is None:
+            return
+        if hdr and headers.REQUIRED_API_LEVEL.encode() in hdr:  # checked by the batch, not stored
+            hdr = headers.without(hdr, headers.REQUIRED_API_LEVEL)
+            if len(hdr) <= len(b"NATS/1.0\r\n\r\n"):  # nothing left: stored without headers, as nats-server
+                hdr = b""
+        try:
+            seq, duplicate = self.process(subject, hdr, payload)
+        except errors.ApiError as err:
+            answers = self._fast.refused(ref, err, err.kind in _LATE_BATCH_ERRORS)
+        except (StoreError, OSError) as exc:
+            log.error("stream store failed", extra={"stream": self.name, "error": str(exc)})
+            answers = self._fast.refused(ref, errors.STREAM_STORE_FAILED(err=str(exc)), True)
+        else:
+            answers = self._fast.duplicate(ref, seq) if duplicate else self._fast.stored(ref, seq)
+        self._answer_batch(reply, ref, answers)
+
+    def _answer_batch(self, reply: str, ref: fast_batch.Ref | None, answers: list[fast_batch.Answer]) -> None:
+        for answer in answers:
+            if self._acks or not answer.needs_acks:
+                data = fast_batch.render(answer, ref.id if ref else "", self._ack_prefix, self._err_suffix)
+                self.bus.publish(reply, None, b"", data)
 
     def _release(self) -> None:
         """Write the deferred records (and fsync them with sync: always), then send the held acks; when

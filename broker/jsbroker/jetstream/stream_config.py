@@ -6,7 +6,7 @@ gets the same error. `check_update(old, new)` adds the rules of a STREAM.UPDATE.
 is the config as responses and the persisted metadata carry it (omit-empty fields left out as Go does).
 
 Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
-(fast batch publishing) are refused with 10052 naming the field and what to do.
+(none at the moment) are refused with 10052 naming the field and what to do.
 A source's `external` prefixes are checked and kept: nats-server's link through them never copies on
 one server, and jsbroker's stays inactive the same way (jetstream/sourcing.py).
 `mirror` and `sources` are `SourceConfig`s (jetstream/sourcing.py copies them); the checks that need
@@ -144,6 +144,7 @@ class StreamConfig:
     allow_atomic: bool = False  # jetstream/atomic_batch.py
     allow_msg_schedules: bool = False  # jetstream/schedule.py
     persist_mode: str = "default"  # "async": file streams whose writes are not fsynced one by one (service.py)
+    allow_batched: bool = False  # jetstream/fast_batch.py
     republish: dict[str, Any] | None = None  # {src, dest[, headers_only]}
     subject_transform: dict[str, Any] | None = None  # {src, dest}
     mirror: SourceConfig | None = None
@@ -197,6 +198,8 @@ class StreamConfig:
             out["allow_msg_schedules"] = True
         if self.persist_mode != "default":
             out["persist_mode"] = self.persist_mode
+        if self.allow_batched:
+            out["allow_batched"] = True
         metadata = dict(self.metadata)
         if dynamic_metadata:
             metadata.update({LEVEL_KEY: str(API_LEVEL), VERSION_KEY: VERSION})
@@ -266,6 +269,7 @@ def _decode(raw: dict[str, Any]) -> StreamConfig:
         allow_atomic=get_bool(raw, "allow_atomic"),
         allow_msg_schedules=get_bool(raw, "allow_msg_schedules"),
         persist_mode=_persist_mode(raw),
+        allow_batched=get_bool(raw, "allow_batched"),
         mirror=_source(get_object(raw, "mirror"), "mirror"),
         sources=tuple(_source(_as_object(item), "sources") or SourceConfig("") for item in _list(raw, "sources")),
         placement=_placement(raw),
@@ -368,9 +372,7 @@ def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 # The StreamConfig fields nats-server knows and jsbroker refuses (10052): field -> why and what to do.
-UNSUPPORTED: dict[str, str] = {
-    "allow_batched": "batch publishing is not supported by jsbroker yet; leave allow_batched unset",
-}
+UNSUPPORTED: dict[str, str] = {}
 _UNSET: tuple[object, ...] = (None, False, 0, "", {}, [])
 
 
@@ -474,6 +476,8 @@ def _check_mirror(cfg: StreamConfig) -> None:
         raise errors.MIRROR_WITH_COUNTERS()
     if cfg.allow_atomic:
         raise errors.MIRROR_WITH_ATOMIC_PUBLISH()
+    if cfg.allow_batched:
+        raise errors.MIRROR_WITH_BATCH_PUBLISH()
     if cfg.allow_msg_schedules:
         raise errors.MIRROR_WITH_MSG_SCHEDULES()
     if not _durable_consumer_ok(cfg.mirror):
@@ -656,9 +660,9 @@ def _user_metadata(metadata: dict[str, str]) -> dict[str, str]:
 
 def _stored_metadata(cfg: StreamConfig) -> dict[str, str]:
     """User metadata plus the API level the config needs (1 for per-message TTLs, 2 for counters, schedules,
-    atomic batches and async persistence), as nats-server keeps."""
-    level = 2 if cfg.allow_msg_counter or cfg.allow_msg_schedules or cfg.allow_atomic or cfg.persist_mode == "async" \
-        else 1 if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0 else 0
+    atomic batches and async persistence, 4 for fast batches), as nats-server keeps."""
+    level = 4 if cfg.allow_batched else 2 if cfg.allow_msg_counter or cfg.allow_msg_schedules or cfg.allow_atomic \
+        or cfg.persist_mode == "async" else 1 if cfg.allow_msg_ttl or cfg.subject_delete_marker_ttl > 0 else 0
     return {**_user_metadata(cfg.metadata), REQ_LEVEL_KEY: str(level)}
 
 
