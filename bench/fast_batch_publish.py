@@ -27,6 +27,7 @@ from tests.servers import launch
 SIZE = 128
 PAYLOAD = b"x" * SIZE
 _names = itertools.count()
+WINDOWS = 2  # flow windows the publisher keeps in flight (nats.go keeps two)
 _FLOW = re.compile(rb'"type":"ack","seq":(\d+),"msgs":(\d+)')
 
 
@@ -93,8 +94,8 @@ def fast_batch(storage: str, flow: int) -> Callable[[str, int], tuple[int, float
         seq = 1
         while seq < n - 1:
             with cond:
-                cond.wait_for(lambda: seq - state["acked"] < 2 * state["msgs"], timeout=60)
-                room = 2 * state["msgs"] - (seq - state["acked"])
+                cond.wait_for(lambda: seq - state["acked"] < WINDOWS * state["msgs"], timeout=60)
+                room = WINDOWS * state["msgs"] - (seq - state["acked"])
             k = min(room, n - 1 - seq)
             s.sendall(b"".join(frame(seq + i, 1) for i in range(1, k + 1)))
             seq += k

@@ -68,10 +68,10 @@ class Ref:
 
 def parse(reply: str) -> Ref:
     """The control data of a reply subject that ends in `.$FI`; 10206 when it is malformed."""
-    tokens = reply[:-len(SUFFIX)].split(".")
+    tokens = reply[:-len(SUFFIX)].rsplit(".", 5)
     if len(tokens) < 6:
         raise errors.BATCH_PUBLISH_INVALID_PATTERN()
-    batch_id, flow_token, gap, seq_token, op_token = tokens[-5:]
+    _, batch_id, flow_token, gap, seq_token, op_token = tokens
     op, seq = _digits(op_token), _digits(seq_token)
     if not START <= op <= PING or seq < 1 or seq >= 2**64 - 1 or (seq == 1 and op == EOB) \
             or (op == START and seq != 1) or (op == APPEND and seq == 1) or gap not in ("ok", "fail"):

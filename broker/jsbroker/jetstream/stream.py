@@ -440,28 +440,10 @@ class Stream:
             subject = self._transform.apply(subject) or subject
         try:
             if reply is not None and fast_batch.is_fast_batch(reply):
-                self._fast_batch(subject, reply, hdr, payload)  # answered at once, not behind held acks
+                self._fast_batch(subject, reply, hdr, payload)
                 return
             if not hdr and self._plain_ok:  # the common case: no headers, no check that could refuse it
-                republish = self._republish_target(subject) if self._republish is not None else None
-                if self._held is None:
-                    seq, ts = self.store.store_msg(subject, b"", payload, 0)
-                else:
-                    seq, ts = self.store.store_deferred(subject, b"", payload, 0)
-                    if not self._release_armed:
-                        self._release_armed = True
-                        self.bus.before_output(self._release)
-                self.last_seq = seq
-                self.last_msg_id = ""
-                if republish is not None:
-                    self._republish_msg(republish[0], StoredMsg(seq, subject, b"", payload, ts), republish[1])
-                if self._max_age:
-                    self._arm_expiry(ts + self._max_age)
-                if self.consumers:
-                    for consumer in self.consumers.values():
-                        consumer.on_stored(seq, subject)
-                for watcher in self.watchers:
-                    watcher.kick()
+                seq = self._store_plain(subject, payload)
                 ack = b"%s%d}" % (self._ack_prefix, seq)
             elif headers.BATCH_ID_NEEDLE in hdr and (batch_id := headers.get(hdr, headers.BATCH_ID)):
                 ack = self._atomic_batch(batch_id, subject, hdr, payload)
@@ -486,6 +468,30 @@ class Stream:
                 if not self._release_armed:
                     self._release_armed = True
                     self.bus.before_output(self._release)
+
+    def _store_plain(self, subject: str, payload: bytes) -> int:
+        """Store a message no check can refuse (`_plain_ok`, no headers); file streams write it, with the
+        rest of this read, before any output (`_release`)."""
+        republish = self._republish_target(subject) if self._republish is not None else None
+        if self._held is None:
+            seq, ts = self.store.store_msg(subject, b"", payload, 0)
+        else:
+            seq, ts = self.store.store_deferred(subject, b"", payload, 0)
+            if not self._release_armed:
+                self._release_armed = True
+                self.bus.before_output(self._release)
+        self.last_seq = seq
+        self.last_msg_id = ""
+        if republish is not None:
+            self._republish_msg(republish[0], StoredMsg(seq, subject, b"", payload, ts), republish[1])
+        if self._max_age:
+            self._arm_expiry(ts + self._max_age)
+        if self.consumers:
+            for consumer in self.consumers.values():
+                consumer.on_stored(seq, subject)
+        for watcher in self.watchers:
+            watcher.kick()
+        return seq
 
     def _batch_checks(self, hdr: bytes, payload: bytes) -> None:
         """The checks nats-server makes of a batch publish before it looks at the batch."""
@@ -573,7 +579,8 @@ class Stream:
             if len(hdr) <= len(b"NATS/1.0\r\n\r\n"):  # nothing left: stored without headers, as nats-server
                 hdr = b""
         try:
-            seq, duplicate = self.process(subject, hdr, payload)
+            seq, duplicate = (self._store_plain(subject, payload), False) if not hdr and self._plain_ok \
+                else self.process(subject, hdr, payload)
         except errors.ApiError as err:
             answers = self._fast.refused(ref, err, err.kind in _LATE_BATCH_ERRORS)
         except (StoreError, OSError) as exc:
@@ -584,10 +591,15 @@ class Stream:
         self._answer_batch(reply, ref, answers)
 
     def _answer_batch(self, reply: str, ref: fast_batch.Ref | None, answers: list[fast_batch.Answer]) -> None:
+        """Send the answers, in order behind what this read still holds back (a flow ack says the messages
+        before it were written)."""
         for answer in answers:
             if self._acks or not answer.needs_acks:
                 data = fast_batch.render(answer, ref.id if ref else "", self._ack_prefix, self._err_suffix)
-                self.bus.publish(reply, None, b"", data)
+                if self._held is not None and self._release_armed:
+                    self._held.append((reply, data))
+                else:
+                    self.bus.publish(reply, None, b"", data)
 
     def _release(self) -> None:
         """Write the deferred records (and fsync them with sync: always), then send the held acks; when
