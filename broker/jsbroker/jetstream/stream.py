@@ -439,7 +439,7 @@ class Stream:
         if self._transform is not None:  # a subject the transform's source does not match is kept as is
             subject = self._transform.apply(subject) or subject
         try:
-            if reply is not None and fast_batch.is_fast_batch(reply):
+            if reply is not None and fast_batch.is_fast_batch(reply):  # whatever its headers, as nats-server
                 self._fast_batch(subject, reply, hdr, payload)
                 return
             if not hdr and self._plain_ok:  # the common case: no headers, no check that could refuse it
