@@ -155,6 +155,10 @@ CASES: dict[str, tuple[list[Step], dict[str, Any]]] = {
     "expected_subject_sequence": ([("plain",), ("b", 10, "fail", 1, START, {"Nats-Expected-Last-Subject-Sequence": "1"}),
                                    ("b", 10, "fail", 2, APPEND, {"Nats-Expected-Last-Subject-Sequence": "2"}),
                                    ("b", 10, "fail", 3, COMMIT, {"Nats-Expected-Last-Subject-Sequence": "2"})], {}),
+    "ping_opens_and_unknown": ([("p", 10, "ok", 1, PING), ("p", 10, "ok", 2, APPEND), ("q", 10, "fail", 1, PING),
+                               ("q", 10, "fail", 2, APPEND), ("r", 10, "ok", 3, PING)], {}),
+    "too_many_open_batches": ([(f"b{i}", 10, "ok", 1, START) for i in range(1001)]
+                              + [("b0", 10, "ok", 2, COMMIT), ("x", 10, "ok", 1, START)], {}),
     "transformed_subjects": (run_of("b", 1, 2) + [("b", 10, "fail", 3, COMMIT)],
                              {"subject_transform": {"src": "{S}.a", "dest": "{S}.t"}}),
     "disabling_drops_open_batches": (run_of("b", 1, 2) + [("update", {"allow_batched": False}),

@@ -207,7 +207,7 @@ class Batches:
         return out, True
 
     def _start(self, ref: Ref, now_ns: int) -> _Batch:
-        if ref.seq != 1:
+        if ref.seq != 1 or ref.op == PING:  # a ping never opens a batch
             raise errors.BATCH_PUBLISH_UNKNOWN_BATCH_ID()
         self.prune(now_ns)
         if len(self._open) + 1 > MAX_INFLIGHT_PER_STREAM:
