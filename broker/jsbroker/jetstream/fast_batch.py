@@ -46,9 +46,12 @@ def is_fast_batch(reply: str) -> bool:
     return len(reply) > len(SUFFIX) and reply.endswith(SUFFIX)
 
 
-def _digits(token: str) -> int:
-    """nats-server's parseInt64: -1 for anything but ASCII digits."""
-    return int(token) if token.isascii() and token.isdigit() else -1
+def _int64(token: str) -> int:
+    """nats-server's parseInt64: -1 for anything but ASCII digits; a number past int64 wraps around as there."""
+    if not (token.isascii() and token.isdigit()):
+        return -1
+    n = int(token) & 0xFFFF_FFFF_FFFF_FFFF
+    return n - (1 << 64) if n >> 63 else n
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +75,12 @@ def parse(reply: str) -> Ref:
     if len(tokens) < 6:
         raise errors.BATCH_PUBLISH_INVALID_PATTERN()
     _, batch_id, flow_token, gap, seq_token, op_token = tokens
-    op, seq = _digits(op_token), _digits(seq_token)
+    op = _int64(op_token)
+    seq = int(seq_token) if seq_token.isascii() and seq_token.isdigit() else -1  # no wrap: past uint64 is invalid
     if not START <= op <= PING or seq < 1 or seq >= 2**64 - 1 or (seq == 1 and op == EOB) \
             or (op == START and seq != 1) or (op == APPEND and seq == 1) or gap not in ("ok", "fail"):
         raise errors.BATCH_PUBLISH_INVALID_PATTERN()
-    flow = _digits(flow_token)
+    flow = _int64(flow_token)
     flow = _DEFAULT_FLOW if flow <= 0 else min(flow, _MAX_FLOW)
     return Ref(batch_id, seq, flow, gap == "ok", op)
 
