@@ -162,6 +162,7 @@ CASES: dict[str, tuple[list[Step], dict[str, Any]]] = {
                                ("q", 10, "fail", 2, APPEND), ("r", 10, "ok", 3, PING)], {}),
     "too_many_open_batches": ([(f"b{i}", 10, "ok", 1, START) for i in range(1001)]
                               + [("b0", 10, "ok", 2, COMMIT), ("x", 10, "ok", 1, START)], {}),
+    "ids_quoted_as_nats_server": ([("bé\"\\q", 10, "fail", 1, START), ("bé\"\\q", 10, "fail", 2, COMMIT)], {}),
     "transformed_subjects": (run_of("b", 1, 2) + [("b", 10, "fail", 3, COMMIT)],
                              {"subject_transform": {"src": "{S}.a", "dest": "{S}.t"}}),
     "disabling_drops_open_batches": (run_of("b", 1, 2) + [("update", {"allow_batched": False}),
@@ -375,7 +376,7 @@ def test_a_batch_flows_and_commits():
     assert (answers, store) == ([], True)
     assert _kinds(batches.stored(_ref(3, COMMIT, flow=2), 9)) == [("ack", 9, 3)]
     assert len(batches) == 0
-    rendered = fast_batch.render(fast_batch.Answer("ack", 9, 3), "b", b'{"stream":"S","seq":', b"")
+    rendered = fast_batch.render(fast_batch.Answer("ack", 9, 3), "b", b'{"stream":"S","seq":', b"", bytes)
     assert json.loads(rendered) == {"stream": "S", "seq": 9, "batch": "b", "count": 3}
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Callable
 
 from jsbroker.jetstream import errors
 
@@ -35,7 +36,7 @@ MAX_ID_LEN = 64
 TIMEOUT_NS = 10 * 1_000_000_000  # nats-server's default max batch inactivity (streamDefaultMaxBatchTimeout)
 MAX_INFLIGHT_PER_STREAM = 1000
 MAX_INFLIGHT_TOTAL = 50_000
-_FIRST_FLOW_CAP = 500  # the most messages between two flow acks
+_MAX_ACK_INTERVAL = 500  # the most messages between two flow acks, shared by a stream's open batches
 _DEFAULT_FLOW = 10  # a flow token that is no positive number
 _MAX_FLOW = 65535
 START, APPEND, COMMIT, EOB, PING = range(5)
@@ -63,10 +64,6 @@ class Ref:
     flow: int  # the most messages the client lets pass between two flow acks
     gap_ok: bool
     op: int
-
-    @property
-    def commit(self) -> bool:
-        return self.op in (COMMIT, EOB)
 
 
 def parse(reply: str) -> Ref:
@@ -99,20 +96,21 @@ class Answer:
     needs_acks: bool = False
 
 
-def render(answer: Answer, batch_id: str, ack_prefix: bytes, err_suffix: bytes) -> bytes:
+def render(answer: Answer, batch_id: str, ack_prefix: bytes, err_suffix: bytes,
+           error_json: Callable[[errors.ApiError], bytes]) -> bytes:
     """The answer's bytes; `ack_prefix` / `err_suffix` are the stream's pub ack pieces (`{"stream":..,"seq":`
-    and `,"stream":..,"seq":0}`)."""
+    and `,"stream":..,"seq":0}`), `error_json` how it writes an error."""
     if answer.kind == "flow":
         return b'{"type":"ack","seq":%d,"msgs":%d}' % (answer.a, answer.b)
     if answer.kind == "gap":
         return b'{"type":"gap","last_seq":%d,"seq":%d}' % (answer.a, answer.b)
-    quoted = json.dumps(batch_id).encode()
+    quoted = json.dumps(batch_id, ensure_ascii=False).encode()  # Go's %q keeps printable characters
     if answer.kind == "ack":
         return b'%s%d,"batch":%s,"count":%d}' % (ack_prefix, answer.a, quoted, answer.b)
     if answer.kind == "dup":
         return b'%s%d,"duplicate": true,"batch":%s,"count":%d}' % (ack_prefix, answer.a, quoted, answer.b)
     assert answer.error is not None
-    error = json.dumps(answer.error.to_dict(), separators=(",", ":")).encode()
+    error = error_json(answer.error)
     if answer.kind == "err":
         return b'{"type":"err","seq":%d,"error":%s}' % (answer.a, error)
     return b'{"error":' + error + err_suffix
@@ -220,7 +218,7 @@ class Batches:
             self._inflight.prune(now_ns)
             if self._inflight.total + 1 > MAX_INFLIGHT_TOTAL:
                 raise errors.BATCH_PUBLISH_TOO_MANY_INFLIGHT()
-        batch = _Batch(ref.gap_ok, ref.flow, 1 if self._open else min(_FIRST_FLOW_CAP, ref.flow), now_ns + TIMEOUT_NS)
+        batch = _Batch(ref.gap_ok, ref.flow, 1 if self._open else min(_MAX_ACK_INTERVAL, ref.flow), now_ns + TIMEOUT_NS)
         self._open[ref.id] = batch
         self._inflight.total += 1
         return batch
@@ -308,7 +306,7 @@ class Batches:
         if batch.pseq < batch.fseq + batch.msgs:
             return []
         batch.fseq += (batch.pseq - batch.fseq) // batch.msgs * batch.msgs
-        target = min(max(1, _FIRST_FLOW_CAP // len(self._open)), batch.max_msgs)
+        target = min(max(1, _MAX_ACK_INTERVAL // len(self._open)), batch.max_msgs)
         if batch.msgs < target:
             batch.msgs = min(batch.msgs * 2, target)
         elif batch.msgs > target:

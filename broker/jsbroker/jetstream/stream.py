@@ -595,7 +595,7 @@ class Stream:
         before it were written)."""
         for answer in answers:
             if self._acks or not answer.needs_acks:
-                data = fast_batch.render(answer, ref.id if ref else "", self._ack_prefix, self._err_suffix)
+                data = fast_batch.render(answer, ref.id if ref else "", self._ack_prefix, self._err_suffix, _error_json)
                 if self._held is not None and self._release_armed:
                     self._held.append((reply, data))
                 else:
