@@ -127,6 +127,10 @@ CASES: dict[str, tuple[list[Step], dict[str, Any]]] = {
         [("b", 10, "fail", 1, START, {"Nats-Msg-Id": "x"}),
          ("b", 10, "fail", 2, APPEND, {"Nats-Expected-Last-Msg-Id": "nope"}),
          ("b", 10, "fail", 3, APPEND), ("b", 10, "fail", 4, COMMIT)], {}),
+    "a_commit_refused_while_storing_never_answers": (
+        [("b", 10, "fail", 1, START, {"Nats-Msg-Id": "x"}),
+         ("b", 10, "fail", 2, COMMIT, {"Nats-Expected-Last-Msg-Id": "nope"}),
+         ("b", 10, "fail", 3, APPEND), ("b", 10, "fail", 2, PING), ("b", 10, "fail", 1, START)], {}),
     "bad_patterns": ([("a", 10, "fail", 1, COMMIT), ("b", 10, "fail", 1, EOB), ("c", 10, "fail", 1, 5),
                       ("d" * 65, 10, "fail", 1, START), ("e" * 64, 10, "fail", 1, START), ("f", 10, "fail", 2, APPEND),
                       ("g", 10, "maybe", 1, START), ("h", 10, "fail", 0, START), ("i", 10, "fail", 2, START),
