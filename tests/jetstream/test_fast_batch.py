@@ -49,6 +49,16 @@ class Batcher:
         self.answers = [(r, a) for r, a in self.answers if not r.startswith("sync.")]
 
 
+async def create(nc: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """STREAM.CREATE; a 10049 is retried: nats-server removes an account's stream directory when its last
+    file stream is deleted, and a create racing that removal fails to make it (seen on 2.15.1)."""
+    async def attempt() -> Any:
+        answer = json.loads((await nc.request(f"$JS.API.STREAM.CREATE.{body['name']}", json.dumps(body).encode(),
+                                              timeout=5)).data)
+        return None if answer.get("error", {}).get("err_code") == 10049 else answer
+    return await poll_async(attempt, timeout=5, what="a stream create past nats-server's directory race")  # type: ignore[no-any-return]
+
+
 async def _stored(nc: Any, name: str) -> list[Any]:
     info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=5)).data)
     state = info["state"]
@@ -64,8 +74,7 @@ async def _stored(nc: Any, name: str) -> list[Any]:
 def scenario(steps: list[Step], **config: Any) -> Any:
     async def run(nc: Any, name: str) -> list[Any]:
         body = {"name": name, "subjects": [f"{name}.>"], "allow_batched": True, **config}
-        created = json.loads((await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(body).encode(),
-                                               timeout=5)).data)
+        created = await create(nc, body)
         assert "error" not in created, created
         b = await Batcher(nc, name).start()
         out: list[Any] = []
@@ -215,8 +224,7 @@ async def test_answers_carry_flow_gap_err_and_the_closing_ack(on_both):
 
 async def test_no_ack_streams_still_get_flow_acks_and_the_closing_ack(on_both):
     async def run(nc: Any, name: str) -> list[Any]:
-        await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(
-            {"name": name, "subjects": [f"{name}.>"], "allow_batched": True, "no_ack": True}).encode(), timeout=5)
+        await create(nc, {"name": name, "subjects": [f"{name}.>"], "allow_batched": True, "no_ack": True})
         b = await Batcher(nc, name).start()
         for step in run_of("b", 1, 3, flow=2) + [("b", 2, "fail", 4, COMMIT), ("c", 2, "fail", 3, APPEND)]:
             await b.send(*step)
@@ -236,12 +244,11 @@ async def test_config_rules_match_nats_server(on_both):
         async def api(subject: str, body: dict[str, Any]) -> Any:
             return json.loads((await nc.request(subject, json.dumps(body).encode(), timeout=5)).data)
         out = []
-        made = await api(f"$JS.API.STREAM.CREATE.{name}", {"name": name, "subjects": [f"{name}.>"],
-                                                           "allow_batched": True})
+        made = await create(nc, {"name": name, "subjects": [f"{name}.>"], "allow_batched": True})
         out.append((made["config"].get("allow_batched"), made["config"]["metadata"]["_nats.req.level"]))
         out.append((await api(f"$JS.API.STREAM.CREATE.{name}m", {"name": f"{name}m", "mirror": {"name": name},
                                                                  "allow_batched": True}))["error"])
-        plain = await api(f"$JS.API.STREAM.CREATE.{name}p", {"name": f"{name}p", "subjects": [f"{name}p.>"]})
+        plain = await create(nc, {"name": f"{name}p", "subjects": [f"{name}p.>"]})
         out.append(plain["config"].get("allow_batched"))
         turned = await api(f"$JS.API.STREAM.UPDATE.{name}p", {"name": f"{name}p", "subjects": [f"{name}p.>"],
                                                               "allow_batched": True})
@@ -264,8 +271,7 @@ async def test_refusals_leave_other_clients_and_stored_messages_alone(jsbroker_s
     nc, other = await nats.connect(jsbroker_server.url), await nats.connect(jsbroker_server.url)
     try:
         js = other.jetstream()
-        await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(
-            {"name": name, "subjects": [f"{name}.>"], "allow_batched": True, "max_msg_size": 100}).encode(), timeout=5)
+        await create(nc, {"name": name, "subjects": [f"{name}.>"], "allow_batched": True, "max_msg_size": 100})
         b = await Batcher(nc, name).start()
         plain = []
         for step in run_of("good", 1, 3) + [("x", 10, "fail", 1, EOB), ("y" * 70, 10, "fail", 1, START),
