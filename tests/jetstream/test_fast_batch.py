@@ -30,7 +30,7 @@ class Batcher:
 
     async def start(self) -> Batcher:
         async def record(msg: Any) -> None:
-            self.answers.append((msg.subject[len(self.prefix) + 1:], json.loads(msg.data)))
+            self.answers.append((msg.subject[len(self.prefix) + 1:], json.loads(msg.data) if msg.data else None))
         await self.nc.subscribe(self.prefix + ".>", cb=record)
         return self
 
@@ -86,6 +86,10 @@ def scenario(steps: list[Step], **config: Any) -> Any:
                 await b.settle()
                 out.append(json.loads((await nc.request(f"$JS.API.STREAM.UPDATE.{name}", json.dumps(body).encode(),
                                                         timeout=5)).data)["config"].get("allow_batched"))
+            elif step[0] == "atomic":  # an atomic batch message (allow_atomic), answered on the same inbox
+                seq, extra = step[1], step[2] if len(step) > 2 else {}
+                await nc.publish(f"{name}.a", f"a{seq}".encode(), reply=f"{b.prefix}.atomic.{seq}",
+                                 headers={"Nats-Batch-Id": "A", "Nats-Batch-Sequence": str(seq), **extra})
             elif step[0] == "idle":
                 await b.settle()
                 await asyncio.sleep(step[1])  # the idle timeout itself is what is tested
@@ -176,6 +180,10 @@ CASES: dict[str, tuple[list[Step], dict[str, Any]]] = {
     "too_many_open_batches": ([(f"b{i}", 10, "ok", 1, START) for i in range(1001)]
                               + [("b0", 10, "ok", 2, COMMIT), ("x", 10, "ok", 1, START)], {}),
     "ids_quoted_as_nats_server": ([("bé\"\\q", 10, "fail", 1, START), ("bé\"\\q", 10, "fail", 2, COMMIT)], {}),
+    "atomic_and_fast_batches_side_by_side": (
+        [("b", 10, "fail", 1, START), ("atomic", 1), ("b", 10, "fail", 2, APPEND, {"Nats-Batch-Id": "A"}),
+         ("atomic", 2), ("b", 10, "fail", 3, APPEND), ("atomic", 3, {"Nats-Batch-Commit": "1"}),
+         ("b", 10, "fail", 4, COMMIT)], {"allow_atomic": True}),
     "transformed_subjects": (run_of("b", 1, 2) + [("b", 10, "fail", 3, COMMIT)],
                              {"subject_transform": {"src": "{S}.a", "dest": "{S}.t"}}),
     "disabling_drops_open_batches": (run_of("b", 1, 2) + [("update", {"allow_batched": False}),
