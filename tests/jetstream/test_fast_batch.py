@@ -139,7 +139,8 @@ CASES: dict[str, tuple[list[Step], dict[str, Any]]] = {
     "expected_last_msg_id_is_checked_while_storing": (
         [("b", 10, "fail", 1, START, {"Nats-Msg-Id": "x"}),
          ("b", 10, "fail", 2, APPEND, {"Nats-Expected-Last-Msg-Id": "nope"}),
-         ("b", 10, "fail", 3, APPEND), ("b", 10, "fail", 4, COMMIT)], {}),
+         ("b", 10, "fail", 3, APPEND, {"Nats-Expected-Last-Sequence": "1"}),
+         ("b", 10, "fail", 4, APPEND, {"Nats-Expected-Last-Sequence": "2"}), ("b", 10, "fail", 5, COMMIT)], {}),
     "a_commit_refused_while_storing_never_answers": (
         [("b", 10, "fail", 1, START, {"Nats-Msg-Id": "x"}),
          ("b", 10, "fail", 2, COMMIT, {"Nats-Expected-Last-Msg-Id": "nope"}),
