@@ -5,8 +5,7 @@ defaults and checks it as nats-server's `checkStreamCfg` does, in the same order
 gets the same error. `check_update(old, new)` adds the rules of a STREAM.UPDATE. `StreamConfig.to_json()`
 is the config as responses and the persisted metadata carry it (omit-empty fields left out as Go does).
 
-Every field nats-server knows either has its effect or is refused: the features in `UNSUPPORTED`
-(none at the moment) are refused with 10052 naming the field and what to do.
+Every field nats-server knows has its effect (tests/jetstream/test_config_fields.py walks them all).
 A source's `external` prefixes are checked and kept: nats-server's link through them never copies on
 one server, and jsbroker's stays inactive the same way (jetstream/sourcing.py).
 `mirror` and `sources` are `SourceConfig`s (jetstream/sourcing.py copies them); the checks that need
@@ -232,9 +231,7 @@ def is_valid_name(name: str) -> bool:
 def parse(raw: dict[str, Any]) -> StreamConfig:
     """Decode, default and validate a StreamConfig request body (nats-server's checkStreamCfg order).
     With `"pedantic": true` the values nats-server would silently adjust are refused instead (10157)."""
-    cfg = _decode(raw)
-    _refuse_unsupported(raw, cfg)
-    return _validate(cfg, get_bool(raw, "pedantic"))
+    return _validate(_decode(raw), get_bool(raw, "pedantic"))
 
 
 def _decode(raw: dict[str, Any]) -> StreamConfig:
@@ -369,17 +366,6 @@ def _consumer_limits(raw: dict[str, Any]) -> dict[str, Any]:
     if get_int(obj, "max_ack_pending"):
         out["max_ack_pending"] = get_int(obj, "max_ack_pending")
     return out
-
-
-# The StreamConfig fields nats-server knows and jsbroker refuses (10052): field -> why and what to do.
-UNSUPPORTED: dict[str, str] = {}
-_UNSET: tuple[object, ...] = (None, False, 0, "", {}, [])
-
-
-def _refuse_unsupported(raw: dict[str, Any], cfg: StreamConfig) -> None:
-    for key, text in UNSUPPORTED.items():
-        if raw.get(key) not in _UNSET:
-            raise errors.STREAM_INVALID_CONFIG(err=f"{key}: {text}")
 
 
 def _invalid(text: str) -> errors.ApiError:
