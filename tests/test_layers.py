@@ -116,6 +116,7 @@ PURE = frozenset(
         "jsbroker.config",  # settings dataclasses; reads a TOML file only when load_file() is called
         "jsbroker.nkeys",  # key decoding and signature checks
         "jsbroker.jetstream.ack",
+        "jsbroker.jetstream.delivery",
         "jsbroker.jetstream.counters",
         "jsbroker.jetstream.atomic_batch",
         "jsbroker.jetstream.schedule",

@@ -1,14 +1,11 @@
 """A JetStream consumer: delivery state, pull and push delivery, acks, redelivery and CONSUMER.RESET,
 as nats-server 2.15.1's `consumer.go` behaves (single server, R1).
 
-State (names as in consumer.go):
-- `sseq` next stream seq to look at, `dseq` next consumer (delivery) seq; both only grow, except RESET.
-- `adflr`/`asflr` the ack floors used for ack checks and RESET; `pending` {sseq: [dseq, ts]} awaiting
-  ack (dseq of the first delivery), `rdc` {sseq: redeliveries}, `rdq` the redelivery queue.
-- `npc` the cached num_pending (new messages matching the filters at/after `sseq`).
+State: `delivery` (`delivery.py`, pure) holds where delivery stands, what awaits an ack and what is due
+for redelivery; this class does the I/O around it (store writes, advisories, timers, the bus).
 - INFO reports the delivered/ack-floor pair the ConsumerStore keeps (`store.floors()`), whose rules
   differ: delivered = last delivered, ack floor moved by acks only; the delivered pair is the live one
-  (`sseq` - 1) while the store has none (`has_state`), as nats-server's.
+  (`next_seq` - 1) while the store has none (`has_state`), as nats-server's.
 
 Delivery runs in one pass per loop turn (`_kick` -> `_run`): a MSG.NEXT, a stored message, an ack that
 frees max_ack_pending, or a timer schedules it; it then sends every message it can. Timers are one
@@ -26,16 +23,18 @@ import shutil
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.config import VERSION
-from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreError, StreamStore, next_pending
+from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreError, StreamStore
 
 from . import ack, advisories, errors, headers, priority, pull, rate
 from .requests import API_LEVEL, api_level_supported
 from .consumer_config import ConsumerConfig, set_static_metadata
+from .delivery import ACK_WAIT_SLACK, DeliveryState, Dropped
+from .stream_config import StreamConfig
 from .times import format_duration, now_ns, rfc3339
 
 if TYPE_CHECKING:
@@ -51,7 +50,6 @@ FC_PREFIX = "$JS.FC."
 TERM_REMOVED = "Unacknowledged message was deleted"  # the terminated advisory's reason (nats-server's)
 FC_WINDOW_START = 2 * 1024 * 1024  # maxpb: flow control starts with this window...
 FC_WINDOW_LIMIT = 32 * 1024 * 1024  # ...and doubles on each response up to this
-ACK_WAIT_SLACK = 1_000_000  # 1 ms, as nats-server's ackWaitDelay
 # rate_limit_bps: the burst without a stream max_msg_size is the max payload (the default one: the server's
 # max_payload setting is not known here), and the ack reply's tokens after its prefix are about this long.
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
@@ -64,6 +62,22 @@ OUT_FIRST, OUT_MAX = 8, 128
 OUT_BYTES = 256 * 1024  # a batch to the core is sent at this size too, so large messages see backpressure soon
 
 mono = time.monotonic_ns
+
+
+class ConsumedStream(Protocol):
+    """What a consumer needs from its stream (implemented by jetstream/stream.py's `Stream`)."""
+
+    name: str
+    bus: InternalBus
+    store: StreamStore
+    config: StreamConfig  # read live: a stream update may change retention and limits
+
+    @property
+    def domain(self) -> str | None: ...  # advisories name it
+
+    def consumer_dir(self, name: str) -> Path | None: ...
+
+    def acked(self, seq: int) -> None: ...  # with interest / workqueue retention the stream may drop it
 
 
 @dataclass(slots=True)
@@ -105,7 +119,7 @@ class Consumer:
 
     def __init__(
         self,
-        stream: Any,
+        stream: ConsumedStream,
         name: str,
         cfg: ConsumerConfig,
         store: ConsumerStore,
@@ -117,7 +131,7 @@ class Consumer:
         self.cfg = cfg
         self.store = store
         self._replies: list[str] = []  # ack_sync replies held until the acks they confirm are written
-        # plain acks applied after the next delivery pass (`_on_acks`), with `sseq` as it was then
+        # plain acks applied after the next delivery pass (`_on_acks`), with `next_seq` as it was then
         self._later_acks: list[tuple[list[str], int]] = []
         self._persist_armed = False
         store.set_flush_hook(self._arm_persist)
@@ -130,28 +144,19 @@ class Consumer:
         self._ack_prefix = ack.reply_prefix(stream.name, name)
         self._configure()
         # delivery state
-        self.sseq = 1
-        self.dseq = 1
-        self.adflr = 0
-        self.asflr = 0
+        self.delivery = DeliveryState()
         self.restored_floor = 0
-        self.npc = 0  # num_pending, a running count like nats-server's (see `_recount_pending`)
-        self.npf = 0  # the stream sequence the count is valid through
-        self.pending: dict[int, list[int]] = {}
-        self.rdc: dict[int, int] = {}
-        self.rdq: deque[int] = deque()
-        self.lss: deque[int] | None = None  # last-per-subject seqs still to deliver first
-        self.lss_resume = 0
         self.last_delivered_ns = 0
         self.last_acked_ns = 0
         # pull / push
         self.waiting = pull.WaitQueue(cfg.max_waiting, cfg.priority_policy == "prioritized") if not cfg.is_push else None
         self.priority = priority.Priority(cfg.priority_policy, cfg.priority_groups, cfg.priority_timeout)
         self.active = False
-        self.pbytes = 0
-        self.maxpb = FC_WINDOW_START if cfg.flow_control else 0
-        self.fcid = ""
-        self.fcsz = 0
+        # push flow control
+        self.fc_pending_bytes = 0  # pbytes: bytes delivered since the last flow control response
+        self.fc_window = FC_WINDOW_START if cfg.flow_control else 0  # maxpb: 0 without flow control
+        self.fc_reply = ""  # fcid: the reply subject of the request awaiting its response
+        self.fc_size = 0  # fcsz: the pending bytes that request covers
         self._last_out = 0  # mono ns of the last delivery (push idle heartbeat)
         self._hold_until = 0  # mono ns: replay original / rate limit
         self._replay_ts = 0  # stored ts of the last replayed message
@@ -184,8 +189,8 @@ class Consumer:
         self.filters = cfg.filters
         self._filter_set = frozenset(f for f in self.filters if subjects.is_literal(f))
         self._wild_filters = [f for f in self.filters if not subjects.is_literal(f)]
-        self.maxdc = max(cfg.max_deliver, 0)
-        self.maxp = cfg.max_ack_pending
+        self.max_deliver = max(cfg.max_deliver, 0)  # maxdc: 0 is no limit
+        self.max_ack_pending = cfg.max_ack_pending  # maxp
         self._ack_none = cfg.ack_policy == "none"
         self._ack_all = cfg.ack_policy in ("all", "flow_control")
         self._fc_acks = cfg.ack_policy == "flow_control"  # acked by flow control responses only
@@ -197,7 +202,7 @@ class Consumer:
 
     @property
     def ack_floor_seq(self) -> int:
-        return self.asflr
+        return self.delivery.ack_floor_seq
 
     @property
     def _interest_retention(self) -> bool:
@@ -216,7 +221,7 @@ class Consumer:
             self._apply_state(state)
         else:
             self._select_start()
-            self.store.reset(ConsumerState(delivered_stream_seq=self.sseq - 1, ack_floor_stream_seq=self.sseq - 1))
+            self.store.reset(self.delivery.stored())
         self._recount_pending()
         bus, stream = self.bus, self.stream.name
         if self.cfg.ack_policy not in ("none", "flow_control"):  # nats-server listens for no acks then
@@ -234,8 +239,8 @@ class Consumer:
         else:
             self.waiting.last_activity = mono()  # type: ignore[union-attr]
             self._arm_inactive()
-        if self.pending:
-            self._t_ack.arm(self._ack_wait_for(min(self.pending)))
+        if self.delivery.pending:
+            self._t_ack.arm(self._ack_wait_for(min(self.delivery.pending)))
         self._arm_pause()
         self._kick()
 
@@ -334,8 +339,7 @@ class Consumer:
             seq = st.last_seq + 1
         elif seq < st.first_seq:
             seq = st.first_seq
-        self.sseq, self.dseq = seq, 1
-        self.adflr, self.asflr = 0, seq - 1
+        self.delivery.start_at(seq)
 
     def _start_last_per_subject(self, first_seq: int, last_seq: int) -> int:
         store = self.stream.store
@@ -350,25 +354,16 @@ class Consumer:
         if not seqs:
             return last_seq
         ordered = sorted(seqs)
-        self.lss, self.lss_resume = deque(ordered), last_seq
+        self.delivery.last_per_subject, self.delivery.last_per_subject_end = deque(ordered), last_seq
         return ordered[0]
 
     def _apply_state(self, state: ConsumerState) -> None:
-        self.dseq = state.delivered_consumer_seq + 1
-        self.sseq = state.delivered_stream_seq + 1
-        self.adflr, self.asflr = state.ack_floor_consumer_seq, state.ack_floor_stream_seq
-        self.restored_floor = self.asflr  # as stored, for the stream's check at start (`consumers_restored`)
-        last = self.stream.store.state().last_seq
-        if last and self.sseq > last + 1 and not state.pending:
-            # a start beyond the end of a stream that has messages (by_start_sequence past it) comes back
-            # at the end, as nats-server's restart does (an empty stream keeps it)
-            self.sseq, self.asflr = last + 1, min(self.asflr, last)
-            self.store.reset(ConsumerState(self.dseq - 1, last, self.adflr, self.asflr))
-        self.pending = {s: [d, ts] for s, (d, ts) in state.pending.items() if s > self.asflr}
-        self.rdc = {s: max(n - 1, 0) for s, n in state.redelivered.items() if n > 1}
-        # The start stays as stored even below the stream's first message now (as nats-server's applyState):
-        # delivery skips what is gone. After a restart everything unacked is due for redelivery once its ack
-        # wait has passed.
+        """Resume from the stored state: everything unacked is due for redelivery once its ack wait passed."""
+        self.restored_floor = state.ack_floor_stream_seq  # as stored, for the stream's check (`consumers_restored`)
+        d = self.delivery
+        if d.restore(state, self.stream.store.state().last_seq):  # moved back to the stream's end: stored so
+            self.store.reset(ConsumerState(d.next_delivery_seq - 1, d.next_seq - 1, d.ack_floor_delivery_seq,
+                                           d.ack_floor_seq))
 
     def _recount_pending(self, last_per_subject: bool = True) -> None:
         """nats-server's streamNumPending: count from the store, valid through the stream's last sequence
@@ -377,17 +372,17 @@ class Consumer:
         `last_per_subject` False: every message counts, not one per subject (after a reset)."""
         store = self.stream.store
         lps = last_per_subject and self.cfg.deliver_policy == "last_per_subject"
-        self.npc = store.num_pending(self.sseq, self.filters or None, lps)
-        self.npf = store.state().last_seq
+        self.delivery.num_pending = store.num_pending(self.delivery.next_seq, self.filters or None, lps)
+        self.delivery.num_pending_through = store.state().last_seq
 
     def _checked_pending(self) -> int:
-        """nats-server's checkNumPending: never more than the messages there are from `sseq` on."""
-        st = self.stream.store.state()
-        if self.sseq > st.last_seq:
-            self.npc = 0
-        elif self.npc > 0:
-            self.npc = min(self.npc, st.msgs, st.last_seq - self.sseq + 1)
-        return max(self.npc, 0)
+        """nats-server's checkNumPending: never more than the messages there are from `next_seq` on."""
+        st, d = self.stream.store.state(), self.delivery
+        if d.next_seq > st.last_seq:
+            d.num_pending = 0
+        elif d.num_pending > 0:
+            d.num_pending = min(d.num_pending, st.msgs, st.last_seq - d.next_seq + 1)
+        return max(d.num_pending, 0)
 
     # ---- stream hooks ----------------------------------------------------------------------------
 
@@ -399,18 +394,14 @@ class Consumer:
     def needs(self, seq: int) -> bool:
         """Whether this consumer still needs `seq` (interest retention)."""
         self._settle_acks()
-        if seq <= self.asflr:
-            return False
-        if self._ack_none or self._ack_all:
-            return True
-        return seq >= self.sseq or seq in self.pending
+        return self.delivery.needs(seq, self._ack_none or self._ack_all)
 
     def on_stored(self, seq: int, subject: str) -> None:
         if self.closed or not self.wants(subject):
             return
-        if seq > self.npf:  # counted by nats-server even below `sseq` (its processStreamSignal)
-            self.npc += 1
-        if seq >= self.sseq:
+        if seq > self.delivery.num_pending_through:  # counted even below `next_seq` (processStreamSignal)
+            self.delivery.num_pending += 1
+        if seq >= self.delivery.next_seq:
             if (self.active if self.cfg.is_push else len(self.waiting)):  # type: ignore[arg-type]
                 self._kick()
 
@@ -421,20 +412,20 @@ class Consumer:
         goroutine does), and one waiting for redelivery is forgotten."""
         if self.closed:
             return
-        if seq >= self.sseq and self.wants(subject):
-            self.npc -= 1
+        if seq >= self.delivery.next_seq and self.wants(subject):
+            self.delivery.num_pending -= 1
         self._settle_acks()
-        if seq not in self.pending:
-            self.rdc.pop(seq, None)
+        if seq not in self.delivery.pending:
+            self.delivery.redelivered.pop(seq, None)
         elif terminate:
             self.terminate_removed(seq)
 
     def terminate_removed(self, seq: int) -> None:
         """A removed message still pending is terminated (acked, with a terminated advisory) so its ack
         floor moves on."""
-        p = self.pending.get(seq)
+        p = self.delivery.pending.get(seq)
         if p is not None and not self.closed:
-            dc = self.rdc.get(seq, 0) + 1
+            dc = self.delivery.redelivered.get(seq, 0) + 1
             self._ack(seq, p[0])
             advisories.terminated(self.bus, self.stream.name, self.name, seq, p[0], dc, TERM_REMOVED)
 
@@ -442,8 +433,8 @@ class Consumer:
         """Messages went in a batch (a purge): count again, forget redeliveries of what is below the stream."""
         self._settle_acks()
         self._recount_pending()
-        for seq in [s for s in self.rdc if s < first_seq and s not in self.pending]:
-            del self.rdc[seq]
+        for seq in [s for s in self.delivery.redelivered if s < first_seq and s not in self.delivery.pending]:
+            del self.delivery.redelivered[seq]
 
     def check_floor(self) -> int:
         """nats-server's check floor of an interest stream's consumer (checkStateForInterestStream, as it
@@ -476,28 +467,11 @@ class Consumer:
         self._settle_acks()
         if start == 0 and not wider:
             start = last_seq + 1
-        if self.sseq < start:
-            self.sseq = start
-            self.lss = None
-        if self.asflr < start:
-            self.asflr = start - 1
-            store = self.stream.store
-            for seq, p in list(self.pending.items()):
-                if seq <= self.asflr or (wider and store.load_msg(seq) is None):
-                    del self.pending[seq]
-                    self.rdc.pop(seq, None)
-                    self.last_acked_ns = now_ns()  # acknowledged, as nats-server's updateAcks records
-                    if p[0] > self.adflr:
-                        self.adflr = p[0]
-                        self.dseq = max(self.dseq, p[0])
-        if not self.pending:
-            self.rdc.clear()
-            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
-        self.rdq = deque(s for s in self.rdq if s >= self.sseq)
-        self.store.reset(ConsumerState(
-            self.dseq - 1, self.sseq - 1, self.adflr, self.asflr,
-            {s: (d, ts) for s, (d, ts) in self.pending.items()}, {s: n + 1 for s, n in self.rdc.items()},
-        ))  # no delivery pass: nats-server's purge does not signal the consumer (a pass would move `sseq`)
+        store = self.stream.store
+        if self.delivery.purge(start, (lambda seq: store.load_msg(seq) is None) if wider else None):
+            self.last_acked_ns = now_ns()  # acknowledged, as nats-server's updateAcks records
+        # no delivery pass: nats-server's purge does not signal the consumer (a pass would move `next_seq`)
+        self.store.reset(self.delivery.stored())
 
     # ---- delivery ----------------------------------------------------------------------------------
 
@@ -547,12 +521,12 @@ class Consumer:
         alive: set[str] = set()
         # whether this pass may deliver runs (`_deliver_run`): not with headers only, nor to a push
         # subject under flow control, replay or a rate limit
-        runs = not self._headers_only and not (push and (self.maxpb or self._holds))
+        runs = not self._headers_only and not (push and (self.fc_window or self._holds))
         budget = RUN_BUDGET
         while budget > 0:
             budget -= 1
             if push:
-                if not self.active or self._congested or (self.maxpb and self.pbytes > self.maxpb):
+                if not self.active or self._congested or (self.fc_window and self.fc_pending_bytes > self.fc_window):
                     return True
             elif not self.waiting or self._congested:
                 return True
@@ -563,29 +537,30 @@ class Consumer:
                 # loop timers may fire a little early (uvloop counts in whole milliseconds): wait out the rest
                 self._t_hold.arm(left, earliest=False)
                 return True
-            saved = (self.sseq, self.npc, self.lss[0] if self.lss else None)
+            saved = self.delivery.position()
             got = self._next_msg()
             if got is None:
                 return True
             msg, dc = got
             if dc == 1:
-                self.npc -= 1
+                self.delivery.num_pending -= 1
             if self._holds and self._must_hold(msg):
-                self._unget(msg.seq, dc, saved)
+                self.delivery.put_back(msg.seq, dc, saved)
                 return True
-            reply = ack.reply_subject(self._ack_prefix, dc, msg.seq, self.dseq, msg.ts, max(self.npc, 0))
+            d = self.delivery
+            reply = ack.reply_subject(self._ack_prefix, dc, msg.seq, d.next_delivery_seq, msg.ts, max(d.num_pending, 0))
             hdr, data = msg.hdr, msg.data
             if self._headers_only:
                 hdr, data = headers.append(hdr, [(headers.MSG_SIZE, str(len(data)))]), b""
             size = 0  # what a byte limit (push flow control, a pull's max_bytes) counts
             if push:
                 target, left_n, left_b = self.cfg.deliver_subject, 1, 0
-                if self.maxpb:
+                if self.fc_window:
                     size = len(msg.subject) + len(reply) + len(hdr) + len(data)
             else:
                 w = self._next_waiting(msg.subject, reply, hdr, data, alive)
                 if w is None:
-                    self._unget(msg.seq, dc, saved)
+                    self.delivery.put_back(msg.seq, dc, saved)
                     return True
                 target, left_n, left_b = w.reply, w.n, w.b
                 if w.heartbeat and w.n > 0:
@@ -602,7 +577,7 @@ class Consumer:
         request once checked in this pass (a fetch): the per-message choice of message and destination
         is skipped. `_deliver_all` calls it only in passes that allow runs. Returns how many were
         delivered (0 leaves the work to the general path)."""
-        if not self._ahead or self.rdq or self.lss is not None:
+        if not self._ahead or self.delivery.redeliver_queue or self.delivery.last_per_subject is not None:
             return 0
         q = self.waiting
         if q is None:
@@ -613,22 +588,22 @@ class Consumer:
                 return 0
             target, n = w.reply, min(w.n, budget + 1)
         pin = self.priority.header()
-        if self.maxp > 0:
-            n = min(n, self.maxp - len(self.pending))
+        if self.max_ack_pending > 0:
+            n = min(n, self.max_ack_pending - len(self.delivery.pending))
         ahead = self._ahead
         msgs: list[StoredMsg] = []
         while ahead and len(msgs) < n:
             msg = ahead.popleft()
-            if msg.seq >= self.sseq:
+            if msg.seq >= self.delivery.next_seq:
                 msgs.append(msg)
-        deliver, reply_subject, prefix = self._deliver, ack.reply_subject, self._ack_prefix
+        deliver, reply_subject, prefix, d = self._deliver, ack.reply_subject, self._ack_prefix, self.delivery
         for i, msg in enumerate(msgs):
             seq = msg.seq
-            self.sseq = seq + 1
-            self.npc -= 1
+            d.next_seq = seq + 1
+            d.num_pending -= 1
             hdr = msg.hdr if pin is None else headers.append(msg.hdr, [(priority.PIN_ID, pin)])
-            deliver(target, reply_subject(prefix, 1, seq, self.dseq, msg.ts, max(self.npc, 0)), seq, msg.subject,
-                    hdr, msg.data, 1, 0)
+            deliver(target, reply_subject(prefix, 1, seq, d.next_delivery_seq, msg.ts, max(d.num_pending, 0)), seq,
+                    msg.subject, hdr, msg.data, 1, 0)
             if self._congested:  # the subscriber is backed up: the rest waits in the read-ahead
                 ahead.extendleft(reversed(msgs[i + 1:]))
                 del msgs[i + 1:]
@@ -640,35 +615,30 @@ class Consumer:
         return len(msgs)
 
     def _next_msg(self) -> tuple[StoredMsg, int] | None:
-        store = self.stream.store
-        while self.rdq:
-            seq = self.rdq.popleft()
-            n = self.rdc.get(seq, 0) + 1
-            self.rdc[seq] = n
-            dc = n + 1
-            if self.maxdc and dc > self.maxdc:
-                if dc == self.maxdc + 1:
-                    advisories.max_deliveries(self.bus, self.stream.name, self.name, seq, dc - 1)
-                self._drop_pending(seq)
+        store, d = self.stream.store, self.delivery
+        while d.redeliver_queue:
+            taken = d.take_redelivery(self.max_deliver)
+            if isinstance(taken, Dropped):
+                self._dropped(taken)
                 continue
+            seq, dc = taken
             msg = store.load_msg(seq)
-            if msg is None:
-                self.rdc[seq] = n - 1
-                p = self.pending.get(seq)
-                if p is not None:
-                    self._ack_one(seq, p[0])
+            if msg is None:  # gone from the stream: acknowledged internally
+                d.untake_redelivery(seq, requeue=False)
+                if (p := d.release(seq)) is not None:
+                    self.store.update_acks(p[0], seq)
                 continue
             return msg, dc
-        if self.maxp > 0 and len(self.pending) >= self.maxp:
+        if self.max_ack_pending > 0 and len(self.delivery.pending) >= self.max_ack_pending:
             self._stall = "maxp"
             return None
-        if self.lss:
-            seq = self.lss.popleft()
-            if not self.lss:
-                self.lss = None
-                self.sseq = self.lss_resume + 1
+        if self.delivery.last_per_subject:
+            seq = self.delivery.last_per_subject.popleft()
+            if not self.delivery.last_per_subject:
+                self.delivery.last_per_subject = None
+                self.delivery.next_seq = self.delivery.last_per_subject_end + 1
             else:
-                self.sseq = seq + 1
+                self.delivery.next_seq = seq + 1
             msg = store.load_msg(seq)
             if msg is not None:
                 return msg, 1
@@ -677,7 +647,7 @@ class Consumer:
             self._stall = "eof"
             self._at_end(store)
             return None
-        self.sseq = msg.seq + 1
+        self.delivery.next_seq = msg.seq + 1
         return msg, 1
 
     def _at_end(self, store: StreamStore) -> None:
@@ -686,13 +656,13 @@ class Consumer:
         shows, see `info`) stays until something writes the whole state (a purge), and a restart forgets
         the move. Then checkNumPendingOnEOF: the count restarts at the stream's end."""
         last = store.state().last_seq
-        if self.sseq <= last:
-            self.sseq = last + 1
-        if self.npc:
-            self.npc, self.npf = 0, last
+        if self.delivery.next_seq <= last:
+            self.delivery.next_seq = last + 1
+        if self.delivery.num_pending:
+            self.delivery.num_pending, self.delivery.num_pending_through = 0, last
 
     def _next_new(self) -> StoredMsg | None:
-        """The first new message from `sseq`, from a read-ahead that grows while the pass keeps taking
+        """The first new message from `next_seq`, from a read-ahead that grows while the pass keeps taking
         them (one store call and, for files, one read per batch). The read-ahead lives for one
         synchronous pass: limits, purges and deletes run between passes, so its messages are still
         there (only an internal subscriber reached by this pass's own output could change the stream
@@ -701,30 +671,17 @@ class Consumer:
         ahead = self._ahead
         while ahead:
             msg = ahead.popleft()
-            if msg.seq >= self.sseq:
+            if msg.seq >= self.delivery.next_seq:
                 return msg
         n = self._ahead_n
-        if self.maxp > 0:
-            n = min(n, max(self.maxp - len(self.pending), 1))
+        if self.max_ack_pending > 0:
+            n = min(n, max(self.max_ack_pending - len(self.delivery.pending), 1))
         self._ahead_n = min(self._ahead_n * 2, READ_AHEAD_MAX)
-        got = store.load_next_msgs(self.sseq, self.filters or None, n)
+        got = store.load_next_msgs(self.delivery.next_seq, self.filters or None, n)
         if not got:
             return None
         ahead.extend(got)
         return ahead.popleft()
-
-    def _unget(self, seq: int, dc: int, saved: tuple[int, int, int | None]) -> None:
-        """Put back a message that could not be delivered now."""
-        if dc == 1:
-            sseq, npc, lss_head = saved
-            self.sseq, self.npc = sseq, npc
-            if lss_head is not None and (not self.lss or self.lss[0] != lss_head):
-                if self.lss is None:
-                    self.lss = deque()
-                self.lss.appendleft(lss_head)
-        else:
-            self.rdc[seq] -= 1
-            self.rdq.appendleft(seq)
 
     def _must_hold(self, msg: StoredMsg) -> bool:
         """Replay original spacing and rate limits: hold delivery until the timer says go."""
@@ -771,7 +728,8 @@ class Consumer:
                 continue
             pinned_now = False
             if choose:
-                choice = prio.choose(w.ask, self.npc + 1, len(self.pending))  # npc: this message taken off
+                # num_pending + 1: this message was taken off the count
+                choice = prio.choose(w.ask, self.delivery.num_pending + 1, len(self.delivery.pending))
                 if choice is priority.Choice.SKIP:
                     q.cycle()
                     cycled += 1
@@ -808,19 +766,12 @@ class Consumer:
     def _deliver(self, target: str, reply: str, seq: int, subject: str, hdr: bytes, data: bytes, dc: int,
                  size: int) -> None:
         """Account one delivery and queue it; `_end_pass` sends the queue and settles the per-pass state."""
-        dseq = self.dseq
-        self.dseq = dseq + 1
         self._pass_sent += 1
         if self._ack_none:
-            self.adflr, self.asflr = dseq, seq
+            self.delivery.delivered_unacked(seq)
         else:
             ts = self._pass_ns
-            self.store.update_delivered(dseq, seq, dc, ts)
-            p = self.pending.get(seq)
-            if p is None:
-                self.pending[seq] = [dseq, ts]
-            else:
-                p[1] = ts
+            self.store.update_delivered(self.delivery.delivered(seq, ts), seq, dc, ts)
             if dc > 1 or not self._pass_wait:  # new deliveries in a pass share the first one's wait
                 wait = self._ack_wait_for(seq)
                 if not self._pass_wait or wait < self._pass_wait:
@@ -833,9 +784,10 @@ class Consumer:
         if len(self._out) >= self._out_n or self._out_bytes >= OUT_BYTES:
             self._out_n = min(self._out_n * 2, OUT_MAX)
             self._flush_out()
-        if self.maxpb:
-            self.pbytes += size
-            if not self.fcid and (self.pbytes > self.maxpb // 2 or self._fc_acks and 0 < self.maxp <= len(self.pending)):
+        if self.fc_window:
+            self.fc_pending_bytes += size
+            if not self.fc_reply and (self.fc_pending_bytes > self.fc_window // 2
+                                      or self._fc_acks and 0 < self.max_ack_pending <= len(self.delivery.pending)):
                 self._send_flow_control()
         if self._ack_none and self._pass_retained:
             self.stream.acked(seq)  # interest/workqueue streams drop it once nobody needs it
@@ -864,7 +816,7 @@ class Consumer:
         if not sent:
             return
         if self._ack_none:
-            self.store.update_floor(self.adflr, self.asflr, self._pass_ns)
+            self.store.update_floor(self.delivery.ack_floor_delivery_seq, self.delivery.ack_floor_seq, self._pass_ns)
         self.last_delivered_ns = self._pass_ns
         self._last_out = self._pass_mono
         if self.waiting is not None:
@@ -906,7 +858,7 @@ class Consumer:
         if q.full:
             self._sweep(end_of_stream=False)
         if req.no_wait:
-            available = max(self.npc, 0) + len(self.rdq)
+            available = max(self.delivery.num_pending, 0) + len(self.delivery.redeliver_queue)
             if available == 0 and not req.expires:
                 q.last_activity = now
                 return send(reply, pull.NO_MESSAGES)
@@ -946,9 +898,9 @@ class Consumer:
     def _on_wait_timer(self) -> None:
         if self.closed or self.waiting is None:
             return
-        now = mono()
+        now, d = mono(), self.delivery
         for w in self.waiting.due_heartbeats(now):
-            self.bus.publish(w.reply, None, pull.idle_heartbeat(self.dseq - 1, self.sseq - 1), b"")
+            self.bus.publish(w.reply, None, pull.idle_heartbeat(d.next_delivery_seq - 1, d.next_seq - 1), b"")
         self._sweep(end_of_stream=self._stall != "maxp")
 
     # ---- priority groups: the pin (`priority.py` decides) -------------------------------------------
@@ -995,18 +947,18 @@ class Consumer:
             if payload or reply:
                 self._settle_acks()
                 if plain:
-                    self._ack_plain(plain, self.sseq)
+                    self._ack_plain(plain, self.delivery.next_seq)
                     plain = []
                 self._on_ack(subject, reply, hdr, payload, origin)
             else:
                 plain.append(subject)
         if not plain:
             return
-        if self._ack_none or self._ack_all or self.rdq or self._interest_retention:
+        if self._ack_none or self._ack_all or self.delivery.redeliver_queue or self._interest_retention:
             self._settle_acks()
-            self._ack_plain(plain, self.sseq)
+            self._ack_plain(plain, self.delivery.next_seq)
         else:
-            self._later_acks.append((plain, self.sseq))
+            self._later_acks.append((plain, self.delivery.next_seq))
             self._kick()
 
     def _settle_acks(self) -> None:
@@ -1021,13 +973,14 @@ class Consumer:
         common case, an explicit-ack consumer acking pending messages with no redeliveries about, takes
         one loop, one store call and one clock read; the rest `_ack`."""
         parse = ack.parse_subject
-        if self._ack_none or self._ack_all or self.rdc or self.rdq or self._sample:
+        d = self.delivery
+        if self._ack_none or self._ack_all or d.redelivered or d.redeliver_queue or self._sample:
             for subject in subjects:
                 if (target := parse(subject)) is not None and target[1] < below:
                     self._ack(target[1], target[2], target[0])
             return
-        pending, next_sseq = self.pending, below
-        freed = self.maxp > 0 and len(pending) >= self.maxp
+        pending, release, next_sseq = self.delivery.pending, self.delivery.release, below
+        freed = self.max_ack_pending > 0 and len(pending) >= self.max_ack_pending
         acked: list[tuple[int, int]] = []
         valid = False
         for subject in subjects:
@@ -1036,9 +989,8 @@ class Consumer:
                 continue
             valid = True
             sseq = target[1]
-            p = pending.pop(sseq, None)
+            p = release(sseq)
             if p is not None:
-                self._move_ack_floor(p[0], sseq)
                 acked.append((p[0], sseq))
         if not valid:
             return
@@ -1068,7 +1020,7 @@ class Consumer:
         elif kind is ack.AckKind.NAK:
             self._nak(sseq, dseq, dc, body.delay_ns)
         elif kind is ack.AckKind.PROGRESS:
-            p = self.pending.get(sseq)
+            p = self.delivery.pending.get(sseq)
             if p is not None:
                 p[1] = self.last_delivered_ns = now_ns()  # nats-server counts progress as delivery activity
                 self.store.update_delivered(p[0], sseq, 1, p[1])
@@ -1101,19 +1053,19 @@ class Consumer:
     def _ack(self, sseq: int, dseq: int, dc: int = 0) -> bool:
         """Process an ack; returns whether nats-server would answer an ack_sync reply. `dc`: the delivery
         count of the ack subject, given for the acks nats-server samples (`sample_freq`)."""
-        if sseq == 0 or sseq >= self.sseq:
+        if sseq == 0 or sseq >= self.delivery.next_seq:
             return False
         if self._ack_none:
             return self._interest_retention
-        freed = self.maxp > 0 and len(self.pending) >= self.maxp
+        freed = self.max_ack_pending > 0 and len(self.delivery.pending) >= self.max_ack_pending
         if self._ack_all:
-            if dseq <= self.adflr or sseq <= self.asflr:
+            if dseq <= self.delivery.ack_floor_delivery_seq or sseq <= self.delivery.ack_floor_seq:
                 return True
             self._ack_up_to(sseq, dseq)
         else:
-            if dc and self._sample and sseq in self.pending and self._sampled():
+            if dc and self._sample and sseq in self.delivery.pending and self._sampled():
                 advisories.ack_metric(self.bus, self.stream.name, self.name, sseq, dseq, dc,
-                                      now_ns() - self.pending[sseq][1])
+                                      now_ns() - self.delivery.pending[sseq][1])
             self._ack_single(sseq, dseq)
         self.last_acked_ns = now_ns()
         if freed:
@@ -1125,133 +1077,65 @@ class Consumer:
         return self._sample >= 100 or random.randrange(100) <= self._sample
 
     def _ack_single(self, sseq: int, dseq: int) -> None:
-        p = self.pending.pop(sseq, None)
-        if p is not None:
-            self._move_ack_floor(p[0], sseq)
-            self.store.update_acks(p[0], sseq)
+        d = self.delivery
+        redelivered = sseq in d.redelivered
+        first = d.ack(sseq)
+        if first is not None:
+            self.store.update_acks(first, sseq)
             self.stream.acked(sseq)  # a no-op unless interest/workqueue retention
-        elif sseq in self.rdc:
+        elif redelivered:
             self.store.update_acks(dseq, sseq)  # clears the stored redelivery count
-        if self.rdc:
-            self.rdc.pop(sseq, None)
-        if self.rdq and sseq in self.rdq:
-            self.rdq.remove(sseq)
 
     def _ack_up_to(self, sseq: int, dseq: int) -> None:
         """AckAll: everything up to `sseq` is acknowledged."""
-        self.adflr, self.asflr = dseq, sseq
-        was_pending = sseq in self.pending
-        acked = [s for s in self.pending if s <= sseq]
-        for seq in acked:
-            del self.pending[seq]
-        for seq in [s for s in self.rdc if s <= sseq]:
-            del self.rdc[seq]
-        if acked:
-            self.rdq = deque(s for s in self.rdq if s > sseq)
+        was_pending = sseq in self.delivery.pending
+        acked = self.delivery.ack_up_to(sseq, dseq)
         if was_pending:  # the store moves its floor only for a pending seq
             self.store.update_acks(dseq, sseq, ack_all=True)
         for seq in acked:
             self.stream.acked(seq)  # a no-op unless interest/workqueue retention
 
-    def _ack_one(self, seq: int, dseq: int) -> None:
-        """Acknowledge internally (message gone from the stream)."""
-        if self.pending.pop(seq, None) is not None:
-            self._move_ack_floor(dseq, seq)
-            self.store.update_acks(dseq, seq)
-
-    def _move_ack_floor(self, dseq: int, sseq: int) -> None:
-        if not self.pending:
-            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
-        elif dseq == self.adflr + 1:
-            self.adflr, self.asflr = dseq, sseq
-            nxt = next_pending(self.pending, sseq, self.sseq)
-            if nxt:
-                self.adflr, self.asflr = self.pending[nxt][0] - 1, nxt - 1
-
     def _nak(self, sseq: int, dseq: int, dc: int, delay_ns: int | None) -> None:
-        if dseq <= self.adflr or dseq > self.dseq:
-            return
-        p = self.pending.get(sseq)
+        # a delayed NAK counts the delivery as made so that its ack wait runs out after the delay
+        backdated = None if delay_ns is None else now_ns() - self.cfg.ack_wait + delay_ns
+        p = self.delivery.nak(sseq, dseq, backdated)
         if p is None:
             return
         advisories.nak(self.bus, self.stream.name, self.name, sseq, dseq, dc)
-        if delay_ns is not None:
-            if sseq in self.rdq:
-                self.rdq.remove(sseq)
-            p[1] = now_ns() - self.cfg.ack_wait + delay_ns
+        if backdated is not None:
             self.store.update_delivered(p[0], sseq, dc, p[1])
             self._t_ack.arm(10_000_000)
-            return
-        if sseq not in self.rdq:
-            self.rdq.append(sseq)
-        self._kick()
+        else:
+            self._kick()
 
-    def _drop_pending(self, seq: int) -> None:
-        """A message reached max_deliver: it leaves ack-pending without moving the reported floor."""
-        p = self.pending.pop(seq, None)
-        if p is not None:
-            self.store.update_delivered(p[0], seq, self.rdc.get(seq, 0) + 2, p[1])
-            self._move_ack_floor(p[0], seq)
-            if self.maxp > 0:
+    def _dropped(self, dropped: Dropped) -> None:
+        """A message reached max_deliver: the advisory (once, at the limit) and the store's count."""
+        seq, n, entry = dropped.seq, dropped.redeliveries, dropped.entry
+        if n == self.max_deliver:
+            advisories.max_deliveries(self.bus, self.stream.name, self.name, seq, n)
+        if entry is not None:
+            self.store.update_delivered(entry[0], seq, n + 2, entry[1])
+            if self.max_ack_pending > 0:
                 self._kick()
 
     # ---- redelivery timer (ack wait / backoff) ---------------------------------------------------
 
     def _ack_wait_for(self, seq: int) -> int:
-        backoff = self.cfg.backoff
-        if backoff:
-            return backoff[min(self.rdc.get(seq, 0), len(backoff) - 1)] + ACK_WAIT_SLACK
-        return self.cfg.ack_wait + ACK_WAIT_SLACK
+        return self.delivery.ack_wait_for(seq, self.cfg.ack_wait, self.cfg.backoff)
 
     def _check_pending(self) -> None:
         self._settle_acks()  # an ack waiting for a pass is no reason to redeliver
-        if self.closed or not self.pending or self.cfg.ack_wait <= 0:
+        d = self.delivery
+        if self.closed or not d.pending or self.cfg.ack_wait <= 0:
             return
-        now = now_ns()
         first = self.stream.store.state().first_seq
-        backoff = self.cfg.backoff
-        nxt = backoff[-1] if backoff else self.cfg.ack_wait + ACK_WAIT_SLACK
-        expired: list[int] = []
-        for seq, (d, ts) in list(self.pending.items()):
-            if seq < first or seq <= self.asflr:
-                del self.pending[seq]
-                self.rdc.pop(seq, None)
-                continue
-            deadline = self.cfg.ack_wait
-            if backoff:
-                i = self.rdc.get(seq, 0)
-                deadline = backoff[min(i, len(backoff) - 1)]
-                nxt = min(nxt, backoff[min(i + 1, len(backoff) - 1)])
-            elapsed = now - ts
-            if elapsed >= deadline:
-                if seq not in self.rdq and not self._hit_max_deliveries(seq):
-                    expired.append(seq)
-            else:
-                nxt = min(nxt, deadline - elapsed)
-        if expired:
-            expired.sort()
-            self.rdq.extend(expired)
-            off = now - self.pending[expired[0]][1]
-            for seq in expired:
-                self.pending[seq][1] += off
+        expiry = d.expire(now_ns(), first, self.cfg.ack_wait, self.cfg.backoff, self.max_deliver)
+        for dropped in expiry.dropped:
+            self._dropped(dropped)
+        if expiry.due:
             self._kick()
-        if self.pending:
-            self._t_ack.arm(nxt, earliest=False)
-        else:
-            self.rdq.clear()
-            self.adflr, self.asflr = self.dseq - 1, self.sseq - 1
-
-    def _hit_max_deliveries(self, seq: int) -> bool:
-        if not self.maxdc:
-            return False
-        dc = self.rdc.get(seq, 0) or 1  # nats-server's deliveryCount: the redelivery count, at least 1
-        if dc < self.maxdc:
-            return False
-        if dc == self.maxdc:
-            advisories.max_deliveries(self.bus, self.stream.name, self.name, seq, dc)
-        self.rdc[seq] = dc
-        self._drop_pending(seq)
-        return True
+        if d.pending:
+            self._t_ack.arm(expiry.next_in, earliest=False)
 
     # ---- push: interest, heartbeats, flow control --------------------------------------------------
 
@@ -1279,25 +1163,26 @@ class Consumer:
         idle = mono() - self._last_out
         if idle >= hb - ACK_WAIT_SLACK:
             if self.active:
-                hdr = pull.idle_heartbeat(self.dseq - 1, self.sseq - 1, stalled=self.fcid)
+                d = self.delivery
+                hdr = pull.idle_heartbeat(d.next_delivery_seq - 1, d.next_seq - 1, stalled=self.fc_reply)
                 self.bus.publish(self.cfg.deliver_subject, None, hdr, b"")
-                if self._fc_acks and self.pending and not self.fcid:  # acks wait for a flow control response
+                if self._fc_acks and d.pending and not self.fc_reply:  # acks wait for a flow control response
                     self._send_flow_control()
             self._last_out = mono()
             idle = 0
         self._t_hb.arm(hb - idle, earliest=False)
 
     def _send_flow_control(self) -> None:
-        self.fcid = f"{FC_PREFIX}{self.stream.name}.{self.name}.{os.urandom(3).hex()[:4]}"
-        self.fcsz = self.pbytes
-        self._publish(self.cfg.deliver_subject, self.fcid, b"NATS/1.0 100 FlowControl Request\r\n\r\n", b"")
+        self.fc_reply = f"{FC_PREFIX}{self.stream.name}.{self.name}.{os.urandom(3).hex()[:4]}"
+        self.fc_size = self.fc_pending_bytes
+        self._publish(self.cfg.deliver_subject, self.fc_reply, b"NATS/1.0 100 FlowControl Request\r\n\r\n", b"")
 
     def _on_flow_control(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
-        if self.closed or subject != self.fcid:
+        if self.closed or subject != self.fc_reply:
             return
-        self.maxpb = min(self.maxpb * 2, FC_WINDOW_LIMIT)
-        self.pbytes = max(self.pbytes - self.fcsz, 0)
-        self.fcid, self.fcsz = "", 0
+        self.fc_window = min(self.fc_window * 2, FC_WINDOW_LIMIT)
+        self.fc_pending_bytes = max(self.fc_pending_bytes - self.fc_size, 0)
+        self.fc_reply, self.fc_size = "", 0
         if self._fc_acks:  # ack_policy flow_control: the response names what its receiver stored
             sseq = _header_int(hdr, headers.LAST_STREAM)
             if sseq > 0:
@@ -1350,7 +1235,7 @@ class Consumer:
         self._settle_acks()
         cfg = self.cfg
         if seq == 0:
-            seq = self.asflr + 1
+            seq = self.delivery.ack_floor_seq + 1
         elif cfg.deliver_policy == "all":
             pass
         elif cfg.deliver_policy == "by_start_sequence":
@@ -1362,14 +1247,9 @@ class Consumer:
         else:
             raise errors.CONSUMER_INVALID_RESET(err="not allowed")
         seq = max(seq, 1)
-        self.pending.clear()
-        self.rdc.clear()
-        self.rdq.clear()
-        self.lss = None
-        self.sseq, self.dseq = seq, 1
-        self.adflr, self.asflr = 0, seq - 1
+        self.delivery.reset(seq)
         self.last_delivered_ns = self.last_acked_ns = 0
-        self.store.reset(ConsumerState(delivered_stream_seq=seq - 1, ack_floor_stream_seq=seq - 1))
+        self.store.reset(self.delivery.stored())
         self._t_ack.cancel()
         # not a work queue: nats-server keeps its messages; nor past the stream's end (its interest check
         # refuses an ack floor above the last sequence)
@@ -1401,8 +1281,8 @@ class Consumer:
         delivered_dseq, delivered_sseq, floor_dseq, floor_sseq = self.store.floors()
         stored = self.store.has_state()  # else the live position, moved by passes that found nothing (`_at_end`)
         delivered: dict[str, Any] = {
-            "consumer_seq": delivered_dseq if stored else self.dseq - 1,
-            "stream_seq": delivered_sseq if stored else self.sseq - 1,
+            "consumer_seq": delivered_dseq if stored else self.delivery.next_delivery_seq - 1,
+            "stream_seq": delivered_sseq if stored else self.delivery.next_seq - 1,
         }
         if self.last_delivered_ns:
             delivered["last_active"] = rfc3339(self.last_delivered_ns)
@@ -1416,8 +1296,8 @@ class Consumer:
             "config": self.cfg.to_json(self.dynamic_metadata() if dynamic_metadata else None),
             "delivered": delivered,
             "ack_floor": ack_floor,
-            "num_ack_pending": len(self.pending),
-            "num_redelivered": 0 if self.cfg.max_deliver == 1 else len(self.rdc),
+            "num_ack_pending": len(self.delivery.pending),
+            "num_redelivered": 0 if self.cfg.max_deliver == 1 else len(self.delivery.redelivered),
             "num_waiting": len(self.waiting) if self.waiting is not None else 0,
             "num_pending": num_pending,
         }

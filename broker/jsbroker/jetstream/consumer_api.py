@@ -10,6 +10,7 @@ the same error from both servers.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import string
@@ -178,12 +179,12 @@ def _open(js: JetStream, stream: Stream, name: str, cfg: ConsumerConfig, created
         "memory" if directory is None else "file", directory,
         storage.SyncPolicy(always=js.settings.sync_always),
     )
-    return Consumer(stream, name, cfg, store, created_ns, on_inactive=_expire)
+    return Consumer(stream, name, cfg, store, created_ns, on_inactive=functools.partial(_expire, stream))
 
 
-def _expire(consumer: Consumer) -> None:
+def _expire(stream: Stream, consumer: Consumer) -> None:
     """inactive_threshold passed: the consumer deletes itself."""
-    consumer.stream.remove_consumer(consumer)
+    stream.remove_consumer(consumer)
     consumer.delete()
 
 
@@ -226,11 +227,15 @@ def restore_consumer(js: JetStream, stream: Stream, name: str, created_ns: int, 
 
 
 def _lookup(req: Request) -> Consumer:
+    return _lookup_in(req)[1]
+
+
+def _lookup_in(req: Request) -> tuple[Stream, Consumer]:
     stream = req.js.lookup(req.token(4))
     consumer = stream.consumers.get(req.token(5))
     if not isinstance(consumer, Consumer):
         raise errors.CONSUMER_NOT_FOUND()
-    return consumer
+    return stream, consumer
 
 
 def consumer_info(req: Request) -> dict[str, Any]:
@@ -260,8 +265,8 @@ def consumer_list(req: Request) -> dict[str, Any]:
 
 def consumer_delete(req: Request) -> dict[str, Any]:
     req.require_empty()
-    consumer = _lookup(req)
-    consumer.stream.remove_consumer(consumer)
+    stream, consumer = _lookup_in(req)
+    stream.remove_consumer(consumer)
     consumer.delete()
     return {"success": True}
 
