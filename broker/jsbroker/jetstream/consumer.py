@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import random
-import shutil
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -75,8 +74,6 @@ class ConsumedStream(Protocol):
     @property
     def domain(self) -> str | None: ...  # advisories name it
 
-    def consumer_dir(self, name: str) -> Path | None: ...
-
     def acked(self, seq: int) -> None: ...  # with interest / workqueue retention the stream may drop it
 
 
@@ -115,7 +112,8 @@ class _Subs:
 
 
 class Consumer:
-    """One consumer of one stream. Created by `consumer_api`, attached with `stream.add_consumer`."""
+    """One consumer of one stream. Created, restored and deleted by the consumer registry (`service.py`),
+    which attaches it with `stream.add_consumer`; `directory` holds its files (None: nothing on disk)."""
 
     def __init__(
         self,
@@ -123,6 +121,7 @@ class Consumer:
         name: str,
         cfg: ConsumerConfig,
         store: ConsumerStore,
+        directory: Path | None,
         created_ns: int = 0,
         on_inactive: Callable[[Consumer], None] | None = None,
     ) -> None:
@@ -130,6 +129,7 @@ class Consumer:
         self.name = name
         self.cfg = cfg
         self.store = store
+        self.directory = directory
         self._replies: list[str] = []  # ack_sync replies held until the acks they confirm are written
         # plain acks applied after the next delivery pass (`_on_acks`), with `next_seq` as it was then
         self._later_acks: list[tuple[list[str], int]] = []
@@ -268,10 +268,6 @@ class Consumer:
         """Stop for good (waiting pulls get `409 Consumer Deleted`); the stored state goes."""
         self.stop()
         self.store.delete()
-        directory = self.stream.consumer_dir(self.name)
-        if directory:
-            shutil.rmtree(directory, ignore_errors=True)
-        advisories.action(self.bus, self.stream.name, self.name, created=False)
 
     def snapshot_state(self) -> ConsumerState:
         """A copy of the delivery state with every ack received so far applied (a stream snapshot)."""
@@ -283,9 +279,8 @@ class Consumer:
     def save_meta(self) -> None:
         """Persist the config next to the state so the consumer comes back after a restart; a memory
         consumer (`mem_storage`) keeps nothing on disk and is gone after one, as in nats-server."""
-        directory = None if self.cfg.mem_storage else self.stream.consumer_dir(self.name)
-        if directory:
-            storage.save_meta(directory, consumer_meta(self.name, self.created_ns, self.cfg.to_json()))
+        if self.directory is not None and not self.cfg.mem_storage:
+            storage.save_meta(self.directory, consumer_meta(self.name, self.created_ns, self.cfg.to_json()))
 
     def update_config(self, cfg: ConsumerConfig) -> None:
         """Apply an allowed update (checked by the caller with `consumer_config.update_refusal`)."""

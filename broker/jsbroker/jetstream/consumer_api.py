@@ -1,5 +1,5 @@
-"""Handlers of the consumer endpoints of `$JS.API.CONSUMER.*`: `CONSUMER_HANDLERS`, plus bringing the
-consumers of a stream back after a restart (`restore_consumers`).
+"""Handlers of the consumer endpoints of `$JS.API.CONSUMER.*`: `CONSUMER_HANDLERS`. They check requests;
+the consumer registry (`service.ConsumerRegistry`, `req.js.consumers`) creates and deletes consumers.
 
 CREATE (three subject forms and the legacy ephemeral one), DURABLE.CREATE, INFO, NAMES, LIST, DELETE,
 PAUSE, UNPIN and RESET. MSG.NEXT is not here: each consumer subscribes its own MSG.NEXT subject (the
@@ -10,28 +10,20 @@ the same error from both servers.
 
 from __future__ import annotations
 
-import functools
-import logging
 import secrets
 import string
-import weakref
 from typing import TYPE_CHECKING, Any
 
-from jsbroker import store as storage
-from jsbroker.store.base import ConsumerState
-
-from . import advisories, consumer_config, errors, headers
+from . import consumer_config, errors, headers
 from .api import Endpoint, Request
 from .requests import api_level_supported, get_int, get_str, get_time
-from .consumer import Consumer, load_meta
+from .consumer import Consumer
 from .consumer_config import ConsumerConfig, StreamFacts
 from .times import ZERO_TIME, now_ns
 
 if TYPE_CHECKING:
     from .service import JetStream
     from .stream import Stream
-
-log = logging.getLogger(__name__)
 
 MAX_DURATION = 2**63 - 1  # Go's time.Duration saturates here
 NAMES_LIMIT = 1024
@@ -130,12 +122,7 @@ def add_consumer(js: JetStream, stream: Stream, cfg: ConsumerConfig, action: str
     if not consumer_config.is_valid_asset_name(name):
         raise errors.CONSUMER_BAD_DURABLE_NAME()
     consumer_config.stamp_ephemeral_threshold(cfg)
-    consumer = _open(js, stream, name, cfg, now_ns())
-    consumer.start()
-    consumer.save_meta()
-    stream.add_consumer(consumer)
-    advisories.action(stream.bus, stream.name, name, created=True)
-    return consumer
+    return js.consumers.create(stream, name, cfg, now_ns())
 
 
 def _update(stream: Stream, existing: Consumer, cfg: ConsumerConfig, action: str) -> Consumer:
@@ -170,57 +157,6 @@ def _new_name(stream: Stream) -> str:
         name = "".join(secrets.choice(_NAME_ALPHABET) for _ in range(8))
         if name not in stream.consumers:
             return name
-
-
-def _open(js: JetStream, stream: Stream, name: str, cfg: ConsumerConfig, created_ns: int) -> Consumer:
-    memory = stream.config.storage == "memory" or cfg.mem_storage
-    directory = None if memory else stream.consumer_dir(name)
-    store = storage.open_consumer_store(
-        "memory" if directory is None else "file", directory,
-        storage.SyncPolicy(always=js.settings.sync_always),
-    )
-    return Consumer(stream, name, cfg, store, created_ns, on_inactive=functools.partial(_expire, stream))
-
-
-def _expire(stream: Stream, consumer: Consumer) -> None:
-    """inactive_threshold passed: the consumer deletes itself."""
-    stream.remove_consumer(consumer)
-    consumer.delete()
-
-
-_restored: weakref.WeakSet[Any] = weakref.WeakSet()  # streams whose consumers came back
-
-
-def restore_consumers(js: JetStream, stream: Stream) -> None:
-    """Bring back the consumers saved under a restored stream (the service calls it after
-    `stream.start()`); a second call for the same stream does nothing."""
-    if stream in _restored:
-        return
-    _restored.add(stream)
-    probe = stream.consumer_dir("_")
-    if probe is None or not probe.parent.is_dir():
-        return
-    for directory in sorted(p for p in probe.parent.iterdir() if p.is_dir()):
-        try:
-            meta = load_meta(directory)
-            if meta is None:
-                continue
-            name, created, raw_cfg = meta
-            if name in stream.consumers:
-                continue
-            restore_consumer(js, stream, name, created, raw_cfg, None)
-        except Exception:
-            log.exception("could not restore consumer", extra={"stream": stream.name, "directory": str(directory)})
-
-
-def restore_consumer(js: JetStream, stream: Stream, name: str, created_ns: int, raw_cfg: dict[str, Any],
-                     state: ConsumerState | None) -> None:
-    """Bring back one consumer with its saved config and state (None: the state its store holds)."""
-    consumer = _open(js, stream, name, ConsumerConfig.from_json(raw_cfg), created_ns)
-    if state is not None:
-        consumer.store.reset(state)
-    consumer.start(consumer.store.load())
-    stream.add_consumer(consumer)
 
 
 # ---- other endpoints -------------------------------------------------------------------------------
@@ -266,8 +202,7 @@ def consumer_list(req: Request) -> dict[str, Any]:
 def consumer_delete(req: Request) -> dict[str, Any]:
     req.require_empty()
     stream, consumer = _lookup_in(req)
-    stream.remove_consumer(consumer)
-    consumer.delete()
+    req.js.consumers.delete(stream, consumer)
     return {"success": True}
 
 

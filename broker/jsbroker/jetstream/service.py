@@ -1,10 +1,12 @@
 """The JetStream service: the account's streams, their persistence, the API router and the fsync timer.
 
 Owns: the stream registry (create / update / delete / lookup with nats-server's cross-stream rules, and
-restoring a stream from a snapshot archive: `restore_stream`), the on-disk layout
-`<store_dir>/streams/<name>/` (config metadata + the stream's store + `obs/` for durable
-consumers), restoring every stream on start, the periodic fsync of the default sync policy, and the
-numbers `$JS.API.INFO`, /jsz and /varz report. The core starts it with `JetStream(bus, settings)`.
+restoring a stream from a snapshot archive: `restore_stream`), the consumer registry beside it
+(`ConsumerRegistry`: create, restore, delete and expire consumers), the on-disk layout
+`<store_dir>/streams/<name>/` (config metadata + the stream's store + `consumers/<name>/` for durable
+consumers, the store package's layout helpers), restoring every stream on start, the periodic fsync of
+the default sync policy, and the numbers `$JS.API.INFO`, /jsz and /varz report. The core starts it with
+`JetStream(bus, settings)`.
 """
 
 from __future__ import annotations
@@ -22,22 +24,88 @@ from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.config import JetStreamSettings
 from jsbroker.internal import InternalBus
-from jsbroker.jetstream import atomic_batch, consumer_config, errors, fast_batch, snapshot, sourcing, stream_config, times
+from jsbroker.jetstream import (advisories, atomic_batch, consumer_config, errors, fast_batch, snapshot, sourcing,
+                                stream_config, times)
 from jsbroker.jetstream.api import ApiRouter
-from jsbroker.jetstream.consumer import Consumer, consumer_meta
+from jsbroker.jetstream.consumer import Consumer, consumer_meta, load_meta
 from jsbroker.jetstream.requests import API_LEVEL
 from jsbroker.jetstream.sourcing import Sourcing
-from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS, restore_consumer, restore_consumers
+from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS
 from jsbroker.jetstream.consumer_config import ConsumerConfig
 from jsbroker.jetstream.stream import Stream, stored_ttl_ns
 from jsbroker.jetstream.snapshot_api import SNAPSHOT_HANDLERS
 from jsbroker.jetstream.stream_api import STREAM_HANDLERS
 from jsbroker.jetstream.stream_config import StreamConfig
-from jsbroker.store.base import StreamStore
+from jsbroker.store.base import ConsumerState, StreamStore
 
 log = logging.getLogger(__name__)
 
 _META_VERSION = 1
+
+
+class ConsumerRegistry:
+    """The consumers' lifecycle: open one (its state store in `<stream>/consumers/<name>/`, the store's
+    layout, or in memory), create, restore (after a start, or from a snapshot), and delete (by request or
+    when inactive). The API handlers (`consumer_api`) check the requests; this does what follows."""
+
+    def __init__(self, sync: storage.SyncPolicy) -> None:
+        self._sync = sync
+
+    @staticmethod
+    def _directory(stream: Stream, name: str) -> Path | None:
+        """Where a consumer of `stream` keeps its files; None for a memory stream (nothing on disk)."""
+        if stream.directory is None or stream.config.storage == "memory":
+            return None
+        return storage.consumer_dir(stream.directory, name)
+
+    def _open(self, stream: Stream, name: str, cfg: ConsumerConfig, created_ns: int) -> Consumer:
+        directory = self._directory(stream, name)
+        memory = directory is None or cfg.mem_storage
+        store = storage.open_consumer_store("memory" if memory else "file", None if memory else directory,
+                                            self._sync)
+        return Consumer(stream, name, cfg, store, directory, created_ns,
+                        on_inactive=lambda consumer: self.delete(stream, consumer))
+
+    def create(self, stream: Stream, name: str, cfg: ConsumerConfig, created_ns: int) -> Consumer:
+        """A new consumer (its config checked by the caller): started, saved, attached, announced."""
+        consumer = self._open(stream, name, cfg, created_ns)
+        consumer.start()
+        consumer.save_meta()
+        stream.add_consumer(consumer)
+        advisories.action(stream.bus, stream.name, name, created=True)
+        return consumer
+
+    def restore(self, stream: Stream, name: str, created_ns: int, raw_cfg: dict[str, Any],
+                state: ConsumerState | None) -> None:
+        """Bring back one consumer with its saved config and state (None: the state its store holds)."""
+        consumer = self._open(stream, name, ConsumerConfig.from_json(raw_cfg), created_ns)
+        if state is not None:
+            consumer.store.reset(state)
+        consumer.start(consumer.store.load())
+        stream.add_consumer(consumer)
+
+    def restore_saved(self, stream: Stream) -> None:
+        """Bring back the consumers saved under a stream just opened from disk (after `stream.start()`);
+        a damaged one is logged and skipped."""
+        if stream.directory is None or stream.config.storage == "memory":
+            return
+        for directory in storage.list_consumer_dirs(stream.directory):
+            try:
+                meta = load_meta(directory)
+                if meta is None or meta[0] in stream.consumers:
+                    continue
+                name, created, raw_cfg = meta
+                self.restore(stream, name, created, raw_cfg, None)
+            except Exception:
+                log.exception("could not restore consumer", extra={"stream": stream.name, "directory": str(directory)})
+
+    def delete(self, stream: Stream, consumer: Consumer) -> None:
+        """Detach, stop and remove a consumer with its files (CONSUMER.DELETE, or inactive_threshold passed)."""
+        stream.remove_consumer(consumer)
+        consumer.delete()
+        if consumer.directory is not None:
+            shutil.rmtree(consumer.directory, ignore_errors=True)
+        advisories.action(stream.bus, stream.name, consumer.name, created=False)
 
 
 class JetStream:
@@ -47,6 +115,7 @@ class JetStream:
         self.settings = settings
         self.domain = settings.domain or None
         self.streams: dict[str, Stream] = {}
+        self.consumers = ConsumerRegistry(storage.SyncPolicy(always=settings.sync_always))
         self._sourcing: dict[str, Sourcing] = {}  # the streams with a mirror or sources: their copying
         self._store_dir = Path(settings.store_dir) if settings.store_dir else None
         self._sync = storage.SyncPolicy(always=settings.sync_always, interval=settings.sync_interval)
@@ -102,7 +171,7 @@ class JetStream:
         self.streams[cfg.name] = stream
         stream.start()
         self._start_sourcing(stream)
-        restore_consumers(self, stream)
+        self.consumers.restore_saved(stream)
         stream.consumers_restored()
 
     def _open(self, cfg: StreamConfig, directory: Path | None, created_ns: int, store: StreamStore | None = None) -> Stream:
@@ -216,7 +285,7 @@ class JetStream:
             self._start_sourcing(stream)
             try:
                 for c in reader.header.consumers:
-                    restore_consumer(self, stream, c.name, created, c.config, c.state)
+                    self.consumers.restore(stream, c.name, created, c.config, c.state)
             except Exception:
                 self.delete_stream(cfg.name)
                 raise

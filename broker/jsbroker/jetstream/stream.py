@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.jetstream import advisories, api, atomic_batch, counters, errors, fast_batch, headers, requests, schedule, times
 from jsbroker.jetstream.dedupe import MsgIdWindow
@@ -115,8 +114,9 @@ class Stream:
       `c.purges_with()`, `c.check_floor()` (interest retention) and `c.stop()`.
     - `acked(seq)`: a consumer calls it after an ack; with interest or workqueue retention the stream
       removes the message once no consumer still needs it.
-    - `store`, `config`, `name`, `consumers` (name -> consumer), `consumer_dir(name)` (a directory for a
-      durable consumer's state, None for memory streams), `bus` (the InternalBus), `created_ns`.
+    - `store`, `config`, `name`, `consumers` (name -> consumer), `directory` (None for memory streams;
+      the consumer registry in service.py keeps the consumers' directories under it), `bus` (the
+      InternalBus), `created_ns`.
     """
 
     _republish_depth = 0  # republishes in progress on the stack, across streams
@@ -367,11 +367,6 @@ class Stream:
     def domain(self) -> str | None:
         """The JetStream domain (consumer advisories name it)."""
         return self._domain
-
-    def consumer_dir(self, name: str) -> Path | None:
-        if self.directory is None or self.config.storage == "memory":
-            return None
-        return storage.consumer_dir(self.directory, name)
 
     def acked(self, seq: int) -> None:
         if not self._retained:
