@@ -117,6 +117,8 @@ PURE = frozenset(
         "jsbroker.nkeys",  # key decoding and signature checks
         "jsbroker.jetstream.ack",
         "jsbroker.jetstream.delivery",
+        "jsbroker.jetstream.push",
+        "jsbroker.jetstream.rate",
         "jsbroker.jetstream.counters",
         "jsbroker.jetstream.atomic_batch",
         "jsbroker.jetstream.schedule",

@@ -1,8 +1,10 @@
 """A JetStream consumer: delivery state, pull and push delivery, acks, redelivery and CONSUMER.RESET,
 as nats-server 2.15.1's `consumer.go` behaves (single server, R1).
 
-State: `delivery` (`delivery.py`, pure) holds where delivery stands, what awaits an ack and what is due
-for redelivery; this class does the I/O around it (store writes, advisories, timers, the bus).
+State lives in pure modules and this class does the I/O around it (store writes, advisories, timers,
+the bus): `delivery` (`delivery.py`) where delivery stands, what awaits an ack and what is due for
+redelivery; `waiting` (`pull.py`) the pull requests; `priority` (`priority.py`) the priority groups;
+`flow` and `pacing` (`push.py`) a push consumer's flow control and replay / rate limit.
 - INFO reports the delivered/ack-floor pair the ConsumerStore keeps (`store.floors()`), whose rules
   differ: delivered = last delivered, ack floor moved by acks only; the delivered pair is the live one
   (`next_seq` - 1) while the store has none (`has_state`), as nats-server's.
@@ -29,7 +31,7 @@ from jsbroker import subjects
 from jsbroker.config import VERSION
 from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreError, StreamStore
 
-from . import ack, advisories, errors, headers, priority, pull, rate
+from . import ack, advisories, errors, headers, priority, pull, push, rate
 from .requests import API_LEVEL, api_level_supported
 from .consumer_config import ConsumerConfig, set_static_metadata
 from .delivery import ACK_WAIT_SLACK, DeliveryState, Dropped
@@ -45,10 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MSG_NEXT_PREFIX = "$JS.API.CONSUMER.MSG.NEXT."
-FC_PREFIX = "$JS.FC."
 TERM_REMOVED = "Unacknowledged message was deleted"  # the terminated advisory's reason (nats-server's)
-FC_WINDOW_START = 2 * 1024 * 1024  # maxpb: flow control starts with this window...
-FC_WINDOW_LIMIT = 32 * 1024 * 1024  # ...and doubles on each response up to this
 # rate_limit_bps: the burst without a stream max_msg_size is the max payload (the default one: the server's
 # max_payload setting is not known here), and the ack reply's tokens after its prefix are about this long.
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
@@ -142,6 +141,7 @@ class Consumer:
         self.closed = False
         self._on_inactive = on_inactive
         self._ack_prefix = ack.reply_prefix(stream.name, name)
+        self.pacing = push.Pacing(False, None)  # replay original / rate limit (push)
         self._configure()
         # delivery state
         self.delivery = DeliveryState()
@@ -152,15 +152,8 @@ class Consumer:
         self.waiting = pull.WaitQueue(cfg.max_waiting, cfg.priority_policy == "prioritized") if not cfg.is_push else None
         self.priority = priority.Priority(cfg.priority_policy, cfg.priority_groups, cfg.priority_timeout)
         self.active = False
-        # push flow control
-        self.fc_pending_bytes = 0  # pbytes: bytes delivered since the last flow control response
-        self.fc_window = FC_WINDOW_START if cfg.flow_control else 0  # maxpb: 0 without flow control
-        self.fc_reply = ""  # fcid: the reply subject of the request awaiting its response
-        self.fc_size = 0  # fcsz: the pending bytes that request covers
+        self.flow = push.FlowControl() if cfg.flow_control else None
         self._last_out = 0  # mono ns of the last delivery (push idle heartbeat)
-        self._hold_until = 0  # mono ns: replay original / rate limit
-        self._replay_ts = 0  # stored ts of the last replayed message
-        self._rate_held = False  # the held message has its rate reservation
         self._kicked = False
         self._stall = ""  # why the last pass stopped: "eof" or "maxp"
         self._ahead: deque[StoredMsg] = deque()  # new messages read ahead in this delivery pass
@@ -195,7 +188,8 @@ class Consumer:
         self._ack_all = cfg.ack_policy in ("all", "flow_control")
         self._fc_acks = cfg.ack_policy == "flow_control"  # acked by flow control responses only
         self._holds = cfg.is_push and (cfg.replay_policy == "original" or bool(cfg.rate_limit_bps))
-        self._limiter = rate.limiter(cfg.rate_limit_bps, self.stream.config.max_msg_size, DEFAULT_MAX_PAYLOAD)
+        self.pacing.replay_original = cfg.replay_policy == "original"
+        self.pacing.limiter = rate.limiter(cfg.rate_limit_bps, self.stream.config.max_msg_size, DEFAULT_MAX_PAYLOAD)
         self._headers_only = cfg.headers_only
         # sample_freq ("50%" or "50"): the share of explicit acks reported as ack metrics
         self._sample = int(cfg.sample_freq.removesuffix("%") or 0) if cfg.ack_policy == "explicit" else 0
@@ -229,7 +223,7 @@ class Consumer:
         self._subs.items.append(bus.subscribe_internal(f"{MSG_NEXT_PREFIX}{stream}.{self.name}", self._on_next))
         if self.cfg.is_push:
             if self.cfg.flow_control:
-                sub = bus.subscribe_internal(f"{FC_PREFIX}{stream}.{self.name}.*", self._on_flow_control)
+                sub = bus.subscribe_internal(f"{push.PREFIX}{stream}.{self.name}.*", self._on_flow_control)
                 self._subs.items.append(sub)
             self._watch_interest()
             if self.cfg.idle_heartbeat:
@@ -512,23 +506,24 @@ class Consumer:
 
     def _deliver_all(self) -> bool:
         """Deliver every message this pass can; False when the budget ran out first."""
-        push = self.cfg.is_push
+        is_push = self.cfg.is_push
         alive: set[str] = set()
         # whether this pass may deliver runs (`_deliver_run`): not with headers only, nor to a push
         # subject under flow control, replay or a rate limit
-        runs = not self._headers_only and not (push and (self.fc_window or self._holds))
+        flow = self.flow
+        runs = not self._headers_only and not (is_push and (flow is not None or self._holds))
         budget = RUN_BUDGET
         while budget > 0:
             budget -= 1
-            if push:
-                if not self.active or self._congested or (self.fc_window and self.fc_pending_bytes > self.fc_window):
+            if is_push:
+                if not self.active or self._congested or (flow is not None and flow.blocked):
                     return True
             elif not self.waiting or self._congested:
                 return True
             if runs and (sent := self._deliver_run(budget)):
                 budget -= sent
                 continue
-            if self._hold_until and (left := self._hold_until - mono()) > 0:
+            if self.pacing.hold_until and (left := self.pacing.hold_until - mono()) > 0:
                 # loop timers may fire a little early (uvloop counts in whole milliseconds): wait out the rest
                 self._t_hold.arm(left, earliest=False)
                 return True
@@ -548,9 +543,9 @@ class Consumer:
             if self._headers_only:
                 hdr, data = headers.append(hdr, [(headers.MSG_SIZE, str(len(data)))]), b""
             size = 0  # what a byte limit (push flow control, a pull's max_bytes) counts
-            if push:
+            if is_push:
                 target, left_n, left_b = self.cfg.deliver_subject, 1, 0
-                if self.fc_window:
+                if flow is not None:
                     size = len(msg.subject) + len(reply) + len(hdr) + len(data)
             else:
                 w = self._next_waiting(msg.subject, reply, hdr, data, alive)
@@ -680,28 +675,12 @@ class Consumer:
 
     def _must_hold(self, msg: StoredMsg) -> bool:
         """Replay original spacing and rate limits: hold delivery until the timer says go."""
-        now = mono()
-        delay = 0
-        if self.cfg.replay_policy == "original" and self._replay_ts:
-            delay = msg.ts - self._replay_ts
-            if delay <= 1_000_000 or self._hold_until:
-                delay = 0
-        if self._limiter is not None and not delay:
-            if self._rate_held:  # reserved when it was held: it goes now
-                self._rate_held = False
-            else:  # the size nats-server counts: subject, ack reply (about), headers, payload
-                size = len(msg.subject) + len(self._ack_prefix) + ACK_REPLY_TAIL + len(msg.hdr) + len(msg.data)
-                delay = self._limiter.reserve(size, now)
-                self._rate_held = delay > 0
-        self._hold_until = 0
-        if delay > 0:
-            self._hold_until = now + delay
+        # the size nats-server counts: subject, ack reply (about), headers, payload
+        size = len(msg.subject) + len(self._ack_prefix) + ACK_REPLY_TAIL + len(msg.hdr) + len(msg.data)
+        delay = self.pacing.delay(msg.ts, size, mono())
+        if delay:
             self._t_hold.arm(delay, earliest=False)
-            if self.cfg.replay_policy == "original":
-                self._replay_ts = msg.ts
-            return True
-        self._replay_ts = msg.ts
-        return False
+        return delay > 0
 
     def _next_waiting(self, subject: str, reply: str, hdr: bytes, data: bytes, alive: set[str]) -> pull.Waiting | None:
         """The request the next delivery goes to (round-robin), dropping expired or abandoned ones; a
@@ -779,11 +758,10 @@ class Consumer:
         if len(self._out) >= self._out_n or self._out_bytes >= OUT_BYTES:
             self._out_n = min(self._out_n * 2, OUT_MAX)
             self._flush_out()
-        if self.fc_window:
-            self.fc_pending_bytes += size
-            if not self.fc_reply and (self.fc_pending_bytes > self.fc_window // 2
-                                      or self._fc_acks and 0 < self.max_ack_pending <= len(self.delivery.pending)):
-                self._send_flow_control()
+        if self.flow is not None:
+            ack_pending_full = self._fc_acks and 0 < self.max_ack_pending <= len(self.delivery.pending)
+            if self.flow.delivered(size, ack_pending_full):
+                self._send_flow_control(self.flow)
         if self._ack_none and self._pass_retained:
             self.stream.acked(seq)  # interest/workqueue streams drop it once nobody needs it
 
@@ -1159,25 +1137,22 @@ class Consumer:
         if idle >= hb - ACK_WAIT_SLACK:
             if self.active:
                 d = self.delivery
-                hdr = pull.idle_heartbeat(d.next_delivery_seq - 1, d.next_seq - 1, stalled=self.fc_reply)
+                flow = self.flow
+                hdr = pull.idle_heartbeat(d.next_delivery_seq - 1, d.next_seq - 1, stalled=flow.reply if flow else "")
                 self.bus.publish(self.cfg.deliver_subject, None, hdr, b"")
-                if self._fc_acks and d.pending and not self.fc_reply:  # acks wait for a flow control response
-                    self._send_flow_control()
+                if self._fc_acks and d.pending and flow is not None and not flow.reply:
+                    self._send_flow_control(flow)  # acks wait for a flow control response
             self._last_out = mono()
             idle = 0
         self._t_hb.arm(hb - idle, earliest=False)
 
-    def _send_flow_control(self) -> None:
-        self.fc_reply = f"{FC_PREFIX}{self.stream.name}.{self.name}.{os.urandom(3).hex()[:4]}"
-        self.fc_size = self.fc_pending_bytes
-        self._publish(self.cfg.deliver_subject, self.fc_reply, b"NATS/1.0 100 FlowControl Request\r\n\r\n", b"")
+    def _send_flow_control(self, flow: push.FlowControl) -> None:
+        flow.requested(f"{push.PREFIX}{self.stream.name}.{self.name}.{os.urandom(3).hex()[:4]}")
+        self._publish(self.cfg.deliver_subject, flow.reply, push.REQUEST, b"")
 
     def _on_flow_control(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
-        if self.closed or subject != self.fc_reply:
+        if self.closed or self.flow is None or not self.flow.answered(subject):
             return
-        self.fc_window = min(self.fc_window * 2, FC_WINDOW_LIMIT)
-        self.fc_pending_bytes = max(self.fc_pending_bytes - self.fc_size, 0)
-        self.fc_reply, self.fc_size = "", 0
         if self._fc_acks:  # ack_policy flow_control: the response names what its receiver stored
             sseq = _header_int(hdr, headers.LAST_STREAM)
             if sseq > 0:
