@@ -19,6 +19,15 @@ def test_bodies() -> None:
         pull.parse_request(b"{not json")
 
 
+def test_limits_of_the_consumer_in_nats_server_order() -> None:
+    req = pull.PullRequest(batch=20, expires=5_000_000_000, max_bytes=2048)
+    assert pull.limit_refusal(req, 0, 0, 0) is None
+    assert pull.limit_refusal(req, 10, 1_000_000_000, 1024) == b"NATS/1.0 409 Exceeded MaxRequestBatch of 10\r\n\r\n"
+    assert pull.limit_refusal(req, 20, 1_000_000_000, 1024) == b"NATS/1.0 409 Exceeded MaxRequestExpires of 1s\r\n\r\n"
+    assert pull.limit_refusal(req, 0, 0, 1024) == b"NATS/1.0 409 Exceeded MaxRequestMaxBytes of 1024\r\n\r\n"
+    assert pull.limit_refusal(pull.PullRequest(batch=20), 0, 1, 1) is None  # no expiry, no byte limit asked
+
+
 def test_status_texts() -> None:
     assert pull.request_timeout(5, 0) == b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 5\r\nNats-Pending-Bytes: 0\r\n\r\n"
     assert pull.idle_heartbeat(2, 3) == b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: 2\r\nNats-Last-Stream: 3\r\n\r\n"

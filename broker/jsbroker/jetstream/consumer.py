@@ -36,7 +36,7 @@ from .requests import API_LEVEL, api_level_supported
 from .consumer_config import ConsumerConfig, set_static_metadata
 from .delivery import ACK_WAIT_SLACK, DeliveryState, Dropped
 from .stream_config import StreamConfig
-from .times import format_duration, now_ns, rfc3339
+from .times import now_ns, rfc3339
 
 if TYPE_CHECKING:
     import asyncio
@@ -819,12 +819,8 @@ class Consumer:
         except pull.BadRequest as e:
             return send(reply, pull.status(400, f"Bad Request - {e}"))
         cfg = self.cfg
-        if cfg.max_batch > 0 and req.batch > cfg.max_batch:
-            return send(reply, pull.status(409, f"Exceeded MaxRequestBatch of {cfg.max_batch}"))
-        if req.expires > 0 and cfg.max_expires > 0 and req.expires > cfg.max_expires:
-            return send(reply, pull.status(409, f"Exceeded MaxRequestExpires of {format_duration(cfg.max_expires)}"))
-        if req.max_bytes > 0 and cfg.max_bytes > 0 and req.max_bytes > cfg.max_bytes:
-            return send(reply, pull.status(409, f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}"))
+        if (refused := pull.limit_refusal(req, cfg.max_batch, cfg.max_expires, cfg.max_bytes)) is not None:
+            return send(reply, refused)
         now = mono()
         if (refused := self.priority.refusal(req.ask, now)) is not None:
             return send(reply, refused)

@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 
 from .errors import json_kind
 from .priority import Ask, rank
+from .times import format_duration
 
 PENDING_MSGS = "Nats-Pending-Messages"
 PENDING_BYTES = "Nats-Pending-Bytes"
@@ -104,6 +105,18 @@ def parse_request(body: bytes) -> PullRequest:
     if req.heartbeat > 0 and req.heartbeat * 2 > req.expires:
         raise BadRequest("heartbeat value too large")
     return req
+
+
+def limit_refusal(req: PullRequest, max_batch: int, max_expires: int, max_bytes: int) -> bytes | None:
+    """The 409 for a request past the consumer's max_batch, max_expires or max_bytes (0: no limit), in
+    nats-server's order; None within them."""
+    if max_batch > 0 and req.batch > max_batch:
+        return status(409, f"Exceeded MaxRequestBatch of {max_batch}")
+    if req.expires > 0 and max_expires > 0 and req.expires > max_expires:
+        return status(409, f"Exceeded MaxRequestExpires of {format_duration(max_expires)}")
+    if req.max_bytes > 0 and max_bytes > 0 and req.max_bytes > max_bytes:
+        return status(409, f"Exceeded MaxRequestMaxBytes of {max_bytes}")
+    return None
 
 
 def _int(data: dict[str, object], key: str, go_type: str = "int") -> int:
