@@ -58,8 +58,9 @@ def parse_rfc3339(text: str) -> int:
 
 
 def parse_duration(text: str) -> int:
-    """A Go duration string ("1h2m3.5s", "-250ms", "0") in ns. ValueError when malformed."""
-    body = text.strip()
+    """A Go duration string ("1h2m3.5s", "-250ms", "0") in ns. ValueError when malformed (as Go's, also
+    with blanks around it)."""
+    body = text
     sign = -1 if body.startswith("-") else 1
     body = body.lstrip("+-")
     if body == "0":
