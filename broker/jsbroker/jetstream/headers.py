@@ -80,6 +80,11 @@ def get(hdr: bytes, key: str) -> str | None:
     return hdr[start:end if end >= 0 else len(hdr)].lstrip(b" ").decode("utf-8", "replace")
 
 
+def rollup(hdr: bytes) -> str:
+    """The Nats-Rollup value as nats-server compares it: in lower case (`SUB` is `sub`); "" for none."""
+    return (get(hdr, ROLLUP) or "").lower()
+
+
 def parse(hdr: bytes) -> tuple[int, str, list[tuple[str, str]]]:
     """(status code or 0, status description, [(key, value), ...] in order) of a raw block."""
     if not hdr.startswith(PREFIX):

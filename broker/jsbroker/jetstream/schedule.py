@@ -139,7 +139,7 @@ def _check_schedule(subject: str, hdr: bytes, stream_subjects: tuple[str, ...], 
         raise errors.MESSAGE_SCHEDULES_TARGET_INVALID()
     if source and not any(subjects.subjects_overlap(s, source) for s in stream_subjects):
         raise errors.MESSAGE_SCHEDULES_SOURCE_INVALID()
-    rollup = headers.get(hdr, headers.ROLLUP)
+    rollup = headers.rollup(hdr)
     if not rollup:
         return headers.append(hdr, ((headers.ROLLUP, "sub"),))
     if rollup != "sub":
