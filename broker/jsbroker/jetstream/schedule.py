@@ -29,8 +29,6 @@ from jsbroker.jetstream import cron, errors, headers, times, zones
 _NS = 1_000_000_000
 MIN_DELAY_NS = 250_000_000  # nats-server's scheduler timer never fires sooner than this
 PURGE = "purge"
-# Dropped from a schedule's headers when it produces its message (each a key or a key prefix).
-_DROPPED = (headers.SCHEDULE, "Nats-Expected-", headers.MSG_ID, headers.TTL, headers.ROLLUP)
 
 
 def next_fire(hdr: bytes, ts_ns: int, now_ns: int) -> tuple[int, bool] | None:
