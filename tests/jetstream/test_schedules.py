@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import nats
 import pytest
@@ -223,6 +225,35 @@ async def test_schedules_fire_like_nats_server(on_both):
     assert ours[-1] == ["S.cron", "S.every", "S.src", "S.t.cron", "S.t.every", "S.t.once", "S.t.past", "S.t.src",
                         "S.t.zone", "S.zone"]
     assert ours[5][2]["Nats-Schedule-Next"] == "<time>+05:30"
+
+
+async def _local_offset(url: str) -> str:
+    """The offset a `Local` cron schedule's product names in Nats-Schedule-Next."""
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await js.add_stream(name="LOC", subjects=["loc.>"], allow_msg_schedules=True)
+    await js.publish("loc.s", b"", headers={"Nats-Schedule": "* * * * * *", "Nats-Schedule-Target": "loc.t",
+                                            "Nats-Schedule-Time-Zone": "Local"})
+
+    async def fired() -> bool:
+        return "loc.t" in ((await js.stream_info("LOC", subjects_filter="loc.t")).state.subjects or {})
+
+    await poll_async(fired, timeout=10, what="the Local schedule fired")
+    nxt = (await js.get_last_msg("LOC", "loc.t")).headers["Nats-Schedule-Next"]
+    await nc.close()
+    return nxt[19:]
+
+
+@pytest.mark.parametrize(("tz", "zone"), [("Asia/Kolkata", "Asia/Kolkata"),
+                                          (":America/St_Johns", "America/St_Johns"),
+                                          ("Nowhere/Else", None), ("", None)])
+async def test_local_is_the_servers_tz_like_nats_server(server_factory, monkeypatch, tz, zone):
+    monkeypatch.setenv("TZ", tz)  # both servers inherit it
+    theirs = await _local_offset(server_factory("nats-server").url)
+    ours = await _local_offset(server_factory("jsbroker").url)
+    assert ours == theirs
+    now = datetime.now(ZoneInfo(zone)).strftime("%z") if zone else ""
+    assert ours == (f"{now[:3]}:{now[3:]}" if now else "Z")
 
 
 # -- restarts ---------------------------------------------------------------------------------------
