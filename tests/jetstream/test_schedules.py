@@ -5,8 +5,10 @@ subjects, bodies and headers; `Nats-Schedule-Next` of a repeating schedule is ch
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import struct
 import time
 from datetime import datetime
 from typing import Any
@@ -254,6 +256,51 @@ async def test_local_is_the_servers_tz_like_nats_server(server_factory, monkeypa
     assert ours == theirs
     now = datetime.now(ZoneInfo(zone)).strftime("%z") if zone else ""
     assert ours == (f"{now[:3]}:{now[3:]}" if now else "Z")
+
+
+def _tzif(t0: int, before_s: int) -> bytes:
+    """A TZif v2 zone (RFC 8536) `before_s` seconds ahead of UTC until `t0`, then at UTC (a DST fall-back of
+    a few seconds, so a repeated wall time comes within a test's time)."""
+    def header(times: int, kinds: int, chars: int) -> bytes:
+        return b"TZif2" + bytes(15) + struct.pack(">6l", 0, 0, 0, times, kinds, chars)
+
+    v1 = header(0, 1, 4) + struct.pack(">lBB", 0, 0, 0) + b"UTC\0"  # readers of v2 skip it
+    v2 = header(2, 2, 8) + struct.pack(">qqBB", t0 - 86400, t0, 0, 1)
+    v2 += struct.pack(">lBBlBB", before_s, 1, 0, 0, 0, 4) + b"AHD\0STD\0"
+    return v1 + v2 + b"\n\n"  # no rule after the last change
+
+
+async def _fall_back(url: str, t0: int, second: int) -> list[str]:
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await js.add_stream(name="FB", subjects=["fb.>"], allow_msg_schedules=True)
+    await js.publish("fb.s", b"", headers={"Nats-Schedule": f"{second} * * * * *", "Nats-Schedule-Target": "fb.t",
+                                           "Nats-Schedule-Time-Zone": "Test/Back"})
+
+    async def twice() -> bool:
+        return ((await js.stream_info("FB", subjects_filter="fb.t")).state.subjects or {}).get("fb.t", 0) >= 2
+
+    await poll_async(twice, timeout=t0 - time.time() + 15, what="the schedule fired at both wall times")
+    out = [(await js.get_msg("FB", seq)).headers["Nats-Schedule-Next"] for seq in (2, 3)]
+    await nc.close()
+    return out
+
+
+@pytest.mark.slow
+async def test_a_wall_time_repeated_by_a_dst_change_fires_twice_like_nats_server(server_factory, monkeypatch,
+                                                                                 tmp_path):
+    """A zone written for the test falls back 10 s: a cron second in the repeated span fires at both of its
+    wall times (5 s before and after the change) on both servers, with the same next fire times."""
+    t0 = int(time.time()) + 12
+    (tmp_path / "Test").mkdir()
+    (tmp_path / "Test" / "Back").write_bytes(_tzif(t0, 10))
+    monkeypatch.setenv("ZONEINFO", str(tmp_path))  # Go's time.LoadLocation looks there first
+    monkeypatch.setenv("PYTHONTZPATH", str(tmp_path))  # zoneinfo's search path
+    servers = server_factory("nats-server"), server_factory("jsbroker")
+    second = (t0 + 5) % 60
+    theirs, ours = await asyncio.gather(*(_fall_back(handle.url, t0, second) for handle in servers))
+    assert ours == theirs
+    assert ours == [times.rfc3339((t0 + 5) * 1_000_000_000), times.rfc3339((t0 + 65) * 1_000_000_000)]
 
 
 # -- restarts ---------------------------------------------------------------------------------------
