@@ -634,7 +634,7 @@ class Stream:
         incr = None
         if checked:
             if not atomic_batch.only_batch_headers(hdr):
-                msg_id, rollup, ttl = headers.get(hdr, headers.MSG_ID) or "", headers.get(hdr, headers.ROLLUP) or "", \
+                msg_id, rollup, ttl = headers.get(hdr, headers.MSG_ID) or "", headers.rollup(hdr), \
                     self._ttl_of(hdr)
         elif hdr:
             if self._counter or headers.INCR_NEEDLE in hdr:
