@@ -111,21 +111,22 @@ async def test_publish_matches_nats_server(differential, name, storage):
 
 async def test_trailing_blanks_in_header_values_like_nats_server(nats_server, jsbroker_server, unique):
     """nats-server drops only the spaces before a header value (nats-py strips both sides: raw HPUBs): a
-    trailing blank makes another message id, no sequence, another stream name, no TTL."""
+    trailing blank makes another message id, no sequence, another stream name, no TTL; digits are ASCII."""
     name = unique("BLANK")
     stream = {"name": name, "subjects": [f"{name}.>"], "storage": "memory", "allow_msg_ttl": True,
               "allow_rollup_hdrs": True}
     sends = [(f"{name}.a", b"NATS/1.0\r\n" + line + b"\r\n\r\n") for line in (
         b"Nats-Msg-Id: m1", b"Nats-Msg-Id: m1 ", b"Nats-Msg-Id:   m1 ", b"Nats-Msg-Id:m1", b"Nats-Msg-Id: \tm1",
-        b"Nats-Expected-Last-Sequence: 3 ", b"Nats-Expected-Last-Sequence:  3",
+        b"Nats-Expected-Last-Sequence: 3 ", "Nats-Expected-Last-Sequence: \u0663".encode(),  # an Arabic-Indic 3
+        b"Nats-Expected-Last-Sequence:  3",
         b"Nats-Expected-Last-Subject-Sequence: 3 ", b"Nats-Expected-Last-Msg-Id: m1 ",
         b"Nats-Expected-Stream: " + name.encode() + b" ", b"Nats-TTL: 5s ", b"Nats-TTL:  5s", b"Nats-TTL: 10 ",
-        b"Nats-TTL: never ", b"Nats-Rollup: sub ")]
+        b"Nats-TTL: never ", "Nats-TTL: \u0661\u0660".encode(), b"Nats-Rollup: sub ")]
     theirs = await raw_publishes(nats_server.port, stream, sends)
     ours = await raw_publishes(jsbroker_server.port, stream, sends)
     assert ours == theirs
     assert [ack.get("duplicate", False) for ack in ours[:4]] == [False, False, True, True]
-    assert ours[5]["error"]["err_code"] == 10071 and ours[6]["seq"] == 4
+    assert ours[5]["error"]["err_code"] == ours[6]["error"]["err_code"] == 10071 and ours[7]["seq"] == 4
 
 
 async def test_publish_without_stream_gets_no_responders(server, unique):

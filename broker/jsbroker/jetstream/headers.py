@@ -143,4 +143,4 @@ def put(hdr: bytes, key: str, value: str) -> bytes:
 
 def as_uint(text: str) -> int:
     """nats-server parses expected sequences as unsigned ints; garbage reads as "no value" (-1 never matches)."""
-    return int(text) if text.isdigit() else -1
+    return int(text) if text.isascii() and text.isdigit() else -1  # Go's digits: ASCII only

@@ -112,4 +112,4 @@ def parse_ttl(text: str) -> int:
         return ns // _NS_PER_S if ns >= _NS_PER_S else -2
     except ValueError:
         pass
-    return int(text) if text.isdigit() else -2
+    return int(text) if text.isascii() and text.isdigit() else -2  # Go's digits: ASCII only
