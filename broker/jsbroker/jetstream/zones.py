@@ -2,7 +2,8 @@
 
 `UTC` is UTC; `Local` is the process's zone (`$TZ`: unset reads /etc/localtime, empty or `UTC` is UTC, a
 name or `:name` or an absolute path is read like any zone, UTC when unreadable); any other name is a TZif
-file under the system's zone directories (`zoneinfo.TZPATH`, /usr/share/zoneinfo first), taken as the file
+file under `$ZONEINFO` (a directory; Go also takes a zip there, jsbroker does not) or else the system's
+zone directories (`zoneinfo.TZPATH`, /usr/share/zoneinfo first), taken as the file
 system resolves it (so `Europe//Berlin` works, as in Go) but never with `..` or a leading slash. Only when
 no directory has it does the PyPI `tzdata` package answer (nats-server, built without Go's embedded
 database, would refuse the zone on a host without one; jsbroker then knows more zones, never other times).
@@ -26,11 +27,12 @@ def load(name: str) -> tzinfo | None:
         return _local()
     if not name or ".." in name or name[0] in "/\\":
         return None
-    return _from_directories(name)
+    first = os.environ.get("ZONEINFO")
+    return _from_directories(name, (first,) if first else ())
 
 
-def _from_directories(name: str) -> tzinfo | None:
-    for directory in zoneinfo.TZPATH:
+def _from_directories(name: str, first: tuple[str, ...] = ()) -> tzinfo | None:
+    for directory in (*first, *zoneinfo.TZPATH):
         try:
             return _from_file(os.path.join(directory, name), name)
         except OSError:  # none there (or a directory): the next one
