@@ -124,6 +124,7 @@ PURE = frozenset(
         "jsbroker.jetstream.schedule",
         "jsbroker.jetstream.fast_batch",
         "jsbroker.jetstream.cron",
+        "jsbroker.jetstream.zones",  # reads the tz database, as zoneinfo does
         "jsbroker.jetstream.pull",
         "jsbroker.jetstream.priority",
         "jsbroker.jetstream.headers",

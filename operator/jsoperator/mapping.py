@@ -374,10 +374,11 @@ def _normal(key: str, value: Any) -> Any:
 _ZERO_VALUES: tuple[Any, ...] = (False, 0, "", [], {})
 
 
-def _is_zero(value: Any) -> bool:
-    """Go's zero value: an object counts as zero when all its fields are (``{"tags": []}``)."""
+def _is_zero(value: Any, *, whole: bool = False) -> bool:
+    """Go's zero value: an object counts as zero when all its fields are (``{"tags": []}``); a map compared
+    as a ``whole`` (metadata) only when empty: its keys are data, so ``{"k": ""}`` holds one."""
     if isinstance(value, Mapping):
-        return all(_is_zero(v) for v in value.values())
+        return not value if whole else all(_is_zero(v) for v in value.values())
     return value in _ZERO_VALUES
 
 
@@ -389,8 +390,8 @@ def _matches(want: Any, have: Any, *, exact: bool = False) -> bool:
     unless ``exact``; lists match element-wise.
     """
     if want is None:
-        return have is None or _is_zero(have)
-    if have is None and _is_zero(want):
+        return have is None or _is_zero(have, whole=exact)
+    if have is None and _is_zero(want, whole=exact):
         return True
     if isinstance(want, Mapping) and not exact:
         return isinstance(have, Mapping) and all(_matches(v, have.get(k)) for k, v in want.items())

@@ -111,3 +111,30 @@ async def stream_with(nc: Any, name: str, n: int, **config: Any) -> Any:
     for i in range(n):
         await js.publish(f"{name}.a", b"m%d" % i)
     return js
+
+
+async def raw_publishes(port: int, stream: dict[str, Any], publishes: Sequence[tuple[str, bytes]]) -> list[Any]:
+    """The acks of header blocks sent as raw HPUBs on `subject` (nats-py strips blanks around header values,
+    so values with them need this) to a stream created for them and deleted after; each ack normalised."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    await reader.readline()  # INFO
+    answers: dict[bytes, bytes] = {}
+
+    async def send(lines: list[bytes], replies: int) -> None:
+        writer.write(b"\r\n".join(lines) + b"\r\n")
+        while len(answers) < replies:
+            head = await asyncio.wait_for(reader.readline(), 5)
+            if head.startswith(b"MSG "):
+                parts = head.split()
+                answers[parts[1]] = (await reader.readexactly(int(parts[-1]) + 2))[:-2]
+
+    name, body = stream["name"].encode(), json.dumps(stream).encode()
+    await send([b'CONNECT {"headers":true,"verbose":true,"protocol":1,"no_responders":true}', b"SUB _raw.> 1",
+                b"PUB $JS.API.STREAM.CREATE.%s _raw.0 %d" % (name, len(body)), body], 1)
+    lines = []
+    for i, (subject, hdr) in enumerate(publishes, 1):
+        lines += [b"HPUB %s _raw.%d %d %d" % (subject.encode(), i, len(hdr), len(hdr)), hdr]
+    await send(lines, len(publishes) + 1)  # nats-server stores on another goroutine than its API's delete
+    await send([b"PUB $JS.API.STREAM.DELETE.%s _raw.delete 0" % name, b""], len(publishes) + 2)
+    writer.close()
+    return [normalise(json.loads(answers[b"_raw.%d" % i])) for i in range(1, len(publishes) + 1)]

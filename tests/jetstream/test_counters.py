@@ -12,6 +12,7 @@ import nats
 import pytest
 
 from jsbroker.jetstream import counters, errors
+from tests.jetstream.conftest import raw_publishes
 from tests.jetstream.test_stream_api import C, D, DG, G, I, P, U, cfg, on_storage, pub
 from tests.polling import poll_async
 
@@ -90,39 +91,15 @@ async def test_subject_delete_markers_are_refused_on_counter_streams(jsbroker_se
         await nc.close()
 
 
-async def _raw_increments(port: int, name: str) -> list[bytes]:
-    """Increments with blanks around the value, which nats-py strips: sent as raw HPUBs (nats-server
-    skips spaces before a header value, nothing after it)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    await reader.readline()  # INFO
-    answers: dict[bytes, bytes] = {}
-
-    async def send(lines: list[bytes], replies: int) -> None:
-        writer.write(b"\r\n".join(lines) + b"\r\n")
-        while len(answers) < replies:
-            head = await asyncio.wait_for(reader.readline(), 5)
-            if head.startswith(b"MSG "):
-                parts = head.split()
-                answers[parts[1]] = (await reader.readexactly(int(parts[-1]) + 2))[:-2]
-
-    stream = json.dumps({"name": name, "subjects": [f"{name}.>"], "storage": "memory", "allow_msg_counter": True})
-    await send([b'CONNECT {"headers":true,"verbose":true,"protocol":1,"no_responders":true}', b"SUB _raw.> 1",
-                b"PUB $JS.API.STREAM.CREATE.%s _raw.0 %d" % (name.encode(), len(stream)), stream.encode()], 1)
-    values = [b" 4", b"  4", b"4 ", b"\t4", b"4\t"]
-    lines = []
-    for i, value in enumerate(values, 1):
-        hdr = b"NATS/1.0\r\nNats-Incr:" + value + b"\r\n\r\n"
-        lines += [b"HPUB %s.a _raw.%d %d %d" % (name.encode(), i, len(hdr), len(hdr)), hdr]
-    await send(lines, len(values) + 1)  # nats-server stores on another goroutine than its API's delete
-    await send([b"PUB $JS.API.STREAM.DELETE.%s _raw.9 0" % name.encode(), b""], len(values) + 2)
-    writer.close()
-    return [answers[b"_raw.%d" % i] for i in range(1, len(values) + 1)]
-
-
 async def test_blanks_around_the_increment_like_nats_server(nats_server, jsbroker_server, unique):
+    """Increments with blanks around the value, which nats-py strips (nats-server skips spaces before a
+    header value, nothing after it)."""
     name = unique("RAW")
-    theirs = await _raw_increments(nats_server.port, name)
-    ours = await _raw_increments(jsbroker_server.port, name)
+    stream = {"name": name, "subjects": [f"{name}.>"], "storage": "memory", "allow_msg_counter": True}
+    sends = [(f"{name}.a", b"NATS/1.0\r\nNats-Incr:" + value + b"\r\n\r\n")
+             for value in (b" 4", b"  4", b"4 ", b"\t4", b"4\t")]
+    theirs = await raw_publishes(nats_server.port, stream, sends)
+    ours = await raw_publishes(jsbroker_server.port, stream, sends)
     assert ours == theirs
 
 

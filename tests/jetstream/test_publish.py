@@ -10,6 +10,7 @@ import nats
 import pytest
 from nats.js.errors import NoStreamResponseError
 
+from tests.jetstream.conftest import raw_publishes
 from tests.jetstream.test_stream_api import C, D, G, I, P, U, cfg, on_storage, pub  # noqa: E741
 
 CASES = {
@@ -48,6 +49,17 @@ CASES = {
                                                                          "allow_rollup_hdrs": True}),
                                          pub("{S}r.a", Nats_Rollup="bogus"),
                                          ("$JS.API.STREAM.DELETE.{S}r", ""), (D, "")],
+    # nats-server compares the value in lower case (Nats-Schedule-Rollup stays case-sensitive)
+    "rollup_values_in_any_case": [(C, cfg(allow_rollup_hdrs=True, allow_msg_schedules=True)),
+                                  *[pub(f"{{S}}.{s}") for s in "aabb"], pub("{S}.a", Nats_Rollup="SUB"),
+                                  (I, {"subjects_filter": "{S}.>"}), pub("{S}.b", Nats_Rollup="Sub"),
+                                  pub("{S}.c", Nats_Rollup="BOGUS"), pub("{S}.c", Nats_Rollup="All"),
+                                  (I, {"subjects_filter": "{S}.>"}),
+                                  pub("{S}.s", Nats_Schedule="@at 2099-01-01T00:00:00Z", Nats_Schedule_Target="{S}.t",
+                                      Nats_Rollup="SUB"),
+                                  pub("{S}.s", Nats_Schedule="@at 2099-01-01T00:00:00Z", Nats_Schedule_Target="{S}.t",
+                                      Nats_Schedule_Rollup="SUB"),
+                                  (G, {"last_by_subj": "{S}.s"}), (I, {"subjects_filter": "{S}.>"}), (D, "")],
     "rollup_sub_and_all": [(C, cfg(allow_rollup_hdrs=True)), *[pub(f"{{S}}.{s}") for s in "aabbab"],
                            pub("{S}.a", Nats_Rollup="sub"), (I, {"subjects_filter": "{S}.>"}),
                            pub("{S}.c", Nats_Rollup="all"), (I, {"subjects_filter": "{S}.>"}), (D, "")],
@@ -95,6 +107,26 @@ CASES = {
 async def test_publish_matches_nats_server(differential, name, storage):
     ours, theirs = await differential(on_storage(CASES[name], storage))
     assert ours == theirs
+
+
+async def test_trailing_blanks_in_header_values_like_nats_server(nats_server, jsbroker_server, unique):
+    """nats-server drops only the spaces before a header value (nats-py strips both sides: raw HPUBs): a
+    trailing blank makes another message id, no sequence, another stream name, no TTL; digits are ASCII."""
+    name = unique("BLANK")
+    stream = {"name": name, "subjects": [f"{name}.>"], "storage": "memory", "allow_msg_ttl": True,
+              "allow_rollup_hdrs": True}
+    sends = [(f"{name}.a", b"NATS/1.0\r\n" + line + b"\r\n\r\n") for line in (
+        b"Nats-Msg-Id: m1", b"Nats-Msg-Id: m1 ", b"Nats-Msg-Id:   m1 ", b"Nats-Msg-Id:m1", b"Nats-Msg-Id: \tm1",
+        b"Nats-Expected-Last-Sequence: 3 ", "Nats-Expected-Last-Sequence: \u0663".encode(),  # an Arabic-Indic 3
+        b"Nats-Expected-Last-Sequence:  3",
+        b"Nats-Expected-Last-Subject-Sequence: 3 ", b"Nats-Expected-Last-Msg-Id: m1 ",
+        b"Nats-Expected-Stream: " + name.encode() + b" ", b"Nats-TTL: 5s ", b"Nats-TTL:  5s", b"Nats-TTL: 10 ",
+        b"Nats-TTL: never ", "Nats-TTL: \u0661\u0660".encode(), b"Nats-Rollup: sub ")]
+    theirs = await raw_publishes(nats_server.port, stream, sends)
+    ours = await raw_publishes(jsbroker_server.port, stream, sends)
+    assert ours == theirs
+    assert [ack.get("duplicate", False) for ack in ours[:4]] == [False, False, True, True]
+    assert ours[5]["error"]["err_code"] == ours[6]["error"]["err_code"] == 10071 and ours[7]["seq"] == 4
 
 
 async def test_publish_without_stream_gets_no_responders(server, unique):

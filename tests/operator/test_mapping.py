@@ -272,6 +272,20 @@ def test_drift_removed_objects_and_metadata_keys() -> None:
     assert mapping.stream_drift({"name": "S", "metadata": {"added": "by-hand"}}, {**observed, "sources": []}) == []
 
 
+def test_a_metadata_key_with_an_empty_value_is_metadata() -> None:
+    """A map is Go's zero value only when empty (an object of zero fields is one): `{"k": ""}` is not."""
+    assert mapping.stream_drift({"name": "S", "metadata": {"k": ""}}, {**SERVER_STREAM, "metadata": None}) == [
+        "metadata"]
+    assert mapping.stream_drift({"name": "S", "metadata": None}, {**SERVER_STREAM, "metadata": {"k": ""}}) == [
+        "metadata"]
+    assert mapping.stream_drift({"name": "S", "metadata": {}}, {**SERVER_STREAM, "metadata": None}) == []
+    assert mapping.stream_drift({"name": "S", "metadata": {"k": ""}}, {**SERVER_STREAM, "metadata": {"k": ""}}) == []
+    observed = {"durable_name": "c", "ack_policy": "explicit", "ack_wait": 30 * NS, "max_waiting": 512,
+                "metadata": None}
+    assert mapping.consumer_drift({"durable_name": "c", "ack_policy": "explicit", "metadata": {"k": ""}},
+                                  observed) == ["metadata"]
+
+
 def test_drift_notices_changes_to_fields_left_unset() -> None:
     observed = {**SERVER_STREAM, "max_msgs": 50, "deny_delete": True, "allow_batched": True}
     assert sorted(mapping.stream_drift({"name": "S"}, observed)) == ["allowBatchPublish", "denyDelete", "maxMsgs"]

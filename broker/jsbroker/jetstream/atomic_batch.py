@@ -265,7 +265,7 @@ def _check_expected(msg: Msg, hdr: bytes, view: StreamView, staged: _Staged, las
 
         hdr = schedule.check_publish(subject, hdr, cfg.subjects, cfg.allow_msg_schedules, cfg.allow_msg_ttl,
                                      lambda text: times.parse_ttl(text) != -2, last_on, now)
-    rollup = headers.get(hdr, headers.ROLLUP)
+    rollup = headers.rollup(hdr)
     if rollup:
         if not cfg.allow_rollup_hdrs or cfg.deny_purge:
             raise errors.STREAM_ROLLUP_FAILED(err="rollup not permitted")

@@ -1,10 +1,12 @@
-"""The cron expressions of message schedules (pure), with nats-server 2.15.1's syntax and search, in UTC.
+"""The cron expressions of message schedules (pure), with nats-server 2.15.1's syntax and search, in UTC or
+a time zone.
 
 Six fields `second minute hour day-of-month month day-of-week`, each a comma-separated list of `*` or `?`
 (every value), `N`, `N-M`, with an optional `/step` (`N/step` runs to the field's maximum); months and
 weekdays also by their three-letter English names (any case), Sunday 0. Day of month and day of week
 combine with OR, unless one of them is a plain `*`/`?` (then AND, so `*` does not widen the other).
-`next_after` is the first whole second after a time that matches; a pattern that matches nothing within
+`next_after` is the first whole second after a time that matches, in a zone's wall-clock time (UTC by
+default) as nats-server's search finds it around DST changes (`_Search`); a pattern that matches nothing within
 five years (Feb 30) is invalid, as nats-server's search gives up there.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone, tzinfo
 
 _NS = 1_000_000_000
 _INT = re.compile(r"[+-]?[0-9]+")  # Go's strconv.Atoi
@@ -26,6 +28,7 @@ ALIASES = {"@yearly": "0 0 0 1 1 *", "@annually": "0 0 0 1 1 *", "@monthly": "0 
            "@weekly": "0 0 0 * * 0", "@daily": "0 0 0 * * *", "@midnight": "0 0 0 * * *",
            "@hourly": "0 0 * * * *"}
 _SEARCH_YEARS = 5
+_EPOCH = datetime(1970, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -42,24 +45,88 @@ class Cron:
         by_date, by_weekday = t.day in self.days, (t.weekday() + 1) % 7 in self.weekdays
         return (by_date and by_weekday) if self.any_day else (by_date or by_weekday)
 
-    def next_after(self, ts_ns: int) -> int | None:
-        """ns of the first matching second after `ts_ns` (None: none within the search range)."""
-        t = datetime.fromtimestamp(ts_ns // _NS, timezone.utc) + timedelta(seconds=1)
-        limit = t.year + _SEARCH_YEARS
-        while t.year <= limit:
-            if t.month not in self.months:
-                t = datetime(t.year + t.month // 12, t.month % 12 + 1, 1, tzinfo=timezone.utc)
-            elif not self.day_matches(t):
-                t = datetime(t.year, t.month, t.day, tzinfo=timezone.utc) + timedelta(days=1)
-            elif t.hour not in self.hours:
-                t = t.replace(minute=0, second=0) + timedelta(hours=1)
-            elif t.minute not in self.minutes:
-                t = t.replace(second=0) + timedelta(minutes=1)
-            elif t.second not in self.seconds:
-                t += timedelta(seconds=1)
-            else:
-                return int(t.timestamp()) * _NS
+    def next_after(self, ts_ns: int, zone: tzinfo = timezone.utc) -> int | None:
+        """ns of the first matching second after `ts_ns` in `zone` (None: none within the search range)."""
+        search = _Search(self, zone, ts_ns // _NS + 1)
+        limit = _wall(search.t, zone).year + _SEARCH_YEARS
+        while _wall(search.t, zone).year <= limit:
+            if search.one_pass():
+                return search.t * _NS
         return None
+
+
+@dataclass
+class _Search:
+    """nats-server's search for the next matching second, field by field from the month down; a field
+    that wraps around (December to January, the last day to the 1st, 23h to 0h, ...) starts a new pass.
+    The first time a field does not match, the time is truncated to it in the zone (the 1st of the
+    month, midnight, the hour, ...). Months and days then move by wall-clock date (Go's AddDate and Date:
+    a wall time a DST change skips or repeats is resolved as Go resolves it, `_date`), hours and smaller
+    by elapsed time (so a DST change skips or repeats those wall times)."""
+
+    cron: Cron
+    zone: tzinfo
+    t: int  # unix seconds
+    truncated: bool = False
+
+    def one_pass(self) -> bool:
+        """True: `t` matches; False: a field wrapped around."""
+        c, zone = self.cron, self.zone
+        w = _wall(self.t, zone)
+        while w.month not in c.months:
+            self._truncate(_date(zone, w.year, w.month, 1))
+            self.t = _add_date(self.t, zone, months=1)
+            if (w := _wall(self.t, zone)).month == 1:
+                return False
+        while not c.day_matches(w):
+            self._truncate(_date(zone, w.year, w.month, w.day))
+            self.t = _add_date(self.t, zone, days=1)
+            if (w := _wall(self.t, zone)).day == 1:
+                return False
+        while w.hour not in c.hours:
+            self._truncate(_date(zone, w.year, w.month, w.day, w.hour))
+            self.t += 3600
+            if (w := _wall(self.t, zone)).hour == 0:
+                return False
+        while w.minute not in c.minutes:
+            self._truncate(self.t - self.t % 60)
+            self.t += 60
+            if (w := _wall(self.t, zone)).minute == 0:
+                return False
+        while w.second not in c.seconds:
+            self.truncated = True  # already a whole second
+            self.t += 1
+            if (w := _wall(self.t, zone)).second == 0:
+                return False
+        return True
+
+    def _truncate(self, to: int) -> None:
+        if not self.truncated:
+            self.truncated, self.t = True, to
+
+
+def _wall(t: int, zone: tzinfo) -> datetime:
+    return datetime.fromtimestamp(t, zone)
+
+
+def _offset(t: int, zone: tzinfo) -> int:
+    return int(_wall(t, zone).utcoffset().total_seconds())  # type: ignore[union-attr]
+
+
+def _date(zone: tzinfo, year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> int:
+    """Go's time.Date: out-of-range months and days carry over; a wall time that does not exist or exists
+    twice takes the offset in force at that wall time read as UTC, unless that instant minus the offset
+    falls under another offset, which then applies (so which side of a DST change wins depends on the
+    zone's sign: New York's skipped 02:30 is 01:30 EST, Berlin's 03:30 CEST)."""
+    year, month = year + (month - 1) // 12, (month - 1) % 12 + 1
+    days = (datetime(year, month, 1) - _EPOCH).days + day - 1
+    wall = days * 86400 + hour * 3600 + minute * 60 + second
+    return wall - _offset(wall - _offset(wall, zone), zone)
+
+
+def _add_date(t: int, zone: tzinfo, months: int = 0, days: int = 0) -> int:
+    w = _wall(t, zone)
+    return _date(zone, w.year, w.month + months, w.day + days, w.hour, w.minute, w.second)
 
 
 def parse(pattern: str) -> Cron | None:

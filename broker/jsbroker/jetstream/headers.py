@@ -66,7 +66,9 @@ SCHEDULE_NEXT = "Nats-Schedule-Next"  # on a produced message: "purge" (one-shot
 
 
 def get(hdr: bytes, key: str) -> str | None:
-    """The first value of `key` in a raw block, or None. Values are stripped of surrounding blanks."""
+    """The first value of `key` in a raw block, or None. As nats-server's getHeader, only the spaces before
+    a value are dropped: `Nats-Msg-Id: a ` is the id "a " (another than "a"), `Nats-Expected-Last-Sequence:
+    5 ` is no number."""
     if not hdr:
         return None
     needle = b"\r\n" + key.encode() + b":"
@@ -75,7 +77,12 @@ def get(hdr: bytes, key: str) -> str | None:
         return None
     start += len(needle)
     end = hdr.find(b"\r\n", start)
-    return hdr[start:end if end >= 0 else len(hdr)].strip().decode("utf-8", "replace")
+    return hdr[start:end if end >= 0 else len(hdr)].lstrip(b" ").decode("utf-8", "replace")
+
+
+def rollup(hdr: bytes) -> str:
+    """The Nats-Rollup value as nats-server compares it: in lower case (`SUB` is `sub`); "" for none."""
+    return (get(hdr, ROLLUP) or "").lower()
 
 
 def parse(hdr: bytes) -> tuple[int, str, list[tuple[str, str]]]:
@@ -136,4 +143,4 @@ def put(hdr: bytes, key: str, value: str) -> bytes:
 
 def as_uint(text: str) -> int:
     """nats-server parses expected sequences as unsigned ints; garbage reads as "no value" (-1 never matches)."""
-    return int(text) if text.isdigit() else -1
+    return int(text) if text.isascii() and text.isdigit() else -1  # Go's digits: ASCII only

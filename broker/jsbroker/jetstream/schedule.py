@@ -13,40 +13,29 @@ reads its schedules back from them (`Table`), so a schedule due while it was dow
 
 Patterns: `@at <RFC 3339 time>` (once; a past time fires at once), `@every <Go duration >= 1s>`
 (repeating from the schedule's store time, whole seconds) and 6-field cron expressions or `@yearly`..`@hourly`
-(jetstream/cron.py), in UTC. nats-server also evaluates cron in a `Nats-Schedule-Time-Zone`: jsbroker
-refuses a cron schedule with that header at publish time (10189 with a text saying so) instead of firing
-it at other times than nats-server.
+(jetstream/cron.py), in UTC or in the zone named by `Nats-Schedule-Time-Zone` (cron only; jetstream/zones.py
+finds it as nats-server does), whose offset then also shows in the product's `Nats-Schedule-Next`.
 """
 
 from __future__ import annotations
 
-import zoneinfo
 from dataclasses import dataclass, field
+from datetime import datetime, timezone, tzinfo
 from typing import Callable
 
 from jsbroker import subjects
-from jsbroker.jetstream import cron, errors, headers, times
+from jsbroker.jetstream import cron, errors, headers, times, zones
 
 _NS = 1_000_000_000
 MIN_DELAY_NS = 250_000_000  # nats-server's scheduler timer never fires sooner than this
 PURGE = "purge"
-# Dropped from a schedule's headers when it produces its message (each a key or a key prefix).
-_DROPPED = (headers.SCHEDULE, "Nats-Expected-", headers.MSG_ID, headers.TTL, headers.ROLLUP)
-_NO_ZONES = "Nats-Schedule-Time-Zone is not supported by jsbroker (its cron schedules run in UTC); leave it out"
-
-
-def _unsupported() -> errors.ApiError:
-    kind = errors.MESSAGE_SCHEDULES_PATTERN_INVALID
-    return errors.ApiError(kind, f"{kind.description}: {_NO_ZONES}")
 
 
 def next_fire(hdr: bytes, ts_ns: int, now_ns: int) -> tuple[int, bool] | None:
     """(when the schedule in `hdr` fires next after `ts_ns`, whether it repeats); None: no schedule (no or
     an empty Nats-Schedule). Raises 10223 for a bad time zone, 10189 for a bad pattern (and for a time zone
-    with a cron pattern, naming what jsbroker lacks)."""
-    zone = headers.get(hdr, headers.SCHEDULE_TIME_ZONE)
-    if zone is not None:
-        _check_zone(zone)
+    beside `@at` / `@every`)."""
+    zone = _zone(hdr)
     pattern = headers.get(hdr, headers.SCHEDULE)
     if not pattern:
         return None
@@ -55,21 +44,24 @@ def next_fire(hdr: bytes, ts_ns: int, now_ns: int) -> tuple[int, bool] | None:
             raise errors.MESSAGE_SCHEDULES_PATTERN_INVALID()
         return _at(pattern[4:]) if pattern.startswith("@at ") else _every(pattern[7:], ts_ns, now_ns)
     expression = cron.parse(pattern)
-    if expression is not None and zone is not None:
-        raise _unsupported()
-    due = expression.next_after(ts_ns) if expression is not None else None
+    in_zone = zone or timezone.utc
+    due = expression.next_after(ts_ns, in_zone) if expression is not None else None
     if expression is not None and due is not None and due < now_ns:
-        due = expression.next_after(_round_second(now_ns))
+        due = expression.next_after(_round_second(now_ns), in_zone)
     if due is None:
         raise errors.MESSAGE_SCHEDULES_PATTERN_INVALID()
     return due, True
 
 
-def _check_zone(zone: str) -> None:
-    try:
-        zoneinfo.ZoneInfo(zone)
-    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
-        raise errors.MESSAGE_SCHEDULES_TIME_ZONE_INVALID() from None
+def _zone(hdr: bytes) -> tzinfo | None:
+    """The schedule's Nats-Schedule-Time-Zone; None: no such header. Raises 10223 (also for an empty one)."""
+    name = headers.get(hdr, headers.SCHEDULE_TIME_ZONE)
+    if name is None:
+        return None
+    zone = zones.load(name)
+    if zone is None:
+        raise errors.MESSAGE_SCHEDULES_TIME_ZONE_INVALID()
+    return zone
 
 
 def _at(text: str) -> tuple[int, bool]:
@@ -145,7 +137,7 @@ def _check_schedule(subject: str, hdr: bytes, stream_subjects: tuple[str, ...], 
         raise errors.MESSAGE_SCHEDULES_TARGET_INVALID()
     if source and not any(subjects.subjects_overlap(s, source) for s in stream_subjects):
         raise errors.MESSAGE_SCHEDULES_SOURCE_INVALID()
-    rollup = headers.get(hdr, headers.ROLLUP)
+    rollup = headers.rollup(hdr)
     if not rollup:
         return headers.append(hdr, ((headers.ROLLUP, "sub"),))
     if rollup != "sub":
@@ -165,12 +157,19 @@ def produce(schedule_subject: str, hdr: bytes, payload: bytes, source: tuple[byt
     keys = (headers.MSG_ID, headers.TTL, headers.ROLLUP)
     out_hdr = headers.without(out_hdr, *keys, prefixes=(headers.SCHEDULE, "Nats-Expected-"))
     pairs = [(headers.SCHEDULER, schedule_subject),
-             (headers.SCHEDULE_NEXT, PURGE if next_ns is None else times.rfc3339(next_ns))]
+             (headers.SCHEDULE_NEXT, PURGE if next_ns is None else _next_text(hdr, next_ns))]
     if ttl:
         pairs.append((headers.TTL, ttl))
     if rollup:
         pairs.append((headers.ROLLUP, rollup))
     return target, headers.append(out_hdr, pairs), body
+
+
+def _next_text(hdr: bytes, next_ns: int) -> str:
+    """A repeating schedule's next fire time as nats-server writes it: in the schedule's zone (UTC: `Z`)."""
+    zone = _zone(hdr) or timezone.utc
+    offset = datetime.fromtimestamp(next_ns // _NS, zone).utcoffset()
+    return times.rfc3339(next_ns, int(offset.total_seconds()) if offset is not None else 0)
 
 
 @dataclass

@@ -629,7 +629,7 @@ class Stream:
         incr = None
         if checked:
             if not atomic_batch.only_batch_headers(hdr):
-                msg_id, rollup, ttl = headers.get(hdr, headers.MSG_ID) or "", headers.get(hdr, headers.ROLLUP) or "", \
+                msg_id, rollup, ttl = headers.get(hdr, headers.MSG_ID) or "", headers.rollup(hdr), \
                     self._ttl_of(hdr)
         elif hdr:
             if self._counter or headers.INCR_NEEDLE in hdr:
@@ -776,7 +776,7 @@ class Stream:
         last_id = headers.get(hdr, headers.EXPECTED_LAST_MSG_ID)
         if last_id and last_id != self.last_msg_id:
             raise errors.STREAM_WRONG_LAST_MSG_ID(id=self.last_msg_id)
-        rollup = headers.get(hdr, headers.ROLLUP) or ""
+        rollup = headers.rollup(hdr)
         if rollup and sourced and not self._rollup_ok:
             rollup = ""  # a sourced rollup is not refused; without the purge permission it purges nothing
         if rollup:

@@ -25,15 +25,19 @@ def now_ns() -> int:
     return time.time_ns()
 
 
-def rfc3339(ns: int) -> str:
-    """UTC RFC 3339 with nanoseconds; 0 gives the zero time."""
+def rfc3339(ns: int, offset_s: int = 0) -> str:
+    """RFC 3339 with nanoseconds, in UTC (`Z`) or at a zone's offset from it (Go's RFC3339Nano, which
+    drops an offset's seconds); 0 gives the zero time."""
     if ns <= 0:
         return ZERO_TIME
     seconds, frac = divmod(ns, _NS_PER_S)
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds + offset_s))
     if frac:
         text += "." + f"{frac:09d}".rstrip("0")
-    return text + "Z"
+    if not offset_s:
+        return text + "Z"
+    hours, minutes = divmod(abs(offset_s) // 60, 60)
+    return f"{text}{'-' if offset_s < 0 else '+'}{hours:02d}:{minutes:02d}"
 
 
 def parse_rfc3339(text: str) -> int:
@@ -54,8 +58,9 @@ def parse_rfc3339(text: str) -> int:
 
 
 def parse_duration(text: str) -> int:
-    """A Go duration string ("1h2m3.5s", "-250ms", "0") in ns. ValueError when malformed."""
-    body = text.strip()
+    """A Go duration string ("1h2m3.5s", "-250ms", "0") in ns. ValueError when malformed (as Go's, also
+    with blanks around it)."""
+    body = text
     sign = -1 if body.startswith("-") else 1
     body = body.lstrip("+-")
     if body == "0":
@@ -107,4 +112,4 @@ def parse_ttl(text: str) -> int:
         return ns // _NS_PER_S if ns >= _NS_PER_S else -2
     except ValueError:
         pass
-    return int(text) if text.isdigit() else -2
+    return int(text) if text.isascii() and text.isdigit() else -2  # Go's digits: ASCII only
