@@ -260,6 +260,17 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("restart", "term"),
         ("pub", "S1", "c.y", "m5", None),
         ("purge", "S1", {"filter": "c.*"})],
+    # long run, seeds 1020101 and 1020490: an update lowering max_msgs under discard new trims nothing (nats-server's
+    # stores enforce max_msgs / max_bytes only under discard old)
+    "update_under_discard_new_keeps_messages": [
+        ("add_stream", "S1", {**_LIMITS, "retention": "workqueue", "max_msgs": 8}),
+        ("pub", "S1", "c.x", "m1", None),
+        ("pub", "S1", "a", "m2", None),
+        ("pub", "S1", "c.x", "m3", None),
+        ("pub", "S1", "b", "m4", None),
+        ("pub", "S1", "a", "m5", None),
+        ("update_stream", "S1", {**_LIMITS, "retention": "workqueue", "max_msgs": 4, "discard": "new"}),
+        ("restart", "kill")],
     # a pull on a stream that does not exist: nats-server's 503 names the subject (Nats-Subject header)
     "fetch_from_missing_stream": [("fetch", "S1", "C2", 3)],
 }

@@ -111,6 +111,11 @@ CASES = {
     "update_missing_and_bad_json": [(U, cfg()), (U, "{"), ("$JS.API.STREAM.UPDATE.{S}", cfg(retention="interest"))],
     "update_limits_apply_now": [(C, cfg()), pub("{S}.a"), pub("{S}.b"), pub("{S}.c"),
                                 (U, cfg(max_msgs=1)), (I, ""), (D, "")],
+    # discard new: nothing trims to max_msgs / max_bytes (seeds 1020101, 1020490), the next publish is refused;
+    # max_msgs_per_subject still trims; a restart keeps it all (test_restart_fuzz.REGRESSIONS)
+    "update_limits_under_discard_new_keep_messages": [
+        (C, cfg()), *[pub(f"{{S}}.{s}") for s in "abcaa"], (U, cfg(max_msgs=2, max_bytes=100, discard="new")), (I, ""),
+        pub("{S}.d"), (U, cfg(max_msgs=2, max_msgs_per_subject=1, discard="new")), (I, ""), (D, "")],
     "interest_to_limits_update": [(C, cfg(retention="interest")), (U, cfg(retention="limits")), (D, "")],
     "delete_needs_empty_body": [(C, cfg()), (D, {"x": 1}), (D, "{}"), ("$JS.API.STREAM.DELETE.{S}nope", "")],
     "info_options": [(C, cfg()), pub("{S}.a"), pub("{S}.b"), pub("{S}.a"), pub("{S}.c.d"),

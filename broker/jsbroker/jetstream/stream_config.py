@@ -207,7 +207,12 @@ class StreamConfig:
         return out
 
     def store_limits(self) -> StoreLimits:
-        return StoreLimits(max_msgs=self.max_msgs, max_bytes=self.max_bytes, max_age_ns=self.max_age,
+        """What the store trims to by itself. Under discard new the stream refuses publishes past
+        `max_msgs` / `max_bytes` instead, and nothing trims to them: nats-server's stores enforce those two
+        only under discard old, so an UPDATE lowering them below what is stored (or a restart) keeps it all."""
+        discard_old = self.discard == "old"
+        return StoreLimits(max_msgs=self.max_msgs if discard_old else -1,
+                           max_bytes=self.max_bytes if discard_old else -1, max_age_ns=self.max_age,
                            max_msgs_per_subject=self.max_msgs_per_subject)
 
     def same_as_request(self, other: StreamConfig) -> bool:
