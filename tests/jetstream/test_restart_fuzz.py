@@ -271,6 +271,17 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "a", "m5", None),
         ("update_stream", "S1", {**_LIMITS, "retention": "workqueue", "max_msgs": 4, "discard": "new"}),
         ("restart", "kill")],
+    # long run, seeds 1020259, 1020331, 1020357: a filtered by_start_time consumer skips ahead only to a filter's
+    # first message in the whole stream, if that is at or after the time's message (here c.x at 2 is not: start 3)
+    "by_start_time_skips_only_to_the_filters_first_message": [
+        ("add_stream", "S1", {**_LIMITS, "max_msgs": 8}),
+        ("pub", "S1", "c.y", "m1", None),
+        ("pub", "S1", "c.x", "m2", None),
+        ("pub", "S1", "b", "m3", "id2"),
+        ("pub", "S1", "c.x", "m7", None),
+        ("pub", "S1", "c.y", "m9", None),
+        ("add_consumer", "S1", "C4", {"ack_policy": "all", "ack_wait": ACK_WAIT_NS, "deliver_policy": "by_start_time",
+                                      "opt_start_time": {"seq": 3}, "filter_subjects": ["c.*"], "max_deliver": 4})],
     # a pull on a stream that does not exist: nats-server's 503 names the subject (Nats-Subject header)
     "fetch_from_missing_stream": [("fetch", "S1", "C2", 3)],
 }

@@ -315,9 +315,9 @@ class Consumer:
             seq = self._start_last_per_subject(st.first_seq, st.last_seq)
         elif cfg.deliver_policy == "by_start_time":
             seq = store.first_seq_at_or_after_time(cfg.opt_start_time_ns)
-            if self.filters:
-                firsts = [m.seq for f in self.filters if (m := store.load_next_msg(seq, f)) is not None]
-                nseq = min([st.last_seq, *firsts])
+            if self.filters:  # nats-server skips ahead only to a filter's first message in the whole stream
+                firsts = [m.seq for f in self.filters if (m := store.load_next_msg(st.first_seq, f)) is not None]
+                nseq = min([st.last_seq, *(s for s in firsts if s >= seq)])
                 if seq < nseq < st.last_seq:
                     seq = nseq
         else:  # new
