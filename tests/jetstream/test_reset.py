@@ -167,6 +167,34 @@ async def test_reset_not_allowed_for_policy_but_seq0_is(urls, unique, policy) ->
     assert out["jsbroker"][0]["error"]["description"] == "invalid reset: not allowed"
 
 
+@pytest.mark.parametrize("ack", ["explicit", "all"])
+async def test_reset_recounts_pending_only_when_it_moves(urls, unique, ack) -> None:
+    """num_pending after a RESET: recounted (one per subject for last_per_subject) when the reset moves the
+    start or drops pending deliveries; back to the ack floor an ack-all consumer adds its pending ones to
+    the running count; a reset that changes nothing keeps the running count (fuzzer seed 20187)."""
+    async def fn(nc: Any, s: str) -> Any:
+        await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"]})
+        cfg = {"durable_name": "C", "deliver_policy": "last_per_subject", "ack_policy": ack,
+               "filter_subject": f"{s}.>"}
+        await api(nc, f"$JS.API.CONSUMER.CREATE.{s}.C", {"stream_name": s, "config": cfg})
+        for subject in "aab":  # published after the creation: all three count
+            await nc.request(f"{s}.{subject}", b"x", timeout=1)
+        t = []
+        for body in (b"", {"seq": 1}, "fetch", b"", {"seq": 2}, b""):
+            if body == "fetch":
+                t.append(len(await pull(nc, s, "C", {"batch": 2, "no_wait": True}, wait=1, count=2)))
+                continue
+            r = await api(nc, f"$JS.API.CONSUMER.RESET.{s}.C", body)
+            t.append((r.get("reset_seq"), r.get("num_pending"), r.get("num_ack_pending")))
+        return t
+
+    out = await scenario_pair(urls, fn, unique("R"))
+    assert out["jsbroker"] == out["nats-server"]
+    refused = (0, None, None)  # {"seq": N} is not allowed for last_per_subject
+    recounted = (1, 2, 0) if ack == "explicit" else (1, 3, 0)  # one per subject / running count + 2 pending
+    assert out["jsbroker"] == [(1, 3, 0), refused, 2, recounted, refused, recounted]
+
+
 async def test_reset_keeps_waiting_pulls_and_works_for_push(urls, unique) -> None:
     async def fn(nc: Any, s: str) -> Any:
         await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"]})

@@ -354,13 +354,12 @@ class Consumer:
             self.store.reset(ConsumerState(d.next_delivery_seq - 1, d.next_seq - 1, d.ack_floor_delivery_seq,
                                            d.ack_floor_seq))
 
-    def _recount_pending(self, last_per_subject: bool = True) -> None:
+    def _recount_pending(self) -> None:
         """nats-server's streamNumPending: count from the store, valid through the stream's last sequence
         (`npf`); from then on the count runs (`on_stored`, deliveries, `on_removed`) until the next recount
-        (start, a filter update, a purge, a reset), and INFO only clamps it (`_checked_pending`).
-        `last_per_subject` False: every message counts, not one per subject (after a reset)."""
+        (start, a filter update, a purge, a reset), and INFO only clamps it (`_checked_pending`)."""
         store = self.stream.store
-        lps = last_per_subject and self.cfg.deliver_policy == "last_per_subject"
+        lps = self.cfg.deliver_policy == "last_per_subject"
         self.delivery.num_pending = store.num_pending(self.delivery.next_seq, self.filters or None, lps)
         self.delivery.num_pending_through = store.state().last_seq
 
@@ -1213,6 +1212,7 @@ class Consumer:
         else:
             raise errors.CONSUMER_INVALID_RESET(err="not allowed")
         seq = max(seq, 1)
+        recount = self.delivery.reset_recounts(seq, self._ack_all)
         self.delivery.reset(seq)
         self.last_delivered_ns = self.last_acked_ns = 0
         self.store.reset(self.delivery.stored())
@@ -1221,7 +1221,8 @@ class Consumer:
         # refuses an ack floor above the last sequence)
         if self.stream.config.retention == "interest" and seq - 1 <= self.stream.store.state().last_seq:
             self._release_below(seq)
-        self._recount_pending(last_per_subject=False)  # a reset delivers every message from seq, as it counts
+        if recount:
+            self._recount_pending()
         self._kick()
         return seq
 

@@ -61,6 +61,17 @@ class DeliveryState:
         self.next_seq, self.next_delivery_seq = seq, 1
         self.ack_floor_delivery_seq, self.ack_floor_seq = 0, seq - 1
 
+    def reset_recounts(self, seq: int, ack_all: bool) -> bool:
+        """Whether a RESET to `seq` recounts num_pending (nats-server's resetLocalStartingSeq): only when it
+        moves the start or drops pending deliveries; back to the ack floor an ack-all consumer adds its
+        pending ones to the running count instead. Otherwise the running count stays (after a restart a
+        last_per_subject count is one per subject, before it every message published since the creation)."""
+        recount = self.next_seq != seq or bool(self.pending)
+        if recount and ack_all and seq == self.ack_floor_seq + 1:
+            self.num_pending += len(self.pending)
+            return False
+        return recount
+
     def reset(self, seq: int) -> None:
         """CONSUMER.RESET to `seq`: every pending and redelivery is forgotten."""
         self.pending.clear()
