@@ -224,8 +224,8 @@ REGRESSIONS: dict[str, list[Op]] = {
                                       "filter_subjects": ["c.*"], "deliver_subject": True, "max_ack_pending": 2}),
         ("pub", "S1", "a", "m1", None),
         ("pause", "S1", "C2", False)],
-    # long run, seed 7177: at a restart nats-server's interest check skips a consumer whose stored ack floor is
-    # past the stream's end (a RESET past it), so a work queue keeps the message published since
+    # long run, seed 7177: a work queue keeps the message published after a RESET past the end at a restart
+    # (nats-server checks only interest streams then; see seed 20067)
     "restart_check_skips_a_floor_past_the_end": [
         ("add_stream", "S1", {**_LIMITS, "retention": "workqueue"}),
         ("add_consumer", "S1", "C2", {**_PULL, "deliver_policy": "all", "filter_subjects": ["a"]}),
@@ -291,6 +291,17 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "a", "m3", None),
         ("restart", "kill"),
         ("reset", "S1", "C2", None)],
+    # long run, seed 20067: a restart removes nothing from a work queue (nats-server's checkForOrphanMsgs runs for
+    # interest streams only), not even a message below its consumer's ack floor after a RESET
+    "restart_keeps_work_queue_messages_below_the_floor": [
+        ("add_stream", "S1", {**_LIMITS, "retention": "workqueue", "max_msgs_per_subject": 1}),
+        ("pub", "S1", "c.y", "m1", None),
+        ("add_consumer", "S1", "C3", {**_PULL, "deliver_policy": "all", "filter_subjects": ["c.y"], "max_deliver": 3,
+                                      "deliver_subject": True, "max_ack_pending": 4}),
+        ("pub", "S1", "c.y", "m2", None),
+        ("pub", "S1", "a", "m5", None),
+        ("reset", "S1", "C3", 4),
+        ("restart", "kill")],
     # a pull on a stream that does not exist: nats-server's 503 names the subject (Nats-Subject header)
     "fetch_from_missing_stream": [("fetch", "S1", "C2", 3)],
 }

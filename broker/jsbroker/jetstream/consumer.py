@@ -145,7 +145,6 @@ class Consumer:
         self._configure()
         # delivery state
         self.delivery = DeliveryState()
-        self.restored_floor = 0
         self.last_delivered_ns = 0
         self.last_acked_ns = 0
         # pull / push
@@ -348,7 +347,6 @@ class Consumer:
 
     def _apply_state(self, state: ConsumerState) -> None:
         """Resume from the stored state: everything unacked is due for redelivery once its ack wait passed."""
-        self.restored_floor = state.ack_floor_stream_seq  # as stored, for the stream's check (`consumers_restored`)
         d = self.delivery
         if d.restore(state, self.stream.store.state().last_seq):  # moved back to the stream's end: stored so
             self.store.reset(ConsumerState(d.next_delivery_seq - 1, d.next_seq - 1, d.ack_floor_delivery_seq,

@@ -67,8 +67,6 @@ class ConsumerHook(Protocol):
     @property
     def ack_floor_seq(self) -> int: ...  # every stream sequence up to it is acknowledged
 
-    restored_floor: int  # the ack floor as stored before a restart (0 for a new consumer)
-
     def on_stored(self, seq: int, subject: str) -> None: ...
 
     def wants(self, subject: str) -> bool: ...
@@ -400,17 +398,16 @@ class Stream:
                           if not self._needed(seq, subject, consumers)])
 
     def consumers_restored(self) -> None:
-        """nats-server checks an interest or work-queue stream's messages when it starts again: a message
-        at or below the ack floor of a consumer that wants it goes when no other consumer needs it (a
-        message stored for a consumer that starts after it, say). Messages no consumer wants stay."""
-        if not (self._retained and self.consumers):
+        """nats-server checks an interest stream's messages when it starts again (checkForOrphanMsgs; a
+        work queue is not checked): a message at or below the ack floor of a consumer that wants it goes
+        when no other consumer needs it (a message stored for a consumer that starts after it, say).
+        Messages no consumer wants stay."""
+        if not (self.config.retention == "interest" and self.consumers):
             return
         consumers = list(self.consumers.values())
         last = self.store.state().last_seq
-        # nats-server skips a consumer whose ack floor is past the end; a work queue judges the floor as stored,
-        # an interest stream the one the restart brought back to the end (both seen against nats-server 2.15.1)
-        work_queue = self.config.retention == "workqueue"
-        ackers = [c for c in consumers if (c.restored_floor if work_queue else c.ack_floor_seq) <= last]
+        # nats-server skips a consumer whose ack floor (as the restart brought it back to the end) is past it
+        ackers = [c for c in consumers if c.ack_floor_seq <= last]
         if not ackers:
             return
         below = max(c.ack_floor_seq for c in ackers) + 1
