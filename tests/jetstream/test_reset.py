@@ -17,6 +17,7 @@ from nats.js.errors import ConsumerInvalidResetError
 
 from tests.differential import normalise
 from tests.jetstream.test_consumer_support import api, pull, scenario_pair, until_waiting
+from tests.polling import poll_async
 
 
 @pytest.fixture
@@ -193,6 +194,36 @@ async def test_reset_recounts_pending_only_when_it_moves(urls, unique, ack) -> N
     refused = (0, None, None)  # {"seq": N} is not allowed for last_per_subject
     recounted = (1, 2, 0) if ack == "explicit" else (1, 3, 0)  # one per subject / running count + 2 pending
     assert out["jsbroker"] == [(1, 3, 0), refused, 2, recounted, refused, recounted]
+
+
+@pytest.mark.parametrize(("retention", "ack"), [("workqueue", "explicit"), ("interest", "explicit"), ("interest", "all")])
+async def test_ack_of_a_delivery_from_before_a_reset_releases_it(urls, unique, retention, ack) -> None:
+    """A RESET forward drops the pending deliveries; acking one later (plain or ack_sync) still offers the
+    message to the stream, which removes it when no consumer needs it (fuzzer seeds 20498, 1020686)."""
+    async def fn(nc: Any, s: str) -> Any:
+        await api(nc, f"$JS.API.STREAM.CREATE.{s}", {"name": s, "subjects": [f"{s}.>"], "retention": retention})
+        cfg = {"durable_name": "C", "ack_policy": ack, "filter_subject": f"{s}.a"}
+        await api(nc, f"$JS.API.CONSUMER.CREATE.{s}.C", {"stream_name": s, "config": cfg})
+        for _ in range(3):
+            await nc.request(f"{s}.a", b"x", timeout=1)
+        replies: list[str] = []
+
+        async def got(msg: Any) -> None:
+            replies.append(msg.reply)
+
+        sub = await nc.subscribe(nc.new_inbox(), cb=got)
+        await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{s}.C", b'{"batch": 3, "no_wait": true}', reply=sub.subject)
+        await poll_async(lambda: len(replies) == 3, timeout=2, what="three deliveries")
+        t = [(await api(nc, f"$JS.API.CONSUMER.RESET.{s}.C", {"seq": 4}))["reset_seq"]]
+        t.append((await api(nc, f"$JS.API.STREAM.INFO.{s}"))["state"]["messages"])
+        await nc.publish(replies[1], b"+ACK")  # plain
+        t.append((await nc.request(replies[0], b"+ACK", timeout=1)).data)  # ack_sync, after the plain one
+        info = await api(nc, f"$JS.API.STREAM.INFO.{s}")
+        t.append({k: info["state"].get(k) for k in ("messages", "first_seq")})
+        return t
+
+    out = await scenario_pair(urls, fn, unique("R"))
+    assert out["jsbroker"] == out["nats-server"]
 
 
 async def test_reset_keeps_waiting_pulls_and_works_for_push(urls, unique) -> None:

@@ -302,6 +302,15 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "a", "m5", None),
         ("reset", "S1", "C3", 4),
         ("restart", "kill")],
+    # long run, seeds 20498, 1020686: an ack (+TERM here) of a delivery a RESET dropped from pending still offers the
+    # message to a work queue, which removes it when no consumer needs it (nats-server's processAckMsg -> ackMsg)
+    "ack_of_a_delivery_before_a_reset_removes_it": [
+        ("add_stream", "S1", {**_LIMITS, "retention": "workqueue"}),
+        ("add_consumer", "S1", "C2", {**_PULL, "deliver_policy": "all", "filter_subjects": ["a"]}),
+        ("pub", "S1", "a", "m2", "id2"),
+        ("fetch", "S1", "C2", 3),
+        ("reset", "S1", "C2", 3),
+        ("ack", "S1", "C2", "+TERM", 2)],
     # a pull on a stream that does not exist: nats-server's 503 names the subject (Nats-Subject header)
     "fetch_from_missing_stream": [("fetch", "S1", "C2", 3)],
 }

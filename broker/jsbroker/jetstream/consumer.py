@@ -948,24 +948,24 @@ class Consumer:
         pending, release, next_sseq = self.delivery.pending, self.delivery.release, below
         freed = self.max_ack_pending > 0 and len(pending) >= self.max_ack_pending
         acked: list[tuple[int, int]] = []
-        valid = False
+        offered: list[int] = []  # every valid ack, pending or not, for the stream (`_ack_single`)
         for subject in subjects:
             target = parse(subject)
             if target is None or not 0 < target[1] < next_sseq:
                 continue
-            valid = True
             sseq = target[1]
+            offered.append(sseq)
             p = release(sseq)
             if p is not None:
                 acked.append((p[0], sseq))
-        if not valid:
+        if not offered:
             return
         self.last_acked_ns = now_ns()
         if acked:
             self.store.update_acks_many(acked)
-            if self._interest_retention:
-                for _, sseq in acked:
-                    self.stream.acked(sseq)
+        if self._interest_retention:
+            for sseq in offered:
+                self.stream.acked(sseq)
         if freed:
             self._kick()
 
@@ -1048,9 +1048,11 @@ class Consumer:
         first = d.ack(sseq)
         if first is not None:
             self.store.update_acks(first, sseq)
-            self.stream.acked(sseq)  # a no-op unless interest/workqueue retention
         elif redelivered:
             self.store.update_acks(dseq, sseq)  # clears the stored redelivery count
+        # a no-op unless interest/workqueue retention; nats-server offers the acked message to the stream even
+        # when it was not pending (a delivery from before a RESET: it goes if nobody needs it)
+        self.stream.acked(sseq)
 
     def _ack_up_to(self, sseq: int, dseq: int) -> None:
         """AckAll: everything up to `sseq` is acknowledged."""
@@ -1058,7 +1060,7 @@ class Consumer:
         acked = self.delivery.ack_up_to(sseq, dseq)
         if was_pending:  # the store moves its floor only for a pending seq
             self.store.update_acks(dseq, sseq, ack_all=True)
-        for seq in acked:
+        for seq in acked if was_pending else [sseq, *acked]:  # the acked seq is offered even when not pending
             self.stream.acked(seq)  # a no-op unless interest/workqueue retention
 
     def _nak(self, sseq: int, dseq: int, dc: int, delay_ns: int | None) -> None:
