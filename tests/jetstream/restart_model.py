@@ -387,11 +387,26 @@ def _skip_time_before_message(d: Difference) -> bool:
             and delivered[0]["stream_seq"] < delivered[1]["stream_seq"])
 
 
+def _compact_tombstone_first_seq(d: Difference) -> bool:
+    """A purge up to a sequence that empties nats-server's file store: its live state shows the first removed
+    message again as first_seq (with its time and the rest as deleted) while jsbroker shows the empty stream
+    past its last sequence, as nats-server itself does after a restart (seen with a purge all before: its
+    compaction of the emptied last block leaves the stream's first at the removed message until a restart)."""
+    if d.op[0] != "purge" or not d.what.startswith("stream") or set(d.changed) != {"state"}:
+        return False
+    ours, theirs = d.changed["state"]
+    return (isinstance(ours, dict) and isinstance(theirs, dict) and ours["messages"] == theirs["messages"] == 0
+            and ours["last_seq"] == theirs["last_seq"] and ours["first_seq"] == ours["last_seq"] + 1
+            and theirs.get("num_deleted") == theirs["last_seq"] - theirs["first_seq"] + 1)
+
+
 # Open differences, by the shape they show after the step (names as in test_restart_fuzz.XFAIL): a
-# difference matching one is counted, not shrunk again. Both come from nats-server's timing.
+# difference matching one is counted, not shrunk again. They come from nats-server's timing or from a live
+# state nats-server itself corrects at a restart.
 KNOWN: dict[str, Callable[[Difference], bool]] = {
     "limit_removal_pending_race": _limit_removal_pending_race,
     "skip_time_before_message": _skip_time_before_message,
+    "compact_tombstone_first_seq": _compact_tombstone_first_seq,
 }
 
 
