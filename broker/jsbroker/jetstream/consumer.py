@@ -454,10 +454,22 @@ class Consumer:
         if start == 0 and not wider:
             start = last_seq + 1
         store = self.stream.store
-        if self.delivery.purge(start, (lambda seq: store.load_msg(seq) is None) if wider else None):
+        acked = self.delivery.purge(start, (lambda seq: store.load_msg(seq) is None) if wider else None)
+        if acked:
             self.last_acked_ns = now_ns()  # acknowledged, as nats-server's updateAcks records
         # no delivery pass: nats-server's purge does not signal the consumer (a pass would move `next_seq`)
-        self.store.reset(self.delivery.stored())
+        self._store_purged(acked, self.delivery.stored())
+
+    def _store_purged(self, acked: list[tuple[int, int]], state: ConsumerState) -> None:
+        """What nats-server's purge stores: an ack of each pending message it took (the store's ack rules:
+        an ack-all one moves the stored floor up to it), then the whole state, which the store refuses as
+        outdated when its delivered consumer seq or ack floor stream seq is below the stored one. INFO shows
+        the stored floors, so after such a purge they can differ from the ones the consumer works with."""
+        for dseq, seq in acked:
+            self.store.update_acks(dseq, seq, ack_all=self._ack_all)
+        delivered_dseq, _, _, floor_sseq = self.store.floors()
+        if state.delivered_consumer_seq >= delivered_dseq and state.ack_floor_stream_seq >= floor_sseq:
+            self.store.reset(state)
 
     # ---- delivery ----------------------------------------------------------------------------------
 

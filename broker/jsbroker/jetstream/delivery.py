@@ -104,21 +104,21 @@ class DeliveryState:
             {s: (d, ts) for s, (d, ts) in self.pending.items()}, {s: n + 1 for s, n in self.redelivered.items()},
         )
 
-    def purge(self, start: int, gone: Callable[[int], bool] | None) -> bool:
+    def purge(self, start: int, gone: Callable[[int], bool] | None) -> list[tuple[int, int]]:
         """nats-server's `consumer.purge`: delivery moves on to `start` at least; pending messages below it,
         and those `gone` says left the stream (a purge narrower than this consumer), count as acked.
-        Returns whether any did."""
+        Returns those as (consumer seq, stream seq), in stream order."""
         if self.next_seq < start:
             self.next_seq = start
             self.last_per_subject = None
-        acked = False
+        acked: list[tuple[int, int]] = []
         if self.ack_floor_seq < start:
             self.ack_floor_seq = start - 1
-            for seq, p in list(self.pending.items()):
+            for seq, p in sorted(self.pending.items()):
                 if seq <= self.ack_floor_seq or (gone is not None and gone(seq)):
                     del self.pending[seq]
                     self.redelivered.pop(seq, None)
-                    acked = True
+                    acked.append((p[0], seq))
                     if p[0] > self.ack_floor_delivery_seq:
                         self.ack_floor_delivery_seq = p[0]
                         self.next_delivery_seq = max(self.next_delivery_seq, p[0])
