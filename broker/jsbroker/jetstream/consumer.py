@@ -154,7 +154,7 @@ class Consumer:
         self.flow = push.FlowControl() if cfg.flow_control else None
         self._last_out = 0  # mono ns of the last delivery (push idle heartbeat)
         self._kicked = False
-        self._stall = ""  # why the last pass stopped: "eof" or "maxp"
+        self._stall = ""  # why the last pass stopped: "eof", "maxp" or "gone" (a skip list's message)
         self._ahead: deque[StoredMsg] = deque()  # new messages read ahead in this delivery pass
         self._ahead_n = READ_AHEAD_FIRST  # how many the next read-ahead asks for
         self._out: list[Delivery] = []  # deliveries of this pass to `_out_target`, sent as one batch
@@ -639,8 +639,10 @@ class Consumer:
             else:
                 self.delivery.next_seq = seq + 1
             msg = store.load_msg(seq)
-            if msg is not None:
-                return msg, 1
+            if msg is None:  # gone (a purge, a delete): nats-server's getNextMsg fails and the pass waits
+                self._stall = "gone"
+                return None
+            return msg, 1
         msg = self._next_new()
         if msg is None:
             self._stall = "eof"

@@ -108,9 +108,8 @@ class DeliveryState:
         """nats-server's `consumer.purge`: delivery moves on to `start` at least; pending messages below it,
         and those `gone` says left the stream (a purge narrower than this consumer), count as acked.
         Returns those as (consumer seq, stream seq), in stream order."""
-        if self.next_seq < start:
+        if self.next_seq < start:  # a last_per_subject skip list stays (the consumer's `_next_msg`)
             self.next_seq = start
-            self.last_per_subject = None
         acked: list[tuple[int, int]] = []
         if self.ack_floor_seq < start:
             self.ack_floor_seq = start - 1
