@@ -3,7 +3,7 @@
 A *transcript* is what a client saw, made comparable across servers: each message becomes
 `("msg", subject, ack tokens without the timestamp, payload)` or `("status", code, description,
 pending headers)`. `scenario_pair(fn)` runs the same async scenario against jsbroker and nats-server
-concurrently and returns both results.
+concurrently and returns both results; `settled_pair(state)` reads a state from both once they agree.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import nats
 from nats.aio.msg import Msg
 
 from tests.differential import normalise
+from tests.polling import poll_async
 
 
 def ack_tokens(reply: str | None) -> tuple[str, ...] | None:
@@ -111,3 +112,50 @@ async def scenario_pair(urls: dict[str, str], fn: Callable[[Any, str], Awaitable
     kinds = list(urls)
     results = await asyncio.gather(*(one(urls[k]) for k in kinds))
     return dict(zip(kinds, results))
+
+
+async def settled_pair(state: Callable[[Any], Awaitable[Any]], ours: Any, theirs: Any, timeout: float = 2.0
+                       ) -> tuple[Any, Any]:
+    """`state(nc)` read from both servers (jsbroker's client first) once the two agree, or as they are after
+    `timeout`: nats-server finishes some work after it answered (removals of acked messages from interest and
+    work-queue streams), so only a difference that lasts counts."""
+    last: list[tuple[Any, Any]] = []
+
+    async def same() -> bool:
+        last[:] = [(await state(ours), await state(theirs))]
+        return last[0][0] == last[0][1]
+
+    try:
+        await poll_async(same, timeout=timeout, interval=0.1, what="equal states")
+    except AssertionError:
+        pass
+    return last[0]
+
+
+async def next_seqs(nc: Any, stream: str, consumer: str, n: int) -> list[int]:
+    """The stream seqs a no-wait pull of up to `n` messages gets (no waiting for messages that do not come)."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    try:
+        await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}",
+                         json.dumps({"batch": n, "no_wait": True}).encode(), reply=inbox)
+        seqs: list[int] = []
+        while len(seqs) < n:
+            msg = await sub.next_msg(timeout=2)
+            if msg.headers and msg.headers.get("Status"):
+                break
+            seqs.append(msg.metadata.sequence.stream)
+        return seqs
+    finally:
+        await sub.unsubscribe()
+
+
+async def fetch(nc: Any, stream: str, consumer: str, n: int, timeout: float = 2.0) -> list[Msg]:
+    """nats-py's fetch of up to `n` messages from a durable pull consumer (none at the timeout)."""
+    sub = await nc.jetstream().pull_subscribe_bind(consumer, stream)
+    try:
+        return await sub.fetch(n, timeout=timeout)
+    except nats.errors.TimeoutError:
+        return []
+    finally:
+        await sub.unsubscribe()
