@@ -158,3 +158,15 @@ def test_needs_for_interest_retention() -> None:
     assert d.needs(2, every_delivery=False) and d.needs(3, every_delivery=False)
     d.ack(2)
     assert d.needs(3, every_delivery=True) and not d.needs(2, every_delivery=True)
+
+
+def test_a_message_with_a_redelivery_count_is_still_needed() -> None:
+    """nats-server's needAck: a message that reached max_deliver keeps its count and stays needed, even below
+    the ack floor its drop moved; an ack (which drops the count) ends that."""
+    d = DeliveryState()
+    delivered(d, 1)
+    d.redelivered[1] = 1
+    d.drop(1)
+    assert d.ack_floor_seq == 1 and d.needs(1, every_delivery=False)
+    d.ack(1)
+    assert not d.needs(1, every_delivery=False)

@@ -232,6 +232,15 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("reset", "S1", "C2", 5),
         ("pub", "S1", "a", "m4", None),
         ("restart", "term")],
+    # seed 11243 (branch h21-floor, before its fix): an ack of a nak'ed message on an interest stream removes it
+    # (its redelivery count, which keeps a max_deliver'ed message, goes with the ack before the stream asks)
+    "ack_after_nak_on_interest_stream": [
+        ("add_stream", "S1", {**_LIMITS, "retention": "interest"}),
+        ("add_consumer", "S1", "C2", {**_PULL, "deliver_policy": "last_per_subject", "filter_subjects": ["a", "c.x"],
+                                      "max_deliver": 4, "deliver_subject": True, "max_ack_pending": 5}),
+        ("pub", "S1", "a", "m1", "id1"),
+        ("ack", "S1", "C2", "-NAK", 3),
+        ("ack", "S1", "C2", "+ACK", 4)],
     # long run, seed 7435: a RESET releases only messages the consumer's filters take
     "reset_releases_only_its_subjects": [
         ("add_stream", "S1", {**_LIMITS, "retention": "interest"}),

@@ -73,6 +73,23 @@ def test_ack_all_and_acks_of_unknown_seqs(open_store):
     assert snapshot(s.load()) == (6, 105, 3, 103, {104: (4, 4), 105: (5, 5)}, {})
 
 
+def test_a_message_past_max_deliver_leaves_pending_and_later_acks_move_the_floor(open_store):
+    """nats-server's UpdateDelivered with a delivery count past MaxDeliver: the message is no longer pending
+    (the floor does not move for it), so acks of the others move the floor past it."""
+    s = open_store()
+    s.update_delivered(1, 1, 1, 10)
+    s.update_dropped(1, 1, 2, 10)  # max_deliver 1: delivered once, its ack wait ran out
+    assert snapshot(s.load()) == (1, 1, 0, 0, {}, {1: 2})
+    s.update_delivered(2, 2, 1, 20)
+    s.update_delivered(3, 3, 1, 30)
+    s = reopen(open_store, s)
+    assert snapshot(s.load()) == (3, 3, 0, 0, {2: (2, 20), 3: (3, 30)}, {1: 2})
+    s.update_acks(2, 2)  # consumer seq 2 is not floor + 1: the floor stays
+    s.update_acks(3, 3)  # nothing pending: the floor is the delivered pair
+    s = reopen(open_store, s)
+    assert snapshot(s.load()) == (3, 3, 3, 3, {}, {1: 2})
+
+
 def test_load_returns_a_copy_and_reset_replaces(open_store):
     s = open_store()
     s.update_delivered(1, 1, 1, 1)

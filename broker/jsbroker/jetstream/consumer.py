@@ -378,7 +378,9 @@ class Consumer:
         return any(subjects.subject_matches(f, subject) for f in self._wild_filters)
 
     def needs(self, seq: int) -> bool:
-        """Whether this consumer still needs `seq` (interest retention)."""
+        """Whether this consumer still needs `seq` (interest retention; nats-server's needAck): above the ack
+        floor and not acknowledged, or with a redelivery count (one that reached max_deliver is kept, even
+        below the floor)."""
         self._settle_acks()
         return self.delivery.needs(seq, self._ack_none or self._ack_all)
 
@@ -1096,7 +1098,7 @@ class Consumer:
         if n == self.max_deliver:
             advisories.max_deliveries(self.bus, self.stream.name, self.name, seq, n)
         if entry is not None:
-            self.store.update_delivered(entry[0], seq, n + 2, entry[1])
+            self.store.update_dropped(entry[0], seq, n + 2, entry[1])
             if self.max_ack_pending > 0:
                 self._kick()
 

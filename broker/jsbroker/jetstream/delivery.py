@@ -132,11 +132,12 @@ class DeliveryState:
         self.ack_floor_delivery_seq, self.ack_floor_seq = self.next_delivery_seq - 1, self.next_seq - 1
 
     def needs(self, seq: int, every_delivery: bool) -> bool:
-        """Whether `seq` still waits for this consumer (interest retention). `every_delivery`: ack none or
-        all, where anything above the floor counts."""
-        if seq <= self.ack_floor_seq:
-            return False
-        return every_delivery or seq >= self.next_seq or seq in self.pending
+        """Whether `seq` still waits for this consumer (interest retention; nats-server's needAck): above the
+        floor and not acknowledged (`every_delivery`: ack none or all, where anything above the floor
+        counts), or with a redelivery count (one that reached max_deliver stays, even below the floor)."""
+        if seq > self.ack_floor_seq and (every_delivery or seq >= self.next_seq or seq in self.pending):
+            return True
+        return seq in self.redelivered
 
     # ---- deliveries and acks -----------------------------------------------------------------------
 

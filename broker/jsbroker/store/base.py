@@ -271,6 +271,11 @@ class ConsumerStore(Protocol):
         sets redelivered[stream_seq] = max(old, delivery_count). Ignored at or below the ack floor.
         AckNone consumers use `update_floor` instead."""
 
+    def update_dropped(self, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
+        """A message reached max_deliver: `update_delivered` with its delivery count past max_deliver, and it
+        leaves pending without moving the ack floor (nats-server's UpdateDelivered does both when the count
+        is past MaxDeliver)."""
+
     def update_acks(self, consumer_seq: int, stream_seq: int, ack_all: bool = False) -> None:
         """Ack one message (explicit) or, with ack_all, everything pending up to stream_seq; moves the ack
         floor as nats-server does. Acks at or below the floor or of non-pending seqs change nothing but

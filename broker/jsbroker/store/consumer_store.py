@@ -52,6 +52,13 @@ def apply_delivered(st: ConsumerState, consumer_seq: int, stream_seq: int, deliv
         st.redelivered[stream_seq] = delivery_count
 
 
+def apply_dropped(st: ConsumerState, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
+    if consumer_seq <= st.ack_floor_consumer_seq:
+        return
+    apply_delivered(st, consumer_seq, stream_seq, delivery_count, ts)
+    st.pending.pop(stream_seq, None)
+
+
 def apply_ack(st: ConsumerState, consumer_seq: int, stream_seq: int, ack_all: bool) -> None:
     if consumer_seq <= st.ack_floor_consumer_seq:
         return
@@ -116,6 +123,10 @@ class MemoryConsumerStore:
         if self._closed:
             self._check_open()
         apply_ack(self._state, consumer_seq, stream_seq, ack_all)
+
+    def update_dropped(self, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
+        self._check_open()
+        apply_dropped(self._state, consumer_seq, stream_seq, delivery_count, ts)
 
     def update_acks_many(self, acks: list[tuple[int, int]]) -> None:
         if self._closed:
@@ -249,6 +260,8 @@ class FileConsumerStore(MemoryConsumerStore):
                     apply_delivered(self._state, *record.DELIVERED.unpack(payload))
                 elif kind == record.KIND_ACK:
                     apply_ack(self._state, *record.ACK.unpack(payload))
+                elif kind == record.KIND_DROPPED:
+                    apply_dropped(self._state, *record.DELIVERED.unpack(payload))
             offset += length
         self._log_size = offset
         for stale in self._dir.glob("state.log.*"):
@@ -275,6 +288,12 @@ class FileConsumerStore(MemoryConsumerStore):
         buf = self._buf
         buf.append(_pack_ack(record.KIND_ACK, consumer_seq, stream_seq, ack_all))
         if len(buf) == 1 and self._floor is None:
+            self._buffered()
+
+    def update_dropped(self, consumer_seq: int, stream_seq: int, delivery_count: int, ts: int) -> None:
+        super().update_dropped(consumer_seq, stream_seq, delivery_count, ts)
+        self._buf.append(_pack_delivered(record.KIND_DROPPED, consumer_seq, stream_seq, delivery_count, ts))
+        if len(self._buf) == 1 and self._floor is None:
             self._buffered()
 
     def update_acks_many(self, acks: list[tuple[int, int]]) -> None:

@@ -27,6 +27,7 @@ Consumer state records (`consumers/<name>/state.log.<gen>`; the snapshot `state.
 
     kind b"d" delivered  payload = consumer_seq(8) stream_seq(8) delivery_count(8) ts(8)
     kind b"a" ack        payload = consumer_seq(8) stream_seq(8) ack_all(1)
+    kind b"m" dropped    payload as delivered: the delivery past max_deliver, after which it is not pending
     kind b"s" snapshot   payload = gen(8) delivered c/s(8+8) ack floor c/s(8+8) n_pending(4) n_redelivered(4)
                                    then n_pending x (stream_seq(8) consumer_seq(8) ts(8))
                                    then n_redelivered x (stream_seq(8) count(8))
@@ -188,11 +189,12 @@ SNAP_HEAD = struct.Struct(">QQQQQII")
 SNAP_PENDING = struct.Struct(">QQq")
 SNAP_REDELIVERED = struct.Struct(">QQ")
 KIND_DELIVERED, KIND_ACK, KIND_SNAPSHOT = b"d", b"a", b"s"
+KIND_DROPPED = b"m"  # a delivery past max_deliver: DELIVERED's payload, and the message leaves pending
 # A batch frame: the updates of one flush under one checksum, each as its kind byte + payload.
 KIND_BATCH = b"b"
 DELIVERED_UPDATE = struct.Struct(">c" + DELIVERED.format[1:])  # an update in a batch: kind + payload
 ACK_UPDATE = struct.Struct(">c" + ACK.format[1:])
-_UPDATE_SIZES = {KIND_DELIVERED: DELIVERED.size, KIND_ACK: ACK.size}
+_UPDATE_SIZES = {KIND_DELIVERED: DELIVERED.size, KIND_ACK: ACK.size, KIND_DROPPED: DELIVERED.size}
 
 
 def batch_updates(payload: bytes) -> Iterator[tuple[bytes, bytes]]:
