@@ -281,6 +281,17 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("pub", "S1", "a", "m5", None),
         ("update_stream", "S1", {**_LIMITS, "retention": "workqueue", "max_msgs": 4, "discard": "new"}),
         ("restart", "kill")],
+    # confirming run, seed 1050088: an update lowering max_msgs and max_msgs_per_subject together trims by count
+    # first, then per subject (nats-server's UpdateConfig): 3 messages stay, not 4
+    "update_trims_count_before_subjects": [
+        ("add_stream", "S1", _LIMITS),
+        ("pub", "S1", "b", "m1", None),
+        ("pub", "S1", "c.x", "m2", None),
+        ("pub", "S1", "a", "m3", None),
+        ("pub", "S1", "c.y", "m4", "id4"),
+        ("pub", "S1", "c.y", "m5", "id5"),
+        ("update_stream", "S1", {**_LIMITS, "max_msgs": 4, "max_msgs_per_subject": 1}),
+        ("restart", "kill")],
     # long run, seeds 1020259, 1020331, 1020357: a filtered by_start_time consumer skips ahead only to a filter's
     # first message in the whole stream, if that is at or after the time's message (here c.x at 2 is not: start 3)
     "by_start_time_skips_only_to_the_filters_first_message": [

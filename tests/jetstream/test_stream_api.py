@@ -116,6 +116,10 @@ CASES = {
     "update_limits_under_discard_new_keep_messages": [
         (C, cfg()), *[pub(f"{{S}}.{s}") for s in "abcaa"], (U, cfg(max_msgs=2, max_bytes=100, discard="new")), (I, ""),
         pub("{S}.d"), (U, cfg(max_msgs=2, max_msgs_per_subject=1, discard="new")), (I, ""), (D, "")],
+    # an update trims by count and size first, then per subject (confirming long run, seed 1050088)
+    "update_trims_totals_before_subjects": [
+        (C, cfg()), *[pub(f"{{S}}.{s}") for s in "bcayy"], (U, cfg(max_msgs=4, max_msgs_per_subject=1)), (I, ""),
+        (U, cfg(max_bytes=150, max_msgs_per_subject=1)), (I, ""), (D, "")],
     "interest_to_limits_update": [(C, cfg(retention="interest")), (U, cfg(retention="limits")), (D, "")],
     "delete_needs_empty_body": [(C, cfg()), (D, {"x": 1}), (D, "{}"), ("$JS.API.STREAM.DELETE.{S}nope", "")],
     "info_options": [(C, cfg()), pub("{S}.a"), pub("{S}.b"), pub("{S}.a"), pub("{S}.c.d"),

@@ -381,14 +381,25 @@ class IndexedStore:
         return removed
 
     def _enforce_limits(self, entry: SubjectEntry | None) -> None:
-        """Count/size limits after a store (`entry`: the subject just stored) or a limits update."""
+        """Count/size limits after a store (`entry`: the subject just stored) or a limits update. A store
+        trims its subject first; an update (or a start) trims by count and size first, then per subject, as
+        nats-server's UpdateConfig: the order decides which messages go when both limits bite."""
+        if entry is not None:
+            self._enforce_per_subject([entry])
+            self._enforce_totals()
+        else:
+            self._enforce_totals()
+            self._enforce_per_subject(self._subjects.matching(None))
+
+    def _enforce_per_subject(self, entries: Iterable[SubjectEntry]) -> None:
         per_subject = self._limits.max_msgs_per_subject
         if per_subject > 0:
-            entries = [entry] if entry is not None else self._subjects.matching(None)
             for e in entries:
                 if e.sid and e.count > per_subject:
                     for seq in e.oldest(e.count - per_subject):
                         self._remove(seq, notify=True)
+
+    def _enforce_totals(self) -> None:
         if self._limits.max_msgs > 0:
             while self._msgs > self._limits.max_msgs:
                 self._remove(self._first, notify=True)
