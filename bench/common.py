@@ -56,6 +56,10 @@ class Sample:
         return self.cpu / self.msgs * 1e6 if self.msgs else 0.0
 
 
+class RepFailed(RuntimeError):
+    """A repetition that could not be measured: reported, and the run goes on without its sample."""
+
+
 @dataclass
 class Result:
     workload: str
@@ -136,7 +140,11 @@ def main(doc: str | None, workloads: list[Workload], start: Callable[[], dict[st
             result = Result(name)
             for rep in range(reps):
                 for kind in KINDS if rep % 2 == 0 else KINDS[::-1]:
-                    s = fn(servers[kind], n)
+                    try:
+                        s = fn(servers[kind], n)
+                    except RepFailed as e:
+                        print(f"{name:42s} {kind:12s} failed: {e}", flush=True)
+                        continue
                     result.samples[kind].append(s)
                     client = f"  (client {s.client_cpu / s.msgs * 1e6:.1f} µs CPU/msg)" if s.client_cpu else ""
                     print(f"{name:42s} {kind:12s} {s.rate:10,.0f} msgs/s  {s.cpu_per_msg_us:7.2f} µs CPU/msg{client}",
