@@ -4,7 +4,9 @@ as nats-server 2.15.1's `consumer.go` behaves (single server, R1).
 State lives in pure modules and this class does the I/O around it (store writes, advisories, timers,
 the bus): `delivery` (`delivery.py`) where delivery stands, what awaits an ack and what is due for
 redelivery; `waiting` (`pull.py`) the pull requests; `priority` (`priority.py`) the priority groups;
-`flow` and `pacing` (`push.py`) a push consumer's flow control and replay / rate limit.
+`flow` and `pacing` (`push.py`) a push consumer's flow control and replay / rate limit. The I/O of pull
+requests (taking them in, their timer, sweeping, choosing the request a delivery goes to) is `pulls`
+(`pull_requests.py`), that of the pin of priority groups (its TTL timer, the advisories) `pins` (`pins.py`).
 - INFO reports the delivered/ack-floor pair the ConsumerStore keeps (`store.floors()`), whose rules
   differ: delivered = last delivered, ack floor moved by acks only; the delivered pair is the live one
   (`next_seq` - 1) while the store has none (`has_state`), as nats-server's.
@@ -32,14 +34,16 @@ from jsbroker.config import VERSION
 from jsbroker.store.base import ConsumerState, ConsumerStore, StoredMsg, StoreError, StreamStore
 
 from . import ack, advisories, errors, headers, priority, pull, push, rate
-from .requests import API_LEVEL, api_level_supported
+from .pins import Pins
+from .pull_requests import PullRequests
+from .timer import Timer
+from .requests import API_LEVEL
 from .consumer_config import ConsumerConfig, set_static_metadata
 from .delivery import ACK_WAIT_SLACK, DeliveryState, Dropped
 from .stream_config import StreamConfig
 from .times import now_ns, rfc3339
 
 if TYPE_CHECKING:
-    import asyncio
     from pathlib import Path
 
     from jsbroker.internal import Delivery, InterestWatch, InternalBus, InternalMsg, InternalSubscription, Origin
@@ -74,34 +78,6 @@ class ConsumedStream(Protocol):
     def domain(self) -> str | None: ...  # advisories name it
 
     def acked(self, seq: int) -> None: ...  # with interest / workqueue retention the stream may drop it
-
-
-@dataclass(slots=True)
-class _Timer:
-    """One loop timer handle that can be re-armed; keeps the earliest deadline requested."""
-
-    loop: asyncio.AbstractEventLoop
-    fire: Callable[[], None]
-    handle: asyncio.TimerHandle | None = None
-    at: float = 0.0
-
-    def arm(self, delay_ns: int, earliest: bool = True) -> None:
-        when = self.loop.time() + max(delay_ns, 0) / 1e9
-        if self.handle is not None:
-            if earliest and self.at <= when:
-                return
-            self.handle.cancel()
-        self.at = when
-        self.handle = self.loop.call_at(when, self._fired)
-
-    def _fired(self) -> None:
-        self.handle = None
-        self.fire()
-
-    def cancel(self) -> None:
-        if self.handle is not None:
-            self.handle.cancel()
-            self.handle = None
 
 
 @dataclass(slots=True)
@@ -168,13 +144,13 @@ class Consumer:
         self._pass_served: pull.Waiting | None = None  # a request already checked for expiry and interest
         self._pass_retained = False  # the stream hears about acks (interest/workqueue), read per pass
         self._subs = _Subs()
-        self._t_ack = _Timer(self.loop, self._check_pending)
-        self._t_wait = _Timer(self.loop, self._on_wait_timer)
-        self._t_hb = _Timer(self.loop, self._on_heartbeat_timer)
-        self._t_inactive = _Timer(self.loop, self._on_inactive_timer)
-        self._t_pause = _Timer(self.loop, self._kick)
-        self._t_hold = _Timer(self.loop, self._kick)
-        self._t_pin = _Timer(self.loop, self._on_pin_timer)
+        self._t_ack = Timer(self.loop, self._check_pending)
+        self._t_hb = Timer(self.loop, self._on_heartbeat_timer)
+        self._t_inactive = Timer(self.loop, self._on_inactive_timer)
+        self._t_pause = Timer(self.loop, self._kick)
+        self._t_hold = Timer(self.loop, self._kick)
+        self.pins = Pins(self, self._kick)
+        self.pulls = PullRequests(self, self._publish, self._kick, lambda: self._stall == "maxp")
 
     def _configure(self) -> None:
         cfg = self.cfg
@@ -243,12 +219,11 @@ class Consumer:
         if self.closed:
             return
         self._settle_acks()
-        for w in self.waiting.clear() if self.waiting is not None else []:
-            self.bus.publish(w.reply, None, pull.CONSUMER_DELETED, b"")
+        self.pulls.stop()
         self.closed = True
-        for t in (self._t_ack, self._t_wait, self._t_hb, self._t_inactive, self._t_pause, self._t_hold, self._t_pin):
+        for t in (self._t_ack, self._t_hb, self._t_inactive, self._t_pause, self._t_hold):
             t.cancel()
-        self.priority.unassign()  # a stopped consumer pins nobody (nats-server keeps no pin across a restart)
+        self.pins.stop()
         for sub in self._subs.items:
             self.bus.unsubscribe_internal(sub)
         self._subs.items.clear()
@@ -513,7 +488,7 @@ class Consumer:
                 self._kick()  # budget used up: continue on the next loop turn
                 return
         if not self.cfg.is_push:
-            self._sweep(end_of_stream=self._stall != "maxp" and not self._congested)
+            self.pulls.sweep(end_of_stream=self._stall != "maxp" and not self._congested)
 
     def _deliver_all(self) -> bool:
         """Deliver every message this pass can; False when the budget ran out first."""
@@ -559,10 +534,11 @@ class Consumer:
                 if flow is not None:
                     size = len(msg.subject) + len(reply) + len(hdr) + len(data)
             else:
-                w = self._next_waiting(msg.subject, reply, hdr, data, alive)
+                w = self.pulls.next(msg.subject, reply, hdr, data, alive, self._pass_served, self._pass_mono, self._pass_ns)
                 if w is None:
                     self.delivery.put_back(msg.seq, dc, saved)
                     return True
+                self._pass_served = w
                 target, left_n, left_b = w.reply, w.n, w.b
                 if w.heartbeat and w.n > 0:
                     w.next_heartbeat = self._pass_mono + w.heartbeat
@@ -695,61 +671,6 @@ class Consumer:
             self._t_hold.arm(delay, earliest=False)
         return delay > 0
 
-    def _next_waiting(self, subject: str, reply: str, hdr: bytes, data: bytes, alive: set[str]) -> pull.Waiting | None:
-        """The request the next delivery goes to (round-robin), dropping expired or abandoned ones; a
-        request served just before in this pass needs no expiry or interest check again."""
-        q = self.waiting
-        assert q is not None
-        w = q.peek()
-        if w is not None and w is self._pass_served and not w.b and priority.Priority.runs(w.ask):
-            q.take(w)
-            return w
-        now = self._pass_mono
-        prio = self.priority
-        choose = prio.chooses
-        cycled = 0
-        while (w := q.peek()) is not None:
-            if w.expires_at and now >= w.expires_at:
-                self._publish(w.reply, None, pull.request_timeout(w.n, w.b), b"")
-                q.drop_head()
-                continue
-            pinned_now = False
-            if choose:
-                # num_pending + 1: this message was taken off the count
-                choice = prio.choose(w.ask, self.delivery.num_pending + 1, len(self.delivery.pending))
-                if choice is priority.Choice.SKIP:
-                    q.cycle()
-                    cycled += 1
-                    if cycled >= len(q):
-                        return None
-                    continue
-                if choice is priority.Choice.WRONG_PIN:
-                    self._publish(w.reply, None, priority.wrong_pin(w.n, w.b), b"")
-                    q.drop_head()
-                    continue
-                if choice is priority.Choice.PIN and w.ask is not None:
-                    self._pin(w.ask)
-                    pinned_now = True
-            if w.b > 0:
-                size = len(subject) + len(reply) + len(hdr) + len(data)
-                if size <= w.b:
-                    w.b -= size
-                    if w.b == 0:
-                        w.n = 1
-                else:
-                    self._publish(w.reply, None, pull.size_exceeds(w.n, w.b), b"")
-                    if pinned_now:  # the pin just given goes again, without an advisory (as nats-server)
-                        prio.unassign()
-                    q.drop_head()
-                    continue
-            if w.reply in alive or self.bus.has_interest(w.reply):
-                alive.add(w.reply)
-                q.take(w)
-                self._pass_served = w
-                return w
-            q.drop_head()
-        return None
-
     def _deliver(self, target: str, reply: str, seq: int, subject: str, hdr: bytes, data: bytes, dc: int,
                  size: int) -> None:
         """Account one delivery and queue it; `_end_pass` sends the queue and settles the per-pass state."""
@@ -815,101 +736,7 @@ class Consumer:
 
     def _on_next(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
         if reply:
-            self.pull_request(reply, hdr, payload)
-
-    def pull_request(self, reply: str, hdr: bytes, payload: bytes) -> None:
-        """Handle one MSG.NEXT (or the request part of `+NXT`)."""
-        if self.closed:
-            return
-        send = self._send_status
-        q = self.waiting
-        if q is None:
-            return send(reply, pull.PUSH_BASED)
-        if not api_level_supported(hdr):
-            return send(reply, headers.API_LEVEL_TOO_HIGH)
-        try:
-            req = pull.parse_request(payload)
-        except pull.BadRequest as e:
-            return send(reply, pull.status(400, f"Bad Request - {e}"))
-        cfg = self.cfg
-        if (refused := pull.limit_refusal(req, cfg.max_batch, cfg.max_expires, cfg.max_bytes)) is not None:
-            return send(reply, refused)
-        now = mono()
-        if (refused := self.priority.refusal(req.ask, now)) is not None:
-            return send(reply, refused)
-        if q.full:
-            self._sweep(end_of_stream=False)
-        if req.no_wait:
-            available = max(self.delivery.num_pending, 0) + len(self.delivery.redeliver_queue)
-            if available == 0 and not req.expires:
-                q.last_activity = now
-                return send(reply, pull.NO_MESSAGES)
-            if available:
-                self._sweep(end_of_stream=False)
-                if available < q.owed():
-                    q.last_activity = now
-                    return send(reply, pull.REQUESTS_PENDING)
-        if q.full:
-            if not req.heartbeat:
-                send(reply, pull.MAX_WAITING)
-            return None
-        expires_at = now + req.expires if req.expires > 0 else 0
-        q.add(pull.Waiting(reply, req.batch, req.max_bytes, expires_at, req.no_wait, req.heartbeat,
-                           now + req.heartbeat if req.heartbeat else 0, ask=req.ask))
-        q.last_activity = now
-        for t in (expires_at, now + req.heartbeat if req.heartbeat else 0):
-            if t:
-                self._t_wait.arm(t - now)
-        self._kick()
-        return None
-
-    def _send_status(self, reply: str, hdr: bytes) -> None:
-        self.bus.publish(reply, None, hdr, b"")
-
-    def _sweep(self, end_of_stream: bool) -> None:
-        q = self.waiting
-        if q is None or not q:
-            return
-        now = mono()
-        out, deadline = q.sweep(now, end_of_stream, self.bus.has_interest)
-        for reply, hdr in out:
-            self.bus.publish(reply, None, hdr, b"")
-        if deadline:
-            self._t_wait.arm(deadline - now)
-
-    def _on_wait_timer(self) -> None:
-        if self.closed or self.waiting is None:
-            return
-        now, d = mono(), self.delivery
-        for w in self.waiting.due_heartbeats(now):
-            self.bus.publish(w.reply, None, pull.idle_heartbeat(d.next_delivery_seq - 1, d.next_seq - 1), b"")
-        self._sweep(end_of_stream=self._stall != "maxp")
-
-    # ---- priority groups: the pin (`priority.py` decides) -------------------------------------------
-
-    def _pin(self, ask: priority.Ask) -> None:
-        self.priority.assign(ask, advisories.new_id(), self._pass_mono, self._pass_ns)
-        self._t_pin.arm(self.priority.ttl, earliest=False)
-        advisories.pinned(self.bus, self.stream.name, self.name, self.stream.domain, ask.group, self.priority.pin)
-
-    def _on_pin_timer(self) -> None:
-        """The pin's TTL: a request with the pin id renews it, so the deadline may have moved on."""
-        if self.closed or not self.priority.pin:
-            return
-        now = mono()
-        if (group := self.priority.expired(now)) is not None:
-            advisories.unpinned(self.bus, self.stream.name, self.name, self.stream.domain, group, "timeout")
-            self._kick()
-        else:
-            self._t_pin.arm(self.priority.deadline - now, earliest=False)
-
-    def unpin(self, group: str) -> None:
-        """CONSUMER.UNPIN of a group of this consumer: nobody is pinned (an advisory says so even when nobody
-        was, as nats-server's does); the next request of the group gets the pin."""
-        self.priority.unassign()
-        self._t_pin.cancel()
-        advisories.unpinned(self.bus, self.stream.name, self.name, self.stream.domain, group, "admin")
-        self._kick()
+            self.pulls.request(reply, hdr, payload)
 
     # ---- acks --------------------------------------------------------------------------------------
 
@@ -997,7 +824,7 @@ class Consumer:
         elif kind is ack.AckKind.NEXT:
             self._ack(sseq, dseq, dc)
             if reply:
-                self.pull_request(reply, b"", body.next_request)
+                self.pulls.request(reply, b"", body.next_request)
             answer = False
         elif kind is ack.AckKind.NAK:
             self._nak(sseq, dseq, dc, body.delay_ns)
@@ -1260,7 +1087,7 @@ class Consumer:
         self._settle_acks()
         num_pending = self._checked_pending()
         if self.waiting is not None:
-            self._sweep(end_of_stream=False)
+            self.pulls.sweep(end_of_stream=False)
         delivered_dseq, delivered_sseq, floor_dseq, floor_sseq = self.store.floors()
         stored = self.store.has_state()  # else the live position, moved by passes that found nothing (`_at_end`)
         delivered: dict[str, Any] = {

@@ -232,7 +232,7 @@ def consumer_unpin(req: Request) -> dict[str, Any]:
     consumer = _lookup(req)
     if group not in consumer.cfg.priority_groups:
         raise errors.CONSUMER_INVALID_PRIORITY_GROUP()
-    consumer.unpin(group)
+    consumer.pins.unpin(group)
     return {}
 
 
