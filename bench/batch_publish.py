@@ -16,12 +16,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import socket
 import threading
 import time
 from typing import Callable
 
-from common import KINDS, Workload, main, timed
+from common import KINDS, Workload, main, raw_session, timed
 from tests.servers import launch
 
 SIZE = 128
@@ -70,15 +69,7 @@ def atomic(storage: str, batch_size: int) -> Callable[[str, int], tuple[int, flo
         name = _stream(url, storage)
         batches = max(n // batch_size, 1)
         blocks = [_batch_frames(name + ".x", f"b{i}", batch_size) for i in range(IN_FLIGHT_BATCHES)]
-        port = int(url.rsplit(":", 1)[1])
-        s = socket.create_connection(("127.0.0.1", port))
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        while b"\r\n" not in s.recv(4096):
-            pass
-        s.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\nSUB bench.acks.* 1\r\nPING\r\n')
-        buf = b""
-        while b"PONG\r\n" not in buf:
-            buf += s.recv(4096)
+        s = raw_session(url, "bench.acks.*")
         acked = failed = 0
         cond = threading.Condition()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -161,3 +162,16 @@ def fill_stream(url: str, name: str, n: int, size: int = 128) -> None:
     """Store n messages on `<name>.x` fast (tests.servers.fill_stream: acked windows of raw PUBs)."""
     acked_fill(int(url.rsplit(":", 1)[1]), f"{name}.x", n, size)
 
+
+def raw_session(url: str, subscribe: str) -> socket.socket:
+    """A raw NATS connection (headers on, no echo of +OK) subscribed to `subscribe` as sid 1, ready to publish:
+    the server-bound publishers drive the protocol themselves so the client costs nothing."""
+    s = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while b"\r\n" not in s.recv(4096):
+        pass
+    s.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\nSUB %s 1\r\nPING\r\n' % subscribe.encode())
+    buf = b""
+    while b"PONG\r\n" not in buf:
+        buf += s.recv(4096)
+    return s

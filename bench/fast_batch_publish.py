@@ -16,12 +16,11 @@ import asyncio
 import itertools
 import json
 import re
-import socket
 import threading
 import time
 from typing import Callable
 
-from common import KINDS, Workload, main, timed
+from common import KINDS, Workload, main, raw_session, timed
 from tests.servers import launch
 
 SIZE = 128
@@ -52,14 +51,7 @@ def _stream(url: str, storage: str, delete: str | None = None) -> str:
 def fast_batch(storage: str, flow: int) -> Callable[[str, int], tuple[int, float]]:
     def run(url: str, n: int) -> tuple[int, float]:
         name = _stream(url, storage)
-        s = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        while b"\r\n" not in s.recv(4096):
-            pass
-        s.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\nSUB fb.> 1\r\nPING\r\n')
-        buf = b""
-        while b"PONG\r\n" not in buf:
-            buf += s.recv(4096)
+        s = raw_session(url, "fb.>")
         state = {"acked": -1, "msgs": 1, "done": False}
         cond = threading.Condition()
 

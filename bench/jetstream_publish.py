@@ -16,12 +16,11 @@ import asyncio
 import itertools
 import json
 import multiprocessing as mp
-import socket
 import threading
 import time
 from typing import Callable
 
-from common import KINDS, Workload, main, run_async, timed
+from common import KINDS, Workload, main, raw_session, run_async, timed
 from tests.servers import launch
 
 SIZE = 128
@@ -97,15 +96,7 @@ def raw_acked(storage: str, features: str = "") -> Callable[[str, int], tuple[in
 
     def run(url: str, n: int) -> tuple[int, float]:
         name = _stream(url, storage, features=features)
-        port = int(url.rsplit(":", 1)[1])
-        s = socket.create_connection(("127.0.0.1", port))
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        while b"\r\n" not in s.recv(4096):
-            pass
-        s.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\nSUB bench.acks.* 1\r\nPING\r\n')
-        buf = b""
-        while b"PONG\r\n" not in buf:
-            buf += s.recv(4096)
+        s = raw_session(url, "bench.acks.*")
         frame = b"PUB %s.x bench.acks.1 %d\r\n%s\r\n" % (name.encode(), SIZE, PAYLOAD)
         acked = 0
         cond = threading.Condition()

@@ -26,6 +26,7 @@ from typing import Any
 import nats
 import pytest
 
+from tests.jetstream.test_consumer_support import differences
 from tests.servers import JSBROKER, NATS_SERVER, ServerHandle, launch
 
 POLICIES = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
@@ -260,11 +261,6 @@ async def transcript(handle: ServerHandle, crash: bool) -> dict[str, Any]:
     else:
         handle.restart()
     return before | await after_restart(handle.url)
-
-
-def differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
-    return [f"{key}: jsbroker {ours.get(key)!r} != nats-server {theirs.get(key)!r}"
-            for key in theirs if ours.get(key) != theirs[key]]
 
 
 @pytest.fixture(scope="module")

@@ -159,3 +159,9 @@ async def fetch(nc: Any, stream: str, consumer: str, n: int, timeout: float = 2.
         return []
     finally:
         await sub.unsubscribe()
+
+
+def differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """Each key of nats-server's transcript whose value jsbroker's differs from, as a readable line."""
+    return [f"{key}: jsbroker {ours.get(key)!r} != nats-server {theirs.get(key)!r}"
+            for key in sorted(theirs.keys() | ours.keys()) if ours.get(key) != theirs.get(key)]

@@ -26,7 +26,7 @@ import nats
 import pytest
 
 from tests.differential import normalise
-from tests.jetstream.test_consumer_support import api, fetch, next_seqs, settled_pair
+from tests.jetstream.test_consumer_support import api, differences, fetch, next_seqs, settled_pair
 from tests.servers import JSBROKER, NATS_SERVER, ServerHandle, launch
 
 ACK_WAIT_NS = 3600 * 10**9  # nothing is redelivered: positions alone are compared
@@ -137,11 +137,6 @@ def restart(handle: ServerHandle, crash: bool) -> None:
         handle.start()
     else:
         handle.restart()
-
-
-def differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
-    return [f"{key}: jsbroker {ours.get(key)!r} != nats-server {theirs.get(key)!r}"
-            for key in theirs if ours.get(key) != theirs[key]]
 
 
 async def transcripts(ours: ServerHandle, theirs: ServerHandle, crash: bool) -> tuple[dict[str, Any], dict[str, Any]]:
