@@ -263,10 +263,24 @@ async def transcript(handle: ServerHandle, crash: bool) -> dict[str, Any]:
     return before | await after_restart(handle.url)
 
 
+def lost_resets(transcript_: dict[str, Any]) -> list[str]:
+    """The RESET cases whose delivered position a restart moved back. nats-server 2.15.1 sometimes does this
+    across its own SIGTERM on a loaded machine (a fresh-clone CI run here: a work-queue consumer reset to 12
+    came back at its three deliveries before the RESET); jsbroker never may."""
+    return [key for key, after in transcript_.items()
+            if key.startswith("after ") and key.endswith("_reset") and isinstance(after, tuple)
+            and after[1] != transcript_[f"before {key.removeprefix('after ')}"][1]]
+
+
 @pytest.fixture(scope="module")
 def reference() -> dict[str, Any]:
-    with launch(NATS_SERVER) as handle:
-        return asyncio.run(transcript(handle, crash=False))
+    """nats-server's transcript; run again (at most twice) when it lost a RESET (see lost_resets)."""
+    for _ in range(3):
+        with launch(NATS_SERVER) as handle:
+            theirs = asyncio.run(transcript(handle, crash=False))
+        if not lost_resets(theirs):
+            return theirs
+    pytest.fail(f"nats-server lost a RESET at every restart: {lost_resets(theirs)}")
 
 
 @pytest.mark.slow
@@ -274,6 +288,7 @@ def reference() -> dict[str, Any]:
 def test_a_restart_keeps_every_consumer_position_like_nats_server(reference: dict[str, Any], crash: bool) -> None:
     with launch(JSBROKER) as handle:
         ours = asyncio.run(transcript(handle, crash))
+    assert lost_resets(ours) == []
     assert differences(ours, reference) == []
 
 
