@@ -374,6 +374,19 @@ REGRESSIONS: dict[str, list[Op]] = {
         ("fetch", "S1", "C4", 1),
         ("fetch", "S1", "C4", 1)]
        for how, removal in (("purge", ("purge", "S1", {"seq": 3})), ("delete", ("delete_msg", "S1", 1)))},
+    # confirming run, seed 1061698: a last_per_subject list holding only the stream's last message is none (nats-server
+    # drops a skip list whose start is its resume point when the consumer starts), so after that message is purged
+    # the next one is delivered at once instead of a 404 first; with an earlier non-matching message first too
+    **{f"one_entry_skip_list_is_none_{name}": [
+        ("add_stream", "S1", {**_LIMITS, "max_msgs_per_subject": 4}),
+        *[("pub", "S1", subject, f"m{i}", None) for i, subject in enumerate(early, 1)],
+        ("add_consumer", "S1", "C2", {"ack_policy": "none", "ack_wait": ACK_WAIT_NS,
+                                      "deliver_policy": "last_per_subject", "filter_subjects": ["c.*"]}),
+        ("purge", "S1", {"filter": "c.*"}),
+        ("pub", "S1", "c.y", "m4", None),
+        ("fetch", "S1", "C2", 2),
+        ("fetch", "S1", "C2", 2)]
+       for name, early in (("alone", ["c.y"]), ("after_another_subject", ["b", "c.x"]))},
     # nats-server's (follows from compact_tombstone_first_seq), long run seed 22818: a purge up to seq 3 of a file
     # interest stream whose 1 and 3 were skipped (no interest) takes the pending 2; nats-server's live first_seq
     # stays at 2 (num_deleted 2), so its consumer purge starts there and leaves the consumer as it was

@@ -317,7 +317,8 @@ class Consumer:
         if not seqs:
             return last_seq
         ordered = sorted(seqs)
-        self.delivery.last_per_subject, self.delivery.last_per_subject_end = deque(ordered), last_seq
+        if ordered[0] < last_seq:  # a list that starts at its resume point is none (nats-server's setLeader drops it)
+            self.delivery.last_per_subject, self.delivery.last_per_subject_end = deque(ordered), last_seq
         return ordered[0]
 
     def _apply_state(self, state: ConsumerState) -> None:
