@@ -174,7 +174,9 @@ async def test_progress_is_activity(urls, unique) -> None:
         await stream(nc, s)
         await consumer(nc, s, "C", ack_policy="explicit")
         await publish(nc, s, 1)
-        dc, sseq, dseq, pending = (await pull(nc, s, "C", {"batch": 1, "no_wait": True}, wait=1, count=1))[0][2]
+        # a waiting pull, not no_wait: on a loaded machine nats-server may answer a no_wait pull 404 right after
+        # the publish was acked (its consumer counts the new message asynchronously)
+        dc, sseq, dseq, pending = (await pull(nc, s, "C", {"batch": 1, "expires": 5 * 10**9}, wait=5, count=1))[0][2]
         before = (await api(nc, f"$JS.API.CONSUMER.INFO.{s}.C"))["delivered"]["last_active"]
         await asyncio.sleep(0.05)  # a later time for the progress ack
         await nc.request(f"$JS.ACK.{s}.C.{dc}.{sseq}.{dseq}.0.{pending}", b"+WPI", timeout=1)
