@@ -43,7 +43,7 @@ CASES: dict[str, list[Any]] = {
                        b("b2", 1), b("b2", 2, "eob"), b("b3", 1, "1", body=""), get(3), get(4), get(5), (I, ""),
                        (D, "")],
     "refused_on_arrival": [(C, atomic()), b("b" * 65, 1, "1"), pub("{S}.a", Nats_Batch_Id="b1"),
-                           b("b1", "x"), b("b1", "-1"), b("b1", 2), b("b1", 0), b("b1", 1001), b("b1", 1001, "eob"),
+                           b("b1", "x"), b("b1", "-1"), b("b1", "\u0661"), b("b1", 2), b("b1", 0), b("b1", 1001), b("b1", 1001, "eob"),
                            b("b1", 1, "2"), b("b1", 1, ""), b("b1", 1, "EOB"), b("b1", 1, "eob"),
                            b("b2", 1), b("b2", 3), b("b2", 2, "1"), b("b3", 1), b("b3", 1),
                            b("b4", 1, "1", Nats_Required_Api_Level="99"), b("b5", 1, "1", Nats_Required_Api_Level="2"),

@@ -82,10 +82,9 @@ class Batches:
         commit (an "eob" batch's last one gets `Nats-Batch-Commit: 1`). Raises Refused."""
         if len(batch_id) > MAX_ID_LEN:
             raise Refused(errors.ATOMIC_PUBLISH_INVALID_BATCH_ID())
-        seq_text = headers.get(msg.hdr, headers.BATCH_SEQUENCE)
-        if not seq_text or not seq_text.isdigit():
+        seq = headers.as_uint(headers.get(msg.hdr, headers.BATCH_SEQUENCE) or "")
+        if seq < 0:
             raise Refused(errors.ATOMIC_PUBLISH_MISSING_SEQ())
-        seq = int(seq_text)
         commit = headers.get(msg.hdr, headers.BATCH_COMMIT)
         eob = commit == "eob"
         size = seq - 1 if eob else seq

@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable
 
-from jsbroker.jetstream import errors
+from jsbroker.jetstream import errors, headers
 
 SUFFIX = ".$FI"
 MAX_ID_LEN = 64
@@ -73,7 +73,7 @@ def parse(reply: str) -> Ref:
         raise errors.BATCH_PUBLISH_INVALID_PATTERN()
     _, batch_id, flow_token, gap, seq_token, op_token = tokens
     op = _int64(op_token)
-    seq = int(seq_token) if seq_token.isascii() and seq_token.isdigit() else -1  # no wrap: past uint64 is invalid
+    seq = headers.as_uint(seq_token)  # no wrap: past uint64 is invalid
     if not START <= op <= PING or seq < 1 or seq >= 2**64 - 1 or (seq == 1 and op == EOB) \
             or (op == START and seq != 1) or (op == APPEND and seq == 1) or gap not in ("ok", "fail"):
         raise errors.BATCH_PUBLISH_INVALID_PATTERN()
