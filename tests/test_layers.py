@@ -57,6 +57,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.permissions",
         "jsbroker.lameduck",
         "jsbroker.signals",
+        "jsbroker.info",
+        "jsbroker.listen",
     ),
     "jetstream": ("jsbroker.jetstream", "jsbroker.jetstream.*"),
     "store": ("jsbroker.store", "jsbroker.store.*"),

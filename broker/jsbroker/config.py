@@ -120,6 +120,7 @@ class BrokerConfig:
     http_port: int | None = None  # None: no monitoring listener; 0: any free port
     https_port: int | None = None  # monitoring over HTTPS instead, with the [tls] certificate (not with http_port)
     server_name: str | None = None
+    client_advertise: str | None = None  # "host[:port]" INFO gives clients instead of the listen address
     max_payload: int = 1024 * 1024
     max_control_line: int = 4096
     max_pending: int = 64 * 1024 * 1024  # per-connection output limit before "slow consumer" close

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .config import AuthSettings, Permissions
 from .internal import Origin
+from .listen import plain_ip
 from .nkeys import new_nonce, signed
 from .permissions import PermissionChecker
 from .protocol import ProtocolError, Parser
@@ -89,6 +90,7 @@ class Connection(asyncio.Protocol):
         self.blockers: set[Connection] = set()
         self.drain_callbacks: list[Callable[[], None]] = []  # internal producers waiting for this output to drain
         self.pings_out = 0
+        self.ponged = False  # answered a PING after CONNECT (the first such PONG is followed by an INFO)
         self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0  # messages and their header + payload bytes
         self.started = broker.loop.time()
         self.peer: tuple[str, int] = ("", 0)
@@ -107,7 +109,7 @@ class Connection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=cfg.write_high_water)  # type: ignore[attr-defined]
         peer = transport.get_extra_info("peername")
         if peer:
-            self.peer = (peer[0], peer[1])
+            self.peer = (plain_ip(peer[0]), peer[1])
         if not self.broker.register(self):
             return
         self.broker.log.debug("client connected", cid=self.cid, ip=self.peer[0], port=self.peer[1])
@@ -303,6 +305,10 @@ class Connection(asyncio.Protocol):
 
     def on_ping(self) -> None:
         self.send(PONG)
+        if self.connected and not self.ponged:  # nats-server's INFO naming the client's account, once
+            self.ponged = True
+            if self.protocol >= 1:
+                self.send(self.broker.info_line(self, connect_info=True))
 
     def on_pong(self) -> None:
         self.pings_out = 0

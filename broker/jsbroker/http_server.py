@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from .listen import dual_stack_socket
 from .logs import Logger
 
 if TYPE_CHECKING:
@@ -55,8 +56,12 @@ class HttpServer:
     async def listen(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
         """Listen on host:port (HTTPS with `ssl_context`); returns the port (for port 0, the one chosen)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._connection, host, port, reuse_address=True,
-                                                ssl=ssl_context)
+        sock = dual_stack_socket(host, port)
+        if sock is not None:
+            self._server = await loop.create_server(self._connection, sock=sock, ssl=ssl_context)
+        else:
+            self._server = await loop.create_server(self._connection, host, port, reuse_address=True,
+                                                    ssl=ssl_context)
         return int(self._server.sockets[0].getsockname()[1])
 
     def _connection(self) -> asyncio.Protocol:

@@ -57,3 +57,12 @@ def signed(public_key: bytes, nonce: str, signature: str) -> bool:
     except (InvalidSignature, binascii.Error, ValueError):
         return False
     return True
+
+
+_PREFIX_CURVE = 23 << 3  # the "X" of a curve (x25519) public key
+
+
+def curve_public_key(raw: bytes) -> str:
+    """A 32-byte x25519 public key in NATS' encoding ("X...", as nats-server's INFO `xkey`)."""
+    body = bytes([_PREFIX_CURVE]) + raw
+    return base64.b32encode(body + _crc16(body).to_bytes(2, "little")).decode().rstrip("=")

@@ -14,18 +14,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
-from . import __version__, lameduck
+from . import __version__, info, lameduck
 from .config import VERSION, BrokerConfig, ConfigError
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
+from .listen import dual_stack_socket
 from .logs import Logger, get_logger
 from .router import Router, Watch
 from .sublist import Subscription
 
 if TYPE_CHECKING:  # imported at start with TLS on: the ssl context code is on no other path
     from .tls import TlsContext
-
-API_LEVEL = 5
 
 
 def _limit(value: int) -> int | str:
@@ -35,6 +34,14 @@ def _limit(value: int) -> int | str:
 
 def _traffic(conn: Connection) -> tuple[int, int, int, int]:
     return conn.in_msgs, conn.in_bytes, conn.out_msgs, conn.out_bytes
+
+
+def advertised(address: str, port: int) -> tuple[str, int]:
+    """nats-server's client_advertise: "host", "host:port" or "[v6]:port"; without a port, the listener's."""
+    host, sep, text = address.rpartition(":")
+    if sep and text.isdigit() and (not host.count(":") or host.endswith("]")):
+        return host.strip("[]"), int(text)
+    return address.strip("[]"), port
 
 
 def new_server_id() -> str:
@@ -73,6 +80,7 @@ class Broker:
         self._monitor: Any = None
         self._tmp_store: str | None = None
         self._info_base: dict[str, Any] = {}
+        self.xkey = info.new_xkey()
         self._drained: asyncio.Event | None = None  # set during shutdown once all clients are gone
         self._draining: set[int] = set()
         self.tls: TlsContext | None = None  # loaded at start: ConfigError names a bad file
@@ -120,9 +128,13 @@ class Broker:
         # The client port bound first (a port in use fails the start at once), accepting last; it yields to
         # the loop (as every create_server does) before the monitoring port exists, so an empty store's
         # start gets to accepting clients without answering a monitoring request in between.
-        self._server = await self.loop.create_server(
-            self._new_connection, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False
-        )
+        sock = dual_stack_socket(cfg.host, cfg.port)
+        if sock is not None:
+            self._server = await self.loop.create_server(self._new_connection, sock=sock, start_serving=False)
+        else:
+            self._server = await self.loop.create_server(
+                self._new_connection, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False
+            )
         self.port = self._server.sockets[0].getsockname()[1]
         # Monitoring next: during the store's recovery /healthz answers 503 (probes see why, not a refusal).
         if monitor_port is not None:
@@ -317,36 +329,19 @@ class Broker:
 
     def _info_fields(self) -> dict[str, Any]:
         cfg = self.config
-        info: dict[str, Any] = {
-            "server_id": self.server_id,
-            "server_name": self.server_name,
-            "version": VERSION,
-            "proto": 1,
-            "host": cfg.host,
-            "port": self.port,
-            "headers": True,
-        }
-        if cfg.auth.required:
-            info["auth_required"] = True
-        if self.tls is not None:
-            info.update(self.tls.info_fields())
-        info["max_payload"] = cfg.max_payload
-        if self.jetstream is not None:
-            info["jetstream"] = True
-            if cfg.jetstream is not None and cfg.jetstream.domain:
-                info["domain"] = cfg.jetstream.domain
-        return info
+        host, port = cfg.host, self.port
+        if cfg.client_advertise:  # nats-server: the advertised address replaces host and port
+            host, port = advertised(cfg.client_advertise, port)
+        return info.server_fields(server_id=self.server_id, server_name=self.server_name, version=VERSION, host=host,
+                                  port=port, auth_required=cfg.auth.required,
+                                  tls=self.tls.info_fields() if self.tls is not None else {},
+                                  max_payload=cfg.max_payload, jetstream=self.jetstream is not None)
 
-    def info_line(self, conn: Connection, ldm: bool = False) -> bytes:
-        import json
-
-        info = dict(self._info_base, client_id=conn.cid, client_ip=conn.peer[0] or "127.0.0.1")
-        if conn.nonce:
-            info["nonce"] = conn.nonce
-        if ldm:
-            info["ldm"] = True
-        info["api_lvl"] = API_LEVEL
-        return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b" \r\n"
+    def info_line(self, conn: Connection, ldm: bool = False, connect_info: bool = False) -> bytes:
+        js = self.config.jetstream
+        return info.info_line(self._info_base, client_id=conn.cid, client_ip=conn.peer[0] or "127.0.0.1",
+                              nonce=conn.nonce, domain=js.domain if js is not None and self._info_base.get("jetstream") else None,
+                              xkey=self.xkey, ldm=ldm, connect_info=connect_info)
 
     # -- InternalBus --------------------------------------------------------------------------------
 

@@ -1,0 +1,37 @@
+"""Listening sockets as Go's `net.Listen("tcp", ...)` makes them for nats-server.
+
+Go listens on the wildcard hosts ("0.0.0.0", "::", "") with one dual-stack IPv6 socket, so nats-server on its
+default host answers on [::1] too. asyncio's create_server sets IPV6_V6ONLY and would take IPv4 only, so the
+socket is made here; where the machine has no IPv6, the wildcard is IPv4's as before.
+"""
+
+from __future__ import annotations
+
+import socket
+
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def dual_stack_socket(host: str, port: int, backlog: int = 1024) -> socket.socket | None:
+    """A bound, listening dual-stack socket for a wildcard `host`; None for any other host (or without IPv6)."""
+    if host not in WILDCARDS or not socket.has_ipv6:
+        return None
+    try:
+        sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    except OSError:
+        return None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", port))
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def plain_ip(address: str) -> str:
+    """An IPv4 peer of a dual-stack socket ("::ffff:127.0.0.1") as Go shows it ("127.0.0.1")."""
+    return address[7:] if address.startswith("::ffff:") and "." in address else address
