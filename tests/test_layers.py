@@ -59,6 +59,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.signals",
         "jsbroker.info",
         "jsbroker.listen",
+        "jsbroker.flags",
     ),
     "jetstream": ("jsbroker.jetstream", "jsbroker.jetstream.*"),
     "store": ("jsbroker.store", "jsbroker.store.*"),

@@ -1,17 +1,21 @@
-"""The `jsbroker` command: nats-server-style flags over an optional TOML config file, then run.
+"""The `jsbroker` command: nats-server 2.15.1's command line (flags.py) over an optional config file, then run.
 
-Flags win over the config file, which wins over defaults. SIGTERM/SIGINT stop the broker (stop
-accepting, flush pending output, close clients, stop JetStream) and exit 0. SIGUSR2 enters lame duck
-mode (lameduck.py; SIGTERM is then ignored, as by nats-server, SIGINT still stops at once). SIGHUP
-reloads the TLS certificate files (see tls.py). `--signal <command>=<pid>` sends one of these to a
-running jsbroker (signals.py).
+Invoked as `nats-server` (argv[0]'s name, e.g. a link made by `jsbroker --nats_server_link DIR` first on PATH)
+it behaves as nats-server: JetStream only with -js. As `jsbroker` it keeps its documented default, JetStream on
+(-js=false or --no_jetstream turn it off). Flags win over the config file, which wins over defaults.
+
+SIGTERM/SIGINT stop the broker (stop accepting, flush pending output, close clients, stop JetStream) and exit
+0. SIGUSR2 enters lame duck mode (lameduck.py; SIGTERM is then ignored, as by nats-server, SIGINT still stops
+at once). SIGHUP reloads the TLS certificate files (see tls.py). `--signal <command>=<pid>` sends one of these
+to a running jsbroker (signals.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
+import hashlib
+import json
 import os
 import signal
 import sys
@@ -19,93 +23,132 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import __version__, logs
+from . import __version__, flags, logs
 from .config import (VERSION, BrokerConfig, ConfigError, JetStreamSettings, TlsSettings, load_file, parse_duration,
                      parse_size)
+from .flags import FlagError, Value
+
+NATS_SERVER = "nats-server"
+PROGRAM = "jsbroker"
+RANDOM_PORT = -1  # nats-server's port value for "any free port"; 0 means the default (or, for monitoring, off)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="jsbroker", description="A pure-Python NATS + JetStream server (nats-server compatible flags)."
-    )
-    p.add_argument("-a", "--addr", "--net", dest="host", help="client listen address (default 0.0.0.0)")
-    p.add_argument("-p", "--port", type=int, help="client port (default 4222; 0 = any free port)")
-    p.add_argument("-m", "--http_port", type=int, help="monitoring HTTP port (/healthz /varz /connz /jsz /metrics)")
-    p.add_argument("-ms", "--https_port", type=int, help="monitoring over HTTPS on this port instead (needs TLS)")
-    p.add_argument("-n", "--name", "--server_name", dest="server_name", help="server name")
-    p.add_argument("-sd", "--store_dir", type=Path, help="JetStream storage directory (default: a temp dir)")
-    p.add_argument("-js", "--jetstream", action="store_true", help="enable JetStream (on by default)")
-    p.add_argument("--no_jetstream", action="store_true", help="run the core NATS server only")
-    p.add_argument("--user", help="required user name")
-    p.add_argument("--pass", dest="password", help="required password")
-    p.add_argument("--auth", dest="token", help="required authorization token")
-    p.add_argument("--tls", action="store_true", help="enable TLS on the client port (needs --tlscert and --tlskey)")
-    p.add_argument("--tlscert", type=Path, help="server certificate (PEM); enables TLS")
-    p.add_argument("--tlskey", type=Path, help="server certificate's private key (PEM)")
-    p.add_argument("--tlscacert", type=Path, help="CA certificates (PEM) that client certificates are verified against")
-    p.add_argument("--tlsverify", action="store_true", help="enable TLS and require verified client certificates")
-    p.add_argument("--max_payload", help="maximum message payload (bytes or e.g. 1MB; default 1MB, max 8MB)")
-    p.add_argument("-P", "--pid", dest="pid_file", type=Path, help="write the process id to this file")
-    p.add_argument("-sl", "--signal", metavar="COMMAND=PID",
-                   help="send ldm, quit, term, stop or reload to a running jsbroker (PID: a pid or a pid file)")
-    p.add_argument("--lame_duck_duration", help="lame duck mode closes the clients over this long (default 2m, min 30s)")
-    p.add_argument("--lame_duck_grace_period", help="lame duck mode waits this long before closing (default 10s)")
-    p.add_argument("-c", "--config", type=Path, help="TOML configuration file (see broker/README.md)")
-    p.add_argument("-l", "--log", "--log_file", dest="log_file", type=Path, help="log to this file instead of stderr")
-    p.add_argument("-D", "--debug", action="store_true", help="debug logging")
-    p.add_argument("-V", "--trace", action="store_true", help="trace logging (most verbose)")
-    p.add_argument("-v", "--version", action="version", version=f"jsbroker {__version__} (nats-server {VERSION} compatible)")
-    return p
+def program_name(argv0: str) -> str:
+    """nats-server when invoked under that name (a link), else jsbroker (`python -m jsbroker` too)."""
+    return NATS_SERVER if Path(argv0).name == NATS_SERVER else PROGRAM
 
 
-def config_from_args(args: argparse.Namespace) -> BrokerConfig:
-    cfg = load_file(args.config) if args.config else BrokerConfig()
+def version_text(program: str) -> str:
+    """As nats-server: its `nats-server: v2.15.1` line (tools read the version from it), then what runs it."""
+    ours = f"jsbroker {__version__} (a Python NATS server following nats-server v{VERSION})\n"
+    return f"{NATS_SERVER}: v{VERSION}\n{ours}" if program == NATS_SERVER else ours
+
+
+def _port(values: dict[str, Value], dest: str, flag: str) -> int | None:
+    """nats-server's port flags: -1 any free port (jsbroker's 0), 0 not given, else a TCP port."""
+    value = values.get(dest)
+    if value is None or value == 0:
+        return None
+    assert isinstance(value, int)
+    if value == RANDOM_PORT:
+        return 0
+    if not 0 < value <= 65535:
+        raise ConfigError(f"{flag} {value} is not a TCP port: give 1-65535, or -1 for a random one")
+    return value
+
+
+def config_from_flags(values: dict[str, Value], program: str = PROGRAM) -> BrokerConfig:
+    base = BrokerConfig() if program == PROGRAM else replace(BrokerConfig(), jetstream=None)
+    cfg = load_file(Path(str(values["config"])), base) if values.get("config") else base
     top: dict[str, Any] = {}
-    for name in ("host", "port", "http_port", "https_port", "server_name", "log_file", "pid_file"):
-        value = getattr(args, name)
-        if value is not None:
-            top[name] = value
-    for name in ("lame_duck_duration", "lame_duck_grace_period"):
-        if getattr(args, name) is not None:
-            top[name] = parse_duration(getattr(args, name), f"--{name}")
-    if args.max_payload is not None:
-        top["max_payload"] = parse_size(args.max_payload, "--max_payload")
-    if args.trace:
-        top["log_level"] = "trace"
-    elif args.debug:
-        top["log_level"] = "debug"
-    auth: dict[str, Any] = {}
-    if args.token is not None:
-        auth["token"] = args.token
-    if args.user is not None:
-        auth["user"] = args.user
-    if args.password is not None:
-        auth["password"] = args.password
+    for dest in ("host", "server_name", "client_advertise"):
+        if dest in values:
+            top[dest] = values[dest]
+    for dest in ("log_file", "pid_file", "ports_file_dir"):
+        if dest in values:
+            top[dest] = Path(str(values[dest])) if values[dest] else None
+    port = _port(values, "port", "-p")
+    if port is not None:
+        top["port"] = port
+    for dest, flag in (("http_port", "-m"), ("https_port", "-ms")):
+        if dest in values:  # given: it wins over the file's, and 0 turns monitoring off as in nats-server
+            top[dest] = _port(values, dest, flag)
+    for dest in ("lame_duck_duration", "lame_duck_grace_period"):
+        if dest in values:
+            top[dest] = parse_duration(values[dest], f"--{dest}")
+    if "max_payload" in values:
+        top["max_payload"] = parse_size(values["max_payload"], "--max_payload")
+    top.update(_log_settings(values))
+    auth: dict[str, Any] = {k: str(values[k]) for k in ("token", "user", "password") if k in values}
     if auth:
         top["auth"] = replace(cfg.auth, **auth)
-    tls = _tls_from_args(args, cfg.tls)
-    if tls is not None:
-        top["tls"] = tls
-    if args.no_jetstream:
+    if values.get("tls") is False:  # -tls=false: TLS off, even if the config file has it (nats-server)
+        top["tls"] = None
+    else:
+        tls = _tls_from_flags(values, cfg.tls)
+        if tls is not None:
+            top["tls"] = tls
+    if values.get("no_jetstream") or values.get("jetstream") is False:
         top["jetstream"] = None
-    elif args.store_dir is not None or args.jetstream:
+    elif values.get("jetstream") or (cfg.jetstream is not None and "store_dir" in values):
         js = cfg.jetstream or JetStreamSettings(store_dir=None)
-        top["jetstream"] = replace(js, store_dir=args.store_dir) if args.store_dir is not None else js
+        top["jetstream"] = replace(js, store_dir=Path(str(values["store_dir"]))) if values.get("store_dir") else js
     return replace(cfg, **top)
 
 
-def _tls_from_args(args: argparse.Namespace, base: TlsSettings | None) -> TlsSettings | None:
+def _log_settings(values: dict[str, Value]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if values.get("trace") or values.get("trace_verbose") or values.get("debug_trace") or values.get("debug_trace_verbose"):
+        out["log_level"] = "trace"
+    elif values.get("debug"):
+        out["log_level"] = "debug"
+    for dest in ("logtime", "logtime_utc"):
+        if dest in values:
+            out[dest] = values[dest]
+    if "log_format" in values:
+        if values["log_format"] not in logs.FORMATS:
+            raise ConfigError(f"--log_format {values['log_format']!r}: use one of {', '.join(logs.FORMATS)}")
+        out["log_format"] = values["log_format"]
+    return out
+
+
+def _tls_from_flags(values: dict[str, Value], base: TlsSettings | None) -> TlsSettings | None:
     """nats-server's rules: --tlscert/--tlskey (or --tls, --tlsverify) turn TLS on, and a certificate and
-    its key must then be given (by flags or the config file's [tls])."""
-    if not (args.tls or args.tlsverify or args.tlscert or args.tlskey or args.tlscacert):
+    its key must then be given (by flags or the config file's tls)."""
+    if not any(values.get(k) for k in ("tls", "tlsverify", "tlscert", "tlskey", "tlscacert")):
         return None
-    cert = args.tlscert or (base.cert_file if base else None)
-    key = args.tlskey or (base.key_file if base else None)
+    cert = Path(str(values["tlscert"])) if values.get("tlscert") else (base.cert_file if base else None)
+    key = Path(str(values["tlskey"])) if values.get("tlskey") else (base.key_file if base else None)
     if cert is None or key is None:
-        raise ConfigError("TLS needs a server certificate and its key: give --tlscert and --tlskey")
+        raise ConfigError("TLS Server certificate must be present and valid: give --tlscert and --tlskey")
     settings = base if base is not None else TlsSettings(cert_file=cert, key_file=key)
-    return replace(settings, cert_file=cert, key_file=key, ca_file=args.tlscacert or settings.ca_file,
-                   verify=settings.verify or args.tlsverify)
+    ca = Path(str(values["tlscacert"])) if values.get("tlscacert") else settings.ca_file
+    return replace(settings, cert_file=cert, key_file=key, ca_file=ca,
+                   verify=settings.verify or bool(values.get("tlsverify")))
+
+
+def refused(values: dict[str, Value]) -> str | None:
+    """The first refused flag given with a value other than its default, in words for the user."""
+    for dest, value in values.items():
+        flag = next(f for f in flags.FLAGS if f.dest == dest)
+        if flag.status == "refused" and value not in (False, 0, ""):
+            return f"{flag.spelled} is not supported: {flag.note}"
+    return None
+
+
+def install_link(folder: str) -> Path:
+    """DIR/nats-server -> this program: first on PATH, tools that start `nats-server` start jsbroker."""
+    target = Path(folder) / NATS_SERVER
+    program = Path(sys.argv[0]).resolve()
+    if program.name in ("__main__.py", "-c"):  # python -m jsbroker: link the installed console script
+        found = Path(sys.executable).parent / PROGRAM
+        program = found if found.exists() else program
+    if target.exists() and not target.is_symlink():  # the real nats-server, say: never replaced
+        raise ConfigError(f"{target} exists and is not a link: choose another folder or remove it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    target.symlink_to(program)
+    return target
 
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
@@ -139,10 +182,11 @@ def settle() -> None:
     fix_mmap_threshold()
 
 
-async def serve(config: BrokerConfig) -> None:
+async def serve(config: BrokerConfig, program: str = PROGRAM) -> None:
     from .server import Broker
 
     broker = Broker(config)
+    broker.program = program
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     lame_duck: list[asyncio.Task[None]] = []
@@ -151,16 +195,25 @@ async def serve(config: BrokerConfig) -> None:
         await broker.lame_duck()
         stop.set()
 
+    def trapped(name: str) -> None:
+        broker.log.info(f'Trapped "{name}" signal', signal=name)
+
     def on_term() -> None:
+        trapped("terminated")
         if not broker.lame_duck_mode:  # nats-server lets a lame duck finish
             stop.set()
 
+    def on_int() -> None:
+        trapped("interrupt")
+        stop.set()
+
     def on_usr2() -> None:
+        trapped("user defined signal 2")
         if not lame_duck:
             lame_duck.append(loop.create_task(lame_duck_then_stop()))
 
     loop.add_signal_handler(signal.SIGTERM, on_term)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGINT, on_int)
     loop.add_signal_handler(signal.SIGUSR2, on_usr2)
     loop.add_signal_handler(signal.SIGHUP, broker.reload)
     await broker.start()
@@ -177,23 +230,60 @@ async def serve(config: BrokerConfig) -> None:
             config.pid_file.unlink(missing_ok=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.signal is not None:
+def main(argv: Sequence[str] | None = None, program: str | None = None) -> int:
+    program = program or program_name(sys.argv[0])
+    try:
+        values, rest = flags.parse(list(sys.argv[1:] if argv is None else argv))
+    except FlagError as e:  # Go prints the error, then the usage; nats-server's usage exits 0, an error is 2 here
+        print(e, file=sys.stderr)
+        print(flags.usage(program))
+        return 2
+    command = rest[0] if rest else None
+    if values.get("help") or command == "help":
+        print(flags.usage(program))
+        return 0
+    if values.get("version") or command == "version":
+        print(version_text(program), end="")
+        return 0
+    if values.get("help_tls"):
+        print(flags.tls_usage())
+        return 0
+    if command is not None:
+        print(f'{program}: unrecognized command: "{command}"', file=sys.stderr)
+        return 1
+    problem = refused(values)
+    if problem is not None:
+        print(f"{program}: {problem}", file=sys.stderr)
+        return 1
+    if values.get("nats_server_link"):
+        try:
+            print(install_link(str(values["nats_server_link"])))
+        except (ConfigError, OSError) as e:
+            print(f"{program}: {e}", file=sys.stderr)
+            return 1
+        return 0
+    if values.get("signal"):
         from .signals import SignalError, send
 
         try:
-            send(args.signal)
+            send(str(values["signal"]))
         except SignalError as e:
-            print(f"jsbroker: {e}", file=sys.stderr)
+            print(f"{program}: {e}", file=sys.stderr)
             return 1
         return 0
+    if values.get("check_config") and not values.get("config"):
+        print(f"{program}: must specify [-c, --config] option to check configuration file syntax", file=sys.stderr)
+        return 1
     try:
-        config = config_from_args(args)
+        config = config_from_flags(values, program)
     except ConfigError as e:
-        print(f"jsbroker: {e}", file=sys.stderr)
-        return 2
-    logs.configure(config.log_level, config.log_file)
+        print(f"{program}: {e}", file=sys.stderr)
+        return 1
+    if values.get("check_config"):
+        digest = hashlib.sha256(Path(str(values["config"])).read_bytes()).hexdigest()
+        print(f"{program}: configuration file {values['config']} is valid (sha256:{digest})", file=sys.stderr)
+        return 0
+    logs.configure(config.log_level, config.log_file, config.log_format, config.logtime, config.logtime_utc)
     run = asyncio.run
     if config.tls is None:  # uvloop hands a new connection's first bytes over before a TLS upgrade can start
         try:
@@ -204,13 +294,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             run = uvloop.run
     gc.disable()  # the start (imports, the store's recovery) makes little garbage: no collections until settle()
     try:
-        run(serve(config))
+        run(serve(config, program))
     except ConfigError as e:  # found at start: a TLS file that cannot be read or used
-        print(f"jsbroker: {e}", file=sys.stderr)
-        return 2
+        logs.fatal(f"{program}: {e}")
+        return 1
     except OSError as e:
-        print(f"jsbroker: cannot listen on {config.host}:{config.port} (or the monitoring port): {e.strerror or e}; "
-              "pick a free port with -p/-m", file=sys.stderr)
+        logs.fatal(f"Error listening on port: {config.host}:{config.port}, \"{e.strerror or e}\" "
+                   "(pick a free port with -p/-m)")
         return 1
     finally:
         gc.enable()

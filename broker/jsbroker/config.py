@@ -134,6 +134,10 @@ class BrokerConfig:
     jetstream: JetStreamSettings | None = field(default_factory=lambda: JetStreamSettings(store_dir=None))
     log_level: str = "info"  # start-up banner and lifecycle; per-client events are debug
     log_file: Path | None = None
+    log_format: str = "nats"  # nats-server's lines; "structured": key=value (logs.FORMATS)
+    logtime: bool = True  # timestamps in the log lines (nats-server's -T)
+    logtime_utc: bool = False
+    ports_file_dir: Path | None = None  # <program>_<pid>.ports here: the URLs clients and monitors can use
     pid_file: Path | None = None  # the process id is written here (for `jsbroker --signal <cmd>=<file>`)
     lame_duck_duration: float = 120.0  # SIGUSR2: clients are closed over this long...
     lame_duck_grace_period: float = 10.0  # ...after telling them and waiting this long

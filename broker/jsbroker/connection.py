@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .config import AuthSettings, Permissions
 from .internal import Origin
-from .listen import plain_ip
+from .listen import host_port, plain_ip
 from .nkeys import new_nonce, signed
 from .permissions import PermissionChecker
 from .protocol import ProtocolError, Parser
@@ -101,6 +101,11 @@ class Connection(asyncio.Protocol):
         self._tls_up = False  # the TLS layer carries this connection's bytes
         self._early: list[bytes] = []  # decrypted before the upgrade finished
 
+    @property
+    def who(self) -> str:
+        """nats-server's prefix of a client's log lines: `127.0.0.1:53410 - cid:5`."""
+        return f"{host_port(*self.peer)} - cid:{self.cid}"
+
     # -- asyncio.Protocol ---------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -112,7 +117,7 @@ class Connection(asyncio.Protocol):
             self.peer = (plain_ip(peer[0]), peer[1])
         if not self.broker.register(self):
             return
-        self.broker.log.debug("client connected", cid=self.cid, ip=self.peer[0], port=self.peer[1])
+        self.broker.log.debug(f"{self.who} - Client connection created", cid=self.cid)
         tls = self.broker.tls
         if tls is None:
             self.send(self.broker.info_line(self))
@@ -130,8 +135,8 @@ class Connection(asyncio.Protocol):
             upgraded = await self.broker.loop.start_tls(raw, self, context, server_side=True,
                                                         ssl_handshake_timeout=self.broker.config.tls.timeout)  # type: ignore[union-attr]
         except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:  # a plain-text client, a bad certificate
-            self.broker.log.warning("TLS handshake error", cid=self.cid, ip=self.peer[0], port=self.peer[1],
-                                    error=str(exc) or type(exc).__name__)
+            why = "EOF" if isinstance(exc, ConnectionError) else str(exc) or type(exc).__name__  # EOF: Go's words
+            self.broker.log.error(f"{self.who} - TLS handshake error: {why}", cid=self.cid)
             raw.abort()
             self.connection_lost(None)
             return
@@ -164,7 +169,8 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed(data)
         except ProtocolError as e:
-            self.broker.log.debug("protocol error, closing", cid=self.cid, error=e.err or "malformed arguments")
+            if e.err != "Authorization Violation":  # logged as the authentication error it is
+                self.broker.log.error(f"{self.who} - Client parser ERROR: {e.err or 'malformed arguments'}", cid=self.cid)
             self.close(e.err)
         except Exception:  # a bug must cost one connection, never the server
             self.broker.log.exception("connection failed", cid=self.cid)
@@ -179,8 +185,7 @@ class Connection(asyncio.Protocol):
         in connection_made, and clear text is never parsed on a TLS port."""
         raw = self.transport
         if raw is not None and raw.get_protocol() is self:
-            self.broker.log.warning("TLS handshake error", cid=self.cid, ip=self.peer[0], port=self.peer[1],
-                                    error="data before the TLS layer was ready")
+            self.broker.log.error(f"{self.who} - TLS handshake error: data before the TLS layer was ready", cid=self.cid)
             raw.abort()
             return
         self._early.append(data)
@@ -189,7 +194,7 @@ class Connection(asyncio.Protocol):
         if self._gone:
             return
         self._gone = True
-        self.broker.log.debug("client closed", cid=self.cid, error=str(exc) if exc else None)
+        self.broker.log.debug(f"{self.who} - Client connection closed" + (f": {exc}" if exc else ""), cid=self.cid)
         self.closed = True
         self.out.clear()
         self._cancel_timers()
@@ -324,7 +329,8 @@ class Connection(asyncio.Protocol):
         if auth.required and not self.connected:
             authorized, permissions = _authenticate(auth, opts, self.nonce)
             if not authorized:
-                self.broker.log.warning("authorization violation", cid=self.cid, peer=self.peer[0])
+                user = f' - User "{opts["user"]}"' if isinstance(opts.get("user"), str) else ""
+                self.broker.log.error(f"{self.who} - authentication error{user}", cid=self.cid)
                 raise ProtocolError("Authorization Violation")
             self.perms = PermissionChecker(permissions) if permissions is not None else None
         proto = opts.get("protocol", 0)
@@ -356,7 +362,7 @@ class Connection(asyncio.Protocol):
 
     def _violation(self, what: str, subject: str) -> None:
         """nats-server's answer to a denied PUB or SUB: an error line, and the connection stays."""
-        self.broker.log.debug("permissions violation", cid=self.cid, action=what, subject=subject)
+        self.broker.log.debug(f'{self.who} - Permissions Violation for {what} "{subject}"', cid=self.cid)
         self.send(err_line(f'Permissions Violation for {what} "{subject}"'))
 
     # -- liveness -----------------------------------------------------------------------------------
@@ -370,7 +376,7 @@ class Connection(asyncio.Protocol):
             return
         cfg = self.broker.config
         if self.pings_out + 1 > cfg.ping_max:
-            self.broker.log.debug("stale connection", cid=self.cid)
+            self.broker.log.debug(f"{self.who} - Stale Client Connection - Closing", cid=self.cid)
             self.close("Stale Connection")
             return
         self.pings_out += 1

@@ -7,6 +7,7 @@ socket is made here; where the machine has no IPv6, the wildcard is IPv4's as be
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 
 WILDCARDS = ("0.0.0.0", "::", "")
@@ -35,3 +36,34 @@ def dual_stack_socket(host: str, port: int, backlog: int = 1024) -> socket.socke
 def plain_ip(address: str) -> str:
     """An IPv4 peer of a dual-stack socket ("::ffff:127.0.0.1") as Go shows it ("127.0.0.1")."""
     return address[7:] if address.startswith("::ffff:") and "." in address else address
+
+
+def interface_addresses() -> list[str]:
+    """Every address of every interface, interface by interface (IPv4 first), as Go's net.Interfaces: what a
+    wildcard listener answers on (nats-server's ports file lists them). Linux; elsewhere the loopback only."""
+    import fcntl
+    import struct
+
+    v6: dict[str, list[str]] = {}
+    try:
+        with open("/proc/net/if_inet6") as table:
+            for line in table:
+                fields = line.split()
+                v6.setdefault(fields[5], []).append(str(ipaddress.IPv6Address(bytes.fromhex(fields[0]))))
+    except OSError:
+        pass
+    found: list[str] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:  # SIOCGIFADDR: the interface's IPv4 address
+                raw = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+                found.append(socket.inet_ntoa(raw[20:24]))
+            except OSError:
+                pass
+            found += sorted(v6.get(name, []), key=lambda a: a.startswith("fe80:"))  # link-local last, as Go's
+    return found or ["127.0.0.1"]
+
+
+def host_port(host: str, port: int) -> str:
+    """Go's net.JoinHostPort: IPv6 addresses in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

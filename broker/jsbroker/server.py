@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from . import __version__, info, lameduck
-from .config import VERSION, BrokerConfig, ConfigError
+from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
-from .listen import dual_stack_socket
+from .listen import dual_stack_socket, host_port
 from .logs import Logger, get_logger
 from .router import Router, Watch
 from .sublist import Subscription
@@ -27,9 +29,14 @@ if TYPE_CHECKING:  # imported at start with TLS on: the ssl context code is on n
     from .tls import TlsContext
 
 
-def _limit(value: int) -> int | str:
-    """A JetStream byte limit for the log: -1 means none."""
-    return value if value >= 0 else "unlimited"
+def friendly_bytes(value: int) -> str:
+    """nats-server's banner sizes ("17.66 GB", powers of 1024); jsbroker's -1 is no limit."""
+    if value < 0:
+        return "unlimited"
+    if value < 1024:
+        return f"{value} B"
+    exp = min(int(math.log(value, 1024)), 6)
+    return f"{value / 1024 ** exp:.2f} {'KMGTPE'[exp - 1]}B"
 
 
 def _traffic(conn: Connection) -> tuple[int, int, int, int]:
@@ -88,6 +95,8 @@ class Broker:
         self.recovering = False  # JetStream is reading its store (start); /healthz says 503
         self.serving = False  # the client listener accepts connections; otherwise /healthz says 503
         self.lame_duck_mode = False  # entered with `lame_duck()`: no new clients, the others are let go
+        self._ports_file: Path | None = None
+        self.program = "jsbroker"  # the name the start-up lines give (the command sets nats-server under that name)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -115,8 +124,7 @@ class Broker:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.start_time = self.loop.time()
-        self.log.info("starting jsbroker", version=__version__, compatible=f"nats-server {VERSION}",
-                      name=self.config.server_name, id=self.server_id, pid=os.getpid())
+        self._log_start()
         cfg = self.config
         if cfg.tls is not None:
             from .tls import TlsContext
@@ -143,6 +151,8 @@ class Broker:
             self._monitor = Monitor(self)
             self.http_port = await self._monitor.start(cfg.http_host or cfg.host, monitor_port,
                                                        self.tls.monitoring if self.tls and self.monitor_tls else None)
+            self.log.info(f"Starting {'https' if self.monitor_tls else 'http'} monitor on "
+                          f"{host_port(cfg.http_host or cfg.host, self.http_port)}", port=self.http_port)
         self.recovering = True
         await self._start_jetstream()
         self.recovering = False
@@ -150,8 +160,27 @@ class Broker:
         self._info_base = self._info_fields()
         await self._server.start_serving()
         self.serving = True
-        self._log_listening()
-        self.log.info("server ready", port=self.port, http_port=self.http_port, jetstream=self.jetstream is not None)
+        self.log.info(f"Listening for client connections on {host_port(cfg.host, self.port)}", port=self.port)
+        if self.tls is not None:
+            self.log.info("TLS required for client connections", verify_client_certificates=self.tls.settings.verify)
+        self._write_ports_file()
+        self.log.info("Server is ready", port=self.port, http_port=self.http_port, jetstream=self.jetstream is not None)
+
+    def _write_ports_file(self) -> None:
+        """nats-server's `<program>_<pid>.ports`: every URL a listener answers on (a wildcard one: all interfaces')."""
+        cfg = self.config
+        if cfg.ports_file_dir is None:
+            return
+        from .listen import WILDCARDS, interface_addresses
+
+        def urls(scheme: str, host: str, port: int) -> list[str]:
+            return [f"{scheme}://{host_port(h, port)}" for h in (interface_addresses() if host in WILDCARDS else [host])]
+
+        ports = {"nats": urls("tls" if self.tls else "nats", cfg.host, self.port)}
+        if self.http_port is not None:
+            ports["monitoring"] = urls("https" if self.monitor_tls else "http", cfg.http_host or cfg.host, self.http_port)
+        self._ports_file = Path(cfg.ports_file_dir) / f"{self.program}_{os.getpid()}.ports"
+        self._ports_file.write_text(json.dumps(ports, separators=(",", ":")))
 
     def _monitor_port(self) -> int | None:
         """The monitoring port asked for (nats-server's rules: HTTP or HTTPS, HTTPS only with TLS)."""
@@ -163,21 +192,29 @@ class Broker:
                               "(tls.cert_file and tls.key_file, or --tlscert and --tlskey), or use http_port")
         return cfg.https_port if cfg.https_port is not None else cfg.http_port
 
-    def _log_listening(self) -> None:
-        """The start-up banner's addresses (nats-server prints the same at its default level)."""
-        self.log.info("listening for client connections", addr=f"{self.config.host}:{self.port}")
-        if self.tls is not None:
-            self.log.info("TLS required for client connections", verify_client_certificates=self.tls.settings.verify)
-        if self.http_port is not None:
-            self.log.info("listening for monitoring", addr=f"{self.config.http_host or self.config.host}:{self.http_port}",
-                          https=self.monitor_tls)
-        js = self.js_settings
-        if self.jetstream is not None and js is not None:
-            usage = self.jetstream.info()
-            self.log.info("jetstream enabled", store_dir=js.store_dir, domain=js.domain,
-                          sync="always" if js.sync_always else f"every {js.sync_interval:g}s",
-                          max_memory=_limit(js.max_memory), max_storage=_limit(js.max_storage),
-                          streams=usage["streams"], consumers=usage["consumers"], messages=usage["messages"])
+    def _log_start(self) -> None:
+        """nats-server's first lines (its Git line is jsbroker's version here, its Go build line the runtime)."""
+        self.log.info(f"Starting {self.program}", pid=os.getpid())
+        self.log.info(f"  Version:  {VERSION}", version=VERSION)
+        self.log.info(f"  jsbroker: {__version__}", jsbroker=__version__)
+        self.log.debug(f"  Python:   {info.RUNTIME}")
+        self.log.info(f"  Name:     {self.server_name}", name=self.server_name)
+        self.log.info(f"  ID:       {self.server_id}", id=self.server_id)
+
+    def _log_jetstream(self, js: JetStreamSettings) -> None:
+        """nats-server's JetStream block (its ASCII-art banner left out), with jsbroker's sync setting."""
+        self.log.info("Starting JetStream")
+        if self._tmp_store is not None:
+            self.log.warning("Temporary storage directory used, data is removed when the server exits")
+        self.log.info("---------------- JETSTREAM ----------------")
+        self.log.info(f"  Max Memory:      {friendly_bytes(js.max_memory)}", max_memory=js.max_memory)
+        self.log.info(f"  Max Storage:     {friendly_bytes(js.max_storage)}", max_storage=js.max_storage)
+        self.log.info(f'  Store Directory: "{js.store_dir}"', store_dir=js.store_dir)
+        if js.domain:
+            self.log.info(f"  Domain:          {js.domain}", domain=js.domain)
+        self.log.info(f"  Sync:            {'always' if js.sync_always else f'every {js.sync_interval:g}s'}")
+        self.log.info(f"  API Level:       {info.API_LEVEL}")
+        self.log.info("-------------------------------------------")
 
     async def _start_jetstream(self) -> None:
         js = self.config.jetstream
@@ -197,8 +234,13 @@ class Broker:
             js = replace(js, store_dir=Path(self._tmp_store))
         Path(js.store_dir).mkdir(parents=True, exist_ok=True)  # type: ignore[arg-type]
         self.js_settings = js
+        self._log_jetstream(js)
         self.jetstream = JetStream(self, js)
         await self.jetstream.start()
+        usage = self.jetstream.info()
+        if usage["streams"]:
+            self.log.info(f"  Recovered {usage['streams']} streams, {usage['consumers']} consumers, "
+                          f"{usage['messages']} messages", **{k: usage[k] for k in ("streams", "consumers", "messages")})
 
     def reload(self) -> bool:
         """SIGHUP: re-read the TLS certificate, key and CA files. New connections use them, connections
@@ -228,12 +270,10 @@ class Broker:
             return
         self.lame_duck_mode = True
         cfg = self.config
-        self.log.info("entering lame duck mode, stop accepting new clients")
+        self.log.info("Entering lame duck mode, stop accepting new clients")
         self._server.close()
         self.serving = False
-        if self.jetstream is not None:
-            await self.jetstream.stop()
-            self.jetstream = None
+        await self._stop_jetstream()
         clients = list(self.clients.values())
         if not clients:
             return
@@ -241,7 +281,7 @@ class Broker:
             if c.protocol >= 1 and c.connected:
                 c.send(self.info_line(c, ldm=True))
         await asyncio.sleep(cfg.lame_duck_grace_period)
-        self.log.info("closing existing clients", count=len(clients))
+        self.log.info("Closing existing clients", count=len(clients))
         pauses = lameduck.pauses(len(clients), cfg.lame_duck_duration, cfg.lame_duck_grace_period)
         for c, pause in zip(clients, [*pauses, 0.0]):
             c.close(None)
@@ -250,6 +290,7 @@ class Broker:
 
     async def stop(self) -> None:
         """Lame-duck style: stop accepting, flush pending output, close connections, stop services."""
+        self.log.info("Initiating Shutdown...")
         if self._tls_watch is not None:
             self._tls_watch.cancel()
             self._tls_watch = None
@@ -261,9 +302,7 @@ class Broker:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
-        if self.jetstream is not None:
-            await self.jetstream.stop()
-            self.jetstream = None
+        await self._stop_jetstream()
         if self._monitor is not None:
             await self._monitor.stop()
             self._monitor = None
@@ -272,7 +311,16 @@ class Broker:
 
             shutil.rmtree(self._tmp_store, ignore_errors=True)
             self._tmp_store = None
-        self.log.info("server stopped")
+        if self._ports_file is not None:
+            self._ports_file.unlink(missing_ok=True)
+        self.log.info("Server Exiting..")
+
+    async def _stop_jetstream(self) -> None:
+        if self.jetstream is not None:
+            self.log.info("Initiating JetStream Shutdown...")
+            await self.jetstream.stop()
+            self.jetstream = None
+            self.log.info("JetStream Shutdown")
 
     async def _close_clients(self) -> None:
         """Close every client and wait (up to `write_deadline`) until their output has been sent."""

@@ -1,4 +1,5 @@
-"""The `jsbroker` command: flags, the TOML config file, logs and SIGTERM (lame-duck) shutdown."""
+"""The `jsbroker` command: nats-server's flags (parsed as Go's flag package, checked against the real binary), the
+`nats-server` name, the ports file, the TOML config file, logs and SIGTERM (lame-duck) shutdown."""
 
 from __future__ import annotations
 
@@ -9,16 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from jsbroker.cli import build_parser, config_from_args
+from jsbroker import __version__, flags
+from jsbroker.cli import config_from_flags
 from jsbroker.config import BrokerConfig, ConfigError, load_file
 from tests.broker.raw import CONNECT, Raw, exchange
-from tests.servers import JSBROKER
+from tests.polling import poll
+from tests.servers import JSBROKER, free_port, nats_server_binary, read_info
 
 pytestmark = pytest.mark.xdist_group("broker-cli")
 
 
-def parse(*argv: str) -> BrokerConfig:
-    return config_from_args(build_parser().parse_args(list(argv)))
+def parse(*argv: str, program: str = "jsbroker") -> BrokerConfig:
+    return config_from_flags(flags.parse(list(argv))[0], program)
 
 
 def test_flags_map_to_config(tmp_path):
@@ -30,8 +33,15 @@ def test_flags_map_to_config(tmp_path):
     assert cfg.max_payload == 2 * 1024 * 1024
     assert cfg.log_level == "debug"
     assert parse("--auth", "t", "-V").auth.token == "t" and parse("-V").log_level == "trace"
-    assert parse("--no_jetstream").jetstream is None
-    assert parse().jetstream is not None  # JetStream is on by default
+    assert parse("--no_jetstream").jetstream is None and parse("-js=false").jetstream is None
+    assert parse().jetstream is not None  # JetStream is on by default as jsbroker...
+    assert parse(program="nats-server").jetstream is None  # ...and off as nats-server, unless -js
+    assert parse("-js", program="nats-server").jetstream is not None
+    assert parse("-sd", str(tmp_path), program="nats-server").jetstream is None  # as nats-server: -sd alone is no -js
+    assert (parse("-p", "-1").port, parse("-p", "0").port, parse("-m", "-1").http_port, parse("-m", "0").http_port) == (
+        0, 4222, 0, None)  # -1: random (jsbroker's 0); 0: the default port, no monitoring
+    assert parse("--client_advertise", "nats.example:4333").client_advertise == "nats.example:4333"
+    assert (parse("-T=false").logtime, parse("--logtime_utc").logtime_utc, parse("-DV").log_level) == (False, True, "trace")
 
 
 def test_toml_config_file(tmp_path):
@@ -83,11 +93,11 @@ def test_bad_config_exits_2_with_message(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("prot = 1\n")
     out = subprocess.run([sys.executable, "-m", "jsbroker", "-c", str(path)], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 2
+    assert out.returncode == 1  # nats-server's for a bad config file
     assert "unknown setting 'prot'" in out.stderr
     missing = subprocess.run([sys.executable, "-m", "jsbroker", "-c", str(tmp_path / "nope.toml")],
                              capture_output=True, text=True, timeout=30)
-    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
 
 
 def test_max_payload_flag_reaches_info(server_factory):
@@ -95,31 +105,23 @@ def test_max_payload_flag_reaches_info(server_factory):
     assert json.loads(Raw(handle.port).info[5:])["max_payload"] == 2048
 
 
-def test_debug_log_file_is_structured(server_factory, tmp_path):
+def test_structured_debug_log_file(server_factory, tmp_path):
     log = tmp_path / "broker.log"
-    handle = server_factory(JSBROKER, jetstream=False, extra_args=["-D", "-l", str(log)])
+    handle = server_factory(JSBROKER, jetstream=False, extra_args=["-D", "-l", str(log), "--log_format", "structured"])
     assert exchange(handle.port, b"FOO\r\n") == (b"-ERR 'Unknown Protocol Operation'\r\n", True)
     assert handle.stop() == 0
-    text = log.read_text()
-    assert '"server ready"' in text and f"port={handle.port}" in text
-    assert '"server stopped"' in text
-    assert '"client connected"' in text and 'error="Unknown Protocol Operation"' in text
+    lines = log.read_text().splitlines()
+    assert any(f'INFO "Server is ready" server=' in line and f"port={handle.port}" in line for line in lines), lines
+    assert ' INFO "Server Exiting.." server=' in lines[-1]
+    assert any(" DEBUG " in line and ' - cid:1 - Client connection created" server=' in line for line in lines), lines
+    assert any("ERROR \"127.0.0.1:" in line and "Client parser ERROR: Unknown Protocol Operation" in line
+               for line in lines), lines
 
 
-def test_default_log_is_a_banner_and_no_per_client_lines(server_factory):
-    handle = server_factory(JSBROKER, jetstream=True, http=True)
-    with Raw(handle.port) as r:
-        r.send(CONNECT + b"PING\r\n")
-        assert r.read_until(b"PONG\r\n") == b"PONG\r\n"
-        r.send(b"FOO\r\n")  # a protocol error is a per-client event too
-        r.read_to_close(timeout=10)
-    assert handle.stop() == 0
-    events = [line.split(" INFO ", 1)[1] for line in handle.log_tail().splitlines()]
-    assert [e.split('" ', 1)[0] + '"' for e in events] == [
-        '"starting jsbroker"', '"listening for client connections"', '"listening for monitoring"',
-        '"jetstream enabled"', '"server ready"', '"server stopped"']
-    assert f"addr=127.0.0.1:{handle.port}" in events[1] and f"addr=127.0.0.1:{handle.http_port}" in events[2]
-    assert f"store_dir={handle.store_dir}" in events[3] and "streams=0" in events[3]
+def test_bad_log_flags():
+    done = subprocess.run([sys.executable, "-m", "jsbroker", "--log_format", "json"], capture_output=True, text=True,
+                          timeout=30)
+    assert (done.returncode, done.stderr) == (1, "jsbroker: --log_format 'json': use one of nats, structured\n")
 
 
 def test_sigterm_flushes_pending_output_and_exits_0(server_factory, server_kind):
@@ -142,12 +144,13 @@ def test_port_in_use_is_a_clear_error(server_factory):
     out = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", str(taken.port), "--no_jetstream"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
-    assert f"cannot listen on 127.0.0.1:{taken.port}" in out.stderr and "Traceback" not in out.stderr
+    assert f"[FTL] Error listening on port: 127.0.0.1:{taken.port}" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_version_flag():
     out = subprocess.run([sys.executable, "-m", "jsbroker", "--version"], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0 and "2.15.1" in out.stdout
+    assert (out.returncode, out.stdout) == (0, f"jsbroker {__version__} (a Python NATS server following nats-server "
+                                                "v2.15.1)\n")
 
 
 def test_readme_documents_the_config_file():
@@ -200,16 +203,144 @@ cli.main(sys.argv[1:])
 LAZY = {"aiohttp", "cryptography", "prometheus_client", "h11", "tomllib", "ctypes", "jsbroker.tls", "jsbroker.metrics"}
 
 
-@pytest.mark.parametrize("flags", [["-m", "0"], ["-m", "0", "-c", "CONFIG"]])
-def test_a_plain_start_does_not_import_what_it_does_not_use(tmp_path, flags):
+@pytest.mark.parametrize("args", [["-m", "-1"], ["-m", "-1", "-c", "CONFIG"]])
+def test_a_plain_start_does_not_import_what_it_does_not_use(tmp_path, args):
     """With the monitoring port on (every pod has it) and JetStream, a start imports neither TLS, nkey or
     Prometheus code nor an HTTP library: the first scrape, the first request or the configuration does."""
     config = tmp_path / "jsbroker.toml"
     config.write_text('server_name = "lazy"\n')
-    done = subprocess.run([sys.executable, "-c", STARTED, "-a", "127.0.0.1", "-p", "0", "-sd", str(tmp_path / "store"),
-                           *(str(config) if f == "CONFIG" else f for f in flags)],
+    done = subprocess.run([sys.executable, "-c", STARTED, "-a", "127.0.0.1", "-p", "-1", "-sd", str(tmp_path / "store"),
+                           *(str(config) if f == "CONFIG" else f for f in args)],
                           capture_output=True, text=True, timeout=60)
     modules = set(done.stdout.split())
     assert {"jsbroker.jetstream.service", "jsbroker.monitor"} <= modules, done.stderr[-2000:]  # it did start
     imported = {m.split(".")[0] if m.split(".")[0] in LAZY else m for m in modules} & LAZY
-    assert imported == ({"tomllib"} if "-c" in flags else set())  # the control: a config file needs its parser
+    assert imported == ({"tomllib"} if "-c" in args else set())  # the control: a config file needs its parser
+
+
+@pytest.fixture(scope="module")
+def as_nats_server(tmp_path_factory) -> Path:
+    """jsbroker under the name nats-server, linked by its own --nats_server_link."""
+    folder = tmp_path_factory.mktemp("bin")
+    jsbroker = Path(sys.executable).parent / "jsbroker"
+    done = subprocess.run([str(jsbroker), "--nats_server_link", str(folder)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.strip() == str(folder / "nats-server"), done.stderr
+    assert (folder / "nats-server").resolve() == jsbroker.resolve()
+    other = tmp_path_factory.mktemp("other")
+    (other / "nats-server").write_text("the real one")
+    refused = subprocess.run([str(jsbroker), "--nats_server_link", str(other)], capture_output=True, text=True,
+                             timeout=30)
+    assert (refused.returncode, (other / "nats-server").read_text()) == (1, "the real one")
+    assert "exists and is not a link: choose another folder or remove it" in refused.stderr
+    return folder / "nats-server"
+
+
+BAD_COMMAND_LINES = [
+    ["--bogus"], ["-p", "abc"], ["-p"], ["-T=maybe"], ["---x"], ["-js=maybe"], ["--log_size_limit", "x"],
+    ["-p", "0x1g"], ["-p", "99999999999999999999"], ["foo"], ["-t"], ["-c"], ["-", "-p", "1"],
+]
+
+
+def test_bad_command_lines_get_nats_servers_errors(as_nats_server):
+    """The same first stderr line as nats-server, run side by side; exit 2 where nats-server's usage exits 0 after a
+    flag error (Go's flag package exits 2 on its own), otherwise nats-server's code."""
+    def run(binary: str, args: list[str]) -> tuple[str, int]:
+        done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=30)
+        return done.stderr.splitlines()[0] if done.stderr else "", done.returncode
+
+    for args in BAD_COMMAND_LINES:
+        (ours, code), (theirs, their_code) = run(str(as_nats_server), args), run(nats_server_binary(), args)
+        assert ours == theirs and ours, args
+        assert code == (2 if their_code == 0 else their_code) and code != 0, args
+
+
+def test_refused_flags_say_what_to_do_instead():
+    for flag in flags.FLAGS:
+        if flag.status != "refused":
+            continue
+        value = [] if flag.kind == "bool" else ["1" if flag.kind == "int" else "nats://127.0.0.1:6222"]
+        done = subprocess.run([sys.executable, "-m", "jsbroker", "-" + flag.names[0], *value], capture_output=True,
+                              text=True, timeout=30)
+        assert (done.returncode, done.stderr) == (1, f"jsbroker: {flag.spelled} is not supported: {flag.note}\n")
+    assert parse("-s=false", "--profile", "0").jetstream is not None  # the defaults are not refused
+
+
+def test_every_nats_server_flag_is_in_the_table():
+    """Those its --help lists (and the hidden ones, in the table by hand); a flag a new nats-server adds fails here."""
+    text = subprocess.run([nats_server_binary(), "--help"], capture_output=True, text=True, timeout=30).stdout
+    listed = {name.strip(",").lstrip("-").split("=")[0] for line in text.splitlines() if line.startswith("    ")
+              for name in line.strip().split("  ")[0].replace(",", " ").split() if name.startswith("-")}
+    assert listed and listed <= set(flags.BY_NAME), listed - set(flags.BY_NAME)
+
+
+def test_readme_flag_table_is_generated_from_the_code():
+    readme = (Path(__file__).resolve().parents[2] / "broker" / "README.md").read_text()
+    table = readme.split("<!-- flags:start -->\n", 1)[1].split("<!-- flags:end -->", 1)[0]
+    assert table == flags.markdown_table()
+
+
+def test_help_version_and_config_check(as_nats_server, tmp_path):
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(as_nats_server), *args], capture_output=True, text=True, timeout=30)
+
+    version = run("-v")
+    assert version.returncode == 0 and version.stdout.splitlines()[0] == "nats-server: v2.15.1"
+    assert "jsbroker" in version.stdout.splitlines()[1]
+    assert run("version").stdout == version.stdout  # Go's positional commands too
+    usage = run("-h")
+    assert usage.returncode == 0 and "Usage: nats-server [options]" in usage.stdout
+    assert all(flag.spelled in usage.stdout for flag in flags.FLAGS)
+    config = tmp_path / "ok.json"
+    config.write_text('{"port": 4333}')
+    checked = run("-t", "-c", str(config))
+    assert checked.returncode == 0
+    assert checked.stderr.startswith(f"nats-server: configuration file {config} is valid (sha256:")
+    config.write_text('{"prot": 1}')
+    assert run("-t", "-c", str(config)).returncode == 1
+
+
+def _ports_file(folder: Path, binary: str) -> tuple[dict[str, list[str]], int, bool]:
+    """Start on random ports with a ports file; its content with the ports taken out, and whether [::1] answers."""
+    proc = subprocess.Popen([binary, "-p", "-1", "-m", "-1", "--ports_file_dir", str(folder)], stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.rstrip().endswith("Server is ready"):
+                break
+        # nats-server writes the file around its ready line, not always before it
+        [path] = poll(lambda: list(folder.glob(f"nats-server_{proc.pid}.ports")), timeout=10, what="the ports file")
+        ports = json.loads(path.read_text())
+        port = int(ports["nats"][0].rsplit(":", 1)[1])
+        answers = read_info(port, address="::1").startswith(b"INFO ")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    shapes = {k: [u.rsplit(":", 1)[0] for u in urls] for k, urls in ports.items()}
+    return shapes, len(list(folder.glob("*.ports"))), answers
+
+
+def test_random_ports_the_ports_file_and_ipv6_loopback_as_nats_server(as_nats_server, tmp_path):
+    """On the default host (0.0.0.0, dual-stack as Go's), -p -1 -m -1: the file lists every interface's URLs."""
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "theirs").mkdir()
+    ours = _ports_file(tmp_path / "ours", str(as_nats_server))
+    assert ours == _ports_file(tmp_path / "theirs", nats_server_binary())
+    assert ours[0]["nats"][:2] == ["nats://127.0.0.1", "nats://[::1]"] and ours[1:] == (0, True)
+
+
+def test_a_specific_host_answers_only_there():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", str(port), "--no_jetstream"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "Server is ready" in line:
+                break
+        assert read_info(port).startswith(b"INFO ")
+        with pytest.raises(OSError):
+            read_info(port, address="::1")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)

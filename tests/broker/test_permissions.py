@@ -160,9 +160,9 @@ def test_wrong_password_is_refused_and_secrets_stay_out_of_logs_and_varz(tmp_pat
 def test_bad_user_settings_fail_at_start_with_a_clear_message(tmp_path: Path, users: list[Any], message: str) -> None:
     config = tmp_path / "users.json"
     config.write_text(json.dumps({"authorization": {"users": users}}))
-    done = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", "0", "-c", str(config)],
+    done = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", "-1", "-c", str(config)],
                           capture_output=True, text=True, timeout=30)
-    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert done.returncode == 1 and message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and "-pw" not in done.stderr
 
 
@@ -216,9 +216,9 @@ def test_nkey_users_sign_the_nonce(tmp_path: Path) -> None:
 def test_a_bad_nkey_fails_at_start(tmp_path: Path, nkey: str, message: str) -> None:
     config = tmp_path / "users.json"
     config.write_text(json.dumps({"authorization": {"users": [{"nkey": nkey}]}}))
-    done = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", "0", "-c", str(config)],
+    done = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", "-1", "-c", str(config)],
                           capture_output=True, text=True, timeout=30)
-    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert done.returncode == 1 and message in done.stderr, done.stderr
 
 
 def test_the_go_nats_cli_signs_with_an_nkey(tmp_path: Path) -> None:

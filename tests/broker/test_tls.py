@@ -294,15 +294,15 @@ def test_monitoring_over_https_with_the_client_certificate_and_no_client_certifi
 @pytest.mark.parametrize("case", ["without TLS", "with http_port too"])
 def test_https_monitoring_needs_tls_and_excludes_http(pki: dict[str, Any], case: str) -> None:
     server = pki["server"]
-    args = {"without TLS": ["-ms", "0"],
-            "with http_port too": ["--tlscert", str(server.cert), "--tlskey", str(server.key), "-m", "0", "-ms", "0"]}[case]
-    done = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", "0", *args],
+    args = {"without TLS": ["-ms", "-1"],
+            "with http_port too": ["--tlscert", str(server.cert), "--tlskey", str(server.key), "-m", "-1", "-ms", "-1"]}[case]
+    done = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", "-1", *args],
                           capture_output=True, text=True, timeout=30)
     expected = {"without TLS": "https_port serves monitoring with the client port's TLS certificate: configure TLS",
                 "with http_port too": "monitoring: give http_port (0) or https_port (0), not both"}[case]
-    assert done.returncode == 2 and expected in done.stderr, done.stderr
+    assert done.returncode == 1 and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
-    ref = subprocess.run([nats_server_binary(), "-a", "127.0.0.1", "-p", "-1", *(a if a != "0" else "-1" for a in args)],
+    ref = subprocess.run([nats_server_binary(), "-a", "127.0.0.1", "-p", "-1", *args],
                          capture_output=True, text=True, timeout=30)
     assert ref.returncode != 0, ref.stderr
 
@@ -340,15 +340,15 @@ def test_bad_tls_settings_fail_at_start_with_a_clear_message(pki: dict[str, Any]
         "unknown setting": ["-c", str(tmp_path / "broker.toml")],
     }[case]
     (tmp_path / "broker.toml").write_text(f'[tls]\ncert_file = "{server.cert}"\nkey_file = "{server.key}"\nverfy = true\n')
-    done = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", "0", *args],
+    done = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", "-1", *args],
                           capture_output=True, text=True, timeout=30)
     expected = {
-        "no certificate": "TLS needs a server certificate and its key: give --tlscert and --tlskey",
+        "no certificate": "TLS Server certificate must be present and valid: give --tlscert and --tlskey",
         "missing file": f"tls: cannot read {tmp_path / 'nope.pem'}: no such file",
         "key of another certificate": "cannot be used together",
         "unknown setting": "unknown [tls] setting(s) ['verfy']",
     }[case]
-    assert done.returncode == 2 and expected in done.stderr, done.stderr
+    assert done.returncode == 1 and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     if case != "unknown setting":  # nats-server refuses the same flags (its config format is not TOML)
         ref = subprocess.run([nats_server_binary(), "-a", "127.0.0.1", "-p", "-1", *args], capture_output=True, text=True,

@@ -126,7 +126,7 @@ def test_docker_stop_ends_the_broker_cleanly_within_the_grace_period(broker):
     assert time.monotonic() - start < 10
     state = json.loads(docker("inspect", broker.id).stdout)[0]["State"]
     assert state["ExitCode"] == 0 and not state["OOMKilled"]
-    assert '"server stopped"' in broker.logs()
+    assert "Server Exiting.." in broker.logs()
 
 
 def test_both_programs_and_the_labels_are_in_the_image(image):
