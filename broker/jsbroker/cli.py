@@ -27,6 +27,7 @@ from . import __version__, flags, logs
 from .config import (VERSION, BrokerConfig, ConfigError, JetStreamSettings, TlsSettings, load_file, parse_duration,
                      parse_size)
 from .flags import FlagError, Value
+from .listen import advertised
 
 NATS_SERVER = "nats-server"
 PROGRAM = "jsbroker"
@@ -64,6 +65,11 @@ def config_from_flags(values: dict[str, Value], program: str = PROGRAM) -> Broke
     for dest in ("host", "server_name", "client_advertise"):
         if dest in values:
             top[dest] = values[dest]
+    if values.get("client_advertise"):
+        try:
+            advertised(str(values["client_advertise"]), 0)
+        except ValueError as e:
+            raise ConfigError(f"--client_advertise: {e}") from None
     for dest in ("log_file", "pid_file", "ports_file_dir"):
         if dest in values:
             top[dest] = Path(str(values[dest])) if values[dest] else None
@@ -216,9 +222,17 @@ async def serve(config: BrokerConfig, program: str = PROGRAM) -> None:
     loop.add_signal_handler(signal.SIGINT, on_int)
     loop.add_signal_handler(signal.SIGUSR2, on_usr2)
     loop.add_signal_handler(signal.SIGHUP, broker.reload)
-    await broker.start()
     if config.pid_file is not None:
-        config.pid_file.write_text(f"{os.getpid()}")
+        try:
+            config.pid_file.write_text(f"{os.getpid()}")
+        except OSError as e:
+            raise ConfigError(f"Could not write pidfile: {e}") from None
+    try:
+        await broker.start()
+    except BaseException:
+        if config.pid_file is not None:
+            config.pid_file.unlink(missing_ok=True)
+        raise
     loop.call_later(SETTLE_AFTER, settle)
     try:
         await stop.wait()
@@ -283,7 +297,11 @@ def main(argv: Sequence[str] | None = None, program: str | None = None) -> int:
         digest = hashlib.sha256(Path(str(values["config"])).read_bytes()).hexdigest()
         print(f"{program}: configuration file {values['config']} is valid (sha256:{digest})", file=sys.stderr)
         return 0
-    logs.configure(config.log_level, config.log_file, config.log_format, config.logtime, config.logtime_utc)
+    try:
+        logs.configure(config.log_level, config.log_file, config.log_format, config.logtime, config.logtime_utc)
+    except OSError as e:
+        print(f"{program}: error opening file: {e}", file=sys.stderr)
+        return 1
     run = asyncio.run
     if config.tls is None:  # uvloop hands a new connection's first bytes over before a TLS upgrade can start
         try:
@@ -295,8 +313,8 @@ def main(argv: Sequence[str] | None = None, program: str | None = None) -> int:
     gc.disable()  # the start (imports, the store's recovery) makes little garbage: no collections until settle()
     try:
         run(serve(config, program))
-    except ConfigError as e:  # found at start: a TLS file that cannot be read or used
-        logs.fatal(f"{program}: {e}")
+    except ConfigError as e:  # found at start: a TLS file, the pid file, the store directory
+        logs.fatal(str(e))
         return 1
     except OSError as e:
         logs.fatal(f"Error listening on port: {config.host}:{config.port}, \"{e.strerror or e}\" "

@@ -64,6 +64,22 @@ def interface_addresses() -> list[str]:
     return found or ["127.0.0.1"]
 
 
+def advertised(address: str, port: int) -> tuple[str, int]:
+    """nats-server's client_advertise: "host", "host:port" or "[v6]:port"; without a port, the listener's.
+    ValueError for what Go's net.SplitHostPort refuses ("a:b:c": too many colons)."""
+    if address.startswith("["):
+        host, sep, rest = address[1:].partition("]")
+        if not sep or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+            raise ValueError(f"address {address}: give [v6 address]:port")
+        return host, int(rest[1:]) if rest else port
+    host, sep, text = address.partition(":")
+    if ":" in text:
+        raise ValueError(f"address {address}: too many colons in address")
+    if sep and not text.isdigit():
+        raise ValueError(f"address {address}: invalid port {text!r}")
+    return host, int(text) if sep else port
+
+
 def host_port(host: str, port: int) -> str:
     """Go's net.JoinHostPort: IPv6 addresses in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

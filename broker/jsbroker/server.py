@@ -20,7 +20,7 @@ from . import __version__, info, lameduck
 from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
-from .listen import dual_stack_socket, host_port
+from .listen import advertised, dual_stack_socket, host_port
 from .logs import Logger, get_logger
 from .router import Router, Watch
 from .sublist import Subscription
@@ -41,14 +41,6 @@ def friendly_bytes(value: int) -> str:
 
 def _traffic(conn: Connection) -> tuple[int, int, int, int]:
     return conn.in_msgs, conn.in_bytes, conn.out_msgs, conn.out_bytes
-
-
-def advertised(address: str, port: int) -> tuple[str, int]:
-    """nats-server's client_advertise: "host", "host:port" or "[v6]:port"; without a port, the listener's."""
-    host, sep, text = address.rpartition(":")
-    if sep and text.isdigit() and (not host.count(":") or host.endswith("]")):
-        return host.strip("[]"), int(text)
-    return address.strip("[]"), port
 
 
 def new_server_id() -> str:
@@ -179,8 +171,13 @@ class Broker:
         ports = {"nats": urls("tls" if self.tls else "nats", cfg.host, self.port)}
         if self.http_port is not None:
             ports["monitoring"] = urls("https" if self.monitor_tls else "http", cfg.http_host or cfg.host, self.http_port)
-        self._ports_file = Path(cfg.ports_file_dir) / f"{self.program}_{os.getpid()}.ports"
-        self._ports_file.write_text(json.dumps(ports, separators=(",", ":")))
+        path = Path(cfg.ports_file_dir) / f"{self.program}_{os.getpid()}.ports"
+        try:
+            path.write_text(json.dumps(ports, separators=(",", ":")))
+        except OSError as e:  # as nats-server: logged, and the server runs on
+            self.log.error(f"Error writing ports file ({path}): {e.strerror or e}")
+            return
+        self._ports_file = path
 
     def _monitor_port(self) -> int | None:
         """The monitoring port asked for (nats-server's rules: HTTP or HTTPS, HTTPS only with TLS)."""
@@ -232,7 +229,10 @@ class Broker:
 
             self._tmp_store = tempfile.mkdtemp(prefix="jsbroker-")
             js = replace(js, store_dir=Path(self._tmp_store))
-        Path(js.store_dir).mkdir(parents=True, exist_ok=True)  # type: ignore[arg-type]
+        try:
+            Path(js.store_dir).mkdir(parents=True, exist_ok=True)  # type: ignore[arg-type]
+        except OSError as e:
+            raise ConfigError(f"Can't start JetStream: could not create storage directory - {e}") from None
         self.js_settings = js
         self._log_jetstream(js)
         self.jetstream = JetStream(self, js)

@@ -330,17 +330,47 @@ def test_random_ports_the_ports_file_and_ipv6_loopback_as_nats_server(as_nats_se
 
 
 def test_a_specific_host_answers_only_there():
+    """And a ports file that cannot be written is an error line, the server runs on (as nats-server)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", str(port), "--no_jetstream"],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", str(port), "--no_jetstream",
+                             "--ports_file_dir", "/nonexistent"], stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
+        lines = []
         for line in proc.stderr:
+            lines.append(line)
             if "Server is ready" in line:
                 break
+        assert "[ERR] Error writing ports file (/nonexistent/jsbroker_" in lines[-2], lines
         assert read_info(port).startswith(b"INFO ")
         with pytest.raises(OSError):
             read_info(port, address="::1")
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+BAD_VALUES = [
+    (["-P", "/nonexistent/x.pid"], "[FTL] Could not write pidfile: [Errno 2] No such file or directory"),
+    (["-l", "/nonexistent/x.log"], "jsbroker: error opening file: [Errno 2] No such file or directory"),
+    (["-m", "-5"], "jsbroker: -m -5 is not a TCP port: give 1-65535, or -1 for a random one"),
+    (["-ms", "70000"], "jsbroker: -ms 70000 is not a TCP port"),
+    (["-p", "-2"], "jsbroker: -p -2 is not a TCP port"),
+    (["--client_advertise", "a:b:c"], "jsbroker: --client_advertise: address a:b:c: too many colons in address"),
+    (["-c", "/nonexistent.toml"], "jsbroker: config file /nonexistent.toml does not exist"),
+    (["-sl", "ldm=/nonexistent.pid"], "jsbroker: cannot read the pid file /nonexistent.pid"),
+    (["-sl", "bogus"], "jsbroker: unknown signal 'bogus'"),
+    (["-js", "-sd", "/proc/x"], "[FTL] Can't start JetStream: could not create storage directory - "),
+    (["--max_payload", "lots"], "jsbroker: --max_payload: 'lots' is not a size"),
+    (["--lame_duck_duration", "soon"], "jsbroker: --lame_duck_duration: 'soon' is not a duration"),
+    (["--tlscert", "/nonexistent.pem", "--tlskey", "/nonexistent.key"], "cannot read /nonexistent.pem"),
+    (["--tls"], "jsbroker: TLS Server certificate must be present and valid: give --tlscert and --tlskey"),
+]
+
+
+def test_bad_flag_values_exit_1_saying_what_is_wrong():
+    """nats-server's exit code for each (checked by hand: 1), with a line naming the flag or file and the fix."""
+    for args, message in BAD_VALUES:
+        done = subprocess.run([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-p", "-1", *args],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 1 and message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
