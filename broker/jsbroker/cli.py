@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
-import json
 import os
 import signal
 import sys

@@ -56,7 +56,7 @@ def _first_info(kind: str, args: list[str], jetstream: bool) -> dict[str, Any]:
 
 def _comparable(info: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     keys = [k for k in info if k not in ONLY_NATS_SERVER]
-    values = {k: v for k, v in info.items() if k not in PER_SERVER | ONLY_NATS_SERVER}
+    values = {k: v for k, v in info.items() if k not in PER_SERVER | ONLY_NATS_SERVER or (k, v) == ("port", 4333)}
     if values["server_name"] == info["server_id"]:
         values["server_name"] = "<server_id>"  # the default name
     return keys, values
@@ -81,6 +81,7 @@ CONFIGURATIONS: dict[str, tuple[list[str], bool, dict[str, str]]] = {
     "token": (["--auth", "secret"], True, {"auth_token": "secret"}),
     "nkey": (["-c", "{nkey}"], False, {}),
     "domain": (["-c", "{domain}"], True, {}),
+    "advertised": (["--client_advertise", "nats.example:4333"], False, {}),
     "tls": (["--tlscert", "{cert}", "--tlskey", "{key}"], False, {}),
     "tls verify": (["--tlsverify", "--tlscert", "{cert}", "--tlskey", "{key}", "--tlscacert", "{ca}"], False, {}),
 }

@@ -105,7 +105,7 @@ def test_tls_and_lame_duck_lines(tmp_path, case):
             "[INF] Initiating Shutdown..."]
 
 
-def test_no_time_utc_time_and_the_auth_error(tmp_path):
+def test_no_time_and_the_auth_error(tmp_path):
     """-T=false drops the time; an authentication error is an [ERR] line naming the user."""
     def run(kind: str) -> list[str]:
         with launch(kind, jetstream=False, extra_args=["-T=false", "--user", "u", "--pass", "p"]) as handle:
