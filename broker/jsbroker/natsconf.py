@@ -156,7 +156,7 @@ class _Parser:
     def entry(self, target: dict[str, Node], closing: str | None) -> None:
         line, col = self.line, self.col()
         key, quoted = self.key()
-        if not quoted and key.lower() == "include" and self.peek() in (" ", "\t"):
+        if not quoted and key.lower() == "include" and self.peek() in (" ", "\t", "\n", "\r"):
             self.include(target, line, col)
         else:
             self.skip_key_end()
@@ -173,7 +173,7 @@ class _Parser:
             start = self.i
             while self.peek() != quote:
                 if self.peek() == "":
-                    raise self.error(f"unterminated quoted key opened at line {line} column {col}")
+                    raise self.error(f"unterminated quoted key opened at line {line} column {col}", line, col)
                 self.advance()
             key = self.s[start:self.i]
             self.advance()
@@ -211,7 +211,7 @@ class _Parser:
             while self.peek() not in ("", "\n", "\r", ";", "}", " ", "\t", "'"):
                 self.advance()
             name = self.s[start:self.i]
-        path = posixpath.join(posixpath.dirname(self.file), name)
+        path = posixpath.normpath(posixpath.join(posixpath.dirname(self.file), name))
         try:
             text = self.read(path)
         except OSError as e:
@@ -281,7 +281,7 @@ class _Parser:
         start = self.i
         while self.peek() != quote:
             if self.peek() == "":
-                raise self.error(f"unterminated string opened at line {line} column {col}")
+                raise self.error(f"unterminated string opened at line {line} column {col}", line, col)
             self.advance()
         text = self.s[start:self.i]
         self.advance()
@@ -296,7 +296,7 @@ class _Parser:
             if c == '"':
                 return "".join(parts)
             if c == "":
-                raise self.error(f"unterminated string opened at line {line} column {col}")
+                raise self.error(f"unterminated string opened at line {line} column {col}", line, col)
             parts.append(self.escape() if c == "\\" else c)
 
     def escape(self) -> str:
@@ -319,7 +319,7 @@ class _Parser:
             c = self.advance()
             if c == "":
                 raise self.error(f"unterminated block string opened at line {line} column {col} (it ends with ')' "
-                                 "alone on a line)")
+                                 "alone on a line)", line, col)
             if c == ")" and self.s[self.i - 2:self.i - 1] == "\n" and self.peek() in ("", "\n"):
                 return self.s[start:self.i - 2]
 
@@ -406,10 +406,11 @@ class _Parser:
     def datetime(self, start: int) -> datetime.datetime:
         shape = "0000-00-00T00:00:00Z"
         for expected in shape[4:]:
-            c = self.advance()
+            c = self.peek()
             if (expected == "0" and not c.isdigit()) or (expected != "0" and c != expected):
                 raise self.error(f"expected {'a digit' if expected == '0' else repr(expected)} in an ISO8601 "
                                  f"datetime (2006-01-02T15:04:05Z), found {c!r}")
+            self.advance()
         text = self.s[start:self.i]
         try:
             return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
