@@ -531,9 +531,12 @@ def _account(node: Node, acc: Acc, what: str) -> None:
 _JETSTREAM: tuple[Setting, ...] = (
     Setting(("store_dir", "store", "storedir"), _store_dir, "storage directory (default: a temporary one)"),
     Setting(("sync_interval", "sync"), _sync, "background fsync interval (default 2m), or `always`"),
-    Setting(("max_memory_store", "max_mem_store", "max_mem", "max_memory"), _set("max_memory", _storage_size),
-            "memory storage limit"),
-    Setting(("max_file_store", "max_file", "max_storage"), _set("max_storage", _storage_size), "file storage limit"),
+    Setting(("max_memory_store", "max_mem_store", "max_mem"), _set("max_memory", _storage_size), "memory storage limit"),
+    Setting(("max_file_store", "max_file"), _set("max_storage", _storage_size), "file storage limit"),
+    Setting(("max_memory",), _set("max_memory", _storage_size), "max_memory_store's name in jsbroker's TOML files",
+            jsbroker_only=True),
+    Setting(("max_storage",), _set("max_storage", _storage_size), "max_file_store's name in jsbroker's TOML files",
+            jsbroker_only=True),
     Setting(("domain",), _set("domain", _str), "JetStream domain"),
     Setting(("enabled", "enable"), _set("enabled", _bool), "false: JetStream off"),
     Setting(("strict",), _strict, "true only (jsbroker's API is always strict)"),
@@ -741,19 +744,17 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
         raise ConfigError(f"{source}: {e}") from None
 
 
-def settings_table() -> str:
-    """The README's table of nats-server's top-level settings and jsbroker's own, from TOP_LEVEL."""
-    rows = ["| setting | jsbroker | notes |", "|---|---|---|"]
-    for s in TOP_LEVEL:
-        names = ", ".join(f"`{n}`" for n in s.names)
-        status = "jsbroker only" if s.jsbroker_only else "supported" if s.apply else "refused"
-        rows.append(f"| {names} | {status} | {s.note} |")
-    return "\n".join(rows) + "\n"
+# Every block's table by its path in a file ("" is the top level): the README's settings table is made
+# from it (tests/broker/settings_table.py).
+BLOCKS: dict[str, tuple[Setting, ...]] = {
+    "": TOP_LEVEL, "authorization.": _AUTHORIZATION, "authorization.users[].": _USER,
+    "authorization.users[].permissions.": _PERMISSIONS, "tls.": _TLS, "jetstream.": _JETSTREAM,
+    "jetstream.account.": _ACCOUNT,
+}
 
 
 __all__ = [
     "VERSION", "AccountLimits", "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "Permissions",
-    "Setting", "SubjectRules", "TOP_LEVEL", "TlsSettings", "User",
+    "BLOCKS", "Setting", "SubjectRules", "TOP_LEVEL", "TlsSettings", "User",
     "apply_settings", "load_file", "parse_duration", "parse_go_duration", "parse_size", "read_config",
-    "settings_table",
 ]

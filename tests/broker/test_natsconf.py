@@ -16,6 +16,7 @@ import pytest
 
 from jsbroker.config import ConfigError, load_file
 from jsbroker.natsconf import ConfSyntaxError, parse
+from tests.broker import settings_table
 from tests.polling import poll
 from tests.servers import free_port, nats_server_binary, read_info
 
@@ -287,3 +288,26 @@ def test_the_same_file_gives_the_same_server(tmp_path):
     fields = (*VARZ_FIELDS, "http_port_matches", "js")
     assert {k: varzs["jsbroker"].get(k) for k in fields} == {k: varzs["nats-server"].get(k) for k in fields}
     assert varzs["jsbroker"]["max_payload"] == 512 * 1024 and varzs["jsbroker"]["js"]["max_memory"] == 64 * 10**6  # M: a million
+
+
+def test_readme_settings_table_is_the_codes():
+    """Run `python3 -m tests.broker.settings_table` after changing a table in config.py."""
+    readme = settings_table.README.read_text()
+    assert settings_table.rendered(readme) == readme
+
+
+def test_readme_example_is_read_as_written(tmp_path):
+    readme = settings_table.README.read_text()
+    example = "# nats-server.conf:" + readme.split("# nats-server.conf:", 1)[1].split("```", 1)[0]
+    path = tmp_path / "server.conf"
+    path.write_text(example)
+    cfg = load_file(path, env={"APP_PASSWORD": "from-env"})
+    assert (cfg.host, cfg.port, cfg.http_port, cfg.max_payload, cfg.ping_interval) == ("0.0.0.0", 4222, 8222, 1 << 20,
+                                                                                       120.0)
+    orders, nkey_user = cfg.auth.users
+    assert (orders.user, orders.password, nkey_user.nkey is not None) == ("orders-app", "from-env", True)
+    assert orders.permissions is not None and orders.permissions.response_max == 1
+    assert cfg.tls is not None and cfg.tls.verify and cfg.tls.reload_interval == 30.0
+    js = cfg.jetstream
+    assert js is not None and (js.sync_always, js.domain, js.max_storage, js.account.max_streams) == (True, "hub",
+                                                                                                      100 * 10**9, 100)
