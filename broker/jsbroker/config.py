@@ -356,12 +356,12 @@ def _secret(node: Node, what: str) -> str:
 
 def _users(node: Node, acc: Acc, what: str) -> None:
     if not isinstance(node.value, list):
-        raise _fail(node, f"authorization.users must be an array of users, not {node.plain()!r}")
-    users = tuple(_user(entry, f"authorization.users[{i}]") for i, entry in enumerate(node.value))
+        raise _fail(node, f"{what} must be an array of users, not {node.plain()!r}")
+    users = tuple(_user(entry, f"{what}[{i}]") for i, entry in enumerate(node.value))
     seen: set[str] = set()
     for user, entry in zip(users, node.value):
         if user.user in seen:
-            raise _fail(entry, f"duplicate user {user.user!r} in authorization.users")
+            raise _fail(entry, f"duplicate user {user.user!r} in {what}")
         seen.add(user.user)
     acc["users"] = users
 
@@ -385,7 +385,7 @@ def _user(entry: Node, what: str) -> User:
 
 def _permissions(node: Node, acc: Acc, what: str) -> None:
     perms: Acc = {}
-    _walk(_block(node, "permissions"), _PERMISSIONS, perms, "permissions.")
+    _walk(_block(node, what), _PERMISSIONS, perms, what + ".")
     publish, subscribe = perms.get("publish"), perms.get("subscribe")
     response_max, response_expires = perms.get("responses", (0, 0.0))
     if response_max and (publish is None or publish.allow is None):
@@ -402,15 +402,18 @@ def _subjects(node: Node, what: str) -> tuple[str, ...]:
     return tuple(str(i.value) for i in items)
 
 
-def _rules(what: str) -> Apply:
+_ALLOW_DENY: tuple[Setting, ...] = (Setting(("allow",), _set("allow", _subjects), "allowed subjects"),
+                                    Setting(("deny",), _set("deny", _subjects), "denied subjects"))
+
+
+def _rules(field_name: str) -> Apply:
     def apply(node: Node, acc: Acc, what: str) -> None:
         if not isinstance(node.value, dict):
-            acc[what] = SubjectRules(allow=_subjects(node, what))
+            acc[field_name] = SubjectRules(allow=_subjects(node, what))
             return
         rules: Acc = {}
-        _walk(node.value, (Setting(("allow",), _set("allow", _subjects), "allowed subjects"),
-                           Setting(("deny",), _set("deny", _subjects), "denied subjects")), rules, what + ".")
-        acc[what] = SubjectRules(allow=rules.get("allow"), deny=rules.get("deny", ()))
+        _walk(node.value, _ALLOW_DENY, rules, what + ".")
+        acc[field_name] = SubjectRules(allow=rules.get("allow"), deny=rules.get("deny", ()))
     return apply
 
 
@@ -418,11 +421,13 @@ def _responses(node: Node, acc: Acc, what: str) -> None:
     if isinstance(node.value, bool):
         acc["responses"] = (1, 120.0) if node.value else (0, 0.0)  # nats-server's defaults
         return
+    if not isinstance(node.value, dict):
+        raise _fail(node, f"{what}: true, false, or a block with max and expires, not {node.plain()!r}")
     r: Acc = {}
-    _walk(_block(node, "allow_responses"), (
+    _walk(node.value, (
         Setting(("max", "max_msgs", "max_messages", "max_responses"), _set("max", _int), "replies per request"),
         Setting(("expires", "expiration", "ttl"), _set("expires", _duration), "how long a reply is allowed"),
-    ), r, "allow_responses.")
+    ), r, what + ".")
     acc["responses"] = (r.get("max", 1), r.get("expires", 120.0))
 
 
@@ -456,7 +461,7 @@ _AUTHORIZATION: tuple[Setting, ...] = (
 
 def _authorization(node: Node, acc: Acc, what: str) -> None:
     auth: Acc = {}
-    _walk(_block(node, "authorization"), _AUTHORIZATION, auth, "authorization.")
+    _walk(_block(node, what), _AUTHORIZATION, auth, what + ".")
     if "token" in auth and ("user" in auth or "password" in auth):
         raise _fail(node, "authorization: cannot have a user/pass and token (nats-server refuses it too)")
     if "users" in auth and ("user" in auth or "token" in auth):
@@ -486,7 +491,7 @@ _TLS: tuple[Setting, ...] = (
 
 def _tls(node: Node, acc: Acc, what: str) -> None:
     tls: Acc = {}
-    _walk(_block(node, "tls"), _TLS, tls, "tls.")
+    _walk(_block(node, what), _TLS, tls, what + ".")
     missing = [k for k in ("cert_file", "key_file") if k not in tls]
     if missing:
         raise _fail(node, f"tls needs {' and '.join(missing)} (the server certificate and its key)")
@@ -524,7 +529,7 @@ _ACCOUNT: tuple[Setting, ...] = (
 
 def _account(node: Node, acc: Acc, what: str) -> None:
     limits: Acc = {}
-    _walk(_block(node, "jetstream.account"), _ACCOUNT, limits, "jetstream.account.")
+    _walk(_block(node, what), _ACCOUNT, limits, what + ".")
     acc["account"] = AccountLimits(**limits)
 
 
@@ -559,11 +564,11 @@ def _jetstream(node: Node, acc: Acc, what: str) -> None:
     if isinstance(node.value, str):
         word = node.value.lower()
         if word not in ("enabled", "enable", "disabled", "disable"):
-            raise _fail(node, f"jetstream: expected 'enabled' or 'disabled', got {node.value!r}")
+            raise _fail(node, f"{what}: expected 'enabled' or 'disabled', got {node.value!r}")
         acc["jetstream_on"] = word.startswith("enable")
         return
     js: Acc = {"store_dir": acc["js"]["store_dir"]} if "store_dir" in acc.get("js", {}) else {}
-    _walk(_block(node, "jetstream"), _JETSTREAM, js, "jetstream.")
+    _walk(_block(node, what), _JETSTREAM, js, what + ".")
     acc["jetstream_on"] = js.pop("enabled", True)
     acc["js"] = js
 

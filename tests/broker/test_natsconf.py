@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from jsbroker.config import ConfigError, load_file
+from jsbroker.config import ConfigError, SubjectRules, load_file
 from jsbroker.natsconf import ConfSyntaxError, parse
 from tests.broker import settings_table
 from tests.polling import poll
@@ -307,6 +307,8 @@ def test_readme_example_is_read_as_written(tmp_path):
     orders, nkey_user = cfg.auth.users
     assert (orders.user, orders.password, nkey_user.nkey is not None) == ("orders-app", "from-env", True)
     assert orders.permissions is not None and orders.permissions.response_max == 1
+    assert orders.permissions.publish == SubjectRules(allow=("orders.>", "$JS.API.>"), deny=("orders.secret",))
+    assert orders.permissions.subscribe == SubjectRules(allow=("orders.>", "_INBOX.>"))
     assert cfg.tls is not None and cfg.tls.verify and cfg.tls.reload_interval == 30.0
     js = cfg.jetstream
     assert js is not None and (js.sync_always, js.domain, js.max_storage, js.account.max_streams) == (True, "hub",
