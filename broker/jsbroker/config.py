@@ -348,7 +348,7 @@ def _refused(*names: str, why: str) -> Setting:
 # -- authorization { ... } ---------------------------------------------------------------------------------
 
 def _secret(node: Node, what: str) -> str:
-    text = _str(node, what) if not isinstance(node.value, (int, float)) else str(node.value)
+    text = _str(node, what)  # nats-server refuses a number here too
     if text.startswith("$2"):
         raise _fail(node, f"{what}: bcrypt-hashed secrets are not supported by jsbroker; give the secret itself")
     return text

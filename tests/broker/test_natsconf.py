@@ -166,6 +166,7 @@ BOTH_REFUSE = [
     ('max_payload: "1MB"\n', "max_payload must be a whole number"),
     ("max_payload: 3000000000\n", "max_payload value is too big"),
     ("authorization { user: a, password: b, token: c }\n", "cannot have a user/pass and token"),
+    ("authorization { token: 12345 }\n", "authorization.token must be a string"),
     ("store_dir: /a\njetstream { store_dir: /b }\n", "duplicate 'store_dir'"),
     ('jetstream { max_file: "10GB" }\n', "must end in K, M, G or T"),
     ("jetstream: sometimes\n", "expected 'enabled' or 'disabled'"),
