@@ -295,22 +295,33 @@ def _storage_size(node: Node, what: str) -> int:
     return _size(node, what)
 
 
-def _port(node: Node, what: str) -> int:
-    port = _int(node, what)
-    return 0 if port == -1 else port  # nats-server's -1: a random free port, jsbroker's 0
+def _nats_port(n: int, node: Node, unset: int | None) -> int | None:
+    """nats-server's port numbers: -1 is a random free port (jsbroker's 0), 0 is "not set" (the client port's
+    default 4222; no monitoring listener). jsbroker's TOML files keep their 0: a random port."""
+    if n == -1:
+        return 0
+    return unset if n == 0 and node.line else n
+
+
+def _client_port(node: Node, what: str) -> int | None:
+    return _nats_port(_int(node, what), node, 4222)
+
+
+def _monitor_port(node: Node, what: str) -> int | None:
+    return _nats_port(_int(node, what), node, None)
 
 
 def _listen(node: Node, what: str) -> tuple[str | None, int | None]:
-    """nats-server's parseListen: a port, or "host:port" (IPv6 as "[::1]:4222")."""
+    """nats-server's parseListen: a port, or "host:port" (IPv6 as "[::1]:4222"); the port as written."""
     if isinstance(node.value, int) and not isinstance(node.value, bool):
-        return None, _port(node, what)
+        return None, node.value
     text = _str(node, what)
     host, sep, port = text.rpartition(":")
     if node.line == 0 and not (sep and port.isdigit()):  # jsbroker's TOML files also took a host alone
         return text, None
     if not sep or not re.fullmatch(r"-?[0-9]+", port) or (":" in host and not host.startswith("[")):
         raise _fail(node, f"{what}: could not parse address string {text!r}; write a port or \"host:port\"")
-    return host.strip("[]"), 0 if int(port) == -1 else int(port)
+    return host.strip("[]"), int(port)
 
 
 def _block(node: Node, what: str) -> dict[str, Node]:
@@ -579,13 +590,13 @@ def _top_store_dir(node: Node, acc: Acc, what: str) -> None:
 
 # -- the top level -----------------------------------------------------------------------------------------
 
-def _listen_into(host_field: str, port_field: str) -> Apply:
+def _listen_into(host_field: str, port_field: str, unset: int | None) -> Apply:
     def apply(node: Node, acc: Acc, what: str) -> None:
         host, port = _listen(node, what)
         if host:
             acc[host_field] = host
         if port is not None:
-            acc[port_field] = port
+            acc[port_field] = _nats_port(port, node, unset)
     return apply
 
 
@@ -631,14 +642,14 @@ _ACCOUNTS = "jsbroker has one account and no JWT/operator mode: use authorizatio
 _LOGGING = "jsbroker logs to stderr or log_file, without rotation or syslog: rotate with your log shipper"
 
 TOP_LEVEL: tuple[Setting, ...] = (
-    Setting(("listen",), _listen_into("host", "port"), "client address, \"host:port\" or a port (-1: random)"),
-    Setting(("port",), _set("port", _port), "client port (default 4222; -1: random)"),
+    Setting(("listen",), _listen_into("host", "port", 4222), "client address, \"host:port\" or a port (-1: random)"),
+    Setting(("port",), _set("port", _client_port), "client port (default and 0: 4222; -1: random)"),
     Setting(("host", "net"), _set("host", _str), "client listen address (default 0.0.0.0)"),
     Setting(("server_name",), _server_name, "server name (default: the server id)"),
-    Setting(("http",), _listen_into("http_host", "http_port"), "monitoring address, \"host:port\" or a port"),
-    Setting(("https",), _listen_into("http_host", "https_port"), "monitoring over HTTPS, with the tls certificate"),
-    Setting(("http_port", "monitor_port"), _set("http_port", _port), "monitoring port (-1: random)"),
-    Setting(("https_port",), _set("https_port", _port), "monitoring port over HTTPS"),
+    Setting(("http",), _listen_into("http_host", "http_port", None), "monitoring address, \"host:port\" or a port"),
+    Setting(("https",), _listen_into("http_host", "https_port", None), "monitoring over HTTPS, with the tls certificate"),
+    Setting(("http_port", "monitor_port"), _set("http_port", _monitor_port), "monitoring port (-1: random; 0: none)"),
+    Setting(("https_port",), _set("https_port", _monitor_port), "monitoring port over HTTPS"),
     Setting(("http_host",), _set("http_host", _str), "monitoring listen address (default: host)",
             jsbroker_only=True),
     Setting(("max_payload",), _int31("max_payload"), "largest message payload (default 1MB, at most 8MB)"),

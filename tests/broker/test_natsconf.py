@@ -220,6 +220,19 @@ def test_settings_only_nats_server_has_are_refused_by_name(tmp_path, text, messa
     assert not accepted and error.startswith(f"{path}:") and message in error, error
 
 
+@pytest.mark.parametrize(("text", "ports"), [
+    ("port: -1\nhttp_port: -1\n", (0, 0)),  # nats-server's random port is jsbroker's 0
+    ("port: 0\nhttp_port: 0\n", (4222, None)),  # nats-server's 0: not set (checked: it listens on 4222)
+    ("listen: 127.0.0.1:0\nhttp: 127.0.0.1:-1\n", (4222, 0)),
+    ("listen: 4333\nhttp: 8333\n", (4333, 8333)),
+])
+def test_port_numbers_mean_what_they_mean_to_nats_server(tmp_path, text, ports):
+    path = tmp_path / "server.conf"
+    path.write_text(text)
+    cfg = load_file(path)
+    assert (cfg.port, cfg.http_port) == ports
+
+
 def test_tls_block_is_read_alike(tmp_path):
     from tests.broker.certs import Authority
 
