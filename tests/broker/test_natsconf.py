@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -250,8 +251,9 @@ def test_tls_block_is_read_alike(tmp_path):
 
 
 def started(command: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "CONF_TEST_NAME": "conf-test"}
     with open(log, "wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
     def ready() -> bool:
         assert proc.poll() is None, log.read_text()
@@ -270,7 +272,8 @@ VARZ_FIELDS = ("port", "host", "server_name", "max_payload", "max_pending", "max
 
 
 def test_the_same_file_gives_the_same_server(tmp_path):
-    """Everything a file sets that INFO and /varz show, equal on both servers (ports differ: each its own)."""
+    """Everything a file sets that INFO and /varz show, equal on both servers (ports differ: each its own);
+    with an include, a variable from the included file, one from the environment and a repeated key."""
     infos, varzs = {}, {}
     for kind in ("nats-server", "jsbroker"):
         port, http = free_port(), free_port()
@@ -280,7 +283,7 @@ def test_the_same_file_gives_the_same_server(tmp_path):
         path = tmp_path / kind / "server.conf"
         path.write_text(
             f"# one file, two servers\nhost: 127.0.0.1\nport: {port}\nhttp: 127.0.0.1:{http}\n"
-            "server_name: conf-test\nmax_payload: 512KB\nmax_pending: 32MB\nmax_control_line: 2KB\n"
+            "server_name: $CONF_TEST_NAME\nmax_payload: 1KB\nmax_payload: 512KB\nmax_pending: 32MB\nmax_control_line: 2KB\n"
             'max_connections: 1000\nping_interval: "45s"\nping_max: 4\nwrite_deadline: "3s"\ninclude auth.conf\n'
             f"jetstream {{ store_dir: '{tmp_path / kind / 'js'}', max_mem: 64M, max_file: 1G }}\n")
         command = ([nats_server_binary(), "-c", str(path)] if kind == "nats-server"
@@ -301,6 +304,7 @@ def test_the_same_file_gives_the_same_server(tmp_path):
     assert {k: infos["jsbroker"].get(k) for k in pick} == {k: infos["nats-server"].get(k) for k in pick}
     fields = (*VARZ_FIELDS, "http_port_matches", "js")
     assert {k: varzs["jsbroker"].get(k) for k in fields} == {k: varzs["nats-server"].get(k) for k in fields}
+    assert varzs["jsbroker"]["server_name"] == "conf-test"
     assert varzs["jsbroker"]["max_payload"] == 512 * 1024 and varzs["jsbroker"]["js"]["max_memory"] == 64 * 10**6  # M: a million
 
 
