@@ -149,12 +149,12 @@ class _Parser:
             if c == "":
                 raise self.error(f"unexpected end of file: the map opened at line {open_line} column {open_col} "
                                  "has no closing '}'")
-            if c in (",", ";", "=", ":", "]"):
-                raise self.error(f"unexpected {c!r} where a key was expected")
             self.entry(target, closing="}")
 
     def entry(self, target: dict[str, Node], closing: str | None) -> None:
         line, col = self.line, self.col()
+        if self.peek() in (",", ";", "=", ":", "]", "}"):
+            raise self.error(f"unexpected {self.peek()!r} where a key was expected")
         key, quoted = self.key()
         if not quoted and key.lower() == "include" and self.peek() in (" ", "\t", "\n", "\r"):
             self.include(target, line, col)

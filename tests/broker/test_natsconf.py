@@ -106,6 +106,8 @@ def test_include_is_relative_to_the_including_file_and_merged_where_it_is():
     ("d: 2016-13-04T18:53:41Z\n", "1:24", "not a valid Zulu datetime"),
     ("port:\n", "1:1", "'port' has no value"),
     ("a { = 1 }\n", "1:5", "unexpected '=' where a key was expected"),
+    ("port: 1\n: 2\n", "2:1", "unexpected ':' where a key was expected"),
+    ("}\n", "1:1", "unexpected '}' where a key was expected"),
     ('"key: 1\n', "1:1", "unterminated quoted key"),
     ("x: $BAD\n", "1:4", "the environment variable BAD could not be parsed"),
 ])
