@@ -82,8 +82,11 @@ def _ends_bare_string(c: str) -> bool:
 
 
 class _Parser:
-    def __init__(self, text: str, file: str, read: Reader, env: Mapping[str, str], resolving: frozenset[str]) -> None:
-        self.s, self.file, self.read, self.env, self.resolving = text, file, read, env, resolving
+    def __init__(self, text: str, file: str, read: Reader, env: Mapping[str, str], resolving: frozenset[str],
+                 including: frozenset[str]) -> None:
+        self.s, self.file, self.read, self.env = text, file, read, env
+        self.resolving = resolving  # environment variables being parsed (a cycle is an error)
+        self.including = including  # files being included, this one among them (a cycle is an error)
         self.i = 0
         self.line = 1
         self.line_start = 0
@@ -212,12 +215,16 @@ class _Parser:
                 self.advance()
             name = self.s[start:self.i]
         path = posixpath.normpath(posixpath.join(posixpath.dirname(self.file), name))
+        if path in self.including:
+            raise ConfSyntaxError(f"{self.file}:{line}:{col}: {name!r} includes itself through {path}: remove one "
+                                  "of the includes")
         try:
             text = self.read(path)
         except OSError as e:
             raise ConfSyntaxError(f"{self.file}:{line}:{col}: cannot include {name!r}: "
                                   f"{e.strerror or e} ({path})") from None
-        target.update(parse(text, path, self.read, self.env))  # its own scope: it sees no variables of ours
+        # parsed on its own, as nats-server does: it sees none of our keys as variables
+        target.update(parse(text, path, self.read, self.env, _including=self.including))
 
     # -- values ------------------------------------------------------------------------------------
     def value(self, line: int, col: int, after: str) -> Node:
@@ -450,7 +457,8 @@ class _Parser:
             if name in self.resolving:
                 raise self.error(f"variable reference cycle for ${name} through the environment", line, col)
             try:
-                value = parse(f"pk={self.env[name]}", f"${name}", self.read, self.env, self.resolving | {name})["pk"]
+                value = parse(f"pk={self.env[name]}", f"${name}", self.read, self.env,
+                              _resolving=self.resolving | {name})["pk"]
             except (ConfSyntaxError, KeyError) as e:
                 raise self.error(f"the environment variable {name} could not be parsed as a value: {e}", line, col)
             return Node(value.value, self.file, line, col)
@@ -458,9 +466,10 @@ class _Parser:
                          "or an enclosing one, or set the environment variable", line, col)
 
 
-def parse(text: str, file: str, read: Reader, env: Mapping[str, str], _resolving: frozenset[str] = frozenset()) -> dict[str, Node]:
+def parse(text: str, file: str, read: Reader, env: Mapping[str, str], *, _resolving: frozenset[str] = frozenset(),
+          _including: frozenset[str] = frozenset()) -> dict[str, Node]:
     """The top-level map of a nats-server configuration text; `read` opens included files."""
-    return _Parser(text, file, read, env, _resolving).document()
+    return _Parser(text, file, read, env, _resolving, _including | {posixpath.normpath(file)}).document()
 
 
 __all__ = ["ConfSyntaxError", "Node", "Reader", "parse"]

@@ -116,6 +116,12 @@ def test_syntax_errors_name_file_line_and_column(text, where, message):
         plain(text, env={"BAD": '"unterminated'})
 
 
+def test_an_include_cycle_is_refused():
+    files = {"/etc/nats/a.conf": "include b.conf\n", "/etc/nats/b.conf": "port: 1\ninclude ./a.conf\n"}
+    with pytest.raises(ConfSyntaxError, match=r"^/etc/nats/b.conf:2:1: './a.conf' includes itself through /etc/nats/a.conf"):
+        plain("include a.conf\n", files=files)
+
+
 def test_an_environment_variable_that_refers_to_itself_is_a_cycle():
     with pytest.raises(ConfSyntaxError, match=r"reference cycle for \$LOOP"):
         plain("x: $LOOP\n", env={"LOOP": "$LOOP"})
