@@ -39,7 +39,7 @@ OPERATOR_PURE = (
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.
 LAYERS: dict[str, tuple[str, ...]] = {
     "protocol": ("jsbroker.protocol",),
-    "helpers": ("jsbroker.subjects", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys"),
+    "helpers": ("jsbroker.subjects", "jsbroker.natsconf", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys"),
     "internal": ("jsbroker.internal",),
     "core": (
         "jsbroker",
@@ -116,7 +116,8 @@ PURE = frozenset(
     {
         "jsbroker.protocol",
         "jsbroker.subjects",
-        "jsbroker.config",  # settings dataclasses; reads a TOML file only when load_file() is called
+        "jsbroker.config",  # settings dataclasses; reads a config file only when load_file() is called
+        "jsbroker.natsconf",  # nats-server's config format; included files through a passed-in reader
         "jsbroker.nkeys",  # key decoding and signature checks
         "jsbroker.jetstream.ack",
         "jsbroker.jetstream.delivery",

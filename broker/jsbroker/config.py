@@ -1,18 +1,21 @@
-"""Broker configuration: frozen, grouped dataclasses plus the TOML config-file loader.
+"""Broker configuration: frozen, grouped dataclasses, and config files mapped onto them.
 
-Defaults follow nats-server 2.15.1 (`const.go`). Durations in the config file may be numbers (seconds)
-or strings such as "500ms", "2m", "1h"; sizes may be numbers (bytes) or strings such as "64MB", "1GiB".
-The CLI (`cli.py`) layers its flags over a loaded file; this module never reads argv or the environment.
+Defaults follow nats-server 2.15.1 (`const.go`). A config file is nats-server's format (natsconf.py), or
+TOML for files named *.toml; both go through one table per block of nats-server's settings (TOP_LEVEL,
+...), each supported or refused with the reason, which also generates broker/README.md's settings table.
+The CLI (`cli.py`) layers its flags over a loaded file; this module reads no argv, and the environment
+only in `load_file` (for the format's `$NAME` references).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
+from . import natsconf
+from .natsconf import Node
 from .nkeys import NkeyError, user_public_key
 from .subjects import is_valid_subject
 
@@ -206,228 +209,570 @@ def parse_size(value: Any, what: str) -> int:
     return int(m.group(1)) << 10 * " KMGT".index(m.group(2).upper() or " ")  # n * 1024**k; int ** int is typed Any
 
 
-_TOP_KEYS = {
-    "host": str, "listen": str, "port": int, "http_port": int, "https_port": int, "http_host": str, "server_name": str,
-    "max_payload": "size", "max_control_line": "size", "max_pending": "size", "max_connections": int,
-    "ping_interval": "duration", "ping_max": int, "write_deadline": "duration", "log_level": str, "log_file": Path,
-    "pid_file": Path, "lame_duck_duration": "duration", "lame_duck_grace_period": "duration",
-}
+# ---------------------------------------------------------------------------------------------------------
+# Config files. nats-server's format (natsconf.py) is the main one; TOML (files named *.toml) stays for
+# jsbroker's earlier config files. Both become Node trees and go through the same tables below, whose
+# entries are nats-server's settings under its names (each supported, or refused with the reason) plus
+# jsbroker's own extensions; the README's settings table is generated from them.
+
+Acc = dict[str, Any]  # what the settings of one block set, by BrokerConfig (or block) field name
+Apply = Callable[[Node, Acc, str], None]  # the setting's node, the block's fields, its name as written
 
 
-def load_file(path: Path, base: BrokerConfig | None = None) -> BrokerConfig:
-    """Read a TOML config file (format documented in broker/README.md) over `base`; a `.json` file holds
-    the same settings as JSON (nats-server reads JSON too, so one file can serve both for shared keys)."""
-    import tomllib  # only with a config file: not every start pays for the parser
-
-    try:
-        text = Path(path).read_text()
-        data = json.loads(text) if Path(path).suffix == ".json" else tomllib.loads(text)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"config file {path} is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a table of settings")
-    return apply_mapping(data, base or BrokerConfig(), str(path))
+@dataclass(frozen=True)
+class Setting:
+    names: tuple[str, ...]  # nats-server's spellings (the first is the documented one)
+    apply: Apply | None  # None: nats-server has it, jsbroker refuses it (`note` says why and what to do)
+    note: str
+    jsbroker_only: bool = False  # jsbroker's own extension (nats-server refuses it)
 
 
-def apply_mapping(data: dict[str, Any], base: BrokerConfig, source: str) -> BrokerConfig:
-    top: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in ("authorization", "jetstream", "tls"):
-            continue
-        kind = _TOP_KEYS.get(key)
-        if kind is None:
-            raise ConfigError(f"{source}: unknown setting {key!r}; known: {', '.join(sorted(_TOP_KEYS))}")
-        if key == "listen":  # nats-server style "host:port", or just a host
-            host, sep, port = str(value).rpartition(":")
-            if sep and port.isdigit():
-                top["port"] = int(port)
-                top["host"] = host.strip("[]")
-            else:
-                top["host"] = str(value)
-            continue
-        top[key] = _convert(kind, value, f"{source}: {key}")
-    cfg = replace(base, **top)
-    if "authorization" in data:
-        cfg = replace(cfg, auth=_auth(data["authorization"], cfg.auth, source))
-    if "jetstream" in data:
-        cfg = replace(cfg, jetstream=_jetstream(data["jetstream"], cfg.jetstream, source))
-    if "tls" in data:
-        cfg = replace(cfg, tls=_tls(data["tls"], source))
-    return cfg
+_GO_DURATION = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def _convert(kind: Any, value: Any, what: str) -> Any:
-    if kind == "size":
-        return parse_size(value, what)
-    if kind == "duration":
-        return parse_duration(value, what)
-    if kind is int and not isinstance(value, int):
-        raise ConfigError(f"{what}: {value!r} must be an integer")
-    return kind(value)
+def parse_go_duration(text: str) -> float | None:
+    """Seconds from Go's time.ParseDuration syntax ("1h30m", "1.5s", "0"), or None."""
+    sign, body = (-1.0, text[1:]) if text.startswith("-") else (1.0, text.lstrip("+"))
+    if body == "0":
+        return 0.0
+    parts = _GO_DURATION.findall(body)
+    if not body or "".join(n + u for n, u in parts) != body:
+        return None
+    return sign * sum(float(n) * _GO_UNITS[u] for n, u in parts)
 
 
-def _auth(section: Any, base: AuthSettings, source: str) -> AuthSettings:
-    known = {"token", "user", "password", "timeout", "users"}
-    unknown = set(section) - known
-    if unknown:
-        raise ConfigError(f"{source}: unknown [authorization] setting(s) {sorted(unknown)}; known: {sorted(known)}")
-    kw: dict[str, Any] = {k: str(section[k]) for k in ("token", "user", "password") if k in section}
-    if "timeout" in section:
-        kw["timeout"] = parse_duration(section["timeout"], f"{source}: authorization.timeout")
-    if "users" in section:
-        if not isinstance(section["users"], list):
-            raise ConfigError(f"{source}: authorization.users must be a list of users")
-        kw["users"] = tuple(_user(u, f"{source}: authorization.users[{i}]") for i, u in enumerate(section["users"]))
-        names = [u.user for u in kw["users"]]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"{source}: authorization.users names a user twice")
-    return replace(base, **kw)
+def _where(node: Node) -> str:
+    return node.where if node.line else node.file
 
 
-def _user(entry: Any, where: str) -> User:
-    if not isinstance(entry, dict):
-        raise ConfigError(f"{where}: a user is a table with user and password (or nkey) and optional permissions")
-    unknown = set(entry) - {"user", "password", "nkey", "permissions"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: ['nkey', 'password', 'permissions', "
-                          "'user']")
-    perms = _permissions(entry["permissions"], f"{where}.permissions") if "permissions" in entry else None
-    if "nkey" in entry:
-        if "user" in entry or "password" in entry or not isinstance(entry["nkey"], str):
-            raise ConfigError(f"{where}: an nkey user has only nkey (its public key, 'U...') and permissions")
+def _fail(node: Node, message: str) -> ConfigError:
+    return ConfigError(f"{_where(node)}: {message}")
+
+
+def _int(node: Node, what: str) -> int:
+    if not isinstance(node.value, int) or isinstance(node.value, bool):
+        raise _fail(node, f"{what} must be a whole number, not {node.plain()!r}")
+    return node.value
+
+
+def _str(node: Node, what: str) -> str:
+    if not isinstance(node.value, str):
+        raise _fail(node, f"{what} must be a string, not {node.plain()!r}")
+    return node.value
+
+
+def _bool(node: Node, what: str) -> bool:
+    if not isinstance(node.value, bool):
+        raise _fail(node, f"{what} must be true or false, not {node.plain()!r}")
+    return node.value
+
+
+def _duration(node: Node, what: str) -> float:
+    """nats-server: a Go duration string, or a number of seconds (which it warns about)."""
+    if node.suffix:
+        raise _fail(node, f"{what}: an unquoted {node.suffix} is a size suffix ({node.value:,} here), not a duration; "
+                          f"quote it: \"2m\" is two minutes")
+    if isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    seconds = parse_go_duration(node.value) if isinstance(node.value, str) else None
+    if seconds is None:
+        raise _fail(node, f"{what}: {node.plain()!r} is not a duration; write e.g. \"500ms\", \"30s\", \"2m\", \"1h30m\" "
+                          "(quoted: a bare 2m is the number 2,000,000)")
+    return seconds
+
+
+def _size(node: Node, what: str) -> int:
+    """A byte count: an integer (the nats format has 1MB, 1GiB... as integers) or, in TOML, "64MB"."""
+    if node.line == 0 and isinstance(node.value, str):
+        return parse_size(node.value, f"{node.file}: {what}")
+    return _int(node, what)
+
+
+def _storage_size(node: Node, what: str) -> int:
+    """nats-server's getStorageSize: an integer, or a string ending in K, M, G or T (powers of 1024)."""
+    if isinstance(node.value, str) and node.line:
+        m = re.fullmatch(r"(-?[0-9]+)([KMGT])", node.value)
+        if not m:
+            raise _fail(node, f"{what}: sizes written as strings must end in K, M, G or T (e.g. \"10G\"); "
+                              "or write an integer such as 10GB")
+        return int(m.group(1)) << 10 * "_KMGT".index(m.group(2))
+    return _size(node, what)
+
+
+def _nats_port(n: int, node: Node, unset: int | None) -> int | None:
+    """nats-server's port numbers: -1 is a random free port (jsbroker's 0), 0 is "not set" (the client port's
+    default 4222; no monitoring listener). jsbroker's TOML files keep their 0: a random port."""
+    if n == -1:
+        return 0
+    return unset if n == 0 and node.line else n
+
+
+def _client_port(node: Node, what: str) -> int | None:
+    return _nats_port(_int(node, what), node, 4222)
+
+
+def _monitor_port(node: Node, what: str) -> int | None:
+    return _nats_port(_int(node, what), node, None)
+
+
+def _listen(node: Node, what: str) -> tuple[str | None, int | None]:
+    """nats-server's parseListen: a port, or "host:port" (IPv6 as "[::1]:4222"); the port as written."""
+    if isinstance(node.value, int) and not isinstance(node.value, bool):
+        return None, node.value
+    text = _str(node, what)
+    host, sep, port = text.rpartition(":")
+    if node.line == 0 and not (sep and port.isdigit()):  # jsbroker's TOML files also took a host alone
+        return text, None
+    if not sep or not re.fullmatch(r"-?[0-9]+", port) or (":" in host and not host.startswith("[")):
+        raise _fail(node, f"{what}: could not parse address string {text!r}; write a port or \"host:port\"")
+    return host.strip("[]"), int(port)
+
+
+def _block(node: Node, what: str) -> dict[str, Node]:
+    if not isinstance(node.value, dict):
+        raise _fail(node, f"{what} must be a block {{ ... }}, not {node.plain()!r}")
+    return node.value
+
+
+def _walk(block: dict[str, Node], table: tuple[Setting, ...], acc: Acc, prefix: str) -> None:
+    """Apply each entry of a block through its table; refuse what jsbroker does not do, naming it."""
+    by_name = {name: s for s in table for name in s.names}
+    for key, node in block.items():
+        setting = by_name.get(key.lower())
+        name = prefix + key
+        if setting is None:
+            if node.used_as_variable:  # a variable only referenced elsewhere, as nats-server allows
+                continue
+            raise _fail(node, f"unknown setting {name!r}: neither nats-server nor jsbroker has it "
+                              "(nats-server refuses it too); see the settings table in broker/README.md")
+        if setting.apply is None:
+            raise _fail(node, f"{name}: nats-server's setting is not supported by jsbroker: {setting.note}")
+        setting.apply(node, acc, name)
+
+
+def _set(field_name: str, convert: Callable[[Node, str], Any]) -> Apply:
+    def apply(node: Node, acc: Acc, what: str) -> None:
+        acc[field_name] = convert(node, what)
+    return apply
+
+
+def _refused(*names: str, why: str) -> Setting:
+    return Setting(names, None, why)
+
+
+# -- authorization { ... } ---------------------------------------------------------------------------------
+
+def _secret(node: Node, what: str) -> str:
+    text = _str(node, what)  # nats-server refuses a number here too
+    if text.startswith("$2"):
+        raise _fail(node, f"{what}: bcrypt-hashed secrets are not supported by jsbroker; give the secret itself")
+    return text
+
+
+def _users(node: Node, acc: Acc, what: str) -> None:
+    if not isinstance(node.value, list):
+        raise _fail(node, f"{what} must be an array of users, not {node.plain()!r}")
+    users = tuple(_user(entry, f"{what}[{i}]") for i, entry in enumerate(node.value))
+    seen: set[str] = set()
+    for user, entry in zip(users, node.value):
+        if user.user in seen:
+            raise _fail(entry, f"duplicate user {user.user!r} in {what}")
+        seen.add(user.user)
+    acc["users"] = users
+
+
+def _user(entry: Node, what: str) -> User:
+    acc: Acc = {}
+    _walk(_block(entry, what), _USER, acc, what + ".")
+    perms = acc.get("permissions")
+    if "nkey" in acc:
+        if "user" in acc or "password" in acc:
+            raise _fail(entry, f"{what}: an nkey user has only nkey (its public key, 'U...') and permissions")
         try:
-            public = user_public_key(entry["nkey"])
+            public = user_public_key(acc["nkey"])
         except NkeyError as e:
-            raise ConfigError(f"{where}: {e}") from None
-        return User(entry["nkey"], None, perms, public)
-    if not isinstance(entry.get("user"), str) or not isinstance(entry.get("password"), str):
-        raise ConfigError(f"{where}: user and password are required strings (or give nkey)")
-    return User(entry["user"], entry["password"], perms)
+            raise _fail(entry, f"{what}: {e}") from None
+        return User(acc["nkey"], None, perms, public)
+    if "user" not in acc or "password" not in acc:
+        raise _fail(entry, f"{what}: user and password are required (or give nkey)")
+    return User(acc["user"], acc["password"], perms)
 
 
-def _permissions(section: Any, where: str) -> Permissions:
-    if not isinstance(section, dict):
-        raise ConfigError(f"{where}: permissions is a table with publish, subscribe, allow_responses")
-    unknown = set(section) - {"publish", "subscribe", "allow_responses"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: allow_responses, publish, subscribe")
-    publish = _rules(section["publish"], f"{where}.publish") if "publish" in section else None
-    subscribe = _rules(section["subscribe"], f"{where}.subscribe") if "subscribe" in section else None
-    response_max, response_expires = 0, 0.0
-    responses = section.get("allow_responses", False)
-    if responses is True:
-        response_max, response_expires = 1, 120.0  # nats-server's defaults
-    elif isinstance(responses, dict):
-        unknown = set(responses) - {"max", "expires"}
-        if unknown:
-            raise ConfigError(f"{where}.allow_responses: unknown setting(s) {sorted(unknown)}; known: expires, max")
-        response_max = int(responses.get("max", 1))
-        response_expires = parse_duration(responses.get("expires", 120.0), f"{where}.allow_responses.expires")
-    elif responses is not False:
-        raise ConfigError(f"{where}.allow_responses: true, false, or a table with max and expires")
+def _permissions(node: Node, acc: Acc, what: str) -> None:
+    perms: Acc = {}
+    _walk(_block(node, what), _PERMISSIONS, perms, what + ".")
+    publish, subscribe = perms.get("publish"), perms.get("subscribe")
+    response_max, response_expires = perms.get("responses", (0, 0.0))
     if response_max and (publish is None or publish.allow is None):
         # nats-server: responses allowed means nothing else is, unless publish.allow says so
         publish = SubjectRules(allow=(), deny=publish.deny if publish else ())
-    return Permissions(publish, subscribe, response_max, response_expires)
+    acc["permissions"] = Permissions(publish, subscribe, response_max, response_expires)
 
 
-def _rules(value: Any, where: str) -> SubjectRules:
-    """A list (the allowed subjects) or a table with allow and deny lists."""
-    def subjects(v: Any, key: str) -> tuple[str, ...]:
-        items = [v] if isinstance(v, str) else v
-        if not isinstance(items, list) or not all(isinstance(x, str) and is_valid_subject(x) for x in items):
-            raise ConfigError(f"{where}{key}: a subject or a list of valid subjects (wildcards allowed)")
-        return tuple(items)
-
-    if isinstance(value, (list, str)):
-        return SubjectRules(allow=subjects(value, ""))
-    if not isinstance(value, dict) or set(value) - {"allow", "deny"}:
-        raise ConfigError(f"{where}: a list of subjects, or a table with allow and deny lists")
-    return SubjectRules(allow=subjects(value["allow"], ".allow") if "allow" in value else None,
-                        deny=subjects(value.get("deny", []), ".deny"))
+def _subjects(node: Node, what: str) -> tuple[str, ...]:
+    items = [node] if isinstance(node.value, str) else node.value if isinstance(node.value, list) else None
+    if items is None or not all(isinstance(i.value, str) and is_valid_subject(i.value) for i in items):
+        raise _fail(node, f"{what}: a subject or an array of valid subjects (wildcards allowed; queue groups are "
+                          "not supported)")
+    return tuple(str(i.value) for i in items)
 
 
-def _tls(section: Any, source: str) -> TlsSettings:
-    known = {"cert_file", "key_file", "ca_file", "verify", "timeout", "reload_interval"}
-    if not isinstance(section, dict):
-        raise ConfigError(f"{source}: [tls] must be a table with cert_file and key_file")
-    unknown = set(section) - known
-    if unknown:
-        raise ConfigError(f"{source}: unknown [tls] setting(s) {sorted(unknown)}; known: {sorted(known)}")
-    missing = [k for k in ("cert_file", "key_file") if k not in section]
+_ALLOW_DENY: tuple[Setting, ...] = (Setting(("allow",), _set("allow", _subjects), "allowed subjects"),
+                                    Setting(("deny",), _set("deny", _subjects), "denied subjects"))
+
+
+def _rules(field_name: str) -> Apply:
+    def apply(node: Node, acc: Acc, what: str) -> None:
+        if not isinstance(node.value, dict):
+            acc[field_name] = SubjectRules(allow=_subjects(node, what))
+            return
+        rules: Acc = {}
+        _walk(node.value, _ALLOW_DENY, rules, what + ".")
+        acc[field_name] = SubjectRules(allow=rules.get("allow"), deny=rules.get("deny", ()))
+    return apply
+
+
+def _responses(node: Node, acc: Acc, what: str) -> None:
+    if isinstance(node.value, bool):
+        acc["responses"] = (1, 120.0) if node.value else (0, 0.0)  # nats-server's defaults
+        return
+    if not isinstance(node.value, dict):
+        raise _fail(node, f"{what}: true, false, or a block with max and expires, not {node.plain()!r}")
+    r: Acc = {}
+    _walk(node.value, (
+        Setting(("max", "max_msgs", "max_messages", "max_responses"), _set("max", _int), "replies per request"),
+        Setting(("expires", "expiration", "ttl"), _set("expires", _duration), "how long a reply is allowed"),
+    ), r, what + ".")
+    acc["responses"] = (r.get("max", 1), r.get("expires", 120.0))
+
+
+_PERMISSIONS: tuple[Setting, ...] = (
+    Setting(("publish", "pub", "import"), _rules("publish"), "subjects the user may publish to (allow/deny)"),
+    Setting(("subscribe", "sub", "export"), _rules("subscribe"), "subjects the user may subscribe to (allow/deny)"),
+    Setting(("allow_responses", "publish_allow_responses"), _responses, "may answer requests it receives"),
+)
+_USER: tuple[Setting, ...] = (
+    Setting(("user", "username"), _set("user", _str), "user name"),
+    Setting(("password", "pass"), _set("password", _secret), "password (plain text)"),
+    Setting(("nkey",), _set("nkey", _str), "an nkey user's public key"),
+    Setting(("permissions", "permission", "authorization"), _permissions, "publish/subscribe permissions"),
+    _refused("allowed_connection_types", "connection_types", "clients",
+             why="jsbroker serves one connection type (NATS clients); remove it"),
+    _refused("proxy_required", why="jsbroker has no trusted proxies; remove it"),
+    _refused("account", why="jsbroker has one account; remove it"),
+)
+_AUTHORIZATION: tuple[Setting, ...] = (
+    Setting(("user", "username"), _set("user", _str), "the one user's name"),
+    Setting(("password", "pass"), _set("password", _secret), "its password (plain text; bcrypt is refused)"),
+    Setting(("token",), _set("token", _secret), "a token instead"),
+    Setting(("timeout",), _set("timeout", _duration), "time allowed between connect and CONNECT (default 2s)"),
+    Setting(("users",), _users, "several users, each with permissions, or nkey users"),
+    _refused("default_permission", "default_permissions", "permissions",
+             why="no default permissions yet: give each user its permissions"),
+    _refused("auth_callout", "auth_hook", why="no auth callout: use users with permissions"),
+    _refused("proxy_required", why="jsbroker has no trusted proxies; remove it"),
+)
+
+
+def _authorization(node: Node, acc: Acc, what: str) -> None:
+    auth: Acc = {}
+    _walk(_block(node, what), _AUTHORIZATION, auth, what + ".")
+    if "token" in auth and ("user" in auth or "password" in auth):
+        raise _fail(node, "authorization: cannot have a user/pass and token (nats-server refuses it too)")
+    if "users" in auth and ("user" in auth or "token" in auth):
+        raise _fail(node, "authorization: cannot have a single user/pass or a token together with a users array")
+    acc["auth"] = auth
+
+
+# -- tls { ... } -------------------------------------------------------------------------------------------
+
+_TLS: tuple[Setting, ...] = (
+    Setting(("cert_file",), _set("cert_file", lambda n, w: Path(_str(n, w))), "server certificate (PEM)"),
+    Setting(("key_file",), _set("key_file", lambda n, w: Path(_str(n, w))), "its private key (PEM)"),
+    Setting(("ca_file",), _set("ca_file", lambda n, w: Path(_str(n, w))), "CAs client certificates are checked against"),
+    Setting(("verify",), _set("verify", _bool), "require client certificates (mTLS)"),
+    Setting(("timeout",), _set("timeout", _duration), "time allowed for the handshake (default 2s)"),
+    Setting(("reload_interval",), _set("reload_interval", _duration),
+            "how often the files are checked for a rotation (default 30s; 0: SIGHUP only)", jsbroker_only=True),
+    _refused("handshake_first", "first", "immediate",
+             why="TLS before INFO (handshake_first) is not supported yet (issue 30 part 5); remove it"),
+    _refused("insecure", "verify_and_map", "verify_cert_and_check_known_urls", "allow_insecure_cipher_suites",
+             "cipher_suites", "curve_preferences", "connection_rate_limit", "pinned_certs", "cert_store",
+             "cert_match_by", "cert_match", "ca_certs_match", "cert_match_skip_invalid", "ocsp_peer", "certs",
+             "certificates", "min_version",
+             why="jsbroker's TLS takes cert_file, key_file, ca_file, verify and timeout (TLS 1.2 minimum)"),
+)
+
+
+def _tls(node: Node, acc: Acc, what: str) -> None:
+    tls: Acc = {}
+    _walk(_block(node, what), _TLS, tls, what + ".")
+    missing = [k for k in ("cert_file", "key_file") if k not in tls]
     if missing:
-        raise ConfigError(f"{source}: [tls] needs {' and '.join(missing)} (the server certificate and its key)")
-    if not isinstance(section.get("verify", False), bool):
-        raise ConfigError(f"{source}: tls.verify must be true or false")
-    return TlsSettings(
-        cert_file=Path(section["cert_file"]), key_file=Path(section["key_file"]),
-        ca_file=Path(section["ca_file"]) if "ca_file" in section else None, verify=section.get("verify", False),
-        timeout=parse_duration(section.get("timeout", 2.0), f"{source}: tls.timeout"),
-        reload_interval=parse_duration(section.get("reload_interval", 30.0), f"{source}: tls.reload_interval"),
-    )
+        raise _fail(node, f"tls needs {' and '.join(missing)} (the server certificate and its key)")
+    acc["tls"] = TlsSettings(**tls)
 
 
-def _jetstream(section: Any, base: JetStreamSettings | None, source: str) -> JetStreamSettings | None:
-    if isinstance(section, bool):
-        return (base or JetStreamSettings(store_dir=None)) if section else None
-    known = {"enabled", "store_dir", "sync", "sync_interval", "domain", "max_memory", "max_storage", "account"}
-    unknown = set(section) - known
-    if unknown:
-        raise ConfigError(f"{source}: unknown [jetstream] setting(s) {sorted(unknown)}; known: {sorted(known)}")
-    if section.get("enabled", True) is False:
-        return None
-    js = base or JetStreamSettings(store_dir=None)
-    kw: dict[str, Any] = {}
-    if "store_dir" in section:
-        kw["store_dir"] = Path(section["store_dir"])
-    if "sync" in section:
-        sync = section["sync"]
-        if sync == "always":
-            kw["sync_always"] = True
-        else:
-            kw["sync_interval"] = parse_duration(sync, f"{source}: jetstream.sync")
-    if "sync_interval" in section:
-        kw["sync_interval"] = parse_duration(section["sync_interval"], f"{source}: jetstream.sync_interval")
-    if "domain" in section:
-        kw["domain"] = str(section["domain"])
-    for k in ("max_memory", "max_storage"):
-        if k in section:
-            kw[k] = parse_size(section[k], f"{source}: jetstream.{k}")
-    if "account" in section:
-        kw["account"] = _account_limits(section["account"], f"{source}: jetstream.account")
-    return replace(js, **kw)
+# -- jetstream { ... } -------------------------------------------------------------------------------------
+
+def _sync(node: Node, acc: Acc, what: str) -> None:
+    if isinstance(node.value, str) and node.value.lower() == "always":
+        acc["sync_always"] = True
+    else:
+        acc["sync_interval"] = _duration(node, "jetstream.sync_interval")
+
+
+def _store_dir(node: Node, acc: Acc, what: str) -> None:
+    if "store_dir" in acc:
+        raise _fail(node, "duplicate 'store_dir' configuration (give it at the top level or in jetstream, once)")
+    acc["store_dir"] = Path(_str(node, "store_dir"))
+
+
+def _strict(node: Node, acc: Acc, what: str) -> None:
+    if not _bool(node, "jetstream.strict"):
+        raise _fail(node, "jetstream.strict: false is not supported: jsbroker's JetStream API is always strict")
 
 
 _ACCOUNT_SIZES = ("max_mem", "max_file", "memory_max_stream_bytes", "store_max_stream_bytes")
 _ACCOUNT_COUNTS = ("max_streams", "max_consumers", "max_ack_pending")
+_ACCOUNT: tuple[Setting, ...] = (
+    *(Setting((k,), _set(k, _size), "bytes, -1: unlimited") for k in _ACCOUNT_SIZES),
+    *(Setting((k,), _set(k, _int), "-1: unlimited") for k in _ACCOUNT_COUNTS),
+    Setting(("max_bytes_required",), _set("max_bytes_required", _bool), "every stream must set max_bytes"),
+)
 
 
-def _account_limits(section: Any, where: str) -> AccountLimits:
-    known = {*_ACCOUNT_SIZES, *_ACCOUNT_COUNTS, "max_bytes_required"}
-    if not isinstance(section, dict) or set(section) - known:
-        raise ConfigError(f"{where}: a table with {', '.join(sorted(known))} (nats-server's account jetstream keys)")
-    kw: dict[str, Any] = {}
-    for key in _ACCOUNT_SIZES:
-        if key in section:
-            kw[key] = parse_size(section[key], f"{where}.{key}")
-    for key in _ACCOUNT_COUNTS:
-        if key in section:
-            if not isinstance(section[key], int) or isinstance(section[key], bool):
-                raise ConfigError(f"{where}.{key}: a whole number (-1: unlimited)")
-            kw[key] = section[key]
-    if "max_bytes_required" in section:
-        if not isinstance(section["max_bytes_required"], bool):
-            raise ConfigError(f"{where}.max_bytes_required: true or false")
-        kw["max_bytes_required"] = section["max_bytes_required"]
-    return AccountLimits(**kw)
+def _account(node: Node, acc: Acc, what: str) -> None:
+    limits: Acc = {}
+    _walk(_block(node, what), _ACCOUNT, limits, what + ".")
+    acc["account"] = AccountLimits(**limits)
+
+
+_JETSTREAM: tuple[Setting, ...] = (
+    Setting(("store_dir", "store", "storedir"), _store_dir, "storage directory (default: a temporary one)"),
+    Setting(("sync_interval", "sync"), _sync, "background fsync interval (default 2m), or `always`"),
+    Setting(("max_memory_store", "max_mem_store", "max_mem"), _set("max_memory", _storage_size), "memory storage limit"),
+    Setting(("max_file_store", "max_file"), _set("max_storage", _storage_size), "file storage limit"),
+    Setting(("max_memory",), _set("max_memory", _storage_size), "max_memory_store's name in jsbroker's TOML files",
+            jsbroker_only=True),
+    Setting(("max_storage",), _set("max_storage", _storage_size), "max_file_store's name in jsbroker's TOML files",
+            jsbroker_only=True),
+    Setting(("domain",), _set("domain", _str), "JetStream domain"),
+    Setting(("enabled", "enable"), _set("enabled", _bool), "false: JetStream off"),
+    Setting(("strict",), _strict, "true only (jsbroker's API is always strict)"),
+    Setting(("account",), _account, "the one account's JetStream limits (nats-server: accounts { A { jetstream "
+            "{...} } })", jsbroker_only=True),
+    _refused("key", "ek", "encryption_key", "prev_key", "prev_ek", "prev_encryption_key", "cipher",
+             why="no encryption at rest: encrypt the volume instead"),
+    _refused("tpm", why="no encryption at rest: encrypt the volume instead"),
+    _refused("limits", "max_outstanding_catchup", "max_buffered_size", "max_buffered_msgs", "request_queue_limit",
+             "info_queue_limit", "max_concurrent_io", why="jsbroker has no such internal limit; remove it"),
+    _refused("unique_tag", "meta_compact", "meta_compact_size", "meta_compact_sync", "extension_hint",
+             why="clustered JetStream only; jsbroker is a single server"),
+)
+
+
+def _jetstream(node: Node, acc: Acc, what: str) -> None:
+    if isinstance(node.value, bool):
+        acc["jetstream_on"] = node.value
+        return
+    if isinstance(node.value, str):
+        word = node.value.lower()
+        if word not in ("enabled", "enable", "disabled", "disable"):
+            raise _fail(node, f"{what}: expected 'enabled' or 'disabled', got {node.value!r}")
+        acc["jetstream_on"] = word.startswith("enable")
+        return
+    js: Acc = {"store_dir": acc["js"]["store_dir"]} if "store_dir" in acc.get("js", {}) else {}
+    _walk(_block(node, what), _JETSTREAM, js, what + ".")
+    acc["jetstream_on"] = js.pop("enabled", True)
+    acc["js"] = js
+
+
+def _top_store_dir(node: Node, acc: Acc, what: str) -> None:
+    _store_dir(node, acc.setdefault("js", {}), what)
+
+
+# -- the top level -----------------------------------------------------------------------------------------
+
+def _listen_into(host_field: str, port_field: str, unset: int | None) -> Apply:
+    def apply(node: Node, acc: Acc, what: str) -> None:
+        host, port = _listen(node, what)
+        if host:
+            acc[host_field] = host
+        if port is not None:
+            acc[port_field] = _nats_port(port, node, unset)
+    return apply
+
+
+def _max_connections(node: Node, acc: Acc, what: str) -> None:
+    n = _int(node, "max_connections")
+    if n <= 0:
+        raise _fail(node, "max_connections: jsbroker needs a positive limit (nats-server reads 0 as unlimited); "
+                          "write a number such as 65536")
+    acc["max_connections"] = n
+
+
+def _int31(field_name: str) -> Apply:
+    def apply(node: Node, acc: Acc, what: str) -> None:
+        n = _size(node, what)
+        if n > (1 << 31) - 1:
+            raise _fail(node, f"{what} value is too big")
+        acc[field_name] = n
+    return apply
+
+
+def _server_name(node: Node, acc: Acc, what: str) -> None:
+    name = _str(node, "server_name")
+    if " " in name:
+        raise _fail(node, "server_name: server name cannot contain spaces")
+    acc["server_name"] = name
+
+
+def _lame_duck(field_name: str) -> Apply:
+    def apply(node: Node, acc: Acc, what: str) -> None:
+        if node.line and not isinstance(node.value, str):  # nats-server takes only a duration string here
+            raise _fail(node, f"{what} must be a duration string such as \"2m\"")
+        acc[field_name] = _duration(node, what)
+    return apply
+
+
+_CLUSTER = "jsbroker is a single server: run nats-server for clusters, superclusters and leaf nodes"
+_ACCOUNTS = "jsbroker has one account and no JWT/operator mode: use authorization { users [...] }"
+_LOGGING = "jsbroker logs to stderr or log_file, without rotation or syslog: rotate with your log shipper"
+
+TOP_LEVEL: tuple[Setting, ...] = (
+    Setting(("listen",), _listen_into("host", "port", 4222), "client address, \"host:port\" or a port (-1: random)"),
+    Setting(("port",), _set("port", _client_port), "client port (default and 0: 4222; -1: random)"),
+    Setting(("host", "net"), _set("host", _str), "client listen address (default 0.0.0.0)"),
+    Setting(("server_name",), _server_name, "server name (default: the server id)"),
+    Setting(("http",), _listen_into("http_host", "http_port", None), "monitoring address, \"host:port\" or a port"),
+    Setting(("https",), _listen_into("http_host", "https_port", None), "monitoring over HTTPS, with the tls certificate"),
+    Setting(("http_port", "monitor_port"), _set("http_port", _monitor_port), "monitoring port (-1: random; 0: none)"),
+    Setting(("https_port",), _set("https_port", _monitor_port), "monitoring port over HTTPS"),
+    Setting(("http_host",), _set("http_host", _str), "monitoring listen address (default: host)",
+            jsbroker_only=True),
+    Setting(("max_payload",), _int31("max_payload"), "largest message payload (default 1MB, at most 8MB)"),
+    Setting(("max_pending",), _set("max_pending", _size), "per-client output limit (default 64MB)"),
+    Setting(("max_control_line",), _int31("max_control_line"), "longest protocol line (default 4KB)"),
+    Setting(("max_connections", "max_conn"), _max_connections, "most client connections (default 65536)"),
+    Setting(("ping_interval",), _set("ping_interval", _duration), "server PING interval (default 2m)"),
+    Setting(("ping_max",), _set("ping_max", _int), "unanswered PINGs before closing (default 2)"),
+    Setting(("write_deadline",), _set("write_deadline", _duration), "slow consumer deadline (default 10s)"),
+    Setting(("authorization",), _authorization, "user/password, token, users with permissions, nkey users"),
+    Setting(("tls",), _tls, "TLS on the client port"),
+    Setting(("jetstream",), _jetstream, "JetStream: true/false, enabled/disabled, or a block (off when absent)"),
+    Setting(("store_dir", "storedir"), _top_store_dir, "JetStream storage directory"),
+    Setting(("debug",), _set("debug", _bool), "debug logging"),
+    Setting(("trace",), _set("trace", _bool), "trace logging"),
+    Setting(("logtime",), _set("logtime", _bool), "log lines carry the time (default true)"),
+    Setting(("logtime_utc",), _set("logtime_utc", _bool), "log times in UTC (default false: local time)"),
+    Setting(("log_file", "logfile"), _set("log_file", lambda n, w: Path(_str(n, w))), "log to this file"),
+    Setting(("log_level",), _set("log_level", _str), "trace, debug, info, warning or error", jsbroker_only=True),
+    Setting(("pid_file", "pidfile"), _set("pid_file", lambda n, w: Path(_str(n, w))), "write the process id here"),
+    Setting(("lame_duck_duration",), _lame_duck("lame_duck_duration"), "lame duck mode's length (default 2m)"),
+    Setting(("lame_duck_grace_period",), _lame_duck("lame_duck_grace_period"), "wait before closing (default 10s)"),
+    _refused("websocket", "ws", why="WebSocket is not supported yet (issue 30 part 4); remove the block"),
+    _refused("cluster", "gateway", "leaf", "leafnodes", "client_advertise", "connect_error_reports",
+             "reconnect_error_reports", why=_CLUSTER),
+    _refused("accounts", "mappings", "maps", "default_sentinel", "operator", "operators", "roots", "root",
+             "root_operators", "root_operator", "resolver", "account_resolver", "accounts_resolver", "resolver_tls",
+             "resolver_preload", "resolver_pinned_accounts", "system_account", "system", "no_system_account",
+             "no_system", "no_sys_acc", "trusted", "trusted_keys", "default_js_domain", why=_ACCOUNTS),
+    _refused("no_auth_user", why="no default user: clients give their credentials"),
+    _refused("mqtt", why="MQTT is not supported: use NATS clients"),
+    _refused("trace_verbose", "trace_headers", why="use trace: true"),
+    _refused("syslog", "remote_syslog", "logfile_size_limit", "log_size_limit", "logfile_max_num",
+             "log_max_num", why=_LOGGING),
+    Setting(("ports_file_dir",), _set("ports_file_dir", lambda n, w: Path(_str(n, w))),
+            "write <program>_<pid>.ports (the listeners' URLs) in this directory"),
+    _refused("http_base_path", why="the monitoring endpoints are served at the root: put a proxy in front"),
+    _refused("prof_port", "prof_block_rate", why="Go profiling: profile jsbroker with py-spy instead"),
+    _refused("ocsp", "ocsp_cache", "allow_non_tls", why="jsbroker's TLS has no OCSP stapling and no mixed mode"),
+    _refused("proxy_protocol", "proxies", why="no PROXY protocol or trusted proxies: connect clients directly"),
+    _refused("max_subscriptions", "max_subs", "max_sub_tokens", "max_subscription_tokens", "max_traced_msg_len",
+             "max_closed_clients", "no_header_support", "disable_sublist_cache", "no_sublist_cache",
+             "no_fast_producer_stall", "write_timeout",
+             why="jsbroker has no such option (its behaviour is nats-server's default); remove it"),
+    _refused("server_tags", "server_metadata", "feature_flags", why="not supported: remove it"),
+)
+
+
+def _to_nodes(value: Any, file: str) -> Node:
+    """A TOML value as a Node without a position (TOML's parser gives none)."""
+    if isinstance(value, dict):
+        return Node({k: _to_nodes(v, file) for k, v in value.items()}, file, 0, 0)
+    if isinstance(value, list):
+        return Node([_to_nodes(v, file) for v in value], file, 0, 0)
+    return Node(value, file, 0, 0)
+
+
+def read_config(path: Path, env: Mapping[str, str]) -> tuple[dict[str, Node], bool]:
+    """The settings of a config file as Nodes, and whether it is nats-server's format (not TOML)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from None
+    if path.suffix == ".toml":
+        import tomllib  # only for TOML files: not every start pays for the parser
+
+        try:
+            return _to_nodes(tomllib.loads(text), str(path)).value, False  # type: ignore[return-value]
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+    try:
+        return natsconf.parse(text, str(path), lambda p: Path(p).read_text(), env), True
+    except natsconf.ConfSyntaxError as e:
+        raise ConfigError(str(e)) from None
+
+
+def load_file(path: Path, base: BrokerConfig | None = None, env: Mapping[str, str] | None = None) -> BrokerConfig:
+    """Read a config file over `base`: nats-server's format (natsconf.py; JSON is a subset of it), or TOML
+    for a file named *.toml. `env` (default: this process's environment) resolves `$NAME` references."""
+    import os  # the environment is read here, at the edge, and only for a config file
+
+    settings, nats_format = read_config(path, os.environ if env is None else env)
+    return apply_settings(settings, base or BrokerConfig(), nats_format, str(path))
+
+
+def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: bool, source: str) -> BrokerConfig:
+    """BrokerConfig from a file's settings. In nats-server's format JetStream is off unless the file turns
+    it on, as in nats-server; TOML files keep jsbroker's earlier default (on)."""
+    acc: Acc = {}
+    _walk(settings, TOP_LEVEL, acc, "")
+    trace, debug = acc.pop("trace", False), acc.pop("debug", False)
+    if (trace or debug) and "log_level" not in acc:
+        acc["log_level"] = "trace" if trace else "debug"
+    auth = acc.pop("auth", None)
+    js_on = acc.pop("jetstream_on", False if nats_format else None)  # None: as in `base`
+    js_kw = acc.pop("js", {})
+    try:  # BrokerConfig's own checks (max_payload <= max_pending, ...) name the file too
+        cfg = replace(base, **acc)
+        if auth is not None:
+            cfg = replace(cfg, auth=replace(cfg.auth, **auth))
+        if js_on is False:
+            return replace(cfg, jetstream=None)
+        if js_on or js_kw:
+            cfg = replace(cfg, jetstream=replace(cfg.jetstream or JetStreamSettings(store_dir=None), **js_kw))
+        return cfg
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+# Every block's table by its path in a file ("" is the top level): the README's settings table is made
+# from it (tests/broker/settings_table.py).
+BLOCKS: dict[str, tuple[Setting, ...]] = {
+    "": TOP_LEVEL, "authorization.": _AUTHORIZATION, "authorization.users[].": _USER,
+    "authorization.users[].permissions.": _PERMISSIONS, "tls.": _TLS, "jetstream.": _JETSTREAM,
+    "jetstream.account.": _ACCOUNT,
+}
 
 
 __all__ = [
-    "VERSION", "AccountLimits", "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "Permissions", "SubjectRules",
-    "TlsSettings", "User",
-    "apply_mapping", "load_file", "parse_duration", "parse_size",
+    "VERSION", "AccountLimits", "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "Permissions",
+    "BLOCKS", "Setting", "SubjectRules", "TOP_LEVEL", "TlsSettings", "User",
+    "apply_settings", "load_file", "parse_duration", "parse_go_duration", "parse_size", "read_config",
 ]

@@ -54,7 +54,7 @@ def start(server_factory, server_kind):
     def start_server(jetstream: bool = False, stall_limits: bool = False, promise: bool = False) -> ServerHandle:
         if promise and server_kind == NATS_SERVER:
             pytest.skip("jsbroker's promise: nats-server may cut a slower reader off here")
-        args = ["-c", config_file(server_kind, STALL_LIMITS)] if stall_limits else []
+        args = ["-c", config_file(STALL_LIMITS)] if stall_limits else []
         return server_factory(server_kind, jetstream=jetstream, http=True, extra_args=args)
     return start_server
 

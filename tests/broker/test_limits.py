@@ -66,7 +66,7 @@ def test_user_password_wire(userpass_server):
 
 
 def test_authentication_timeout(server_factory, server_kind):
-    conf = config_file(server_kind, {}, authorization={"token": "t", "timeout": 0.5})
+    conf = config_file({}, authorization={"token": "t", "timeout": 0.5})
     handle = server_factory(server_kind, jetstream=False, extra_args=["-c", conf])
     os.unlink(conf)
     with Raw(handle.port) as r:
@@ -76,7 +76,7 @@ def test_authentication_timeout(server_factory, server_kind):
 
 
 def test_stale_connection(server_factory, server_kind):
-    conf = config_file(server_kind, {"ping_interval": "300ms", "ping_max": 2})
+    conf = config_file({"ping_interval": "300ms", "ping_max": 2})
     handle = server_factory(server_kind, jetstream=False, extra_args=["-c", conf])
     os.unlink(conf)
     with Raw(handle.port) as quiet, Raw(handle.port) as alive:
@@ -93,7 +93,7 @@ def test_stale_connection(server_factory, server_kind):
 
 
 def test_max_payload_setting(server_factory, server_kind):
-    conf = config_file(server_kind, {"max_payload": 1024})
+    conf = config_file({"max_payload": 1024})
     handle = server_factory(server_kind, jetstream=False, extra_args=["-c", conf])
     os.unlink(conf)
     info = json.loads(Raw(handle.port).info[5:])
@@ -103,7 +103,7 @@ def test_max_payload_setting(server_factory, server_kind):
 
 
 def test_slow_consumer_is_dropped_and_others_continue(server_factory, server_kind):
-    conf = config_file(server_kind, {"max_pending": 512 * 1024, "max_payload": 65536, "write_deadline": "1s"})
+    conf = config_file({"max_pending": 512 * 1024, "max_payload": 65536, "write_deadline": "1s"})
     handle = server_factory(server_kind, jetstream=False, extra_args=["-c", conf])
     os.unlink(conf)
     payload = b"z" * 60_000
@@ -125,7 +125,7 @@ def test_slow_consumer_is_dropped_and_others_continue(server_factory, server_kin
 
 
 def test_max_connections(server_factory, server_kind):
-    conf = config_file(server_kind, {"max_connections": 1})
+    conf = config_file({"max_connections": 1})
     handle = server_factory(server_kind, jetstream=False, extra_args=["-c", conf])
     os.unlink(conf)
     deadline = time.monotonic() + 10

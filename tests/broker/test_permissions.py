@@ -150,12 +150,12 @@ def test_wrong_password_is_refused_and_secrets_stay_out_of_logs_and_varz(tmp_pat
 
 
 @pytest.mark.parametrize("users,message", [
-    ([{"user": "a"}], "user and password are required strings"),
+    ([{"user": "a"}], "users.json:1:30: authorization.users[0]: user and password are required"),
     ([{"user": "a", "password": "p", "permissions": {"publish": {"allow": ["bad..subject"]}}}],
-     "a subject or a list of valid subjects"),
-    ([{"user": "a", "password": "p", "permissions": {"pubish": ["x"]}}], "unknown setting(s) ['pubish']"),
-    ([{"user": "a", "password": "p"}, {"user": "a", "password": "q"}], "names a user twice"),
-    ([{"user": "a", "password": "p", "permissions": {"allow_responses": "yes"}}], "allow_responses: true, false"),
+     "authorization.users[0].permissions.publish.allow: a subject or an array of valid subjects"),
+    ([{"user": "a", "password": "p", "permissions": {"pubish": ["x"]}}], "unknown setting 'authorization.users[0].permissions.pubish'"),
+    ([{"user": "a", "password": "p"}, {"user": "a", "password": "q"}], "duplicate user 'a' in authorization.users"),
+    ([{"user": "a", "password": "p", "permissions": {"allow_responses": "yes"}}], "permissions.allow_responses: true, false, or a block"),
 ])
 def test_bad_user_settings_fail_at_start_with_a_clear_message(tmp_path: Path, users: list[Any], message: str) -> None:
     config = tmp_path / "users.json"

@@ -76,7 +76,7 @@ def test_bad_account_limits_fail_at_start(tmp_path: Path) -> None:
     config.write_text("[jetstream.account]\nmax_streams = \"many\"\n")
     done = subprocess.run([sys.executable, "-m", "jsbroker", "-p", "-1", "-c", str(config)], capture_output=True,
                           text=True, timeout=30)
-    assert done.returncode == 1 and "jetstream.account.max_streams: a whole number" in done.stderr, done.stderr
+    assert done.returncode == 1 and "jetstream.account.max_streams must be a whole number" in done.stderr, done.stderr
 
 
 MORE_LIMITS = {"max_ack_pending": 50, "max_bytes_required": True, "memory_max_stream_bytes": 1 << 20,
