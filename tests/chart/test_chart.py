@@ -191,7 +191,7 @@ def test_no_template_looks_up_the_cluster():
 
 def test_the_rendered_broker_configuration_is_what_jsbroker_reads(helm_bin, tmp_path):
     docs = render(helm_bin, ["broker.config.maxPending=32MB", "broker.config.sync=always",
-                             "broker.config.maxStorage=10GB", "broker.config.domain=hub",
+                             "broker.config.maxStorage=10GB", "broker.config.maxMemory=1G", "broker.config.domain=hub",
                              "broker.extraConfig=ping_max = 3"])
     path = tmp_path / "jsbroker.conf"
     path.write_text(one(docs, "ConfigMap")["data"]["jsbroker.conf"])
@@ -201,7 +201,7 @@ def test_the_rendered_broker_configuration_is_what_jsbroker_reads(helm_bin, tmp_
     assert (str(cfg.pid_file), cfg.lame_duck_duration, cfg.lame_duck_grace_period) == ("/data/jsbroker.pid", 30, 1)
     assert cfg.jetstream is not None
     assert (str(cfg.jetstream.store_dir), cfg.jetstream.sync_always, cfg.jetstream.max_storage,
-            cfg.jetstream.domain) == ("/data", True, 10 << 30, "hub")
+            cfg.jetstream.max_memory, cfg.jetstream.domain) == ("/data", True, 10 << 30, 1 << 30, "hub")
 
 
 def test_nats_server_reads_the_default_broker_configuration(helm_bin, tmp_path):
