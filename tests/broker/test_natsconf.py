@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -322,11 +323,27 @@ def test_readme_settings_table_is_the_codes():
     assert settings_table.rendered(readme) == readme
 
 
-def test_readme_example_is_read_as_written(tmp_path):
+def readme_example() -> str:
     readme = settings_table.README.read_text()
-    example = "# nats-server.conf:" + readme.split("# nats-server.conf:", 1)[1].split("```", 1)[0]
+    return "# nats-server.conf:" + readme.split("# nats-server.conf:", 1)[1].split("```", 1)[0]
+
+
+def test_readme_example_without_jsbroker_settings_is_valid_for_nats_server(tmp_path):
+    """The example's own settings aside (tls.reload_interval, jetstream.account) and its tls block (its files
+    do not exist here), nats-server accepts it."""
+    example = re.sub(r"\ntls \{.*?\n\}\n", "\n", readme_example(), flags=re.S)
+    example = re.sub(r"\n  account \{.*?\n  \}\n", "\n", example, flags=re.S)
+    assert "reload_interval" not in example and "account" not in example and "jetstream {" in example
     path = tmp_path / "server.conf"
     path.write_text(example)
+    checked = subprocess.run([nats_server_binary(), "-c", str(path), "-t"], capture_output=True, text=True,
+                             timeout=30, env={**os.environ, "APP_PASSWORD": "from-env"})
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_readme_example_is_read_as_written(tmp_path):
+    path = tmp_path / "server.conf"
+    path.write_text(readme_example())
     cfg = load_file(path, env={"APP_PASSWORD": "from-env"})
     assert (cfg.host, cfg.port, cfg.http_port, cfg.max_payload, cfg.ping_interval) == ("0.0.0.0", 4222, 8222, 1 << 20,
                                                                                        120.0)
