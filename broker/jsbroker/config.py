@@ -277,7 +277,8 @@ def _duration(node: Node, what: str) -> float:
         return float(node.value)
     seconds = parse_go_duration(node.value) if isinstance(node.value, str) else None
     if seconds is None:
-        raise _fail(node, f"{what}: {node.plain()!r} is not a duration; write e.g. \"500ms\", \"30s\", \"2m\", \"1h30m\" "
+        raise _fail(node, f"{what}: {node.plain()!r} is not a duration; write e.g. \"500ms\", \"30s\", \"2m\", "
+                          "\"1h30m\" "
                           "(quoted: a bare 2m is the number 2,000,000)")
     return seconds
 
@@ -490,7 +491,8 @@ def _authorization(node: Node, acc: Acc, what: str) -> None:
 _TLS: tuple[Setting, ...] = (
     Setting(("cert_file",), _set("cert_file", lambda n, w: Path(_str(n, w))), "server certificate (PEM)"),
     Setting(("key_file",), _set("key_file", lambda n, w: Path(_str(n, w))), "its private key (PEM)"),
-    Setting(("ca_file",), _set("ca_file", lambda n, w: Path(_str(n, w))), "CAs client certificates are checked against"),
+    Setting(("ca_file",), _set("ca_file", lambda n, w: Path(_str(n, w))),
+            "CAs client certificates are checked against"),
     Setting(("verify",), _set("verify", _bool), "require client certificates (mTLS)"),
     Setting(("timeout",), _set("timeout", _duration), "time allowed for the handshake (default 2s)"),
     Setting(("reload_interval",), _set("reload_interval", _duration),
@@ -552,7 +554,8 @@ def _account(node: Node, acc: Acc, what: str) -> None:
 _JETSTREAM: tuple[Setting, ...] = (
     Setting(("store_dir", "store", "storedir"), _store_dir, "storage directory (default: a temporary one)"),
     Setting(("sync_interval", "sync"), _sync, "background fsync interval (default 2m), or `always`"),
-    Setting(("max_memory_store", "max_mem_store", "max_mem"), _set("max_memory", _storage_size), "memory storage limit"),
+    Setting(("max_memory_store", "max_mem_store", "max_mem"), _set("max_memory", _storage_size),
+            "memory storage limit"),
     Setting(("max_file_store", "max_file"), _set("max_storage", _storage_size), "file storage limit"),
     Setting(("max_memory",), _set("max_memory", _storage_size), "max_memory_store's name in jsbroker's TOML files",
             jsbroker_only=True),
@@ -647,7 +650,8 @@ TOP_LEVEL: tuple[Setting, ...] = (
     Setting(("host", "net"), _set("host", _str), "client listen address (default 0.0.0.0)"),
     Setting(("server_name",), _server_name, "server name (default: the server id)"),
     Setting(("http",), _listen_into("http_host", "http_port", None), "monitoring address, \"host:port\" or a port"),
-    Setting(("https",), _listen_into("http_host", "https_port", None), "monitoring over HTTPS, with the tls certificate"),
+    Setting(("https",), _listen_into("http_host", "https_port", None),
+            "monitoring over HTTPS, with the tls certificate"),
     Setting(("http_port", "monitor_port"), _set("http_port", _monitor_port), "monitoring port (-1: random; 0: none)"),
     Setting(("https_port",), _set("https_port", _monitor_port), "monitoring port over HTTPS"),
     Setting(("http_host",), _set("http_host", _str), "monitoring listen address (default: host)",

@@ -398,7 +398,8 @@ class _Parser:
             suffix = self.size_suffix()
             self.refuse_bracket_after_number()
             if _ends_number(self.peek()):
-                return Node(self.integer(self.s[start:digits_end] + suffix, suffix), self.file, line, col, suffix=suffix)
+                value = self.integer(self.s[start:digits_end] + suffix, suffix)
+                return Node(value, self.file, line, col, suffix=suffix)
         elif _ends_number(c):
             return Node(self.integer(self.s[start:self.i], ""), self.file, line, col)
         self.refuse_bracket_after_number()

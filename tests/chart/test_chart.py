@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from jsbroker.config import load_file
+from tests import servers
 from tests.chart import go_tools
 from tests.chart.go_tools import KUBE_VERSION
 
@@ -190,17 +191,27 @@ def test_no_template_looks_up_the_cluster():
 
 def test_the_rendered_broker_configuration_is_what_jsbroker_reads(helm_bin, tmp_path):
     docs = render(helm_bin, ["broker.config.maxPending=32MB", "broker.config.sync=always",
-                             "broker.config.maxStorage=10GB", "broker.config.domain=hub",
+                             "broker.config.maxStorage=10GB", "broker.config.maxMemory=1G", "broker.config.domain=hub",
                              "broker.extraConfig=ping_max = 3"])
-    path = tmp_path / "jsbroker.toml"
-    path.write_text(one(docs, "ConfigMap")["data"]["jsbroker.toml"])
+    path = tmp_path / "jsbroker.conf"
+    path.write_text(one(docs, "ConfigMap")["data"]["jsbroker.conf"])
     cfg = load_file(path)
     assert (cfg.port, cfg.http_port, cfg.max_pending, cfg.ping_max) == (4222, 8222, 32 << 20, 3)
     # the pid file preStop's `jsbroker --signal ldm=` reads, on the writable data volume
     assert (str(cfg.pid_file), cfg.lame_duck_duration, cfg.lame_duck_grace_period) == ("/data/jsbroker.pid", 30, 1)
     assert cfg.jetstream is not None
     assert (str(cfg.jetstream.store_dir), cfg.jetstream.sync_always, cfg.jetstream.max_storage,
-            cfg.jetstream.domain) == ("/data", True, 10 << 30, "hub")
+            cfg.jetstream.max_memory, cfg.jetstream.domain) == ("/data", True, 10 << 30, 1 << 30, "hub")
+
+
+def test_nats_server_reads_the_default_broker_configuration(helm_bin, tmp_path):
+    """The chart's broker configuration is nats-server's format, which nats-server itself accepts."""
+    path = tmp_path / "jsbroker.conf"
+    path.write_text(one(render(helm_bin, []), "ConfigMap")["data"]["jsbroker.conf"])
+    checked = subprocess.run([servers.nats_server_binary(), "-c", str(path), "-t"], capture_output=True, text=True,
+                             timeout=30)
+    assert checked.returncode == 0, checked.stderr
+    assert load_file(path).max_payload == 1 << 20
 
 
 def test_a_config_change_rolls_the_broker_and_nothing_else_changes(helm_bin):
@@ -217,8 +228,8 @@ def test_a_config_change_rolls_the_broker_and_nothing_else_changes(helm_bin):
 
 def test_broker_tls_serves_the_secret_and_the_operator_trusts_its_ca(helm_bin, tmp_path):
     docs = render(helm_bin, VALUE_SETS["mutual-tls"])
-    path = tmp_path / "jsbroker.toml"
-    path.write_text(one(docs, "ConfigMap")["data"]["jsbroker.toml"])
+    path = tmp_path / "jsbroker.conf"
+    path.write_text(one(docs, "ConfigMap")["data"]["jsbroker.conf"])
     tls = load_file(path).tls
     assert tls is not None
     assert (str(tls.cert_file), str(tls.key_file), str(tls.ca_file), tls.verify) == (
@@ -239,8 +250,8 @@ def test_broker_tls_serves_the_secret_and_the_operator_trusts_its_ca(helm_bin, t
 @pytest.mark.parametrize("monitoring", [False, True])
 def test_broker_monitoring_over_https_when_asked_and_its_probes_follow(helm_bin, tmp_path, monitoring):
     docs = render(helm_bin, [*VALUE_SETS["mutual-tls"], f"broker.tls.monitoring={str(monitoring).lower()}"])
-    path = tmp_path / "jsbroker.toml"
-    path.write_text(one(docs, "ConfigMap")["data"]["jsbroker.toml"])
+    path = tmp_path / "jsbroker.conf"
+    path.write_text(one(docs, "ConfigMap")["data"]["jsbroker.conf"])
     config = load_file(path)
     assert (config.http_port, config.https_port) == ((None, 8222) if monitoring else (8222, None))
     [broker] = one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"]

@@ -201,14 +201,14 @@ def test_the_helm_test_pod_round_trips_through_the_rendered_broker(helm_bin, tmp
     and its token from the auth Secret, the test pod's command with its environment (the same Secret key);
     only the Service's DNS name is replaced by this machine's address. A different token fails the test."""
     docs = render(helm_bin, [])
-    config = one(docs, "ConfigMap", "jk-jetstream-kopf-broker")["data"]["jsbroker.toml"]
+    config = one(docs, "ConfigMap", "jk-jetstream-kopf-broker")["data"]["jsbroker.conf"]
     port, http_port = servers.free_port(), servers.free_port()
-    (tmp_path / "jsbroker.toml").write_text(config.replace("/data", str(tmp_path)).replace(
-        "port = 4222", f"port = {port}").replace("http_port = 8222", f"http_port = {http_port}"))
+    (tmp_path / "jsbroker.conf").write_text(config.replace("/data", str(tmp_path)).replace(
+        "port: 4222", f"port: {port}").replace("http_port: 8222", f"http_port: {http_port}"))
     [broker] = one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
     secret = ("jk-jetstream-kopf-broker-auth", "token")
     broker_env = _container_env(broker, {secret: "the-token"}, NAMESPACE)
-    args = [_expand(a, broker_env).replace("/etc/jsbroker/jsbroker.toml", str(tmp_path / "jsbroker.toml"))
+    args = [_expand(a, broker_env).replace("/etc/jsbroker/jsbroker.conf", str(tmp_path / "jsbroker.conf"))
             for a in broker["args"]]
     assert args[0] == "jsbroker" and "--auth=the-token" in args
     server = subprocess.Popen([sys.executable, "-m", "jsbroker", *args[1:]], stdout=subprocess.DEVNULL,

@@ -89,3 +89,9 @@ Arguments: root, component, constraints. */}}
 - {{ toYaml $c | nindent 2 | trim }}
 {{- end }}
 {{- end -}}
+
+{{/* A byteSize value (64MB, 1G, 1048576) as a nats-server config integer: K, M, G, T mean powers of 1024
+as the chart has always read them, which nats-server writes KB, MB, GB, TB (its bare K is 1000). */}}
+{{- define "jk.natsSize" -}}
+{{- if regexMatch "^[0-9]+[KMGT]$" . -}}{{ . }}B{{- else -}}{{ . }}{{- end -}}
+{{- end }}
