@@ -110,6 +110,148 @@ class TlsSettings:
     verify: bool = False  # require a client certificate signed by ca_file (mTLS)
     timeout: float = 2.0  # seconds a client has for the TLS handshake (nats-server's default)
     reload_interval: float = 30.0  # seconds between checks of the files for a rotation (0: SIGHUP only)
+    handshake_first: bool = False  # the client starts TLS before the server's INFO (nats-server 2.10+)
+    handshake_first_fallback: float = 0.0  # > 0: INFO first after all when the client is silent this long
+
+
+def parse_handshake_first(value: Any, where: str) -> tuple[bool, float]:
+    """nats-server's `handshake_first`: true/false ("on"/"off"), "auto" (a 50ms fallback) or a fallback
+    duration ("300ms"): (handshake_first, fallback seconds)."""
+    if isinstance(value, bool):
+        return value, 0.0
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: true, false, \"auto\" or a fallback duration such as \"300ms\"")
+    word = value.lower()
+    if word in ("true", "on", "false", "off"):
+        return word in ("true", "on"), 0.0
+    if word in ("auto", "auto_fallback"):
+        return True, 0.05  # nats-server's DEFAULT_TLS_HANDSHAKE_FIRST_FALLBACK_DELAY
+    try:
+        return True, parse_duration(value, where)
+    except ConfigError:
+        raise ConfigError(f"{where}: {value!r} is invalid; give true, false, \"auto\" or a duration such as "
+                          "\"300ms\"") from None
+
+
+@dataclass(frozen=True)
+class WebSocketSettings:
+    """nats-server's `websocket` block: NATS over WebSocket on its own port (websocket.py)."""
+
+    port: int  # 0 for any free port (nats-server's -1)
+    host: str = "0.0.0.0"
+    advertise: str | None = None  # shown in /varz; a single server has no connect URLs to advertise
+    no_tls: bool = False
+    tls: TlsSettings | None = None  # wss://; nats-server refuses a websocket port with neither tls nor no_tls
+    same_origin: bool = False
+    allowed_origins: tuple[str, ...] = ()
+    compression: bool = False
+    handshake_timeout: float = 0.0  # seconds for the upgrade request (with TLS: the handshake too); 0: none
+    headers: tuple[tuple[str, str], ...] = ()  # added to the 101 response
+    user_cookie: str | None = None  # cookies that stand in for CONNECT's user, pass and auth_token when absent
+    pass_cookie: str | None = None
+    token_cookie: str | None = None
+
+
+_WS_REFUSED = {
+    "authorization": "a websocket-only authorization block is not supported; the top-level authorization "
+                     "applies to websocket clients too",
+    "authentication": "a websocket-only authorization block is not supported; the top-level authorization "
+                      "applies to websocket clients too",
+    "no_auth_user": "jsbroker has no no_auth_user; give websocket clients credentials (or cookies)",
+    "jwt_cookie": "JWT authentication needs trusted operators, which jsbroker does not have; use user_cookie/"
+                  "pass_cookie or token_cookie",
+    "ping_interval": "a websocket-only ping_interval is not supported; the top-level ping_interval applies",
+}
+_WS_ALIASES = {"net": "host", "compress": "compression", **{k: "allowed_origins" for k in (
+    "allowed_origin", "allow_origins", "allow_origin", "origins", "origin")}}
+
+
+def websocket_settings(section: Any, where: str, tls: Any = None) -> WebSocketSettings | None:
+    """The `websocket` block (a mapping of nats-server's keys) as settings; None when it has no port (off).
+    `tls` parses its tls block (the caller's TLS parser)."""
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: websocket must be a map of settings")
+    kw: dict[str, Any] = {}
+    for raw_key, value in section.items():
+        key = _WS_ALIASES.get(raw_key.lower(), raw_key.lower())
+        what = f"{where}: websocket.{raw_key}"
+        if key in _WS_REFUSED:
+            raise ConfigError(f"{what}: {_WS_REFUSED[key]}")
+        if key == "listen":
+            host, _, port = str(value).rpartition(":")
+            kw["host"], kw["port"] = host.strip("[]") or "0.0.0.0", _ws_port(port, what)
+        elif key == "port":
+            kw["port"] = _ws_port(value, what)
+        elif key in ("host", "advertise", "user_cookie", "pass_cookie", "token_cookie"):
+            if not isinstance(value, str):
+                raise ConfigError(f"{what}: a string")
+            kw[key] = value
+        elif key in ("no_tls", "same_origin", "compression"):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{what}: true or false")
+            kw[key] = value
+        elif key == "tls":
+            if tls is None:
+                raise ConfigError(f"{what}: no TLS parser given")
+            kw["tls"] = tls(value)
+        elif key == "allowed_origins":
+            kw[key] = _origins(value, what)
+        elif key == "handshake_timeout":
+            kw[key] = parse_duration(value, what)
+        elif key == "headers":
+            kw[key] = _ws_headers(value, what)
+        else:
+            raise ConfigError(f"{what}: unknown websocket setting; known: advertise, allowed_origins, compression, "
+                              "handshake_timeout, headers, host, listen, no_tls, pass_cookie, port, same_origin, tls, "
+                              "token_cookie, user_cookie")
+    port = kw.pop("port", 0)
+    if port is None:
+        return None
+    if kw.get("tls") is None and not kw.get("no_tls"):
+        raise ConfigError(f"{where}: websocket requires TLS configuration: give websocket.tls (cert_file, key_file), "
+                          "or no_tls: true for plain ws:// (never in production)")
+    return WebSocketSettings(port=port, **kw)
+
+
+def _ws_port(value: Any, what: str) -> int | None:
+    """nats-server's websocket port: 0 is off (None), -1 any free port (0 here)."""
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: {value!r} is not a port") from None
+    if not -1 <= port <= 65535:
+        raise ConfigError(f"{what}: {port} is not a TCP port (0-65535, or -1 for any free port)")
+    return None if port == 0 else max(port, 0)
+
+
+def _origins(value: Any, what: str) -> tuple[str, ...]:
+    from urllib.parse import urlsplit
+
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+        raise ConfigError(f"{what}: a URL or a list of URLs (e.g. \"https://example.com\")")
+    for origin in items:
+        try:
+            parts = urlsplit(origin)
+            parts.port  # noqa: B018 (a port that is not a number raises here)
+        except ValueError as exc:
+            raise ConfigError(f"{what}: unable to parse allowed origin {origin!r}: {exc}") from None
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"{what}: unable to parse allowed origin {origin!r}: allowed origins must be absolute "
+                              "URLs with http or https scheme and a host")
+    return tuple(items)
+
+
+def _ws_headers(value: Any, what: str) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(f"{what}: a map of header names to string values")
+    for name in value:
+        lower = name.lower()
+        if lower in ("host", "content-length", "connection", "upgrade", "nats-no-masking"):
+            raise ConfigError(f"{what}: invalid header {name!r} not allowed")
+        if lower.startswith("sec-websocket-"):
+            raise ConfigError(f"{what}: invalid header {name!r}, \"Sec-WebSocket-\" prefix not allowed")
+    return tuple(value.items())
 
 
 @dataclass(frozen=True)
@@ -130,6 +272,7 @@ class BrokerConfig:
     ping_max: int = 2
     auth: AuthSettings = field(default_factory=AuthSettings)
     tls: TlsSettings | None = None  # None: plain TCP
+    websocket: WebSocketSettings | None = None  # None: no websocket port
     jetstream: JetStreamSettings | None = field(default_factory=lambda: JetStreamSettings(store_dir=None))
     log_level: str = "info"  # start-up banner and lifecycle; per-client events are debug
     log_file: Path | None = None
@@ -231,7 +374,7 @@ def load_file(path: Path, base: BrokerConfig | None = None) -> BrokerConfig:
 def apply_mapping(data: dict[str, Any], base: BrokerConfig, source: str) -> BrokerConfig:
     top: dict[str, Any] = {}
     for key, value in data.items():
-        if key in ("authorization", "jetstream", "tls"):
+        if key in ("authorization", "jetstream", "tls", "websocket"):
             continue
         kind = _TOP_KEYS.get(key)
         if kind is None:
@@ -252,6 +395,8 @@ def apply_mapping(data: dict[str, Any], base: BrokerConfig, source: str) -> Brok
         cfg = replace(cfg, jetstream=_jetstream(data["jetstream"], cfg.jetstream, source))
     if "tls" in data:
         cfg = replace(cfg, tls=_tls(data["tls"], source))
+    if "websocket" in data:
+        cfg = replace(cfg, websocket=websocket_settings(data["websocket"], source, lambda t: _tls(t, source)))
     return cfg
 
 
@@ -347,7 +492,7 @@ def _rules(value: Any, where: str) -> SubjectRules:
 
 
 def _tls(section: Any, source: str) -> TlsSettings:
-    known = {"cert_file", "key_file", "ca_file", "verify", "timeout", "reload_interval"}
+    known = {"cert_file", "key_file", "ca_file", "verify", "timeout", "reload_interval", "handshake_first"}
     if not isinstance(section, dict):
         raise ConfigError(f"{source}: [tls] must be a table with cert_file and key_file")
     unknown = set(section) - known
@@ -358,7 +503,9 @@ def _tls(section: Any, source: str) -> TlsSettings:
         raise ConfigError(f"{source}: [tls] needs {' and '.join(missing)} (the server certificate and its key)")
     if not isinstance(section.get("verify", False), bool):
         raise ConfigError(f"{source}: tls.verify must be true or false")
+    first, fallback = parse_handshake_first(section.get("handshake_first", False), f"{source}: tls.handshake_first")
     return TlsSettings(
+        handshake_first=first, handshake_first_fallback=fallback,
         cert_file=Path(section["cert_file"]), key_file=Path(section["key_file"]),
         ca_file=Path(section["ca_file"]) if "ca_file" in section else None, verify=section.get("verify", False),
         timeout=parse_duration(section.get("timeout", 2.0), f"{source}: tls.timeout"),
@@ -423,6 +570,6 @@ def _account_limits(section: Any, where: str) -> AccountLimits:
 
 __all__ = [
     "VERSION", "AccountLimits", "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "Permissions", "SubjectRules",
-    "TlsSettings", "User",
-    "apply_mapping", "load_file", "parse_duration", "parse_size",
+    "TlsSettings", "User", "WebSocketSettings",
+    "apply_mapping", "parse_handshake_first", "websocket_settings", "load_file", "parse_duration", "parse_size",
 ]

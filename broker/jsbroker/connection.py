@@ -59,8 +59,11 @@ def send_alert_on_failure(raw: asyncio.Transport) -> None:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: "Broker", cid: int) -> None:
+    def __init__(self, broker: "Broker", cid: int, websocket: bool = False) -> None:
         self.broker = broker
+        self.websocket = websocket  # under ws_transport's adapter: TLS (if any) is the websocket port's
+        self.cookie_credentials: dict[str, str] = {}  # CONNECT options the upgrade's cookies stand in for
+        self.close_error: str | None = None  # why the server closed it (the websocket close frame says so)
         self.router = broker.router
         self.cid = cid
         self.transport: asyncio.Transport | None = None
@@ -111,7 +114,7 @@ class Connection(asyncio.Protocol):
         if not self.broker.register(self):
             return
         self.broker.log.debug("client connected", cid=self.cid, ip=self.peer[0], port=self.peer[1])
-        tls = self.broker.tls
+        tls = None if self.websocket else self.broker.tls
         if tls is None:
             self.send(self.broker.info_line(self))
             self._start_timers()
@@ -229,6 +232,7 @@ class Connection(asyncio.Protocol):
             return
         if err:
             self.out.append(err_line(err))
+        self.close_error = err
         self.closed = True
         self._cancel_timers()
         transport = self.transport
@@ -314,6 +318,9 @@ class Connection(asyncio.Protocol):
                 raise ValueError
         except ValueError:
             raise ProtocolError(None) from None
+        for option, value in self.cookie_credentials.items():  # nats-server: only where CONNECT has none
+            if not opts.get(option):
+                opts[option] = value
         auth = self.broker.config.auth
         if auth.required and not self.connected:
             authorized, permissions = _authenticate(auth, opts, self.nonce)

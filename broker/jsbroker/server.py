@@ -24,6 +24,7 @@ from .sublist import Subscription
 
 if TYPE_CHECKING:  # imported at start with TLS on: the ssl context code is on no other path
     from .tls import TlsContext
+    from .websocket import Origin
 
 API_LEVEL = 5
 
@@ -70,6 +71,11 @@ class Broker:
         self._closed_traffic = (0, 0, 0, 0)  # in_msgs, in_bytes, out_msgs, out_bytes of closed connections
         self._next_cid = 0
         self._server: asyncio.AbstractServer | None = None
+        self._ws_server: asyncio.AbstractServer | None = None  # the websocket port's listener (ws_transport.py)
+        self.ws_port: int | None = None
+        self.ws_tls: TlsContext | None = None
+        self.ws_origins: tuple[Origin, ...] = ()  # websocket.allowed_origins, parsed once
+        self.ws_headers = ""  # websocket.headers, as response header lines
         self._monitor: Any = None
         self._tmp_store: str | None = None
         self._info_base: dict[str, Any] = {}
@@ -124,6 +130,8 @@ class Broker:
             self._new_connection, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        if cfg.websocket is not None:
+            await self._bind_websocket()
         # Monitoring next: during the store's recovery /healthz answers 503 (probes see why, not a refusal).
         if monitor_port is not None:
             from .monitor import Monitor
@@ -137,9 +145,29 @@ class Broker:
         # /healthz turns 200 only once clients can connect.
         self._info_base = self._info_fields()
         await self._server.start_serving()
+        if self._ws_server is not None:
+            await self._ws_server.start_serving()
         self.serving = True
         self._log_listening()
         self.log.info("server ready", port=self.port, http_port=self.http_port, jetstream=self.jetstream is not None)
+
+    async def _bind_websocket(self) -> None:
+        """The websocket port (websocket.py, ws_transport.py): bound now, serving with the client port."""
+        from .tls import TlsContext
+        from .websocket import origin_of
+        from .ws_transport import WebSocketProtocol
+
+        settings = self.config.websocket
+        assert settings is not None
+        self.ws_origins = tuple(origin_of(url) for url in settings.allowed_origins)
+        self.ws_headers = "".join(f"{name}: {value}\r\n" for name, value in settings.headers)
+        if settings.tls is not None:
+            self.ws_tls = TlsContext.load(settings.tls)
+        self._ws_server = await self.loop.create_server(
+            lambda: WebSocketProtocol(self, settings), settings.host, settings.port, reuse_address=True, backlog=1024,
+            start_serving=False, ssl=self.ws_tls.context if self.ws_tls else None,
+            ssl_handshake_timeout=(settings.handshake_timeout or settings.tls.timeout) if settings.tls else None)
+        self.ws_port = self._ws_server.sockets[0].getsockname()[1]
 
     def _monitor_port(self) -> int | None:
         """The monitoring port asked for (nats-server's rules: HTTP or HTTPS, HTTPS only with TLS)."""
@@ -156,6 +184,11 @@ class Broker:
         self.log.info("listening for client connections", addr=f"{self.config.host}:{self.port}")
         if self.tls is not None:
             self.log.info("TLS required for client connections", verify_client_certificates=self.tls.settings.verify)
+        ws = self.config.websocket
+        if ws is not None:
+            self.log.info("listening for websocket clients", url=f"{'wss' if self.ws_tls else 'ws'}://{ws.host}:{self.ws_port}")
+            if self.ws_tls is None:
+                self.log.warning("websocket not configured with TLS. DO NOT USE IN PRODUCTION!")
         if self.http_port is not None:
             self.log.info("listening for monitoring", addr=f"{self.config.http_host or self.config.host}:{self.http_port}",
                           https=self.monitor_tls)
@@ -218,6 +251,8 @@ class Broker:
         cfg = self.config
         self.log.info("entering lame duck mode, stop accepting new clients")
         self._server.close()
+        if self._ws_server is not None:
+            self._ws_server.close()
         self.serving = False
         if self.jetstream is not None:
             await self.jetstream.stop()
@@ -244,11 +279,14 @@ class Broker:
         if self._server is not None:
             self._server.close()
             self.serving = False
+        if self._ws_server is not None:
+            self._ws_server.close()
         self.router.flush()
         await self._close_clients()
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in (self._server, self._ws_server):
+            if server is not None:
+                await server.wait_closed()
+        self._server = self._ws_server = None
         if self.jetstream is not None:
             await self.jetstream.stop()
             self.jetstream = None
@@ -291,8 +329,11 @@ class Broker:
     # -- connections --------------------------------------------------------------------------------
 
     def _new_connection(self) -> Connection:
+        return self.new_connection()
+
+    def new_connection(self, websocket: bool = False) -> Connection:
         self._next_cid += 1
-        return Connection(self, self._next_cid)
+        return Connection(self, self._next_cid, websocket)
 
     def register(self, conn: Connection) -> bool:
         if len(self.clients) >= self.config.max_connections:
@@ -345,6 +386,13 @@ class Broker:
             info["nonce"] = conn.nonce
         if ldm:
             info["ldm"] = True
+        if conn.websocket:  # nats-server: the websocket port's address and TLS, not the client port's
+            ws = self.config.websocket
+            assert ws is not None
+            info.pop("tls_required", None)
+            info.update(host=ws.host, port=self.ws_port)
+            if self.ws_tls is not None:
+                info.update(tls_required=True, tls_available=True)
         info["api_lvl"] = API_LEVEL
         return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b" \r\n"
 
