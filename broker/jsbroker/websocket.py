@@ -258,7 +258,7 @@ _CLOSE_REASONS = {
 
 def close_reason(err: str | None) -> tuple[int, str]:
     """The close code and text for a connection the server closes with `err` (a protocol error otherwise)."""
-    return _CLOSE_REASONS.get(err, (PROTOCOL_ERROR, "Protocol Violation"))
+    return _CLOSE_REASONS.get(err, (PROTOCOL_ERROR, "Parse Error"))
 
 
 def frame_header(opcode: int, length: int, *, final: bool = True, compressed: bool = False) -> bytes:
@@ -399,7 +399,7 @@ class FrameReader:
         try:
             inflated = zlib.decompressobj(-zlib.MAX_WBITS).decompress(data, self.max_payload + 1)
         except zlib.error as exc:
-            raise WebSocketError(f"invalid compressed message: {exc}") from None
+            raise WebSocketError("Read Error", GOING_AWAY) from exc  # nats-server: a read error, as for the limits
         if len(inflated) > self.max_payload:
             raise WebSocketError("Read Error", GOING_AWAY)  # nats-server: ErrMaxPayload ends the read loop
         return inflated
