@@ -171,7 +171,7 @@ class Monitor:
             item: dict[str, Any] = {
                 "cid": c.cid,
                 "kind": "Client",
-                "type": "nats",
+                "type": "websocket" if c.websocket else "nats",
                 "ip": c.peer[0],
                 "port": c.peer[1],
                 "start": rfc3339(started),
@@ -183,6 +183,8 @@ class Monitor:
                 "out_bytes": c.out_bytes,
                 "subscriptions": len(c.subs),
             }
+            if c.tls_first:
+                item["tls_first"] = True
             for key in ("name", "lang", "version"):
                 if getattr(c, key):
                     item[key] = getattr(c, key)
