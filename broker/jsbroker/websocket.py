@@ -101,7 +101,6 @@ class Upgrade:
     browser: bool
     no_compressed_fragments: bool  # Safari: compressed frames unfragmented
     cookies: dict[str, str] = field(default_factory=dict)
-    forwarded_for: str | None = None
 
 
 def _tokens(headers: dict[str, list[str]], name: str) -> list[str]:
@@ -164,22 +163,11 @@ def check_upgrade(method: str, target: str, headers: dict[str, list[str]], tls: 
         response += f"Sec-WebSocket-Extensions: {PMC_RESPONSE}\r\n"
     if not masked:
         response += "Nats-No-Masking: true\r\n"
-    forwarded = (headers.get("x-forwarded-for") or [""])[0].strip()
     return Upgrade(
         response=(response + extra_headers + "\r\n").encode(), compress=compress, masked=masked, browser=browser,
         no_compressed_fragments=browser and compress and "Version/" in agent and "Safari/" in agent,
-        cookies=_cookies(headers), forwarded_for=forwarded if _is_ip(forwarded) else None,
+        cookies=_cookies(headers),
     )
-
-
-def _is_ip(text: str) -> bool:
-    import ipaddress
-
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _check_origin(headers: dict[str, list[str]], host: str, tls: bool, same_origin: bool,

@@ -27,11 +27,10 @@ MAX_REQUEST_HEAD = 16 * 1024
 class WebSocketTransport(asyncio.Transport):
     """What `Connection` writes to and closes: frames over the socket's transport."""
 
-    def __init__(self, raw: asyncio.Transport, writer: ws.FrameWriter, peer: tuple[str, int] | None) -> None:
+    def __init__(self, raw: asyncio.Transport, writer: ws.FrameWriter) -> None:
         super().__init__()
         self.raw = raw
         self.writer = writer
-        self.peer = peer
         self.connection: Connection | None = None
         self.close_sent = False
 
@@ -56,8 +55,6 @@ class WebSocketTransport(asyncio.Transport):
         return self.raw.is_closing()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        if name == "peername" and self.peer is not None:
-            return self.peer
         return self.raw.get_extra_info(name, default)
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
@@ -156,8 +153,8 @@ class WebSocketProtocol(asyncio.Protocol):
             self._refuse(refused.status, str(refused))
             return
         if self.http.trailing_data[0]:  # nats-server closes without an answer (its connection is hijacked)
-            self.broker.log.error(f"{self._peer()} - websocket handshake error: client sent data before handshake "
-                                  "is complete")
+            self.broker.log.error("websocket handshake error", peer=self._peer(),
+                                  error="client sent data before handshake is complete")
             self.raw.close()
             return
         self.http = None
@@ -168,7 +165,7 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def _refuse(self, status: int, reason: str) -> None:
         assert self.raw is not None
-        self.broker.log.error(f"{self._peer()} - websocket handshake error: {reason}")
+        self.broker.log.error("websocket handshake error", peer=self._peer(), error=reason)
         self.raw.write(ws.error_response(status))
         self.raw.close()
 
@@ -177,12 +174,8 @@ class WebSocketProtocol(asyncio.Protocol):
         broker, settings = self.broker, self.settings
         self.reader = ws.FrameReader(compressed=upgrade.compress, masked=upgrade.masked,
                                      max_payload=broker.config.max_payload)
-        peer = self.raw.get_extra_info("peername")
-        if upgrade.forwarded_for is not None:
-            peer = (upgrade.forwarded_for, peer[1] if peer else 0)
         self.transport = WebSocketTransport(self.raw, ws.FrameWriter(
-            compress=upgrade.compress, browser=upgrade.browser,
-            no_compressed_fragments=upgrade.no_compressed_fragments), peer)
+            compress=upgrade.compress, browser=upgrade.browser, no_compressed_fragments=upgrade.no_compressed_fragments))
         conn = broker.new_connection(websocket=True)
         cookies = upgrade.cookies
         for option, cookie in (("user", settings.user_cookie), ("pass", settings.pass_cookie),
@@ -200,8 +193,7 @@ class WebSocketProtocol(asyncio.Protocol):
         try:
             chunks, controls = self.reader.feed(data)
         except ws.WebSocketError as exc:
-            broker_log = self.broker.log
-            broker_log.debug("websocket protocol error", cid=conn.cid, error=str(exc))
+            self.broker.log.debug("websocket protocol error", cid=conn.cid, error=str(exc))
             transport.send_close(exc.code, str(exc))
             conn.close(None)
             return

@@ -405,3 +405,49 @@ def test_settings_mapping() -> None:
             settings.headers) == ("127.0.0.1", 0, True, ("https://a.b",), 2.0,
                                   (("Strict-Transport-Security", "max-age=1"),))
     assert websocket_settings({"port": 0}, "f.conf") is None  # nats-server: port 0 is no websocket port
+
+
+# -- cookies, the handshake timeout, X-Forwarded-For ---------------------------------------------------
+
+AUTH_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "user/pass cookies": ({"user": "alice", "password": "s3cret"}, {"user_cookie": "u", "pass_cookie": "p"}),
+    "token cookie": ({"token": "t0ken"}, {"token_cookie": "tk"}),
+}
+COOKIES = {"user/pass cookies": ["u=alice; p=s3cret", "u=alice; p=wrong", "other=1"],
+           "token cookie": ["tk=t0ken", "tk=nope", ""]}
+
+
+def _connect_with_cookie(port: int, cookie: str, connect: bytes = b"{}") -> tuple[str | None, str]:
+    """The INFO's client_ip, and the answer to CONNECT (without credentials) + PING."""
+    headers = {"Cookie": cookie, "X-Forwarded-For": "10.1.2.3"} if cookie else {"X-Forwarded-For": "10.1.2.3"}
+    session = Session.open(port, headers)
+    try:
+        info, _ = session.messages_until(b"\r\n")
+        session.send(frame(2, b"CONNECT " + connect + b"\r\nPING\r\n"))
+        try:
+            stream, _ = session.messages_until(b"PONG\r\n")
+            answer = "PONG"
+        except EOFError as closed:
+            answer = str(closed)
+        return json.loads(info[5:].split(b"\r\n")[0]).get("client_ip"), answer
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("case", list(AUTH_CASES))
+def test_cookies_stand_in_for_credentials(tmp_path: Path, case: str) -> None:
+    """nats-server's user_cookie/pass_cookie/token_cookie: the upgrade's cookies fill CONNECT's missing
+    credentials. X-Forwarded-For only prefixes nats-server's log lines: INFO's client_ip stays the peer's;
+    a silent upgrade request is closed after handshake_timeout."""
+    authorization, ws = AUTH_CASES[case]
+    results: dict[str, list[Any]] = {}
+    for kind in KINDS:
+        port = free_port()
+        path = tmp_path / f"{kind}.json"
+        path.write_text(json.dumps({"authorization": authorization, "websocket": {
+            "host": "127.0.0.1", "port": port, "no_tls": True, "handshake_timeout": "300ms", **ws}}))
+        with launch(kind, jetstream=False, extra_args=["-c", str(path)]):
+            results[kind] = [_connect_with_cookie(port, cookie) for cookie in COOKIES[case]]
+            results[kind].append(wsclient.exchange(port, b"GET / HTTP/1.1\r\n", timeout=5))  # then silence
+    assert _same(results)[0] == ("127.0.0.1", "PONG")
+    assert results[JSBROKER][1][1].startswith("closed") and results[JSBROKER][-1] == b""
