@@ -451,3 +451,43 @@ def test_cookies_stand_in_for_credentials(tmp_path: Path, case: str) -> None:
             results[kind].append(wsclient.exchange(port, b"GET / HTTP/1.1\r\n", timeout=5))  # then silence
     assert _same(results)[0] == ("127.0.0.1", "PONG")
     assert results[JSBROKER][1][1].startswith("closed") and results[JSBROKER][-1] == b""
+
+
+# -- the frame reader alone ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 4096])
+def test_frames_cut_anywhere_read_the_same(chunk: int) -> None:
+    """The reader's output does not depend on where TCP cut the stream: headers, masking keys, control
+    frames and compressed fragments split at every size give the same NATS bytes and control frames."""
+    from jsbroker.websocket import FrameReader
+
+    big = os.urandom(70000)  # a 64-bit length
+    stream = (frame(2, b"PUB a 3\r\nabc\r\n") + frame(1, b"PUB b 200", final=False) + frame(9, b"ping")
+              + frame(0, b"\r\n" + b"x" * 200 + b"\r\n") + frame(2, big) + frame(2, b"", final=False)
+              + frame(0, b"PING\r\n"))
+    compressed = deflate(b"PUB z 5\r\nhello\r\n" * 50)
+    stream += frame(2, compressed[:10], final=False, rsv1=True) + frame(10, b"") + frame(0, compressed[10:])
+
+    def read(size: int) -> tuple[bytes, list[tuple[int, bytes]]]:
+        reader = FrameReader(compressed=True, masked=True, max_payload=1 << 20)
+        data, controls = b"", []
+        for start in range(0, len(stream), size):
+            out, ctl = reader.feed(stream[start:start + size])
+            data += b"".join(out)
+            controls += ctl
+        return data, controls
+
+    data, controls = read(chunk)
+    assert (data, controls) == read(len(stream))
+    assert data == (b"PUB a 3\r\nabc\r\nPUB b 200\r\n" + b"x" * 200 + b"\r\n" + big + b"PING\r\n"
+                    + b"PUB z 5\r\nhello\r\n" * 50)
+    assert controls == [(9, b"ping"), (10, b"")]
+
+
+def test_inflating_past_max_payload_is_refused() -> None:
+    from jsbroker.websocket import FrameReader, WebSocketError
+
+    reader = FrameReader(compressed=True, masked=True, max_payload=1000)
+    with pytest.raises(WebSocketError, match="Read Error"):
+        reader.feed(frame(2, deflate(b"x" * 5000), rsv1=True))  # 5000 bytes from a few dozen
