@@ -94,7 +94,8 @@ async def _natspy(port: int) -> dict[str, Any]:
         fetched = [m.data for m in await pull.fetch(3, timeout=5)]
         await js.delete_stream("WS")
         await sub.unsubscribe()
-        return {"info": (info["port"] == port, info.get("tls_required")), "reply": reply.data, "big": got.data == big,
+        keys = sorted(set(info) - {"go", "git_commit", "xkey"})  # those three: issue #30's INFO work
+        return {"info": (info["port"] == port, info["host"], keys), "reply": reply.data, "big": got.data == big,
                 "acks": acks, "fetched": fetched}
     finally:
         await nc.close()
