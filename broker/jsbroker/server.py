@@ -23,6 +23,8 @@ from .router import Router, Watch
 from .sublist import Subscription
 
 if TYPE_CHECKING:  # imported at start with TLS on: the ssl context code is on no other path
+    import ssl
+
     from .tls import TlsContext
     from .websocket import Origin
 
@@ -82,7 +84,7 @@ class Broker:
         self._drained: asyncio.Event | None = None  # set during shutdown once all clients are gone
         self._draining: set[int] = set()
         self.tls: TlsContext | None = None  # loaded at start: ConfigError names a bad file
-        self._tls_watch: asyncio.Task[None] | None = None
+        self._tls_watches: list[asyncio.Task[None]] = []
         self.recovering = False  # JetStream is reading its store (start); /healthz says 503
         self.serving = False  # the client listener accepts connections; otherwise /healthz says 503
         self.lame_duck_mode = False  # entered with `lame_duck()`: no new clients, the others are let go
@@ -120,8 +122,6 @@ class Broker:
             from .tls import TlsContext
 
             self.tls = TlsContext.load(cfg.tls)
-            if cfg.tls.reload_interval > 0:
-                self._tls_watch = self.loop.create_task(self._watch_tls(cfg.tls.reload_interval))
         monitor_port = self._monitor_port()
         # The client port bound first (a port in use fails the start at once), accepting last; it yields to
         # the loop (as every create_server does) before the monitoring port exists, so an empty store's
@@ -132,6 +132,8 @@ class Broker:
         self.port = self._server.sockets[0].getsockname()[1]
         if cfg.websocket is not None:
             await self._bind_websocket()
+        self._tls_watches = [self.loop.create_task(self._watch_tls(tls)) for tls in self._tls_contexts()
+                             if tls.settings.reload_interval > 0]
         # Monitoring next: during the store's recovery /healthz answers 503 (probes see why, not a refusal).
         if monitor_port is not None:
             from .monitor import Monitor
@@ -163,6 +165,7 @@ class Broker:
         self.ws_headers = "".join(f"{name}: {value}\r\n" for name, value in settings.headers)
         if settings.tls is not None:
             self.ws_tls = TlsContext.load(settings.tls)
+            self.ws_tls.context.sni_callback = self._current_ws_context
         self._ws_server = await self.loop.create_server(
             lambda: WebSocketProtocol(self, settings), settings.host, settings.port, reuse_address=True, backlog=1024,
             start_serving=False, ssl=self.ws_tls.context if self.ws_tls else None,
@@ -221,27 +224,39 @@ class Broker:
         self.jetstream = JetStream(self, js)
         await self.jetstream.start()
 
+    def _tls_contexts(self) -> list[TlsContext]:
+        return [tls for tls in (self.tls, self.ws_tls) if tls is not None]
+
     def reload(self) -> bool:
-        """SIGHUP: re-read the TLS certificate, key and CA files. New connections use them, connections
-        already up keep theirs; on an error the current certificates stay (False)."""
-        if self.tls is None:
+        """SIGHUP: re-read the TLS certificate, key and CA files (the client port's, the websocket port's).
+        New connections use them, connections already up keep theirs; on an error the current
+        certificates stay (False)."""
+        contexts = self._tls_contexts()
+        if not contexts:
             self.log.info("reload requested: nothing to reload (TLS is off)")
-            return True
+        return all([self._reload(tls) for tls in contexts])
+
+    def _reload(self, tls: TlsContext) -> bool:
         try:
-            self.tls.reload()
+            tls.reload()
         except ConfigError as e:
             self.log.error("reload failed, keeping the current certificates", error=str(e))
             return False
-        self.log.info("TLS certificates reloaded", cert_file=self.tls.settings.cert_file)
+        self.log.info("TLS certificates reloaded", cert_file=tls.settings.cert_file)
         return True
 
-    async def _watch_tls(self, interval: float) -> None:
+    async def _watch_tls(self, tls: TlsContext) -> None:
         """Reload the certificates when their files change (a rotated Secret, a renewed certificate)."""
-        assert self.tls is not None
         while True:
-            await asyncio.sleep(interval)
-            if self.tls.changed():
-                self.reload()
+            await asyncio.sleep(tls.settings.reload_interval)
+            if tls.changed():
+                self._reload(tls)
+
+    def _current_ws_context(self, connection: ssl.SSLObject, server_name: str | None, _: ssl.SSLContext) -> None:
+        """The websocket listener's TLS context hands each handshake to the current (reloaded) one, as
+        nats-server's GetConfigForClient does."""
+        assert self.ws_tls is not None
+        connection.context = self.ws_tls.context
 
     async def lame_duck(self) -> None:
         """nats-server's lame duck mode (see lameduck.py); the caller stops the broker when it returns."""
@@ -273,9 +288,9 @@ class Broker:
 
     async def stop(self) -> None:
         """Lame-duck style: stop accepting, flush pending output, close connections, stop services."""
-        if self._tls_watch is not None:
-            self._tls_watch.cancel()
-            self._tls_watch = None
+        for watch in self._tls_watches:
+            watch.cancel()
+        self._tls_watches = []
         if self._server is not None:
             self._server.close()
             self.serving = False

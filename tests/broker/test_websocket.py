@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import struct
 import subprocess
 import tempfile
@@ -22,6 +23,7 @@ import pytest
 from jsbroker.config import ConfigError, websocket_settings
 from tests.broker import wsclient
 from tests.broker.wsclient import Session, deflate, frame
+from tests.polling import poll
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, free_port, launch, nats_server_binary
 
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -492,3 +494,39 @@ def test_inflating_past_max_payload_is_refused() -> None:
     reader = FrameReader(compressed=True, masked=True, max_payload=1000)
     with pytest.raises(WebSocketError, match="Read Error"):
         reader.feed(frame(2, deflate(b"x" * 5000), rsv1=True))  # 5000 bytes from a few dozen
+
+
+def test_wss_certificates_reload_on_sighup(tmp_path: Path) -> None:
+    """As the client port's (test_tls.py): SIGHUP re-reads the websocket block's certificate files, for
+    new connections (nats-server does so on a config reload); jsbroker alone."""
+    import signal
+    import ssl
+
+    from cryptography import x509
+
+    from tests.broker.certs import Authority
+
+    authority = Authority(tmp_path / "ca")
+    first, second = authority.issue("server", server=True), authority.issue("server2", server=True)
+    cert, key = tmp_path / "ws.pem", tmp_path / "ws.key"
+    cert.write_bytes(first.cert.read_bytes())
+    key.write_bytes(first.key.read_bytes())
+    context = ssl.create_default_context(cafile=str(authority.ca))
+
+    def serial(port: int) -> int:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            with context.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+                return int(x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number)
+
+    port = free_port()
+    path = _config_file({"tls": {"cert_file": str(cert), "key_file": str(key)}}, port)
+    try:
+        with launch(JSBROKER, jetstream=False, extra_args=["-c", path]) as handle:
+            before = serial(port)
+            cert.write_bytes(second.cert.read_bytes())
+            key.write_bytes(second.key.read_bytes())
+            os.kill(handle.pid, signal.SIGHUP)
+            poll(lambda: "TLS certificates reloaded" in handle.log_tail(), timeout=10, what="the reload")
+            assert (before, serial(port)) == (first.serial, second.serial)
+    finally:
+        os.unlink(path)
