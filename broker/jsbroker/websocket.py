@@ -41,11 +41,7 @@ MAX_MESSAGE_LIMIT = 64 * 1024 * 1024
 DEFLATE_TAIL = b"\x00\x00\xff\xff"
 
 CONTINUATION, TEXT, BINARY, CLOSE, PING, PONG = 0, 1, 2, 8, 9, 10
-NORMAL, GOING_AWAY, PROTOCOL_ERROR, NO_STATUS, INVALID_DATA, POLICY, TOO_BIG, INTERNAL = (
-    1000, 1001, 1002, 1005, 1007, 1008, 1009, 1011)
-
-# Header names nats-server's `headers` option may not set (its own upgrade response has them).
-RESERVED_HEADERS = ("host", "content-length", "connection", "upgrade", "nats-no-masking")
+GOING_AWAY, PROTOCOL_ERROR, INVALID_DATA, POLICY, TOO_BIG = 1001, 1002, 1007, 1008, 1009
 
 
 class UpgradeRefused(Exception):
