@@ -333,6 +333,19 @@ def test_varz_websocket_section(servers: Any) -> None:
         assert result["no_tls"] is True and result["host"] == "127.0.0.1"
 
 
+def test_connz_types_websocket_connections(servers: Any) -> None:
+    def connz(handle: ServerHandle, port: int) -> list[tuple[str, int]]:
+        session = _connected(port)
+        try:
+            with urllib.request.urlopen(f"{handle.http_url}/connz", timeout=5) as response:
+                connections = json.loads(response.read())["connections"]
+            return [(c.get("type"), c["subscriptions"]) for c in connections]
+        finally:
+            session.close()
+
+    assert _same({kind: connz(*servers["plain", kind]) for kind in KINDS}) == [("websocket", 0)]
+
+
 # -- wss:// -------------------------------------------------------------------------------------------
 
 
