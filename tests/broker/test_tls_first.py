@@ -49,7 +49,12 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"ca": authority.ca, "server": authority.issue("server", server=True)}
 
 
-async def _client(url: str, context: ssl.SSLContext, first: bool) -> str:
+def _tls_first_flags(http_url: str) -> list[bool]:
+    with urllib.request.urlopen(f"{http_url}/connz", timeout=5) as response:
+        return [c.get("tls_first", False) for c in json.loads(response.read())["connections"]]
+
+
+async def _client(url: str, context: ssl.SSLContext, first: bool, http_url: str) -> str:
     try:
         nc = await nats.connect(url, tls=context, tls_handshake_first=first, allow_reconnect=False,
                                 max_reconnect_attempts=0, connect_timeout=4)
@@ -57,7 +62,9 @@ async def _client(url: str, context: ssl.SSLContext, first: bool) -> str:
         return "refused"  # how (a TLS error, a timeout, the close) races in nats-py with either server
     try:
         reply = await nc.request("$JS.API.INFO", b"", timeout=5)
-        return "connected" if json.loads(reply.data)["type"].endswith("account_info_response") else "no answer"
+        if not json.loads(reply.data)["type"].endswith("account_info_response"):
+            return "no answer"
+        return f"connected, /connz tls_first={_tls_first_flags(http_url)}"
     finally:
         await nc.close()
 
@@ -83,14 +90,14 @@ def _plain(port: int) -> str:
 
 
 MODES: dict[str, Any] = {"off": False, "on": True, "fallback 300ms": "300ms", "auto": "auto"}
+FIRST, INFO_FIRST = "connected, /connz tls_first=[True]", "connected, /connz tls_first=[False]"
 EXPECTED: dict[str, dict[str, str]] = {
-    "off": {"tls first": "refused", "info first": "connected", "silent": "INFO tls_required=True",
+    "off": {"tls first": "refused", "info first": INFO_FIRST, "silent": "INFO tls_required=True",
             "plain": "INFO, no PONG"},
-    "on": {"tls first": "connected", "info first": "refused", "silent": "closed", "plain": "closed"},
-    "fallback 300ms": {"tls first": "connected", "info first": "connected", "silent": "INFO tls_required=True",
+    "on": {"tls first": FIRST, "info first": "refused", "silent": "closed", "plain": "closed"},
+    "fallback 300ms": {"tls first": FIRST, "info first": INFO_FIRST, "silent": "INFO tls_required=True",
                        "plain": "closed"},
-    "auto": {"tls first": "connected", "info first": "connected", "silent": "INFO tls_required=True",
-             "plain": "closed"},
+    "auto": {"tls first": FIRST, "info first": INFO_FIRST, "silent": "INFO tls_required=True", "plain": "closed"},
 }
 
 
@@ -105,8 +112,9 @@ def test_handshake_first(pki: dict[str, Any], tmp_path: Path, mode: str) -> None
     for kind in KINDS:
         with _start(kind, path, tmp_path) as s:
             url = f"tls://127.0.0.1:{s.port}"
-            results[kind] = {"tls first": asyncio.run(_client(url, context, True)),
-                             "info first": asyncio.run(_client(url, context, False)),
+            assert s.http_url is not None
+            results[kind] = {"tls first": asyncio.run(_client(url, context, True, s.http_url)),
+                             "info first": asyncio.run(_client(url, context, False, s.http_url)),
                              "silent": _silent(s.port), "plain": _plain(s.port)}
     assert results[JSBROKER] == results[NATS_SERVER], results
     assert results[JSBROKER] == EXPECTED[mode]
