@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .connection import Connection
     from .server import Broker
 
-MAX_REQUEST_HEAD = 16 * 1024
+MAX_REQUEST_HEAD = 1 << 20  # Go's http.DefaultMaxHeaderBytes, as nats-server's upgrade reads it
 
 
 class WebSocketTransport(asyncio.Transport):
