@@ -78,6 +78,7 @@ class Broker:
         self.ws_tls: TlsContext | None = None
         self.ws_origins: tuple[Origin, ...] = ()  # websocket.allowed_origins, parsed once
         self.ws_headers = ""  # websocket.headers, as response header lines
+        self.ws_handshakes: set[asyncio.Transport] = set()  # websocket sockets not upgraded yet
         self._monitor: Any = None
         self._tmp_store: str | None = None
         self._info_base: dict[str, Any] = {}
@@ -296,6 +297,8 @@ class Broker:
             self.serving = False
         if self._ws_server is not None:
             self._ws_server.close()
+        for handshake in list(self.ws_handshakes):  # no client yet: nothing to say to it
+            handshake.abort()
         self.router.flush()
         await self._close_clients()
         for server in (self._server, self._ws_server):

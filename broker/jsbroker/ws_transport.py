@@ -89,6 +89,7 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.raw = transport  # type: ignore[assignment]
+        self.broker.ws_handshakes.add(self.raw)  # type: ignore[arg-type]  # a stop aborts those not upgraded yet
         if self.settings.handshake_timeout > 0:
             self.timer = self.broker.loop.call_later(self.settings.handshake_timeout, self._timed_out)
 
@@ -112,6 +113,7 @@ class WebSocketProtocol(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.broker.ws_handshakes.discard(self.raw)  # type: ignore[arg-type]
         if self.timer is not None:
             self.timer.cancel()
         if self.connection is not None:
@@ -132,12 +134,14 @@ class WebSocketProtocol(asyncio.Protocol):
         try:
             event = self.http.next_event()
         except h11.RemoteProtocolError as exc:  # as Go's server: 400 (431 for a long head), then close
+            self.http = None
             self.raw.write(ws.bad_request_response(exc.error_status_hint))
             self.raw.close()
             return
         if event is h11.NEED_DATA:
             return
         if not isinstance(event, h11.Request):
+            self.http = None
             self.raw.close()
             return
         headers: dict[str, list[str]] = {}
@@ -153,11 +157,13 @@ class WebSocketProtocol(asyncio.Protocol):
             self._refuse(refused.status, str(refused))
             return
         if self.http.trailing_data[0]:  # nats-server closes without an answer (its connection is hijacked)
+            self.http = None
             self.broker.log.error("websocket handshake error", peer=self._peer(),
                                   error="client sent data before handshake is complete")
             self.raw.close()
             return
         self.http = None
+        self.broker.ws_handshakes.discard(self.raw)
         if self.timer is not None:
             self.timer.cancel()
         self.raw.write(upgrade.response)
@@ -165,6 +171,7 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def _refuse(self, status: int, reason: str) -> None:
         assert self.raw is not None
+        self.http = None  # what else the client sends is not read
         self.broker.log.error("websocket handshake error", peer=self._peer(), error=reason)
         self.raw.write(ws.error_response(status))
         self.raw.close()

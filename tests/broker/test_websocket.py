@@ -23,7 +23,7 @@ import pytest
 from jsbroker.config import ConfigError, websocket_settings
 from tests.broker import wsclient
 from tests.broker.wsclient import Session, deflate, frame
-from tests.polling import poll
+from tests.polling import poll, poll_async
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, free_port, launch, nats_server_binary
 
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -543,3 +543,24 @@ def test_wss_certificates_reload_on_sighup(tmp_path: Path) -> None:
             assert (before, serial(port)) == (first.serial, second.serial)
     finally:
         os.unlink(path)
+
+
+async def test_stopping_drops_sockets_still_in_the_upgrade() -> None:
+    """A socket that never finished its upgrade (no handshake_timeout) is closed by a stop, not left open
+    (and Python 3.12's Server.wait_closed would wait for it forever)."""
+    from jsbroker.config import WebSocketSettings
+    from jsbroker.server import Broker
+
+    broker = Broker(port=0, jetstream=False, websocket=WebSocketSettings(port=0, host="127.0.0.1", no_tls=True))
+    await broker.start()
+    assert broker.ws_port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.ws_port)
+    writer.write(b"GET / HTTP/1.1\r\n")  # and nothing more
+    await writer.drain()
+    await poll_async(lambda: broker.ws_handshakes, timeout=5, what="the server to see the socket")
+    await asyncio.wait_for(broker.stop(), 10)
+    try:
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+    except ConnectionResetError:
+        pass  # aborted: as good as closed
+    writer.close()
