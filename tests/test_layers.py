@@ -38,7 +38,7 @@ OPERATOR_PURE = (
 
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "protocol": ("jsbroker.protocol",),
+    "protocol": ("jsbroker.protocol", "jsbroker.websocket"),
     "helpers": ("jsbroker.subjects", "jsbroker.natsconf", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys"),
     "internal": ("jsbroker.internal",),
     "core": (
@@ -60,6 +60,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.info",
         "jsbroker.listen",
         "jsbroker.flags",
+        "jsbroker.ws_transport",
     ),
     "jetstream": ("jsbroker.jetstream", "jsbroker.jetstream.*"),
     "store": ("jsbroker.store", "jsbroker.store.*"),
@@ -115,6 +116,7 @@ STORE_ENTRY_POINTS = frozenset({"jsbroker.store", "jsbroker.store.base"})
 PURE = frozenset(
     {
         "jsbroker.protocol",
+        "jsbroker.websocket",  # the upgrade's checks and the frames: bytes in, bytes out
         "jsbroker.subjects",
         "jsbroker.config",  # settings dataclasses; reads a config file only when load_file() is called
         "jsbroker.natsconf",  # nats-server's config format; included files through a passed-in reader

@@ -113,6 +113,148 @@ class TlsSettings:
     verify: bool = False  # require a client certificate signed by ca_file (mTLS)
     timeout: float = 2.0  # seconds a client has for the TLS handshake (nats-server's default)
     reload_interval: float = 30.0  # seconds between checks of the files for a rotation (0: SIGHUP only)
+    handshake_first: bool = False  # the client starts TLS before the server's INFO (nats-server 2.10+)
+    handshake_first_fallback: float = 0.0  # > 0: INFO first after all when the client is silent this long
+
+
+def parse_handshake_first(value: Any, where: str) -> tuple[bool, float]:
+    """nats-server's `handshake_first`: true/false ("on"/"off"), "auto" (a 50ms fallback) or a fallback
+    duration ("300ms"): (handshake_first, fallback seconds)."""
+    if isinstance(value, bool):
+        return value, 0.0
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: true, false, \"auto\" or a fallback duration such as \"300ms\"")
+    word = value.lower()
+    if word in ("true", "on", "false", "off"):
+        return word in ("true", "on"), 0.0
+    if word in ("auto", "auto_fallback"):
+        return True, 0.05  # nats-server's DEFAULT_TLS_HANDSHAKE_FIRST_FALLBACK_DELAY
+    try:
+        return True, parse_duration(value, where)
+    except ConfigError:
+        raise ConfigError(f"{where}: {value!r} is invalid; give true, false, \"auto\" or a duration such as "
+                          "\"300ms\"") from None
+
+
+@dataclass(frozen=True)
+class WebSocketSettings:
+    """nats-server's `websocket` block: NATS over WebSocket on its own port (websocket.py)."""
+
+    port: int  # 0 for any free port (nats-server's -1)
+    host: str = "0.0.0.0"
+    advertise: str | None = None  # shown in /varz; a single server has no connect URLs to advertise
+    no_tls: bool = False
+    tls: TlsSettings | None = None  # wss://; nats-server refuses a websocket port with neither tls nor no_tls
+    same_origin: bool = False
+    allowed_origins: tuple[str, ...] = ()
+    compression: bool = False
+    handshake_timeout: float = 0.0  # seconds for the upgrade request (with TLS: the handshake too); 0: none
+    headers: tuple[tuple[str, str], ...] = ()  # added to the 101 response
+    user_cookie: str | None = None  # cookies that stand in for CONNECT's user, pass and auth_token when absent
+    pass_cookie: str | None = None
+    token_cookie: str | None = None
+
+
+_WS_REFUSED = {
+    "authorization": "a websocket-only authorization block is not supported; the top-level authorization "
+                     "applies to websocket clients too",
+    "authentication": "a websocket-only authorization block is not supported; the top-level authorization "
+                      "applies to websocket clients too",
+    "no_auth_user": "jsbroker has no no_auth_user; give websocket clients credentials (or cookies)",
+    "jwt_cookie": "JWT authentication needs trusted operators, which jsbroker does not have; use user_cookie/"
+                  "pass_cookie or token_cookie",
+    "ping_interval": "a websocket-only ping_interval is not supported; the top-level ping_interval applies",
+}
+_WS_ALIASES = {"net": "host", "compress": "compression", **{k: "allowed_origins" for k in (
+    "allowed_origin", "allow_origins", "allow_origin", "origins", "origin")}}
+
+
+def websocket_settings(section: Any, where: str, tls: Any = None) -> WebSocketSettings | None:
+    """The `websocket` block (a mapping of nats-server's keys) as settings; None when it has no port (off).
+    `tls` parses its tls block (the caller's TLS parser)."""
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: websocket must be a map of settings")
+    kw: dict[str, Any] = {}
+    for raw_key, value in section.items():
+        key = _WS_ALIASES.get(raw_key.lower(), raw_key.lower())
+        what = f"{where}: websocket.{raw_key}"
+        if key in _WS_REFUSED:
+            raise ConfigError(f"{what}: {_WS_REFUSED[key]}")
+        if key == "listen":
+            host, _, port = str(value).rpartition(":")
+            kw["host"], kw["port"] = host.strip("[]") or "0.0.0.0", _ws_port(port, what)
+        elif key == "port":
+            kw["port"] = _ws_port(value, what)
+        elif key in ("host", "advertise", "user_cookie", "pass_cookie", "token_cookie"):
+            if not isinstance(value, str):
+                raise ConfigError(f"{what}: a string")
+            kw[key] = value
+        elif key in ("no_tls", "same_origin", "compression"):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{what}: true or false")
+            kw[key] = value
+        elif key == "tls":
+            if tls is None:
+                raise ConfigError(f"{what}: no TLS parser given")
+            kw["tls"] = tls(value)
+        elif key == "allowed_origins":
+            kw[key] = _origins(value, what)
+        elif key == "handshake_timeout":
+            kw[key] = parse_duration(value, what)
+        elif key == "headers":
+            kw[key] = _ws_headers(value, what)
+        else:
+            raise ConfigError(f"{what}: unknown websocket setting; known: advertise, allowed_origins, compression, "
+                              "handshake_timeout, headers, host, listen, no_tls, pass_cookie, port, same_origin, tls, "
+                              "token_cookie, user_cookie")
+    port = kw.pop("port", 0)
+    if port is None:
+        return None
+    if kw.get("tls") is None and not kw.get("no_tls"):
+        raise ConfigError(f"{where}: websocket requires TLS configuration: give websocket.tls (cert_file, key_file), "
+                          "or no_tls: true for plain ws:// (never in production)")
+    return WebSocketSettings(port=port, **kw)
+
+
+def _ws_port(value: Any, what: str) -> int | None:
+    """nats-server's websocket port: 0 is off (None), -1 any free port (0 here)."""
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what}: {value!r} is not a port") from None
+    if not -1 <= port <= 65535:
+        raise ConfigError(f"{what}: {port} is not a TCP port (0-65535, or -1 for any free port)")
+    return None if port == 0 else max(port, 0)
+
+
+def _origins(value: Any, what: str) -> tuple[str, ...]:
+    from urllib.parse import urlsplit
+
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+        raise ConfigError(f"{what}: a URL or a list of URLs (e.g. \"https://example.com\")")
+    for origin in items:
+        try:
+            parts = urlsplit(origin)
+            parts.port  # noqa: B018 (a port that is not a number raises here)
+        except ValueError as exc:
+            raise ConfigError(f"{what}: unable to parse allowed origin {origin!r}: {exc}") from None
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"{what}: unable to parse allowed origin {origin!r}: allowed origins must be absolute "
+                              "URLs with http or https scheme and a host")
+    return tuple(items)
+
+
+def _ws_headers(value: Any, what: str) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(f"{what}: a map of header names to string values")
+    for name in value:
+        lower = name.lower()
+        if lower in ("host", "content-length", "connection", "upgrade", "nats-no-masking"):
+            raise ConfigError(f"{what}: invalid header {name!r} not allowed")
+        if lower.startswith("sec-websocket-"):
+            raise ConfigError(f"{what}: invalid header {name!r}, \"Sec-WebSocket-\" prefix not allowed")
+    return tuple(value.items())
 
 
 @dataclass(frozen=True)
@@ -134,6 +276,7 @@ class BrokerConfig:
     ping_max: int = 2
     auth: AuthSettings = field(default_factory=AuthSettings)
     tls: TlsSettings | None = None  # None: plain TCP
+    websocket: WebSocketSettings | None = None  # None: no websocket port
     jetstream: JetStreamSettings | None = field(default_factory=lambda: JetStreamSettings(store_dir=None))
     log_level: str = "info"  # start-up banner and lifecycle; per-client events are debug
     log_file: Path | None = None
@@ -488,6 +631,13 @@ def _authorization(node: Node, acc: Acc, what: str) -> None:
 
 # -- tls { ... } -------------------------------------------------------------------------------------------
 
+def _handshake_first(node: Node, acc: Acc, what: str) -> None:
+    try:
+        acc["handshake_first"], acc["handshake_first_fallback"] = parse_handshake_first(node.value, what)
+    except ConfigError as e:
+        raise _fail(node, str(e)) from None
+
+
 _TLS: tuple[Setting, ...] = (
     Setting(("cert_file",), _set("cert_file", lambda n, w: Path(_str(n, w))), "server certificate (PEM)"),
     Setting(("key_file",), _set("key_file", lambda n, w: Path(_str(n, w))), "its private key (PEM)"),
@@ -497,8 +647,8 @@ _TLS: tuple[Setting, ...] = (
     Setting(("timeout",), _set("timeout", _duration), "time allowed for the handshake (default 2s)"),
     Setting(("reload_interval",), _set("reload_interval", _duration),
             "how often the files are checked for a rotation (default 30s; 0: SIGHUP only)", jsbroker_only=True),
-    _refused("handshake_first", "first", "immediate",
-             why="TLS before INFO (handshake_first) is not supported yet (issue 30 part 5); remove it"),
+    Setting(("handshake_first", "first", "immediate"), _handshake_first,
+            "TLS before INFO: true, or \"300ms\" / \"auto\" (INFO after that long if the client says nothing)"),
     _refused("insecure", "verify_and_map", "verify_cert_and_check_known_urls", "allow_insecure_cipher_suites",
              "cipher_suites", "curve_preferences", "connection_rate_limit", "pinned_certs", "cert_store",
              "cert_match_by", "cert_match", "ca_certs_match", "cert_match_skip_invalid", "ocsp_peer", "certs",
@@ -514,6 +664,18 @@ def _tls(node: Node, acc: Acc, what: str) -> None:
     if missing:
         raise _fail(node, f"tls needs {' and '.join(missing)} (the server certificate and its key)")
     acc["tls"] = TlsSettings(**tls)
+
+
+def _websocket(node: Node, acc: Acc, what: str) -> None:
+    """The websocket block's settings are websocket_settings()'s; its tls block goes through the tls table."""
+    block = _block(node, what)
+
+    def tls(_: Any) -> TlsSettings:
+        parsed: Acc = {}
+        _tls(next(v for k, v in block.items() if k.lower() == "tls"), parsed, what + ".tls")
+        return parsed["tls"]
+
+    acc["websocket"] = websocket_settings({k: v.plain() for k, v in block.items()}, _where(node), tls)
 
 
 # -- jetstream { ... } -------------------------------------------------------------------------------------
@@ -676,7 +838,8 @@ TOP_LEVEL: tuple[Setting, ...] = (
     Setting(("pid_file", "pidfile"), _set("pid_file", lambda n, w: Path(_str(n, w))), "write the process id here"),
     Setting(("lame_duck_duration",), _lame_duck("lame_duck_duration"), "lame duck mode's length (default 2m)"),
     Setting(("lame_duck_grace_period",), _lame_duck("lame_duck_grace_period"), "wait before closing (default 10s)"),
-    _refused("websocket", "ws", why="WebSocket is not supported yet (issue 30 part 4); remove the block"),
+    Setting(("websocket", "ws"), _websocket, "NATS over WebSocket on its own port (port, host, no_tls, tls, "
+            "compression, same_origin, allowed_origins, handshake_timeout, headers, advertise, *_cookie)"),
     _refused("cluster", "gateway", "leaf", "leafnodes", "client_advertise", "connect_error_reports",
              "reconnect_error_reports", why=_CLUSTER),
     _refused("accounts", "mappings", "maps", "default_sentinel", "operator", "operators", "roots", "root",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import os
 import ssl
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
@@ -60,8 +61,11 @@ def send_alert_on_failure(raw: asyncio.Transport) -> None:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: "Broker", cid: int) -> None:
+    def __init__(self, broker: "Broker", cid: int, websocket: bool = False) -> None:
         self.broker = broker
+        self.websocket = websocket  # under ws_transport's adapter: TLS (if any) is the websocket port's
+        self.cookie_credentials: dict[str, str] = {}  # CONNECT options the upgrade's cookies stand in for
+        self.close_error: str | None = None  # why the server closed it (the websocket close frame says so)
         self.router = broker.router
         self.cid = cid
         self.transport: asyncio.Transport | None = None
@@ -99,12 +103,13 @@ class Connection(asyncio.Protocol):
         self._handshake: asyncio.Task[None] | None = None  # TLS: the upgrade after INFO
         self._gone = False  # connection_lost ran
         self._tls_up = False  # the TLS layer carries this connection's bytes
+        self.tls_first = False  # the client started TLS before INFO (handshake_first; /connz's tls_first)
         self._early: list[bytes] = []  # decrypted before the upgrade finished
 
     @property
     def who(self) -> str:
         """nats-server's prefix of a client's log lines: `127.0.0.1:53410 - cid:5`."""
-        return f"{host_port(*self.peer)} - cid:{self.cid}"
+        return f"{host_port(*self.peer)} - {'wid' if self.websocket else 'cid'}:{self.cid}"
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -118,19 +123,48 @@ class Connection(asyncio.Protocol):
         if not self.broker.register(self):
             return
         self.broker.log.debug(f"{self.who} - Client connection created", cid=self.cid)
-        tls = self.broker.tls
+        tls = None if self.websocket else self.broker.tls
         if tls is None:
             self.send(self.broker.info_line(self))
             self._start_timers()
             return
-        # INFO in clear text, then the client's handshake on the same socket (tls.py).
-        transport.write(self.broker.info_line(self))  # type: ignore[attr-defined]
         transport.pause_reading()  # type: ignore[attr-defined]  # the handshake's bytes are for the TLS layer
-        self._handshake = self.broker.loop.create_task(self._start_tls(transport, tls.context))  # type: ignore[arg-type]
+        if not tls.settings.handshake_first:  # INFO in clear text, then the client's handshake (tls.py)
+            self._info_then_tls(transport)  # type: ignore[arg-type]
+        elif tls.settings.handshake_first_fallback > 0:
+            self._wait_for_tls_first(transport, tls.settings.handshake_first_fallback)  # type: ignore[arg-type]
+        else:  # handshake_first: the client's handshake first, INFO over TLS after it
+            self._handshake = self.broker.loop.create_task(self._start_tls(transport, tls_first=True))  # type: ignore[arg-type]
 
-    async def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+    def _info_then_tls(self, raw: asyncio.Transport) -> None:
+        raw.write(self.broker.info_line(self))
+        self._handshake = self.broker.loop.create_task(self._start_tls(raw, tls_first=False))
+
+    def _wait_for_tls_first(self, raw: asyncio.Transport, fallback: float) -> None:
+        """handshake_first's fallback (nats-server 2.10+): a client that sends anything within `fallback` is
+        doing TLS first; a silent one waits for INFO, which it then gets in clear text. Readability is
+        watched on a duplicate of the socket's descriptor, so no byte of the handshake is consumed here."""
+        loop = self.broker.loop
+        watched = os.dup(raw.get_extra_info("socket").fileno())
+
+        def decide(tls_first: bool) -> None:
+            loop.remove_reader(watched)
+            os.close(watched)
+            timer.cancel()
+            if self.closed:
+                return
+            if tls_first:
+                self._handshake = loop.create_task(self._start_tls(raw, tls_first=True))
+            else:
+                self._info_then_tls(raw)
+
+        timer = loop.call_later(fallback, decide, False)
+        loop.add_reader(watched, decide, True)
+
+    async def _start_tls(self, raw: asyncio.Transport, tls_first: bool) -> None:
         # Runs once start_tls has put its TLS protocol on the transport, before the handshake starts.
         self.broker.loop.call_soon(send_alert_on_failure, raw)
+        context = self.broker.tls.context  # type: ignore[union-attr]  # read now: a reload replaces it
         try:
             upgraded = await self.broker.loop.start_tls(raw, self, context, server_side=True,
                                                         ssl_handshake_timeout=self.broker.config.tls.timeout)  # type: ignore[union-attr]
@@ -144,7 +178,10 @@ class Connection(asyncio.Protocol):
             return
         self.transport = upgraded
         self._tls_up = True
+        self.tls_first = tls_first
         upgraded.set_write_buffer_limits(high=self.broker.config.write_high_water)
+        if tls_first:
+            self.send(self.broker.info_line(self))
         self._start_timers()
         early, self._early = self._early, []
         for data in early:
@@ -236,6 +273,7 @@ class Connection(asyncio.Protocol):
             return
         if err:
             self.out.append(err_line(err))
+        self.close_error = err
         self.closed = True
         self._cancel_timers()
         transport = self.transport
@@ -325,6 +363,9 @@ class Connection(asyncio.Protocol):
                 raise ValueError
         except ValueError:
             raise ProtocolError(None) from None
+        for option, value in self.cookie_credentials.items():  # nats-server: only where CONNECT has none
+            if not opts.get(option):
+                opts[option] = value
         auth = self.broker.config.auth
         if auth.required and not self.connected:
             authorized, permissions = _authenticate(auth, opts, self.nonce)

@@ -120,7 +120,7 @@ class Monitor:
             "gateway": {},
             "leaf": {},
             "mqtt": {},
-            "websocket": {},
+            "websocket": self._websocket_varz(),
         }
         if body["auth_required"] is None:
             del body["auth_required"]
@@ -171,7 +171,7 @@ class Monitor:
             item: dict[str, Any] = {
                 "cid": c.cid,
                 "kind": "Client",
-                "type": "nats",
+                "type": "websocket" if c.websocket else "nats",
                 "ip": c.peer[0],
                 "port": c.peer[1],
                 "start": rfc3339(started),
@@ -183,6 +183,8 @@ class Monitor:
                 "out_bytes": c.out_bytes,
                 "subscriptions": len(c.subs),
             }
+            if c.tls_first:
+                item["tls_first"] = True
             for key in ("name", "lang", "version"):
                 if getattr(c, key):
                     item[key] = getattr(c, key)
@@ -215,6 +217,21 @@ class Monitor:
         info = self._js_info()
         body = {**base, **info, "server_id": b.server_id, "now": base["now"]}
         return self._json(request, body)
+
+    def _websocket_varz(self) -> dict[str, Any]:
+        """nats-server's /varz websocket section: its settings, empty ones left out (Go's omitempty)."""
+        b = self.broker
+        ws = b.config.websocket
+        if ws is None:
+            return {}
+        body: dict[str, Any] = {
+            "host": ws.host, "port": b.ws_port, "advertise": ws.advertise, "handshake_timeout":
+            int(ws.handshake_timeout * _NS), "no_tls": ws.no_tls, "same_origin": ws.same_origin,
+            "allowed_origins": list(ws.allowed_origins), "compression": ws.compression,
+        }
+        if b.ws_tls is not None and b.ws_tls.not_after is not None:
+            body["tls_cert_not_after"] = b.ws_tls.not_after.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {k: v for k, v in body.items() if v}
 
     def _js_info(self) -> dict[str, Any]:
         """The JetStream service's own view, completed with zero defaults for missing fields."""

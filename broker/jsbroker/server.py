@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from . import __version__, info, lameduck
-from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings
+from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
 from .listen import advertised, dual_stack_socket, host_port
@@ -26,7 +26,10 @@ from .router import Router, Watch
 from .sublist import Subscription
 
 if TYPE_CHECKING:  # imported at start with TLS on: the ssl context code is on no other path
+    import ssl
+
     from .tls import TlsContext
+    from .websocket import Origin
 
 
 def friendly_bytes(value: int) -> str:
@@ -76,14 +79,21 @@ class Broker:
         self._closed_traffic = (0, 0, 0, 0)  # in_msgs, in_bytes, out_msgs, out_bytes of closed connections
         self._next_cid = 0
         self._server: asyncio.AbstractServer | None = None
+        self._ws_server: asyncio.AbstractServer | None = None  # the websocket port's listener (ws_transport.py)
+        self.ws_port: int | None = None
+        self.ws_tls: TlsContext | None = None
+        self.ws_origins: tuple[Origin, ...] = ()  # websocket.allowed_origins, parsed once
+        self.ws_headers = ""  # websocket.headers, as response header lines
+        self.ws_handshakes: set[asyncio.Transport] = set()  # websocket sockets not upgraded yet
         self._monitor: Any = None
         self._tmp_store: str | None = None
         self._info_base: dict[str, Any] = {}
+        self._ws_info_base: dict[str, Any] = {}  # websocket clients': the websocket port's address and TLS
         self.xkey = info.new_xkey()
         self._drained: asyncio.Event | None = None  # set during shutdown once all clients are gone
         self._draining: set[int] = set()
         self.tls: TlsContext | None = None  # loaded at start: ConfigError names a bad file
-        self._tls_watch: asyncio.Task[None] | None = None
+        self._tls_watches: list[asyncio.Task[None]] = []
         self.recovering = False  # JetStream is reading its store (start); /healthz says 503
         self.serving = False  # the client listener accepts connections; otherwise /healthz says 503
         self.lame_duck_mode = False  # entered with `lame_duck()`: no new clients, the others are let go
@@ -122,8 +132,6 @@ class Broker:
             from .tls import TlsContext
 
             self.tls = TlsContext.load(cfg.tls)
-            if cfg.tls.reload_interval > 0:
-                self._tls_watch = self.loop.create_task(self._watch_tls(cfg.tls.reload_interval))
         monitor_port = self._monitor_port()
         # The client port bound first (a port in use fails the start at once), accepting last; it yields to
         # the loop (as every create_server does) before the monitoring port exists, so an empty store's
@@ -136,6 +144,10 @@ class Broker:
                 self._new_connection, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False
             )
         self.port = self._server.sockets[0].getsockname()[1]
+        if cfg.websocket is not None:
+            await self._bind_websocket()
+        self._tls_watches = [self.loop.create_task(self._watch_tls(tls)) for tls in self._tls_contexts()
+                             if tls.settings.reload_interval > 0]
         # Monitoring next: during the store's recovery /healthz answers 503 (probes see why, not a refusal).
         if monitor_port is not None:
             from .monitor import Monitor
@@ -150,8 +162,18 @@ class Broker:
         self.recovering = False
         # /healthz turns 200 only once clients can connect.
         self._info_base = self._info_fields()
+        if cfg.websocket is not None:
+            self._ws_info_base = self._ws_info_fields(cfg.websocket)
         await self._server.start_serving()
+        if self._ws_server is not None:
+            await self._ws_server.start_serving()
         self.serving = True
+        ws = cfg.websocket
+        if ws is not None:  # nats-server starts its websocket listener before the client one, and says so first
+            self.log.info(f"Listening for websocket clients on {'wss' if self.ws_tls else 'ws'}://"
+                          f"{host_port(ws.host, self.ws_port or 0)}", port=self.ws_port)
+            if self.ws_tls is None:
+                self.log.warning("Websocket not configured with TLS. DO NOT USE IN PRODUCTION!")
         self.log.info(f"Listening for client connections on {host_port(cfg.host, self.port)}", port=self.port)
         if self.tls is not None:
             self.log.info("TLS required for client connections", verify_client_certificates=self.tls.settings.verify)
@@ -169,6 +191,8 @@ class Broker:
             return [f"{scheme}://{host_port(h, port)}" for h in (interface_addresses() if host in WILDCARDS else [host])]
 
         ports = {"nats": urls("tls" if self.tls else "nats", cfg.host, self.port)}
+        if cfg.websocket is not None and self.ws_port is not None:
+            ports["websocket"] = urls("wss" if self.ws_tls else "ws", cfg.websocket.host, self.ws_port)
         if self.http_port is not None:
             ports["monitoring"] = urls("https" if self.monitor_tls else "http", cfg.http_host or cfg.host, self.http_port)
         path = Path(cfg.ports_file_dir) / f"{self.program}_{os.getpid()}.ports"
@@ -178,6 +202,25 @@ class Broker:
             self.log.error(f"Error writing ports file ({path}): {e.strerror or e}")
             return
         self._ports_file = path
+
+    async def _bind_websocket(self) -> None:
+        """The websocket port (websocket.py, ws_transport.py): bound now, serving with the client port."""
+        from .tls import TlsContext
+        from .websocket import origin_of
+        from .ws_transport import WebSocketProtocol
+
+        settings = self.config.websocket
+        assert settings is not None
+        self.ws_origins = tuple(origin_of(url) for url in settings.allowed_origins)
+        self.ws_headers = "".join(f"{name}: {value}\r\n" for name, value in settings.headers)
+        if settings.tls is not None:
+            self.ws_tls = TlsContext.load(settings.tls)
+            self.ws_tls.context.sni_callback = self._current_ws_context
+        self._ws_server = await self.loop.create_server(
+            lambda: WebSocketProtocol(self, settings), settings.host, settings.port, reuse_address=True, backlog=1024,
+            start_serving=False, ssl=self.ws_tls.context if self.ws_tls else None,
+            ssl_handshake_timeout=(settings.handshake_timeout or settings.tls.timeout) if settings.tls else None)
+        self.ws_port = self._ws_server.sockets[0].getsockname()[1]
 
     def _monitor_port(self) -> int | None:
         """The monitoring port asked for (nats-server's rules: HTTP or HTTPS, HTTPS only with TLS)."""
@@ -242,27 +285,39 @@ class Broker:
             self.log.info(f"  Recovered {usage['streams']} streams, {usage['consumers']} consumers, "
                           f"{usage['messages']} messages", **{k: usage[k] for k in ("streams", "consumers", "messages")})
 
+    def _tls_contexts(self) -> list[TlsContext]:
+        return [tls for tls in (self.tls, self.ws_tls) if tls is not None]
+
     def reload(self) -> bool:
-        """SIGHUP: re-read the TLS certificate, key and CA files. New connections use them, connections
-        already up keep theirs; on an error the current certificates stay (False)."""
-        if self.tls is None:
+        """SIGHUP: re-read the TLS certificate, key and CA files (the client port's, the websocket port's).
+        New connections use them, connections already up keep theirs; on an error the current
+        certificates stay (False)."""
+        contexts = self._tls_contexts()
+        if not contexts:
             self.log.info("reload requested: nothing to reload (TLS is off)")
-            return True
+        return all([self._reload(tls) for tls in contexts])
+
+    def _reload(self, tls: TlsContext) -> bool:
         try:
-            self.tls.reload()
+            tls.reload()
         except ConfigError as e:
             self.log.error("reload failed, keeping the current certificates", error=str(e))
             return False
-        self.log.info("TLS certificates reloaded", cert_file=self.tls.settings.cert_file)
+        self.log.info("TLS certificates reloaded", cert_file=tls.settings.cert_file)
         return True
 
-    async def _watch_tls(self, interval: float) -> None:
+    async def _watch_tls(self, tls: TlsContext) -> None:
         """Reload the certificates when their files change (a rotated Secret, a renewed certificate)."""
-        assert self.tls is not None
         while True:
-            await asyncio.sleep(interval)
-            if self.tls.changed():
-                self.reload()
+            await asyncio.sleep(tls.settings.reload_interval)
+            if tls.changed():
+                self._reload(tls)
+
+    def _current_ws_context(self, connection: ssl.SSLObject, server_name: str | None, _: ssl.SSLContext) -> None:
+        """The websocket listener's TLS context hands each handshake to the current (reloaded) one, as
+        nats-server's GetConfigForClient does."""
+        assert self.ws_tls is not None
+        connection.context = self.ws_tls.context
 
     async def lame_duck(self) -> None:
         """nats-server's lame duck mode (see lameduck.py); the caller stops the broker when it returns."""
@@ -272,6 +327,8 @@ class Broker:
         cfg = self.config
         self.log.info("Entering lame duck mode, stop accepting new clients")
         self._server.close()
+        if self._ws_server is not None:
+            self._ws_server.close()
         self.serving = False
         await self._stop_jetstream()
         clients = list(self.clients.values())
@@ -291,17 +348,22 @@ class Broker:
     async def stop(self) -> None:
         """Lame-duck style: stop accepting, flush pending output, close connections, stop services."""
         self.log.info("Initiating Shutdown...")
-        if self._tls_watch is not None:
-            self._tls_watch.cancel()
-            self._tls_watch = None
+        for watch in self._tls_watches:
+            watch.cancel()
+        self._tls_watches = []
         if self._server is not None:
             self._server.close()
             self.serving = False
+        if self._ws_server is not None:
+            self._ws_server.close()
+        for handshake in list(self.ws_handshakes):  # no client yet: nothing to say to it
+            handshake.abort()
         self.router.flush()
         await self._close_clients()
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in (self._server, self._ws_server):
+            if server is not None:
+                await server.wait_closed()
+        self._server = self._ws_server = None
         await self._stop_jetstream()
         if self._monitor is not None:
             await self._monitor.stop()
@@ -351,8 +413,11 @@ class Broker:
     # -- connections --------------------------------------------------------------------------------
 
     def _new_connection(self) -> Connection:
+        return self.new_connection()
+
+    def new_connection(self, websocket: bool = False) -> Connection:
         self._next_cid += 1
-        return Connection(self, self._next_cid)
+        return Connection(self, self._next_cid, websocket)
 
     def register(self, conn: Connection) -> bool:
         if len(self.clients) >= self.config.max_connections:
@@ -385,10 +450,20 @@ class Broker:
                                   tls=self.tls.info_fields() if self.tls is not None else {},
                                   max_payload=cfg.max_payload, jetstream=self.jetstream is not None)
 
+    def _ws_info_fields(self, ws: WebSocketSettings) -> dict[str, Any]:
+        """As nats-server: the websocket port's address and its own TLS, not the client port's."""
+        assert self.ws_port is not None
+        cfg = self.config
+        return info.server_fields(server_id=self.server_id, server_name=self.server_name, version=VERSION,
+                                  host=ws.host, port=self.ws_port, auth_required=cfg.auth.required,
+                                  tls={"tls_required": True, "tls_available": True} if self.ws_tls is not None else {},
+                                  max_payload=cfg.max_payload, jetstream=self.jetstream is not None)
+
     def info_line(self, conn: Connection, ldm: bool = False, connect_info: bool = False) -> bytes:
         js = self.config.jetstream
-        return info.info_line(self._info_base, client_id=conn.cid, client_ip=conn.peer[0] or "127.0.0.1",
-                              nonce=conn.nonce, domain=js.domain if js is not None and self._info_base.get("jetstream") else None,
+        head = self._ws_info_base if conn.websocket else self._info_base
+        return info.info_line(head, client_id=conn.cid, client_ip=conn.peer[0] or "127.0.0.1",
+                              nonce=conn.nonce, domain=js.domain if js is not None and head.get("jetstream") else None,
                               xkey=self.xkey, ldm=ldm, connect_info=connect_info)
 
     # -- InternalBus --------------------------------------------------------------------------------

@@ -51,6 +51,8 @@ VALUE_SETS: dict[str, list[str]] = {
         "broker.extraVolumeMounts[0].name=scratch", "broker.extraVolumeMounts[0].mountPath=/scratch",
         "broker.extraEnv[0].name=TZ", "broker.extraEnv[0].value=UTC",
         "broker.persistence.existingClaim=broker-store"],
+    "websocket": ["broker.websocket.enabled=true", "broker.websocket.compression=true",
+                  "broker.websocket.allowedOrigins[0]=https://app.example.com"],
     "mutual-tls": ["broker.tls.enabled=true", "broker.tls.secretName=broker-tls", "broker.tls.verify=true",
                    "broker.tls.operatorSecret=operator-tls"],
 }

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -230,3 +231,64 @@ def test_the_helm_test_pod_round_trips_through_the_rendered_broker(helm_bin, tmp
         assert done.stdout.endswith(f"jsoperator check: nats://127.0.0.1:{port} works for the operator\n")
     else:
         assert "uthorization" in done.stdout, done.stdout
+
+
+WEBSOCKET = ["broker.websocket.enabled=true", "broker.websocket.compression=true",
+             "broker.websocket.allowedOrigins[0]=https://app.example.com", "broker.networkPolicy.enabled=true"]
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_the_websocket_port_reaches_the_config_pod_service_and_policy(helm_bin, tls):
+    """Off by default; on, the broker's config gets nats-server's websocket block (wss:// with the broker's
+    certificate when TLS is on, else no_tls), and the port is on the pod, the client Service and the policy."""
+    import tomllib
+
+    from jsbroker.config import BrokerConfig, TlsSettings, WebSocketSettings, apply_mapping
+
+    default = render(helm_bin, [])
+    assert "websocket" not in one(default, "ConfigMap", "jk-jetstream-kopf-broker")["data"]["jsbroker.toml"]
+    assert [p["name"] for p in one(default, "Service", "jk-jetstream-kopf-broker")["spec"]["ports"]] == ["nats", "monitor"]
+    docs = render(helm_bin, WEBSOCKET + (VALUE_SETS["mutual-tls"] if tls else []))
+    config = tomllib.loads(one(docs, "ConfigMap", "jk-jetstream-kopf-broker")["data"]["jsbroker.toml"])
+    certificate = TlsSettings(cert_file=Path("/etc/jsbroker/tls/tls.crt"), key_file=Path("/etc/jsbroker/tls/tls.key"))
+    assert apply_mapping(config, BrokerConfig(), "chart").websocket == WebSocketSettings(
+        port=8080, compression=True, allowed_origins=("https://app.example.com",), no_tls=not tls,
+        tls=certificate if tls else None)
+    assert {"name": "websocket", "port": 8080, "targetPort": "websocket"} in one(
+        docs, "Service", "jk-jetstream-kopf-broker")["spec"]["ports"]
+    [broker] = one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    assert {"name": "websocket", "containerPort": 8080} in broker["ports"]
+    [clients] = one(docs, "NetworkPolicy")["spec"]["ingress"]
+    assert clients["ports"] == [{"port": "nats", "protocol": "TCP"}, {"port": "websocket", "protocol": "TCP"}]
+
+
+def test_the_rendered_websocket_config_serves_nats_py(helm_bin, tmp_path):
+    """The rendered broker configuration, run here: a nats-py client connects over ws:// and round-trips."""
+    import asyncio
+
+    import nats
+
+    docs = render(helm_bin, WEBSOCKET + ["broker.auth.enabled=false"])
+    config = one(docs, "ConfigMap", "jk-jetstream-kopf-broker")["data"]["jsbroker.toml"]
+    port, ws_port = servers.free_port(), servers.free_port()
+    (tmp_path / "jsbroker.toml").write_text(config.replace("/data", str(tmp_path)).replace(
+        "port = 4222", f"port = {port}").replace("port = 8080", f'port = {ws_port}\nhost = "127.0.0.1"').replace(
+        "http_port = 8222\n", ""))
+    server = subprocess.Popen([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-c", str(tmp_path / "jsbroker.toml")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    async def round_trip() -> bytes:
+        nc = await nats.connect(f"ws://127.0.0.1:{ws_port}", allow_reconnect=False)
+        try:
+            sub = await nc.subscribe("chart.ws", max_msgs=1)
+            await nc.publish("chart.ws", b"over websocket")
+            return (await sub.next_msg(timeout=5)).data
+        finally:
+            await nc.close()
+
+    try:
+        poll(lambda: _serving(server, port), timeout=20, what="the rendered broker serving")
+        assert asyncio.run(round_trip()) == b"over websocket"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
