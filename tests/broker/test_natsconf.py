@@ -151,6 +151,8 @@ BOTH_ACCEPT = [
     'ping_interval: "30s"\nping_max: 3\nwrite_deadline: "2s"\n',
     'lame_duck_duration: "1m"\nlame_duck_grace_period: "5s"\n',
     "debug: true\ntrace: false\nlogtime: true\n",
+    "logtime: false\nlogtime_utc: true\n",
+    "websocket { port: 8080, no_tls: true, compression: true }\n",
     "authorization { user: app, password: secret, timeout: 3 }\n",
     'authorization { token: "s3cret" }\n',
     "authorization {\n  users: [\n    {user: a, password: b, permissions: {publish: [\"a.>\"], subscribe: "
@@ -193,10 +195,8 @@ ONLY_NATS_SERVER = [  # settings nats-server has and jsbroker refuses, naming th
     ("leafnodes { port: 7422 }\n", "leafnodes:"),
     ("accounts { A { users: [ {user: a, password: b} ] } }\n", "accounts:"),
     ("mqtt { port: 1883 }\n", "mqtt:"),
-    ("websocket { port: 8080, no_tls: true }\n", "WebSocket is not supported yet"),
     ("no_auth_user: foo\n", "no_auth_user:"),
     ("max_subscriptions: 10\n", "max_subscriptions:"),
-    ("logtime: false\n", "logtime: false is not supported yet"),
     ("jetstream { cipher: aes }\n", "jetstream.cipher:"),
     ("authorization { user: a, password: \"$2a$11$W2zko751KUvVy59mUTWmpOdWjpEm5qhcCZRd05GjI/sSOT.xtiHyG\" }\n",
      "bcrypt-hashed secrets are not supported"),
@@ -255,8 +255,9 @@ def test_tls_block_is_read_alike(tmp_path):
     tls = load_file(path).tls
     assert tls is not None and (tls.cert_file, tls.verify, tls.timeout) == (server.cert, True, 3.0)
     path.write_text(f'tls {{ cert_file: "{server.cert}", key_file: "{server.key}", handshake_first: true }}\n')
-    assert nats_server_accepts(path)[0]
-    assert "tls.handshake_first: nats-server's setting is not supported" in jsbroker_accepts(path)[1]
+    assert nats_server_accepts(path)[0] and jsbroker_accepts(path) == (True, "")
+    tls = load_file(path).tls
+    assert tls is not None and (tls.handshake_first, tls.handshake_first_fallback) == (True, 0.0)
 
 
 def started(command: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
