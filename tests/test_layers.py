@@ -39,7 +39,7 @@ OPERATOR_PURE = (
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.
 LAYERS: dict[str, tuple[str, ...]] = {
     "protocol": ("jsbroker.protocol",),
-    "helpers": ("jsbroker.subjects", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys"),
+    "helpers": ("jsbroker.subjects", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys", "jsbroker.slow_consumer"),
     "internal": ("jsbroker.internal",),
     "core": (
         "jsbroker",
@@ -115,6 +115,7 @@ PURE = frozenset(
         "jsbroker.subjects",
         "jsbroker.config",  # settings dataclasses; reads a TOML file only when load_file() is called
         "jsbroker.nkeys",  # key decoding and signature checks
+        "jsbroker.slow_consumer",  # nats-server's slow-consumer numbers
         "jsbroker.jetstream.ack",
         "jsbroker.jetstream.delivery",
         "jsbroker.jetstream.push",
