@@ -255,6 +255,8 @@ class Connection(asyncio.Protocol):
     def close(self, err: str | None) -> None:
         """Send `-ERR '<err>'` (if given) after any pending output, then close."""
         if self.closed:
+            if self.slow:  # nothing of a slow consumer's output is sent any more
+                self.abort()
             return
         if err:
             self.out.append(err_line(err))

@@ -32,6 +32,7 @@ class Stream:
     received: int = 0
     rtts: list[float] = field(default_factory=list)  # seconds of each flush's PING round trip
     flush_error: str = ""  # the exception's name when a flush failed
+    seconds: float = 0.0  # from the first publish to the last flush's answer
 
     @property
     def max_rtt(self) -> float:
@@ -115,6 +116,7 @@ async def _publish(url: str, subject: str, n: int, size: int, flush_every: int, 
                    paced: bool, stream: Stream) -> None:
     nc = await nats.connect(url, allow_reconnect=False)
     payload = b"x" * size
+    began = time.monotonic()
     try:
         for i in range(1, n + 1):
             await nc.publish(subject, payload)
@@ -125,6 +127,7 @@ async def _publish(url: str, subject: str, n: int, size: int, flush_every: int, 
                 stream.rtts.append(time.monotonic() - start)
                 while paced and stream.received < i - flush_every:  # polls the subscriber's counter
                     await asyncio.sleep(0.002)
+        stream.seconds = time.monotonic() - began
     except Exception as e:  # the outcome records it; the test asserts there was none
         stream.flush_error = type(e).__name__
     finally:

