@@ -93,7 +93,7 @@ class Connection(asyncio.Protocol):
         self.slow = False  # a slow consumer (max_pending): gets nothing more, closed when its blocked write ends
         self._batch_end = 0  # the `queued` count that the blocked write must reach by its deadline
         self._deadline: asyncio.TimerHandle | None = None
-        self._hold: asyncio.TimerHandle | None = None  # this publisher's stall (slow_consumer.producer_stall)
+        self.stall_timer: asyncio.TimerHandle | None = None  # this publisher held (slow_consumer.producer_stall)
         self.drain_callbacks: list[Callable[[], None]] = []  # internal producers waiting for this output to drain
         self.pings_out = 0
         self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0  # messages and their header + payload bytes
@@ -241,7 +241,7 @@ class Connection(asyncio.Protocol):
             self.abort()
 
     def _cancel_timers(self) -> None:
-        for timer in (self._timer, self._deadline, self._hold):
+        for timer in (self._timer, self._deadline, self.stall_timer):
             if timer is not None:
                 timer.cancel()
 

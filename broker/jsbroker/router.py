@@ -404,11 +404,11 @@ class Router:
 
     def _hold(self, publisher: Connection, seconds: float) -> None:
         """Keep the publisher paused (by `_block`) until its subscribers drain or `seconds` pass."""
-        if publisher.blockers and publisher._hold is None:
-            publisher._hold = self.broker.loop.call_later(seconds, self._unhold, publisher)
+        if publisher.blockers and publisher.stall_timer is None:
+            publisher.stall_timer = self.broker.loop.call_later(seconds, self._unhold, publisher)
 
     def _unhold(self, publisher: Connection) -> None:
-        publisher._hold = None
+        publisher.stall_timer = None
         for subscriber in publisher.blockers:
             subscriber.blocked_publishers.discard(publisher)
         publisher.blockers.clear()
@@ -427,8 +427,8 @@ class Router:
         for p in blocked:
             p.blockers.discard(subscriber)
             if not p.blockers:
-                if p._hold is not None:
-                    p._hold.cancel()
+                if p.stall_timer is not None:
+                    p.stall_timer.cancel()
                 self._unhold(p)
 
 

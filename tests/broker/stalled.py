@@ -47,6 +47,7 @@ class StallOutcome:
     stalled_tail: bytes  # the last bytes it sent there before closing
     cut_after: float  # seconds from the first publish until the server dropped the stalled socket (-1: never)
     slow_consumers: int  # /varz
+    slow_consumer_clients: int  # /varz slow_consumer_stats
 
 
 def varz(handle: ServerHandle) -> dict:
@@ -162,4 +163,6 @@ async def run_stall(handle: ServerHandle, size: int, n: int, flush_every: int, o
     for nc in subs:
         await nc.close()
     cut_after = dropped_at - start if dropped_at is not None else -1.0
-    return StallOutcome(main, other, closed, tail, cut_after, varz(handle)["slow_consumers"])
+    stats = varz(handle)
+    return StallOutcome(main, other, closed, tail, cut_after, stats["slow_consumers"],
+                        stats["slow_consumer_stats"]["clients"])

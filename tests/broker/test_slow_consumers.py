@@ -46,6 +46,7 @@ def check(outcome, n: int, other_n: int) -> None:
     assert outcome.stalled_closed
     assert b"-ERR" not in outcome.stalled_tail  # closed silently, as nats-server does
     assert outcome.slow_consumers in (1, 2)
+    assert outcome.slow_consumer_clients == outcome.slow_consumers
 
 
 @pytest.mark.parametrize("other", [False, True], ids=["alone", "other-traffic"])
