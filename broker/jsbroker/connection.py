@@ -86,6 +86,7 @@ class Connection(asyncio.Protocol):
         self.nonce = new_nonce() if broker.config.auth.nkeys else ""  # INFO's, for nkey users to sign
         # Backpressure: publishers held because this connection is backed up, and vice versa.
         self.congested = False  # past the transport's high-water mark
+        self.gated = False  # past the stall gate, holding publishers (`gate`)
         self.blocked_publishers: set[Connection] = set()
         self.blockers: set[Connection] = set()
         self.queued = 0  # bytes handed to the transport so far
@@ -204,11 +205,24 @@ class Connection(asyncio.Protocol):
         self.congested = True
 
     def resume_writing(self) -> None:
-        self.congested = False
         if self.slow:  # its blocked write ended before the deadline: nats-server closes it uncounted
             self.abort()
             return
+        self.congested = False
+        if self.gated:  # under the stall gate again: the publishers it holds go on
+            self.gated = False
+            self.router.release_publishers(self)
+            self.transport.set_write_buffer_limits(high=self.broker.config.write_high_water)  # type: ignore[union-attr]
+            if self.congested:  # still past the high-water mark (pause_writing ran again)
+                return
         self.router.resume_publishers(self)
+
+    def gate(self, limit: int) -> None:
+        """Past the stall gate: resume_writing comes when the backlog falls under it again (not only once
+        it drained), so the publishers held on it go on at once, as nats-server's stall channel does."""
+        if not self.gated:
+            self.gated = True
+            self.transport.set_write_buffer_limits(high=limit, low=limit)  # type: ignore[union-attr]
 
     def blocked_write(self) -> None:
         """The socket did not take a write at once: everything queued so far must reach it within

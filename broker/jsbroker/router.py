@@ -361,7 +361,8 @@ class Router:
         backlog = transport.get_write_buffer_size()  # type: ignore[union-attr]
         if backlog:
             c.blocked_write()
-            if backlog > stall_gate(self.broker.config.max_pending):
+            gate = stall_gate(self.broker.config.max_pending)
+            if backlog > gate:
                 if backlog > self.broker.config.max_pending:
                     self.max_pending_exceeded(c)
                     return
@@ -369,6 +370,7 @@ class Router:
                 if delivered and publisher is not None and publisher is not c:
                     self._stall_msgs += delivered
                     self._block(publisher, c)
+                    c.gate(gate)
         c.written_msgs = c.out_msgs
 
     def wait_for_drain(self, subject: bytes, callback: Callable[[], None]) -> bool:
@@ -416,10 +418,14 @@ class Router:
             publisher.transport.resume_reading()  # type: ignore[union-attr]
 
     def resume_publishers(self, subscriber: Connection) -> None:
+        """The subscriber drained or is gone: internal producers and the publishers it held go on."""
         if subscriber.drain_callbacks:
             callbacks, subscriber.drain_callbacks = subscriber.drain_callbacks, []
             for callback in callbacks:
                 self.broker.loop.call_soon(callback)
+        self.release_publishers(subscriber)
+
+    def release_publishers(self, subscriber: Connection) -> None:
         blocked = subscriber.blocked_publishers
         if not blocked:
             return
