@@ -39,7 +39,8 @@ OPERATOR_PURE = (
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.
 LAYERS: dict[str, tuple[str, ...]] = {
     "protocol": ("jsbroker.protocol", "jsbroker.websocket"),
-    "helpers": ("jsbroker.subjects", "jsbroker.natsconf", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys"),
+    "helpers": ("jsbroker.subjects", "jsbroker.natsconf", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys",
+                "jsbroker.slow_consumer"),
     "internal": ("jsbroker.internal",),
     "core": (
         "jsbroker",
@@ -121,6 +122,7 @@ PURE = frozenset(
         "jsbroker.config",  # settings dataclasses; reads a config file only when load_file() is called
         "jsbroker.natsconf",  # nats-server's config format; included files through a passed-in reader
         "jsbroker.nkeys",  # key decoding and signature checks
+        "jsbroker.slow_consumer",  # nats-server's slow-consumer numbers
         "jsbroker.jetstream.ack",
         "jsbroker.jetstream.delivery",
         "jsbroker.jetstream.push",

@@ -2,10 +2,11 @@
 
 A connection owns its CONNECT options, its subscriptions by sid, its output buffer and its liveness
 (server PINGs, auth timeout). Output is only appended to `out` and the connection put on the router's
-pending-flush list; the router writes each touched connection once per read (see `server.Router`).
-Backpressure: when the transport's buffer passes the high-water mark asyncio calls `pause_writing`; the
-router then pauses the publishers feeding this connection until `resume_writing`. Past `max_pending`
-the connection is a slow consumer and is dropped without an error, as nats-server does.
+pending-flush list; the router writes each touched connection once per read (see `router.Router`).
+A client that reads slower than it is sent to meets nats-server's rules (slow_consumer.py): the router
+holds its publishers briefly past the stall gate and marks it a slow consumer past max_pending; the
+connection times its blocked writes against write_deadline. Past the transport's high-water mark
+(`congested`) internal producers wait for it to drain (`Router.wait_for_drain`).
 """
 
 from __future__ import annotations
@@ -88,10 +89,17 @@ class Connection(asyncio.Protocol):
         self.origin = Origin(cid, False)
         self.perms: PermissionChecker | None = None  # the user's permissions (users with none: None)
         self.nonce = new_nonce() if broker.config.auth.nkeys else ""  # INFO's, for nkey users to sign
-        # Backpressure: publishers paused because this connection is backed up, and vice versa.
-        self.congested = False
+        # Backpressure: publishers held because this connection is backed up, and vice versa.
+        self.congested = False  # past the transport's high-water mark
+        self.gated = False  # past the stall gate, holding publishers (`gate`)
         self.blocked_publishers: set[Connection] = set()
         self.blockers: set[Connection] = set()
+        self.queued = 0  # bytes handed to the transport so far
+        self.written_msgs = 0  # out_msgs at the last write: what a read delivered since then
+        self.slow = False  # a slow consumer (max_pending): gets nothing more, closed when its blocked write ends
+        self._batch_end = 0  # the `queued` count that the blocked write must reach by its deadline
+        self._deadline: asyncio.TimerHandle | None = None
+        self.stall_timer: asyncio.TimerHandle | None = None  # this publisher held (slow_consumer.producer_stall)
         self.drain_callbacks: list[Callable[[], None]] = []  # internal producers waiting for this output to drain
         self.pings_out = 0
         self.ponged = False  # answered a PING after CONNECT (the first such PONG is followed by an INFO)
@@ -99,7 +107,6 @@ class Connection(asyncio.Protocol):
         self.started = broker.loop.time()
         self.peer: tuple[str, int] = ("", 0)
         self._timer: asyncio.TimerHandle | None = None
-        self._stall: asyncio.TimerHandle | None = None
         self._handshake: asyncio.Task[None] | None = None  # TLS: the upgrade after INFO
         self._gone = False  # connection_lost ran
         self._tls_up = False  # the TLS layer carries this connection's bytes
@@ -214,7 +221,7 @@ class Connection(asyncio.Protocol):
             self.close(None)
         finally:
             router.reading = None
-            router.flush(self)  # what this read congests pauses this connection: the publishers' backpressure
+            router.flush(self, len(data))  # a read that fed a backed-up client holds this publisher briefly
 
     def _before_tls(self, data: bytes) -> None:
         """Bytes that arrive while the TLS upgrade is under way. Decrypted ones (the handshake finished but
@@ -240,23 +247,59 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.congested = True
-        self._stall = self.broker.loop.call_later(self.broker.config.write_deadline, self._stalled)
 
     def resume_writing(self) -> None:
+        if self.slow:  # its blocked write ended before the deadline: nats-server closes it uncounted
+            self.abort()
+            return
         self.congested = False
-        if self._stall is not None:
-            self._stall.cancel()
-            self._stall = None
+        if self.gated:  # under the stall gate again: the publishers it holds go on
+            self.gated = False
+            self.router.release_publishers(self)
+            self.transport.set_write_buffer_limits(high=self.broker.config.write_high_water)  # type: ignore[union-attr]
+            if self.congested:  # still past the high-water mark (pause_writing ran again)
+                return
         self.router.resume_publishers(self)
 
-    def _stalled(self) -> None:
-        """Backed up for a whole write deadline: a slow consumer; free the publishers it holds."""
-        self._stall = None
-        if self.congested and not self.closed:
-            self.router.slow_consumer(self)
+    def gate(self, limit: int) -> None:
+        """Past the stall gate: resume_writing comes when the backlog falls under it again (not only once
+        it drained), so the publishers held on it go on at once, as nats-server's stall channel does."""
+        if not self.gated:
+            self.gated = True
+            self.transport.set_write_buffer_limits(high=limit, low=limit)  # type: ignore[union-attr]
+
+    def blocked_write(self) -> None:
+        """The socket did not take a write at once: everything queued so far must reach it within
+        write_deadline (nats-server's deadline per flush batch)."""
+        if self._deadline is None:
+            self._batch_end = self.queued
+            self._deadline = self.broker.loop.call_later(self.broker.config.write_deadline, self._deadline_passed)
+
+    def _deadline_passed(self) -> None:
+        self._deadline = None
+        if self._gone or self.transport is None:
+            return
+        backlog = self.transport.get_write_buffer_size()
+        if self.queued - backlog < self._batch_end:
+            self.router.write_deadline_exceeded(self, backlog)
+        elif self.slow:
+            self.abort()
+        elif backlog:
+            self.blocked_write()  # the next batch (nats-server's began when this one ended, a little earlier)
+
+    def mark_slow(self) -> None:
+        """Past max_pending: nothing more is delivered or read; the socket closes when its blocked write
+        ends (by its deadline, if the client never reads again), as nats-server's writeLoop does."""
+        self.slow = self.closed = True
+        self.out.clear()
+        for sub in self.subs.values():
+            self.router.remove(sub)
+        self.router.resume_publishers(self)
+        if self._deadline is None:
+            self.abort()
 
     def _cancel_timers(self) -> None:
-        for timer in (self._timer, self._stall):
+        for timer in (self._timer, self._deadline, self.stall_timer):
             if timer is not None:
                 timer.cancel()
 
@@ -270,6 +313,8 @@ class Connection(asyncio.Protocol):
     def close(self, err: str | None) -> None:
         """Send `-ERR '<err>'` (if given) after any pending output, then close."""
         if self.closed:
+            if self.slow:  # nothing of a slow consumer's output is sent any more
+                self.abort()
             return
         if err:
             self.out.append(err_line(err))

@@ -152,6 +152,7 @@ class Monitor:
             leafnodes=0,
             **b.traffic(),
             slow_consumers=r.slow_consumers,
+            slow_consumer_stats={"clients": r.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0},
             subscriptions=r.sublist.count,
             http_req_stats=dict(self.requests),
         )

@@ -4,9 +4,9 @@
 output lists (one member per queue group), calls internal handlers synchronously, answers
 no-responders with a 503 to the publisher's own reply subscription, and writes every touched connection
 once per read (or on the next loop turn for timer-driven publishes), after running the services'
-`before_output` callbacks. A subscriber that is backed up
-pauses the publisher being read until it drains; past `max_pending` it is dropped as a slow consumer.
-It also tracks interest watches for `InternalBus.watch_interest`.
+`before_output` callbacks. A subscriber that reads slower than it is sent to meets nats-server's
+rules (slow_consumer.py): past its stall gate the publisher being read is held a few milliseconds,
+past `max_pending` it is a slow consumer. It also tracks interest watches for `InternalBus.watch_interest`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import random
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from .internal import Delivery, InterestListener
+from .slow_consumer import go_seconds, producer_stall, stall_gate
 from .subjects import subject_matches
 from .sublist import EMPTY, Sublist, Subscription
 
@@ -43,6 +44,7 @@ class Router:
         self._before_output: list[Callable[[], None]] = []  # one-shot callbacks of the next flush
         self._watches: dict[str, list[Watch]] = {}
         self.slow_consumers = 0
+        self._stall_msgs = 0  # messages of the current flush that went to clients past their stall gate
 
     # -- subscriptions ------------------------------------------------------------------------------
 
@@ -318,11 +320,11 @@ class Router:
                 pub.send(b"HMSG %s%s %d %d\r\n%s\r\n" % (reply, sub.head, len(hdr), len(hdr), hdr))
                 return
 
-    def flush(self, publisher: Connection | None = None) -> None:
-        """Write each touched connection's output once; apply backpressure and the slow-consumer limit.
+    def flush(self, publisher: Connection | None = None, read_bytes: int = 0) -> None:
+        """Write each touched connection's output once; apply the slow-consumer rules.
 
-        `publisher` is the connection whose read produced this output (the flush at the end of a read):
-        a subscriber that this output congests pauses it until the subscriber drains."""
+        `publisher` is the connection whose read (of `read_bytes`) produced this output (the flush at the
+        end of a read): messages it sent to clients past their stall gate hold it briefly."""
         self._flush_scheduled = False
         self._release_held()
         self._flushing = True
@@ -338,9 +340,14 @@ class Router:
         for c in pending:
             c.dirty = False
             self._write(c, publisher)
+        if self._stall_msgs:
+            messages, self._stall_msgs = self._stall_msgs, 0
+            if publisher is not None:
+                self._hold(publisher, producer_stall(messages, read_bytes))
 
     def _write(self, c: Connection, publisher: Connection | None = None) -> None:
-        """Write a connection's queued output; apply backpressure and the slow-consumer limit."""
+        """Write a connection's queued output; time a write the socket does not take at once, and
+        apply max_pending and the stall gate to what waits."""
         if c.closed:
             c.out.clear()
             return
@@ -350,11 +357,21 @@ class Router:
         c.out.clear()
         transport = c.transport
         transport.write(data)  # type: ignore[union-attr]
-        if c.congested:
-            if transport.get_write_buffer_size() > self.broker.config.max_pending:  # type: ignore[union-attr]
-                self.slow_consumer(c)
-            elif (blocking := self.reading or publisher) is not None and blocking is not c:
-                self._block(blocking, c)
+        c.queued += len(data)
+        backlog = transport.get_write_buffer_size()  # type: ignore[union-attr]
+        if backlog:
+            c.blocked_write()
+            gate = stall_gate(self.broker.config.max_pending)
+            if backlog > gate:
+                if backlog > self.broker.config.max_pending:
+                    self.max_pending_exceeded(c)
+                    return
+                delivered = c.out_msgs - c.written_msgs
+                if delivered and publisher is not None and publisher is not c:
+                    self._stall_msgs += delivered
+                    self._block(publisher, c)
+                    c.gate(gate)
+        c.written_msgs = c.out_msgs
 
     def wait_for_drain(self, subject: bytes, callback: Callable[[], None]) -> bool:
         """Internal producers' backpressure: `callback` runs when the backed-up subscriber drains."""
@@ -366,10 +383,19 @@ class Router:
                 return True
         return False
 
-    def slow_consumer(self, c: Connection) -> None:
-        """Drop a connection whose output is over max_pending or stalled past the write deadline."""
+    def max_pending_exceeded(self, c: Connection) -> None:
         self.slow_consumers += 1
-        self.broker.log.warning("slow consumer detected, closing", cid=c.cid)
+        max_pending = self.broker.config.max_pending
+        self.broker.log.info(f"{c.who} - Slow Consumer Detected: MaxPending of {max_pending} Exceeded", cid=c.cid,
+                             max_pending=max_pending)
+        c.mark_slow()
+
+    def write_deadline_exceeded(self, c: Connection, backlog: int) -> None:
+        if c.connected:  # nats-server does not count a client that never sent CONNECT
+            self.slow_consumers += 1
+        deadline = self.broker.config.write_deadline
+        self.broker.log.info(f"{c.who} - Slow Consumer Detected: WriteDeadline of {go_seconds(deadline)} exceeded "
+                             f"with {backlog} total bytes.", cid=c.cid, write_deadline=deadline, pending=backlog)
         c.abort()
 
     def _block(self, publisher: Connection, subscriber: Connection) -> None:
@@ -380,19 +406,38 @@ class Router:
             publisher.transport.pause_reading()  # type: ignore[union-attr]
         publisher.blockers.add(subscriber)
 
+    def _hold(self, publisher: Connection, seconds: float) -> None:
+        """Keep the publisher paused (by `_block`) until its subscribers drain or `seconds` pass."""
+        if publisher.blockers and publisher.stall_timer is None:
+            publisher.stall_timer = self.broker.loop.call_later(seconds, self._unhold, publisher)
+
+    def _unhold(self, publisher: Connection) -> None:
+        publisher.stall_timer = None
+        for subscriber in publisher.blockers:
+            subscriber.blocked_publishers.discard(publisher)
+        publisher.blockers.clear()
+        if not publisher.closed:
+            publisher.transport.resume_reading()  # type: ignore[union-attr]
+
     def resume_publishers(self, subscriber: Connection) -> None:
+        """The subscriber drained or is gone: internal producers and the publishers it held go on."""
         if subscriber.drain_callbacks:
             callbacks, subscriber.drain_callbacks = subscriber.drain_callbacks, []
             for callback in callbacks:
                 self.broker.loop.call_soon(callback)
+        self.release_publishers(subscriber)
+
+    def release_publishers(self, subscriber: Connection) -> None:
         blocked = subscriber.blocked_publishers
         if not blocked:
             return
         subscriber.blocked_publishers = set()
         for p in blocked:
             p.blockers.discard(subscriber)
-            if not p.blockers and not p.closed:
-                p.transport.resume_reading()  # type: ignore[union-attr]
+            if not p.blockers:
+                if p.stall_timer is not None:
+                    p.stall_timer.cancel()
+                self._unhold(p)
 
 
 class Watch:
