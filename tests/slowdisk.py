@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import shutil
 import subprocess
@@ -78,6 +79,17 @@ def mounted(workdir: Path, delay: float) -> Iterator[Path]:
                 subprocess.run(["umount", "-l", str(mountpoint)], check=False)
         finally:
             subprocess.run(["losetup", "-d", device], check=False)
+
+
+FAIL_FLAG = ".fail-fsync"  # while a file of this name is in the FUSE layer's backing directory, fsyncs fail (EIO)
+
+
+@contextlib.contextmanager
+def failing(workdir: Path) -> Iterator[tuple[Path, Path]]:
+    """The FUSE layer alone (no delay), mounted at `workdir/fuse`: yields (mountpoint, flag); while `flag`
+    exists every fsync there fails with EIO, as on a failing device."""
+    with _delayed(workdir / "backing", workdir / "fuse", 0.0) as mountpoint:
+        yield mountpoint, workdir / "backing" / FAIL_FLAG
 
 
 @contextlib.contextmanager
@@ -171,13 +183,18 @@ def _operations(root: str, delay: float) -> Any:
             os.close(fh)
             return 0
 
-        def fsync(self, path: str, datasync: int, fh: int) -> int:
+        def _flush(self) -> None:
             time.sleep(delay)
+            if os.path.exists(os.path.join(root, FAIL_FLAG)):
+                raise fuse.FuseOSError(errno.EIO)
+
+        def fsync(self, path: str, datasync: int, fh: int) -> int:
+            self._flush()
             os.fsync(fh)
             return 0
 
         def fsyncdir(self, path: str, datasync: int, fh: Any) -> int:
-            time.sleep(delay)
+            self._flush()
             return 0
 
         def statfs(self, path: str) -> dict[str, int]:
