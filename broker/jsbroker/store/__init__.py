@@ -26,6 +26,7 @@ from .memory import MemoryStore
 from .syncer import DELETED_MARK, Syncer, SyncPolicy
 
 __all__ = [
+    "lanes",
     "SyncPolicy",
     "Syncer",
     "open_stream_store",
