@@ -16,10 +16,12 @@ import time
 from dataclasses import dataclass, field
 
 import nats
+from nats.aio.msg import Msg
 from nats.js.api import StorageType, StreamConfig
 
 SLOW = "SLOW"
 _TICK = 0.01  # how often the other clients act
+_LOST = 10.0  # a core message not delivered within this counts as this long a stall
 
 
 @dataclass
@@ -49,10 +51,12 @@ async def observe(url: str, seconds: float, layout: bool = True) -> Observed:
     await wjs.add_stream(StreamConfig(name=SLOW, subjects=["slow.>"], storage=StorageType.FILE))
     await js.add_stream(StreamConfig(name="PROBE", subjects=["probe.js"], storage=StorageType.MEMORY))
     pull = await js.pull_subscribe("probe.js", durable="probe")
-    received: asyncio.Queue[float] = asyncio.Queue()
+    arrivals: dict[bytes, asyncio.Future[float]] = {}
 
-    async def on_core(msg: object) -> None:
-        received.put_nowait(time.perf_counter())
+    async def on_core(msg: Msg) -> None:
+        arrival = arrivals.get(msg.data)
+        if arrival is not None and not arrival.done():
+            arrival.set_result(time.perf_counter())
 
     await sub.subscribe("probe.core", cb=on_core)
     await sub.flush()
@@ -66,10 +70,18 @@ async def observe(url: str, seconds: float, layout: bool = True) -> Observed:
             await asyncio.sleep(_TICK)
 
     async def core() -> None:
+        n = 0
         while time.perf_counter() < stop:
+            n += 1
+            key = b"%d" % n
+            arrival = arrivals[key] = asyncio.get_running_loop().create_future()
             t = time.perf_counter()
-            await pub.publish("probe.core", b"x")
-            out.core.append(await asyncio.wait_for(received.get(), 10) - t)
+            await pub.publish("probe.core", key)
+            try:
+                out.core.append(await asyncio.wait_for(arrival, _LOST) - t)
+            except asyncio.TimeoutError:  # lost (a cut-off client?): counted as a stall of _LOST
+                out.core.append(_LOST)
+            del arrivals[key]
             await asyncio.sleep(_TICK)
 
     async def fetch() -> None:
