@@ -143,7 +143,7 @@ class JetStream:
                                       storage.lanes(self._store_dir)) if self._store_dir is not None else None
         self._sync = storage.SyncPolicy(always=settings.sync_always, interval=settings.sync_interval, stats=stats,
                                         syncer=self._syncer)
-        self._layout_writes: list[_LayoutWrite] = []  # those of the API request being handled
+        self._layout_writes: list[_LayoutWrite] | None = None  # those of the API request being handled, if one is
         self.consumers = ConsumerRegistry(self._sync, self._layout)
         self._router = ApiRouter(self, bus, STREAM_HANDLERS + CONSUMER_HANDLERS + SNAPSHOT_HANDLERS, self.domain)
         self._sync_handle: Any = None
@@ -407,7 +407,7 @@ class JetStream:
 
     def _start_sourcing(self, stream: Stream) -> None:
         if stream.config.mirror is not None or stream.config.sources:
-            self._sourcing[stream.name] = runner = Sourcing(stream, self.streams.get, self.bus)
+            self._sourcing[stream.name] = runner = Sourcing(stream, self.streams.get, self.bus, self._sync)
             runner.start()
 
     def _stop_sourcing(self, name: str) -> None:
@@ -502,13 +502,17 @@ class JetStream:
     # -- durability of the API's answers ------------------------------------------------------------------
 
     def _layout(self, kind: errors.ErrorKind, undo: Callable[[], None] | None = None) -> storage.ErrorCallback:
-        """An on_error for a layout write of the API request being handled (see `answer_when_durable`)."""
+        """An on_error for a layout write of the API request being handled (see `answer_when_durable`); outside
+        one (a consumer removed by its inactive threshold) the syncer's log line is all."""
+        if self._layout_writes is None:
+            return _logged
         write = _LayoutWrite(kind, undo)
         self._layout_writes.append(write)
         return write.failed
 
     def before_request(self) -> None:
         """Before an API handler: forget which streams' durability work was asked for until now."""
+        self._layout_writes = []
         if self._syncer is not None:
             self._syncer.take_touched()
 
@@ -517,7 +521,7 @@ class JetStream:
         `before_request`); otherwise once what it asked for is durable, or `answer(error)` with the
         request's error kind (after taking a create back) when a layout write failed. Other clients are
         served meanwhile: a create, update or delete is answered only after its layout is durable."""
-        writes, self._layout_writes = self._layout_writes, []
+        writes, self._layout_writes = self._layout_writes or [], None
         lanes = self._syncer.take_touched() if self._syncer is not None else []
         if self._syncer is None or not lanes:
             answer(None)
@@ -607,6 +611,10 @@ class JetStream:
             stream = self.streams.get(tokens[5])
             return stream is None or tokens[6] not in stream.consumers
         return False
+
+
+def _logged(error: OSError) -> None:
+    """A failed layout write nobody waits for: the syncer logged it."""
 
 
 def _fill(store: StreamStore, archive: IO[bytes], cfg: StreamConfig) -> snapshot.Reader:

@@ -183,9 +183,13 @@ def take_dedupe(directory: Path) -> bytes | None:
     return data
 
 
-def save_sources(directory: Path, data: bytes) -> None:
-    """The sources' positions (atomically), for when none of a source's copies is left in the stream."""
-    replace_file(Path(directory) / SOURCES, data)
+def save_sources(directory: Path, data: bytes, sync: SyncPolicy | None = None) -> None:
+    """The sources' positions (atomically), for when none of a source's copies is left in the stream; with
+    `sync`'s syncer the fsyncs and the rename follow in its thread (a failure is logged there)."""
+    if sync is None or sync.syncer is None:
+        replace_file(Path(directory) / SOURCES, data)
+    else:
+        sync.replace(Path(directory) / SOURCES, data, _log_error)
 
 
 def load_sources(directory: Path) -> bytes | None:
