@@ -8,7 +8,9 @@ import os
 import threading
 from pathlib import Path
 
-from jsbroker.store import Syncer, SyncPolicy, lanes, open_consumer_store
+from jsbroker.store import (Syncer, SyncPolicy, lanes, list_stream_dirs, open_consumer_store, open_stream_store, save_meta,
+                           streams_root)
+from jsbroker.store.base import StoreLimits
 
 
 class Fsyncs:
@@ -123,4 +125,23 @@ async def test_a_consumer_compaction_cut_short_by_a_crash_loses_nothing(tmp_path
     assert reopened.load() == store.load()
     reopened.close()
     held.set()
+    await asyncio.to_thread(syncer.close)
+
+
+async def test_a_delete_cut_short_leaves_nothing_a_start_would_restore(tmp_path):
+    """A stream delete renames the directory out of the listing at once; what a crash leaves of it before
+    the syncer removed it is removed by the next listing (a start), never restored, and the name is free."""
+    held = threading.Event()
+    syncer = Syncer(asyncio.get_running_loop(), Fsyncs(), lanes(tmp_path))
+    policy = SyncPolicy(syncer=syncer)
+    directory = streams_root(tmp_path) / "S"
+    save_meta(directory, b"{}", policy)
+    store = open_stream_store("file", directory, StoreLimits(), policy)
+    store.store_msg("a", b"", b"x")
+    syncer.then(lambda: held.wait(10) and None, directory, print)
+    store.delete()
+    assert not directory.exists() and [p.name[:11] for p in streams_root(tmp_path).iterdir()] == [".S.deleted."]
+    assert list_stream_dirs(tmp_path) == [] and list(streams_root(tmp_path).iterdir()) == []
+    held.set()
+    await wait(syncer, directory)
     await asyncio.to_thread(syncer.close)
