@@ -5,9 +5,9 @@ restoring a stream from a snapshot archive: `restore_stream`), the consumer regi
 (`ConsumerRegistry`: create, restore, delete and expire consumers), the on-disk layout
 `<store_dir>/streams/<name>/` (config metadata + the stream's store + `consumers/<name>/` for durable
 consumers, the store package's layout helpers), restoring every stream on start, the periodic fsync of
-the default sync policy, the store's `Syncer` (every fsync runs in its threads; an API answer waits for the
-fsyncs its handler asked for: `answer_when_durable`), and the numbers `$JS.API.INFO`, /jsz and /varz report. The core starts it with
-`JetStream(bus, settings)`.
+the default sync policy, the store's `Syncer` (every fsync runs in its threads; an API answer waits for
+the fsyncs its handler asked for: `answer_when_durable`), and the numbers `$JS.API.INFO`, /jsz and /varz
+report. The core starts it with `JetStream(bus, settings)`.
 """
 
 from __future__ import annotations
