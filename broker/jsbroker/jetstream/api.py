@@ -128,20 +128,30 @@ class ApiRouter:
         if not reply:
             return  # nats-server drops API requests without a reply subject
         request = Request(self._js, subject, reply, hdr, payload, subject.split("."))
+        self._js.before_request()
+        failure: errors.ApiError | None = None
+        body = None
         try:
             if not endpoint.own_api_level and not api_level_supported(hdr):
                 raise errors.REQUIRED_API_LEVEL()
             body = endpoint.handler(request)
         except errors.ApiError as err:
-            self._send_error(endpoint, reply, err)
-            return
+            failure = err
         except Exception:  # a bug must not take the connection down; answer like nats-server's 500s
             log.exception("jetstream api handler failed", extra={"subject": subject})
-            self._send_error(endpoint, reply, errors.STREAM_GENERAL_ERROR(err="internal error"))
+            failure = errors.STREAM_GENERAL_ERROR(err="internal error")
+        # what the handler wrote is durable before the answer goes (layout fsyncs run in the syncer's thread)
+        self._js.answer_when_durable(lambda late: self._answer(endpoint, request, body, failure or late))
+
+    def _answer(self, endpoint: Endpoint, request: Request, body: dict[str, Any] | None,
+                failure: errors.ApiError | None) -> None:
+        assert request.reply is not None  # requests without one are dropped before their handler
+        if failure is not None:
+            self._send_error(endpoint, request.reply, failure)
             return
         self.total += 1
         if body is not None:
-            self._bus.publish(reply, None, request.response_hdr,
+            self._bus.publish(request.reply, None, request.response_hdr,
                               dumps({"type": TYPE_PREFIX + endpoint.response_type, **body}))
 
     def _send_error(self, endpoint: Endpoint, reply: str, err: errors.ApiError) -> None:

@@ -99,7 +99,9 @@ class Consumer:
         directory: Path | None,
         created_ns: int = 0,
         on_inactive: Callable[[Consumer], None] | None = None,
+        sync: storage.SyncPolicy | None = None,
     ) -> None:
+        self._sync = sync  # how `save_meta` makes the config durable (None: at once)
         self.stream = stream
         self.name = name
         self.cfg = cfg
@@ -232,10 +234,11 @@ class Consumer:
             self._subs.watch = None
         self.store.close()
 
-    def delete(self) -> None:
-        """Stop for good (waiting pulls get `409 Consumer Deleted`); the stored state goes."""
+    def delete(self, on_error: Callable[[OSError], None] | None = None) -> None:
+        """Stop for good (waiting pulls get `409 Consumer Deleted`); the stored state goes (`on_error`: its
+        removal failed in the syncer's thread)."""
         self.stop()
-        self.store.delete()
+        self.store.delete(on_error)
 
     def snapshot_state(self) -> ConsumerState:
         """A copy of the delivery state with every ack received so far applied (a stream snapshot)."""
@@ -244,11 +247,13 @@ class Consumer:
         return ConsumerState(st.delivered_consumer_seq, st.delivered_stream_seq, st.ack_floor_consumer_seq,
                              st.ack_floor_stream_seq, dict(st.pending), dict(st.redelivered))
 
-    def save_meta(self) -> None:
+    def save_meta(self, on_error: Callable[[OSError], None] | None = None) -> None:
         """Persist the config next to the state so the consumer comes back after a restart; a memory
-        consumer (`mem_storage`) keeps nothing on disk and is gone after one, as in nats-server."""
+        consumer (`mem_storage`) keeps nothing on disk and is gone after one, as in nats-server. With a
+        syncer the fsyncs follow in its thread (`on_error` hears of a failure)."""
         if self.directory is not None and not self.cfg.mem_storage:
-            storage.save_meta(self.directory, consumer_meta(self.name, self.created_ns, self.cfg.to_json()))
+            storage.save_meta(self.directory, consumer_meta(self.name, self.created_ns, self.cfg.to_json()),
+                              self._sync, on_error)
 
     def update_config(self, cfg: ConsumerConfig) -> None:
         """Apply an allowed update (checked by the caller with `consumer_config.update_refusal`)."""
@@ -848,17 +853,28 @@ class Consumer:
 
     def _persist(self) -> None:
         """Write the store's buffered updates (one write, before the broker's next output), then answer
-        the acks they confirm; a failed write answers none of them (the ack_sync caller times out)."""
+        the acks they confirm once durable (`when_durable`); a failed write or fsync answers none of them
+        (the ack_sync caller times out)."""
         self._persist_armed = False
         replies, self._replies = self._replies, []
+        if self._written() and replies:
+            self.store.when_durable(lambda: self._confirm(replies))
+
+    def _written(self) -> bool:
         try:
             self.store.flush()
         except (StoreError, OSError) as exc:
             log.error("consumer store failed", extra={"stream": self.stream.name, "consumer": self.name,
                                                       "error": str(exc)})
-            return
-        for reply in replies:
-            self.bus.publish(reply, None, b"", b"")
+            return False
+        return True
+
+    def _confirm(self, replies: list[str]) -> None:
+        """The acks are durable (sync: always: fsynced in the syncer's thread), unless the fsync failed (the
+        store's flush then raises and no reply goes)."""
+        if self._written():
+            for reply in replies:
+                self.bus.publish(reply, None, b"", b"")
 
     def _ack(self, sseq: int, dseq: int, dc: int = 0) -> bool:
         """Process an ack; returns whether nats-server would answer an ack_sync reply. `dc`: the delivery

@@ -5,12 +5,14 @@ restoring a stream from a snapshot archive: `restore_stream`), the consumer regi
 (`ConsumerRegistry`: create, restore, delete and expire consumers), the on-disk layout
 `<store_dir>/streams/<name>/` (config metadata + the stream's store + `consumers/<name>/` for durable
 consumers, the store package's layout helpers), restoring every stream on start, the periodic fsync of
-the default sync policy, and the numbers `$JS.API.INFO`, /jsz and /varz report. The core starts it with
-`JetStream(bus, settings)`.
+the default sync policy, the store's `Syncer` (every fsync runs in its threads; an API answer waits for
+the fsyncs its handler asked for: `answer_when_durable`), and the numbers `$JS.API.INFO`, /jsz and /varz
+report. The core starts it with `JetStream(bus, settings)`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -18,7 +20,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from jsbroker import store as storage
 from jsbroker import subjects
@@ -36,11 +38,26 @@ from jsbroker.jetstream.stream import Stream, stored_ttl_ns
 from jsbroker.jetstream.snapshot_api import SNAPSHOT_HANDLERS
 from jsbroker.jetstream.stream_api import STREAM_HANDLERS
 from jsbroker.jetstream.stream_config import StreamConfig
-from jsbroker.store.base import ConsumerState, StreamStore
+from jsbroker.store.base import ConsumerState, FsyncStats, StreamStore
 
 log = logging.getLogger(__name__)
 
 _META_VERSION = 1
+
+
+class _LayoutWrite:
+    """The layout writes (config, directories) of one API request, made durable by the syncer: the first
+    failure is answered with `kind`, after `undo` (a create taken back)."""
+
+    __slots__ = ("kind", "undo", "error")
+
+    def __init__(self, kind: errors.ErrorKind, undo: Callable[[], None] | None) -> None:
+        self.kind, self.undo = kind, undo
+        self.error: OSError | None = None
+
+    def failed(self, error: OSError) -> None:
+        if self.error is None:
+            self.error = error
 
 
 class ConsumerRegistry:
@@ -48,8 +65,9 @@ class ConsumerRegistry:
     layout, or in memory), create, restore (after a start, or from a snapshot), and delete (by request or
     when inactive). The API handlers (`consumer_api`) check the requests; this does what follows."""
 
-    def __init__(self, sync: storage.SyncPolicy) -> None:
+    def __init__(self, sync: storage.SyncPolicy, layout: Callable[..., storage.ErrorCallback]) -> None:
         self._sync = sync
+        self._layout = layout  # JetStream._layout: an on_error that turns a failed write into the API error
 
     @staticmethod
     def _directory(stream: Stream, name: str) -> Path | None:
@@ -64,13 +82,13 @@ class ConsumerRegistry:
         store = storage.open_consumer_store("memory" if memory else "file", None if memory else directory,
                                             self._sync)
         return Consumer(stream, name, cfg, store, directory, created_ns,
-                        on_inactive=lambda consumer: self.delete(stream, consumer))
+                        on_inactive=lambda consumer: self.delete(stream, consumer), sync=self._sync)
 
     def create(self, stream: Stream, name: str, cfg: ConsumerConfig, created_ns: int) -> Consumer:
         """A new consumer (its config checked by the caller): started, saved, attached, announced."""
         consumer = self._open(stream, name, cfg, created_ns)
         consumer.start()
-        consumer.save_meta()
+        consumer.save_meta(self._layout(errors.CONSUMER_CREATE, lambda: self._undo_create(stream, consumer)))
         stream.add_consumer(consumer)
         advisories.action(stream.bus, stream.name, name, created=True)
         return consumer
@@ -99,12 +117,15 @@ class ConsumerRegistry:
             except Exception:
                 log.exception("could not restore consumer", extra={"stream": stream.name, "directory": str(directory)})
 
+    def _undo_create(self, stream: Stream, consumer: Consumer) -> None:
+        """Its config could not be made durable: the consumer goes again (unless deleted meanwhile)."""
+        if stream.consumers.get(consumer.name) is consumer:
+            self.delete(stream, consumer)
+
     def delete(self, stream: Stream, consumer: Consumer) -> None:
         """Detach, stop and remove a consumer with its files (CONSUMER.DELETE, or inactive_threshold passed)."""
         stream.remove_consumer(consumer)
-        consumer.delete()
-        if consumer.directory is not None:
-            shutil.rmtree(consumer.directory, ignore_errors=True)
+        consumer.delete(self._layout(errors.STREAM_GENERAL_ERROR))
         advisories.action(stream.bus, stream.name, consumer.name, created=False)
 
 
@@ -115,10 +136,16 @@ class JetStream:
         self.settings = settings
         self.domain = settings.domain or None
         self.streams: dict[str, Stream] = {}
-        self.consumers = ConsumerRegistry(storage.SyncPolicy(always=settings.sync_always))
         self._sourcing: dict[str, Sourcing] = {}  # the streams with a mirror or sources: their copying
         self._store_dir = Path(settings.store_dir) if settings.store_dir else None
-        self._sync = storage.SyncPolicy(always=settings.sync_always, interval=settings.sync_interval)
+        stats = FsyncStats()
+        # Every fsync of the running broker happens in the syncer's thread (store/syncer.py), never on the loop.
+        self._syncer = storage.Syncer(bus.loop, storage.SyncPolicy(stats=stats).fsync_now,
+                                      storage.lanes(self._store_dir)) if self._store_dir is not None else None
+        self._sync = storage.SyncPolicy(always=settings.sync_always, interval=settings.sync_interval, stats=stats,
+                                        syncer=self._syncer)
+        self._layout_writes: list[_LayoutWrite] | None = None  # those of the API request being handled, if one is
+        self.consumers = ConsumerRegistry(self._sync, self._layout)
         self._router = ApiRouter(self, bus, STREAM_HANDLERS + CONSUMER_HANDLERS + SNAPSHOT_HANDLERS, self.domain)
         self._sync_handle: Any = None
         self._batches = atomic_batch.Inflight()  # the open atomic batches of all streams (a server-wide limit)
@@ -155,6 +182,9 @@ class JetStream:
             stream.store.sync()
             stream.store.close()
         self.streams.clear()
+        if self._syncer is not None:  # everything asked for is made durable before the process goes
+            await self.bus.loop.run_in_executor(None, self._syncer.close)
+            self._syncer = None
 
     async def _restore(self, directory: Path) -> None:
         """Bring back one stream from disk; a damaged one is logged and skipped, never fatal. The store is
@@ -222,7 +252,7 @@ class JetStream:
         self._check_new(cfg)
         directory = self._directory(cfg.name)
         created = times.now_ns()
-        self._save(cfg, directory, created)
+        self._save(cfg, directory, created, self._layout(errors.STREAM_CREATE, lambda: self._undo_create(cfg.name, created)))
         stream = self._open(cfg, directory, created)
         if cfg.first_seq:  # as nats-server: a purge (first_seq 1 too: reported at once), last_ts stays zero
             stream.store.purge(up_to_seq=cfg.first_seq if cfg.first_seq > 1 else 0)
@@ -232,6 +262,12 @@ class JetStream:
         self._start_sourcing(stream)
         self._origins_changed()
         return stream
+
+    def _undo_create(self, name: str, created_ns: int) -> None:
+        """Its config could not be made durable: the stream goes again (unless deleted meanwhile)."""
+        stream = self.streams.get(name)
+        if stream is not None and stream.created_ns == created_ns:
+            self.delete_stream(name)
 
     def _check_new(self, cfg: StreamConfig) -> None:
         """What a stream that does not exist yet must pass besides its own config (create and restore)."""
@@ -295,9 +331,10 @@ class JetStream:
             staging = await loop.run_in_executor(None, self._stage, cfg, archive, created)
             self.check_restore(cfg, finishing=True)
             try:
-                storage.commit_restore(staging, final)
+                storage.commit_restore(staging, final, self._sync)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
+            await self._durable()
             await self._restore(final)
             if cfg.name not in self.streams:
                 raise snapshot.ArchiveError("the restored stream could not be opened (see the broker's log)")
@@ -313,23 +350,31 @@ class JetStream:
         if 0 < limit < used + size:
             raise errors.MEMORY_RESOURCES_EXCEEDED() if cfg.storage == "memory" else errors.STORAGE_RESOURCES_EXCEEDED()
 
+    async def _durable(self) -> None:
+        """Wait until everything asked of the syncer so far is done."""
+        done: asyncio.Future[None] = self.bus.loop.create_future()
+        self._sync.when_durable(self._store_dir or Path(), lambda: None if done.done() else done.set_result(None))
+        await done
+
     def _stage(self, cfg: StreamConfig, archive: IO[bytes], created: int) -> Path:
-        """The whole stream directory (messages, consumers, config) under the restores root (a thread)."""
+        """The whole stream directory (messages, consumers, config) under the restores root (a thread: its
+        fsyncs are made there, not by the syncer, so all of it is durable before the rename)."""
         assert self._store_dir is not None  # a file stream has a directory (`_directory` checked)
         staging = Path(tempfile.mkdtemp(prefix=f"{cfg.name}.", dir=storage.restores_root(self._store_dir)))
+        inline = dataclasses.replace(self._sync_policy(cfg), syncer=None)
         try:
-            store = storage.open_stream_store("file", staging, cfg.store_limits(), self._sync_policy(cfg))
+            store = storage.open_stream_store("file", staging, cfg.store_limits(), inline)
             try:
                 reader = _fill(store, archive, cfg)
             finally:
                 store.close()
             for c in reader.header.consumers:
                 directory = storage.consumer_dir(staging, c.name)
-                consumer_store = storage.open_consumer_store("file", directory, self._sync)
+                consumer_store = storage.open_consumer_store("file", directory, inline)
                 consumer_store.reset(c.state)
                 consumer_store.close()
                 storage.save_meta(directory, consumer_meta(c.name, created, c.config))
-            self._save(cfg, staging, created)
+            self._save(cfg, staging, created, sync=inline)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -342,7 +387,7 @@ class JetStream:
         cfg = stream_config.check_update(stream.config, cfg)
         self._check_reservation(cfg, stream)
         self._check_overlap(cfg, stream)
-        self._save(cfg, self._directory(cfg.name), stream.created_ns)
+        self._save(cfg, self._directory(cfg.name), stream.created_ns, self._layout(errors.STREAM_UPDATE))
         relinked = (stream.config.mirror, stream.config.sources) != (cfg.mirror, cfg.sources)
         if relinked:  # as nats-server: the links start again, positioned from the stored messages
             self._stop_sourcing(cfg.name)
@@ -356,15 +401,14 @@ class JetStream:
         self._stop_sourcing(name)
         stream.stop()
         del self.streams[name]
-        stream.store.delete()
-        shutil.rmtree(self._directory(name), ignore_errors=True)
+        stream.store.delete(self._layout(errors.STREAM_DELETE))
         self._origins_changed()
 
     # -- sourcing: one Sourcing per stream with a mirror or sources, started and stopped only here ----
 
     def _start_sourcing(self, stream: Stream) -> None:
         if stream.config.mirror is not None or stream.config.sources:
-            self._sourcing[stream.name] = runner = Sourcing(stream, self.streams.get, self.bus)
+            self._sourcing[stream.name] = runner = Sourcing(stream, self.streams.get, self.bus, self._sync)
             runner.start()
 
     def _stop_sourcing(self, name: str) -> None:
@@ -447,12 +491,53 @@ class JetStream:
             raise errors.STREAM_CREATE(err="jetstream has no store directory")
         return storage.stream_dir(self._store_dir, name)
 
-    def _save(self, cfg: StreamConfig, directory: Path, created_ns: int) -> None:
-        """Persist a file stream's config; memory streams vanish on restart, as in nats-server."""
+    def _save(self, cfg: StreamConfig, directory: Path, created_ns: int,
+              on_error: storage.ErrorCallback | None = None, sync: storage.SyncPolicy | None = None) -> None:
+        """Persist a file stream's config (durable in the syncer's thread, unless `sync` has none); memory
+        streams vanish on restart, as in nats-server."""
         if cfg.storage == "memory":
             return
         meta = {"version": _META_VERSION, "created": created_ns, "config": cfg.to_json(dynamic_metadata=False)}
-        storage.save_meta(directory, json.dumps(meta).encode())
+        storage.save_meta(directory, json.dumps(meta).encode(), sync or self._sync, on_error)
+
+    # -- durability of the API's answers ------------------------------------------------------------------
+
+    def _layout(self, kind: errors.ErrorKind, undo: Callable[[], None] | None = None) -> storage.ErrorCallback:
+        """An on_error for a layout write of the API request being handled (see `answer_when_durable`); outside
+        one (a consumer removed by its inactive threshold) the syncer's log line is all."""
+        if self._layout_writes is None:
+            return _logged
+        write = _LayoutWrite(kind, undo)
+        self._layout_writes.append(write)
+        return write.failed
+
+    def before_request(self) -> None:
+        """Before an API handler: forget which streams' durability work was asked for until now."""
+        self._layout_writes = []
+        if self._syncer is not None:
+            self._syncer.take_touched()
+
+    def answer_when_durable(self, answer: Callable[[errors.ApiError | None], None]) -> None:
+        """After an API handler: `answer(None)` at once when it asked the syncer for nothing (since
+        `before_request`); otherwise once what it asked for is durable, or `answer(error)` with the
+        request's error kind (after taking a create back) when a layout write failed. Other clients are
+        served meanwhile: a create, update or delete is answered only after its layout is durable."""
+        writes, self._layout_writes = self._layout_writes or [], None
+        lanes = self._syncer.take_touched() if self._syncer is not None else []
+        if self._syncer is None or not lanes:
+            answer(None)
+            return
+
+        def durable() -> None:
+            for write in writes:
+                if write.error is not None:
+                    if write.undo is not None:
+                        write.undo()
+                    answer(write.kind(err=str(write.error)))
+                    return
+            answer(None)
+
+        self._syncer.when_lanes_durable(lanes, durable)
 
     # -- reports ----------------------------------------------------------------------------------------
 
@@ -527,6 +612,10 @@ class JetStream:
             stream = self.streams.get(tokens[5])
             return stream is None or tokens[6] not in stream.consumers
         return False
+
+
+def _logged(error: OSError) -> None:
+    """A failed layout write nobody waits for: the syncer logged it."""
 
 
 def _fill(store: StreamStore, archive: IO[bytes], cfg: StreamConfig) -> snapshot.Reader:

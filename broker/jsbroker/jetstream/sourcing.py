@@ -29,7 +29,7 @@ out, so a restart (SIGTERM or kill -9) loses nothing, and what it redelivers is 
 An **external** link (`external: {api, deliver}`) never copies and stays inactive: nats-server 2.15.1's
 consumer request through an api prefix is never answered on one server (its own `$JS.API` is refused).
 
-`Sourcing(stream, lookup, bus)` runs one stream's links; jetstream/service.py owns it: started after the
+`Sourcing(stream, lookup, bus, sync)` runs one stream's links; jetstream/service.py owns it: started after the
 stream starts (create, restore), stopped before the stream stops or changes its mirror/sources.
 """
 
@@ -203,7 +203,9 @@ class Link:
 class Sourcing:
     """The mirror or the sources of one stream, copied on the loop turn after their origins store."""
 
-    def __init__(self, stream: Stream, lookup: Callable[[str], Stream | None], bus: InternalBus) -> None:
+    def __init__(self, stream: Stream, lookup: Callable[[str], Stream | None], bus: InternalBus,
+                 sync: storage.SyncPolicy | None = None) -> None:
+        self._sync = sync  # how the positions file is made durable (the syncer's threads; None: at once)
         self.stream = stream
         self._lookup = lookup
         self._bus = bus
@@ -426,7 +428,7 @@ class Sourcing:
         if positions == self._saved:
             return
         try:
-            storage.save_sources(self._directory, json.dumps(positions).encode())
+            storage.save_sources(self._directory, json.dumps(positions).encode(), self._sync)
             self._saved = positions
         except OSError:
             log.exception("could not save the source positions", extra={"stream": self.stream.name})

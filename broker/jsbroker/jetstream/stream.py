@@ -594,10 +594,16 @@ class Stream:
                     self.bus.publish(reply, None, b"", data)
 
     def _release(self) -> None:
-        """Write the deferred records (and fsync them with sync: always), then send the held acks; when
-        the write fails, every held publish hears of it instead."""
+        """Write the deferred records, then send the held acks once they are durable (with sync: always,
+        after their fsync in the syncer's thread: the loop serves others meanwhile); when the write or the
+        fsync fails, every held publish hears of it instead."""
         self._release_armed = False
         held, self._held = self._held or [], []
+        if self._written(held):
+            self.store.when_durable(lambda: self._confirm(held))
+
+    def _written(self, held: list[tuple[str, bytes]]) -> bool:
+        """Flush the store; False when that failed (the held publishes were answered with the error)."""
         try:
             self.store.flush()
         except StoreClosed:
@@ -605,9 +611,16 @@ class Stream:
         except (StoreError, OSError) as exc:
             log.error("stream store failed", extra={"stream": self.name, "error": str(exc)})
             failed = b'{"error":' + _error_json(errors.STREAM_STORE_FAILED(err=str(exc))) + self._err_suffix
-            held = [(reply, failed) for reply, _ in held]
-        for reply, ack in held:
-            self.bus.publish(reply, None, b"", ack)
+            for reply, _ in held:
+                self.bus.publish(reply, None, b"", failed)
+            return False
+        return True
+
+    def _confirm(self, held: list[tuple[str, bytes]]) -> None:
+        """The held writes are durable, unless their fsync failed (then the store's flush raises)."""
+        if self._written(held):
+            for reply, ack in held:
+                self.bus.publish(reply, None, b"", ack)
 
     def process(self, subject: str, hdr: bytes, payload: bytes, sourced: bool = False,
                 scheduled: bool = False, checked: bool = False) -> tuple[int, bool]:

@@ -16,16 +16,19 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Hashable, Literal
 
-from .base import ConsumerStore, StoreError, StoreLimits, StreamStore, SyncPolicy
+from .base import ConsumerStore, ErrorCallback, StoreError, StoreLimits, StreamStore
 from .consumer_store import FileConsumerStore, MemoryConsumerStore
-from .durable import replace_file
+from .durable import fsync_dir, replace_file
 from .file import FileStore
 from .memory import MemoryStore
+from .syncer import DELETED_MARK, Syncer, SyncPolicy
 
 __all__ = [
+    "lanes",
     "SyncPolicy",
+    "Syncer",
     "open_stream_store",
     "open_consumer_store",
     "save_meta",
@@ -86,19 +89,30 @@ def clear_restores(store_dir: Path) -> None:
     shutil.rmtree(restores_root(store_dir), ignore_errors=True)
 
 
-def commit_restore(staging: Path, final: Path) -> None:
-    """Move a fully written stream directory into place: one rename, then the parent's fsync, so after
-    a crash the stream is there whole or not at all. Whatever lies at `final` belongs to no stream (the
-    caller checked the name is free: a directory without a config left by an interrupted delete)."""
+def commit_restore(staging: Path, final: Path, sync: SyncPolicy) -> None:
+    """Move a fully written (and fsynced) stream directory into place: one rename, then the parent's fsync
+    (in `sync`'s syncer thread when it has one: wait with `when_durable`), so after a crash the stream is
+    there whole or not at all. Whatever lies at `final` belongs to no stream (the caller checked the name is
+    free: a directory without a config left by an interrupted delete)."""
     if final.exists():
         shutil.rmtree(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     os.rename(staging, final)
-    fd = os.open(final.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    sync.fsync_dir(final.parent)
+
+
+def lanes(store_dir: Path) -> Callable[[Path], Hashable]:
+    """For the Syncer: the paths under one stream's directory share a lane (its name); the rest one more."""
+    root = streams_root(store_dir)
+
+    def lane_of(path: Path) -> Hashable:
+        try:
+            parts = Path(path).relative_to(root).parts
+        except ValueError:
+            return None
+        return parts[0] if parts else None
+
+    return lane_of
 
 
 def stream_dir(store_dir: Path, name: str) -> Path:
@@ -110,9 +124,17 @@ def consumer_dir(stream_directory: Path, name: str) -> Path:
 
 
 def _dirs_with_meta(parent: Path) -> list[Path]:
+    """The directories in `parent` holding a config; one left half removed by a delete (SyncPolicy.remove_dir)
+    is removed now."""
     if not parent.is_dir():
         return []
-    return sorted(p for p in parent.iterdir() if (p / META).is_file())
+    found = []
+    for p in parent.iterdir():
+        if p.name.startswith(".") and DELETED_MARK in p.name:
+            shutil.rmtree(p, ignore_errors=True)
+        elif (p / META).is_file():
+            found.append(p)
+    return sorted(found)
 
 
 def list_stream_dirs(store_dir: Path) -> list[Path]:
@@ -124,11 +146,25 @@ def list_consumer_dirs(stream_directory: Path) -> list[Path]:
     return _dirs_with_meta(Path(stream_directory) / "consumers")
 
 
-def save_meta(directory: Path, data: bytes) -> None:
-    """Write `directory/meta.json` atomically: temp file, fsync, rename, fsync of the directory."""
+def save_meta(directory: Path, data: bytes, sync: SyncPolicy | None = None,
+              on_error: ErrorCallback | None = None) -> None:
+    """Write `directory/meta.json` atomically: temp file, fsync, rename, fsync of the directory (and of its
+    parent when the directory is new). With `sync`'s syncer that follows in its thread, failures to `on_error`."""
     directory = Path(directory)
+    new = not directory.is_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    replace_file(directory / META, data)
+    if sync is None or sync.syncer is None:
+        replace_file(directory / META, data)
+        if new:
+            fsync_dir(directory.parent)
+        return
+    sync.replace(directory / META, data, on_error or _log_error)
+    if new:
+        sync.fsync_dir(directory.parent, on_error or _log_error)
+
+
+def _log_error(error: OSError) -> None:
+    """The syncer's thread logged it already; nobody else waits for the write."""
 
 
 def save_dedupe(directory: Path, data: bytes) -> None:
@@ -147,9 +183,13 @@ def take_dedupe(directory: Path) -> bytes | None:
     return data
 
 
-def save_sources(directory: Path, data: bytes) -> None:
-    """The sources' positions (atomically), for when none of a source's copies is left in the stream."""
-    replace_file(Path(directory) / SOURCES, data)
+def save_sources(directory: Path, data: bytes, sync: SyncPolicy | None = None) -> None:
+    """The sources' positions (atomically), for when none of a source's copies is left in the stream; with
+    `sync`'s syncer the fsyncs and the rename follow in its thread (a failure is logged there)."""
+    if sync is None or sync.syncer is None:
+        replace_file(Path(directory) / SOURCES, data)
+    else:
+        sync.replace(Path(directory) / SOURCES, data, _log_error)
 
 
 def load_sources(directory: Path) -> bytes | None:

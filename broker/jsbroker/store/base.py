@@ -15,10 +15,11 @@ bytes exactly as published (b"" when the message had none).
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, NamedTuple, Protocol
+
+# Called with the error when an fsync (or a removal after one) failed in the syncer's thread (syncer.py).
+ErrorCallback = Callable[[OSError], None]
 
 
 class StoreError(Exception):
@@ -59,30 +60,6 @@ class FsyncStats:
     count: int = 0
     seconds: float = 0.0
     max_seconds: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class SyncPolicy:
-    """When file stores fsync. `always`: before every write call returns (store_msg, remove, acks...).
-    Otherwise whatever was written is fsynced when the owner calls `sync()`, every `interval` seconds
-    (nats-server's sync_interval, default 2 minutes); a crash of the machine (not of the process) can
-    lose what was written since the last sync. Every store of one JetStream shares the policy, so its
-    `fsync` keeps their statistics."""
-
-    always: bool = False
-    interval: float = 120.0
-    stats: FsyncStats = field(default_factory=FsyncStats, compare=False)
-
-    def fsync(self, fd: int) -> None:
-        """fdatasync (fsync where there is none) `fd`, timed."""
-        start = time.perf_counter()
-        (getattr(os, "fdatasync", None) or os.fsync)(fd)
-        took = time.perf_counter() - start
-        stats = self.stats
-        stats.count += 1
-        stats.seconds += took
-        if took > stats.max_seconds:
-            stats.max_seconds = took
 
 
 @dataclass(slots=True)
@@ -237,14 +214,21 @@ class StreamStore(Protocol):
     def sync(self) -> None:
         """fsync what was written (no-op for memory)."""
 
+    def when_durable(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (on the loop) once what was written so far is as durable as the store's policy
+        promises a caller: fsynced with SyncPolicy.always and a syncer, else at once (every call on one
+        store waits, or none does, so the callbacks keep their order). A `flush()` in the callback raises when
+        the fsync failed."""
+
     def checkpoint(self) -> None:
         """Save the index so that an open after a crash need not rebuild it from everything (no-op for
         memory)."""
 
     def close(self) -> None: ...
 
-    def delete(self) -> None:
-        """Close and remove everything on disk."""
+    def delete(self, on_error: ErrorCallback | None = None) -> None:
+        """Close and remove everything on disk; `on_error` hears of a removal that failed later, in the
+        syncer's thread (SyncPolicy.remove_dir)."""
 
 
 class ConsumerStore(Protocol):
@@ -300,8 +284,11 @@ class ConsumerStore(Protocol):
     def reset(self, state: ConsumerState) -> None:
         """Replace the whole state (CONSUMER.RESET, compaction)."""
 
+    def when_durable(self, callback: Callable[[], None]) -> None:
+        """As StreamStore.when_durable: an ack_sync reply waits for it."""
+
     def sync(self) -> None: ...
 
     def close(self) -> None: ...
 
-    def delete(self) -> None: ...
+    def delete(self, on_error: ErrorCallback | None = None) -> None: ...

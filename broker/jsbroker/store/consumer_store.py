@@ -21,13 +21,13 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Callable
 
 from . import record
-from .base import ConsumerState, StoreClosed, StoreError, SyncPolicy, next_pending
-from .durable import fsync_dir, replace_file, write_all
+from .base import ConsumerState, StoreClosed, StoreError, next_pending
+from .durable import write_all
+from .syncer import SyncPolicy
 
 log = logging.getLogger(__name__)
 
@@ -161,13 +161,16 @@ class MemoryConsumerStore:
     def _snapshot(self) -> None:
         """Persist the whole state (memory: nothing to do)."""
 
+    def when_durable(self, callback: Callable[[], None]) -> None:
+        callback()
+
     def sync(self) -> None:
         self._check_open()
 
     def close(self) -> None:
         self._closed = True
 
-    def delete(self) -> None:
+    def delete(self, on_error: Callable[[OSError], None] | None = None) -> None:
         self.close()
 
 
@@ -216,6 +219,7 @@ class FileConsumerStore(MemoryConsumerStore):
         self._buf: list[bytes] = []  # updates not yet written (kind byte + payload), one batch frame per flush
         self._floor: tuple[int, int, int] | None = None  # the latest unwritten ack-none floor
         self._hook: Callable[[], None] | None = None
+        self._failed: str | None = None  # an fsync failed in the syncer's thread: the store stopped
         self._recover()
 
     def has_state(self) -> bool:
@@ -237,8 +241,24 @@ class FileConsumerStore(MemoryConsumerStore):
                 self._snap_size = len(data)
             except (record.RecordError, ValueError) as e:  # only a rename makes it: should never happen
                 log.error("consumer store %s: unreadable snapshot (%s); replaying the log alone", self._dir, e)
-        path = self._log_path(self._gen)
-        data = path.read_bytes() if path.exists() else b""
+        # A compaction switches to the next log at once and renames its snapshot later (in the syncer's
+        # thread): until then every log from the snapshot's generation on holds updates the snapshot lacks.
+        snap_gen = gen = self._gen
+        while self._log_path(gen).exists():
+            self._log_size = self._replay(self._log_path(gen))
+            gen += 1
+        self._gen = max(gen - 1, snap_gen)
+        for stale in self._dir.glob("state.log.*"):
+            suffix = stale.name.rsplit(".", 1)[1]
+            if not suffix.isdigit() or int(suffix) < snap_gen:
+                stale.unlink()
+        self._fd = os.open(self._log_path(self._gen), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if self._gen > snap_gen:  # back to one snapshot and one log
+            self._snapshot()
+
+    def _replay(self, path: Path) -> int:
+        """Apply the updates of one log (a torn tail is truncated); returns its length."""
+        data = path.read_bytes()
         offset = 0
         while offset < len(data):
             try:
@@ -263,11 +283,7 @@ class FileConsumerStore(MemoryConsumerStore):
                 elif kind == record.KIND_DROPPED:
                     apply_dropped(self._state, *record.DELIVERED.unpack(payload))
             offset += length
-        self._log_size = offset
-        for stale in self._dir.glob("state.log.*"):
-            if stale != path:
-                stale.unlink()
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return offset
 
     def set_flush_hook(self, hook: Callable[[], None]) -> None:
         self._hook = hook
@@ -322,6 +338,8 @@ class FileConsumerStore(MemoryConsumerStore):
     def flush(self) -> None:
         if self._closed:
             return
+        if self._failed is not None:
+            raise StoreError(self._failed)
         if self._floor is not None:
             dseq, sseq, ts = self._floor
             self._floor = None
@@ -336,7 +354,7 @@ class FileConsumerStore(MemoryConsumerStore):
             self._log_size += len(data)
             self._dirty = True
             if self._sync.always:
-                self._sync.fsync(self._fd)
+                self._sync.fsync(self._fd, self._fd_key, self._sync_failed)
                 self._dirty = False
             if self._log_size > max(_COMPACT_MIN, 4 * self._snap_size):
                 self._snapshot()
@@ -345,23 +363,43 @@ class FileConsumerStore(MemoryConsumerStore):
                              "device, then restart the server") from e
 
     def _snapshot(self) -> None:
-        """Write the whole state as generation gen+1, then start (and switch to) an empty log for it."""
+        """Write the whole state as generation gen+1 and switch to an empty log for it. The switch is made at
+        once; the snapshot's fsync and rename (and the directory's fsync), then the old log's removal, follow
+        in that order (in the syncer's thread when there is one). Until the rename an open finds the old
+        snapshot and replays the old log and the new one (`_recover`): the same state."""
         gen = self._gen + 1
         data = encode_snapshot(gen, self._state)
-        replace_file(self._dir / "state.snap", data, sync_dir=False)
+        new_fd = os.open(self._log_path(gen), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
         self._buf.clear()  # the snapshot holds every buffered update
         self._floor = None
-        new_fd = os.open(self._log_path(gen), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
-        fsync_dir(self._dir)
-        os.close(self._fd)
-        self._log_path(self._gen).unlink(missing_ok=True)
+        old_log = self._log_path(self._gen)
+        os.close(self._fd)  # (a queued fsync of it has its own descriptor)
         self._fd, self._gen, self._snap_size, self._log_size, self._dirty = new_fd, gen, len(data), 0, False
+        self._sync.replace(self._dir / "state.snap", data, self._sync_failed)
+        self._sync.then(lambda: old_log.unlink(missing_ok=True), old_log, self._sync_failed)
+
+    def when_durable(self, callback: Callable[[], None]) -> None:
+        if self._sync.always:
+            self._sync.when_durable(self._dir, callback)
+        else:
+            callback()
+
+    @property
+    def _fd_key(self) -> Path:
+        return self._log_path(self._gen)
+
+    def _sync_failed(self, error: OSError) -> None:
+        """An fsync failed in the syncer's thread: the next flush raises (no ack it carries is confirmed)."""
+        if self._failed is None:
+            self._failed = (f"consumer store {self._dir}: fsync failed ({error}); free disk space or fix the "
+                            "device, then restart the server")
+            log.error(self._failed)
 
     def sync(self) -> None:
         self._check_open()
         self.flush()
         if self._dirty:
-            self._sync.fsync(self._fd)
+            self._sync.fsync(self._fd, self._fd_key, self._sync_failed)
             self._dirty = False
 
     def close(self) -> None:
@@ -372,9 +410,9 @@ class FileConsumerStore(MemoryConsumerStore):
         os.close(self._fd)
         self._closed = True
 
-    def delete(self) -> None:
-        """Close and remove the consumer directory."""
+    def delete(self, on_error: Callable[[OSError], None] | None = None) -> None:
+        """Close and remove the consumer directory (`on_error`: the removal failed in the syncer's thread)."""
         if not self._closed:
             os.close(self._fd)
             self._closed = True
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._sync.remove_dir(self._dir, on_error or self._sync_failed)

@@ -48,19 +48,19 @@ import logging
 import mmap
 import os
 import re
-import shutil
 import struct
 import zlib
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import index_snapshot, record
-from .base import StoreError, StoreLimits, SyncPolicy
+from .base import StoreError, StoreLimits
 from .durable import fsync_dir, replace_file
 from .indexed import IndexedStore
+from .syncer import SyncPolicy
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class FileStore(IndexedStore):
         """Close the active block (flushed and fsynced) and start the next one with a floor record."""
         self._flush()
         if self._wfd >= 0:
-            self._sync.fsync(self._wfd)
+            self._sync.fsync(self._wfd, self._active.path, self._sync_failed)
             self._dirty = False
         old = self._active
         if old.live == 0 and old.no in self._blocks:
@@ -231,7 +231,7 @@ class FileStore(IndexedStore):
         self._open_active(blk)
         self._dir_dirty = True
         if self._sync.always:
-            fsync_dir(self._msgs_dir)
+            self._sync.fsync_dir(self._msgs_dir, self._sync_failed)
             self._dir_dirty = False
         self._floor_dirty = False
         self._queue(self._floor_record())
@@ -295,15 +295,21 @@ class FileStore(IndexedStore):
                     blk, _ = self._queue(record.encode_delete(seq))
                     blk.tombs.append(seq)
         self._flush()
-        self._sync.fsync(self._wfd)  # the re-appended tombstones must be on disk before their originals go
+        self._sync.fsync(self._wfd, self._active.path, self._sync_failed)
         self._dirty = False
+        paths: list[Path] = []
         for no in doomed:
             blk = self._blocks.pop(no)
             fd = self._rfds.pop(no, None)
             if fd is not None:
                 os.close(fd)
-            blk.path.unlink(missing_ok=True)
-            self._block_index_path(no).unlink(missing_ok=True)
+            paths += blk.path, self._block_index_path(no)
+
+        def unlink() -> None:  # after that fsync: the re-appended tombstones must be on disk before their originals go
+            for path in paths:
+                path.unlink(missing_ok=True)
+
+        self._sync.then(unlink, self._msgs_dir, self._sync_failed)
         self._dir_dirty = True
 
     def _rewrite_sparse(self) -> None:
@@ -521,7 +527,7 @@ class FileStore(IndexedStore):
             try:
                 os.pwrite(fd, record.encode_erased(seq, _rec_len(loc, size)), offset)
                 if self._sync.always:
-                    self._sync.fsync(fd)
+                    self._sync.fsync(fd, self._block_path(no), self._sync_failed)
             finally:
                 os.close(fd)
         except OSError as e:
@@ -552,6 +558,14 @@ class FileStore(IndexedStore):
                 self.sync()
         except OSError as e:
             self._fail(e)
+
+    def _sync_failed(self, error: OSError) -> None:
+        """An fsync (or a removal after one) failed in the syncer's thread: the store stops as after a
+        failed write; the next call raises, and whoever waits to confirm a write checks `flush()`."""
+        if self._failed is None:
+            self._failed = (f"stream store {self._dir} stopped after an fsync error ({error}); "
+                            "free disk space or fix the device, then restart the server")
+            log.error(self._failed)
 
     def _fail(self, error: OSError) -> None:
         """A write failed (disk full, I/O error): the index may now be ahead of the disk, so the store
@@ -780,7 +794,7 @@ class FileStore(IndexedStore):
             parts = index_snapshot.encode_parts(self._index_image(),
                                                 [self._block_image(b) for b in self._blocks.values()])
             try:
-                replace_file(self._msgs_dir / SNAPSHOT, parts)
+                self._sync.replace(self._msgs_dir / SNAPSHOT, parts, self._snapshot_failed)
             finally:
                 index_snapshot.release(parts)
         except Exception as e:  # noqa: BLE001 - a missing snapshot only costs the next open a scan
@@ -788,6 +802,10 @@ class FileStore(IndexedStore):
                         self._dir, type(e).__name__, e)
             with contextlib.suppress(StoreError):
                 self._forget_snapshot()
+
+    def _snapshot_failed(self, error: OSError) -> None:
+        log.warning("stream store %s: no index snapshot written (%s); the next open scans the blocks", self._dir, error)
+        self._sync.then(lambda: (self._msgs_dir / SNAPSHOT).unlink(missing_ok=True), self._msgs_dir)
 
     def _block_image(self, blk: _Block, with_crc: bool = False) -> index_snapshot.BlockImage:
         """`with_crc` (always for the active block): the crc32 of the whole file too."""
@@ -874,15 +892,21 @@ class FileStore(IndexedStore):
         return seq if kind == record.MSG and seq == self._last + 1 else 0
 
     # ---- StreamStore (lifecycle) --------------------------------------------------------------------
+    def when_durable(self, callback: Callable[[], None]) -> None:
+        if self._sync.always:
+            self._sync.when_durable(self._dir, callback)
+        else:
+            callback()
+
     def sync(self) -> None:
         """fsync what was written since the last sync (no-op when nothing was)."""
         self._check_open()
         try:
             if self._dirty:
-                self._sync.fsync(self._wfd)
+                self._sync.fsync(self._wfd, self._active.path, self._sync_failed)
                 self._dirty = False
             if self._dir_dirty:
-                fsync_dir(self._msgs_dir)
+                self._sync.fsync_dir(self._msgs_dir, self._sync_failed)
                 self._dir_dirty = False
         except OSError as e:
             self._fail(e)
@@ -900,15 +924,16 @@ class FileStore(IndexedStore):
             os.close(fd)
         self._rfds.clear()
 
-    def delete(self) -> None:
-        """Close and remove the stream directory with everything in it (meta, consumers)."""
+    def delete(self, on_error: Callable[[OSError], None] | None = None) -> None:
+        """Close and remove the stream directory with everything in it (meta, consumers); `on_error` hears
+        of a removal that failed in the syncer's thread."""
         if not self._closed:
             self._closed = True
             os.close(self._wfd)
             for fd in self._rfds.values():
                 os.close(fd)
             self._rfds.clear()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._sync.remove_dir(self._dir, on_error or self._sync_failed)
 
 
 def _ranges(seqs: list[int]) -> str:

@@ -8,7 +8,7 @@ is a few dict lookups mapped at C speed.
 from __future__ import annotations
 
 from itertools import repeat
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .base import StoreLimits
 from .indexed import IndexedStore
@@ -43,6 +43,9 @@ class MemoryStore(IndexedStore):
         self._datas.clear()
         self._hdrs.clear()
 
+    def when_durable(self, callback: Callable[[], None]) -> None:
+        callback()
+
     def sync(self) -> None:
         self._check_open()
 
@@ -54,5 +57,5 @@ class MemoryStore(IndexedStore):
         self._datas.clear()
         self._hdrs.clear()
 
-    def delete(self) -> None:
+    def delete(self, on_error: Callable[[OSError], None] | None = None) -> None:
         self.close()
