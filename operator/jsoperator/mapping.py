@@ -49,6 +49,7 @@ ENUM_VALUES = {
     "pinnedClient": "pinned_client",
     "flowControl": "flow_control",
 }
+ENUM_NAMES = {wire: spec for spec, wire in ENUM_VALUES.items()}
 ENUM_FIELDS = frozenset({"deliver_policy", "priority_policy", "ack_policy"})
 
 _FLOW_CONTROL_HEARTBEAT = 1_000_000_000  # ns: what ack_policy flow_control requires and the server sets

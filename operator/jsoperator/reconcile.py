@@ -14,7 +14,9 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from . import annotations as annotation
-from . import buckets, connections, credentials, events, jsclient, mapping, metrics, models, plan, reset, status, unpin
+from . import (
+    buckets, connections, credentials, events, features, jsclient, mapping, metrics, models, plan, reset, status, unpin,
+)
 from .settings import Settings
 
 Kind = Literal["Stream", "Consumer", "KeyValue", "ObjectStore"]
@@ -155,6 +157,10 @@ async def _reconcile_stream(resource: Resource, runtime: Runtime, trigger: Trigg
     spec, desired = buckets.desired(resource.kind, resource.spec, resource.name)
     client = await runtime.client(resource, spec.connection, spec.connection_ref)
     noun = NOUNS[resource.kind]
+    server = await client.server()
+    desired, refused = features.check("stream", desired, server, buckets.labels(resource.kind))
+    if refused:
+        return _failed(resource, status.unsupported_by_server(features.refusal_message(refused, server, noun)))
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "stream", desired["name"])
     try:
         done = await _converge_stream(client, desired, adoption, buckets.labels(resource.kind), noun)
@@ -163,7 +169,7 @@ async def _reconcile_stream(resource: Resource, runtime: Runtime, trigger: Trigg
     except _Unadoptable as exc:
         return _failed(resource, exc.outcome)
     evs = _change_events(resource, noun, done, trigger, adoption.adopted(done)) + _deprecations(spec, trigger)
-    return Result(_patch(resource, status.synced(_synced_message(noun, done)),
+    return Result(_patch(resource, status.synced(_synced_message(noun, done, "stream")),
                          observed=status.observed_stream(resource.kind, done.info), adopted=adoption.adopted(done)),
                   evs, reached=client.settings)
 
@@ -176,6 +182,11 @@ async def _reconcile_consumer(
     unpinning = annotation.pending_unpin(resource.annotations, resource.status.get("lastUnpin"))
     desired = mapping.consumer_config(spec, resource.name)
     client = await runtime.client(resource, spec.connection, spec.connection_ref)
+    server = await client.server()
+    requests = [request.annotation for request in (pending, unpinning) if request is not None]
+    desired, refused = features.check("consumer", desired, server, annotations_used=requests)
+    if refused:
+        return _failed(resource, status.unsupported_by_server(features.refusal_message(refused, server, "consumer")))
     durable = desired["durable_name"]
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "consumer", durable)
     try:
@@ -201,7 +212,7 @@ async def _reconcile_consumer(
         extra["lastUnpin"] = unpinned.last_unpin
     observed = {**status.consumer_state(info), **extra}
     evs += _deprecations(spec, trigger)
-    return Result(_patch(resource, status.synced(_synced_message("consumer", done)), observed=observed,
+    return Result(_patch(resource, status.synced(_synced_message("consumer", done, "consumer")), observed=observed,
                          adopted=adoption.adopted(done)), evs, reached=client.settings)
 
 
@@ -215,9 +226,11 @@ def _deprecations(spec: buckets.AnySpec | models.ConsumerSpec, trigger: Trigger)
     return [events.Event("Warning", events.DEPRECATED, message)]
 
 
-def _synced_message(kind: str, done: _Converged) -> str:
-    name = done.info.get("config", {}).get("name") or done.info.get("name")
-    return f"{kind} {name} matches the spec" + (f" ({done.action})" if done.action != "unchanged" else "")
+def _synced_message(kind: str, done: _Converged, scope: Literal["stream", "consumer"]) -> str:
+    config = done.info.get("config", {})
+    name = config.get("name") or done.info.get("name")
+    action = f" ({done.action})" if done.action != "unchanged" else ""
+    return f"{kind} {name} matches the spec{action}" + features.unknown_note(features.unknown_fields(scope, config))
 
 
 def _change_events(

@@ -43,6 +43,7 @@ CONFLICT = "Conflict"
 ADOPTION_REFUSED = "AdoptionRefused"
 NOT_FOUND_ON_SERVER = "NotFoundOnServer"
 CREATED = "Created"
+UNSUPPORTED_BY_SERVER = "UnsupportedByServer"
 
 # What to do about the server errors users meet most (err_code -> hint).
 HINTS = {
@@ -118,6 +119,11 @@ def retrying(reason: str, message: str) -> Outcome:
 
 def immutable_change(message: str) -> Outcome:
     return stalled(IMMUTABLE_FIELD, message)
+
+
+def unsupported_by_server(message: str) -> Outcome:
+    """The spec or an annotation uses what the connected server's release cannot honour (features.py)."""
+    return stalled(UNSUPPORTED_BY_SERVER, message)
 
 
 def invalid_spec(message: str) -> Outcome:

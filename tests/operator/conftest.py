@@ -26,7 +26,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from tests import servers
+from tests import nats_releases, servers
 from tests.polling import poll  # noqa: F401  (the operator tests import it from here)
 from tests.kube.fixtures import envtest, kube_namespace  # noqa: F401  (fixtures, also used by test_crds)
 
@@ -86,6 +86,25 @@ def broker(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield handle
     finally:
         handle.close()
+
+
+@pytest.fixture(scope="session")
+def releases() -> Iterator[dict[str, Any]]:
+    """One running nats-server per release the operator is tested against (tests/nats_releases.py), by
+    version, and jsbroker under "jsbroker"; shared by the session (each test uses its own names)."""
+    handles: dict[str, Any] = {}
+    try:
+        for version in nats_releases.RELEASES:
+            try:
+                binary = nats_releases.binary(version)
+            except nats_releases.ReleaseUnavailable as exc:
+                pytest.skip(str(exc))
+            handles[version] = servers.launch(servers.NATS_SERVER, binary=str(binary))
+        handles["jsbroker"] = servers.launch(servers.JSBROKER)
+        yield handles
+    finally:
+        for handle in handles.values():
+            handle.close()
 
 
 # Kubernetes ---------------------------------------------------------------------------------------
