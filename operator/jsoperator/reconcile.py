@@ -163,9 +163,12 @@ async def _reconcile_stream(resource: Resource, runtime: Runtime, trigger: Trigg
         return _failed(resource, status.unsupported_by_server(features.refusal_message(refused, server, noun)))
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "stream", desired["name"])
     try:
-        done = await _converge_stream(client, desired, adoption, buckets.labels(resource.kind), noun)
+        done = await _converge_stream(client, desired, adoption, buckets.labels(resource.kind), noun,
+                                      runtime.settings.read_only)
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
+    except _ReadOnly as exc:
+        return _failed(resource, status.stalled(status.READ_ONLY, str(exc)))
     except _Unadoptable as exc:
         return _failed(resource, exc.outcome)
     evs = _change_events(resource, noun, done, trigger, adoption.adopted(done)) + _deprecations(spec, trigger)
@@ -189,23 +192,26 @@ async def _reconcile_consumer(
         return _failed(resource, status.unsupported_by_server(features.refusal_message(refused, server, "consumer")))
     durable = desired["durable_name"]
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "consumer", durable)
+    read_only = runtime.settings.read_only
     try:
-        done = await _converge_consumer(client, spec.stream_name, desired, adoption)
+        done = await _converge_consumer(client, spec.stream_name, desired, adoption, read_only)
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
+    except _ReadOnly as exc:
+        return _failed(resource, status.stalled(status.READ_ONLY, str(exc)))
     except _Unadoptable as exc:
         return _failed(resource, exc.outcome)
     except _StreamMissing as exc:
         return _failed(resource, status.retrying(status.WAITING_FOR_STREAM, str(exc)))
     evs = _change_events(resource, "consumer", done, trigger, adoption.adopted(done))
     info, extra = done.info, {}
-    if pending is not None and pending.request not in executed:
+    if pending is not None and pending.request not in executed and not read_only:
         ran = await reset.execute(client, spec.stream_name, desired["durable_name"], pending, _now())
         executed.add(pending.request)
         evs.append(ran.event)
         extra["lastReset"] = ran.last_reset
         info = ran.info or await client.consumer_info(spec.stream_name, desired["durable_name"]) or info
-    if unpinning is not None and unpinning.request not in executed:
+    if unpinning is not None and unpinning.request not in executed and not read_only:
         unpinned = await unpin.execute(client, spec.stream_name, durable, spec, unpinning, _now())
         executed.add(unpinning.request)
         evs.append(unpinned.event)
@@ -269,6 +275,14 @@ class _StreamMissing(Exception):
     pass
 
 
+class _ReadOnly(Exception):
+    """The server differs from the spec and the operator runs --read-only: reported, nothing sent."""
+
+    def __init__(self, p: plan.Plan, noun: str, name: str) -> None:
+        super().__init__(f"{p.difference(f'{noun} {name}')}; the operator runs read-only (--read-only), so nothing "
+                         "was created or changed on the server")
+
+
 class _Unadoptable(Exception):
     """The adoption policy forbids what the server state asks for; nothing was sent."""
 
@@ -312,13 +326,15 @@ class _Adoption:
 
 async def _converge_stream(
     client: jsclient.JetStreamClient, desired: mapping.Config, adoption: _Adoption, labels: Mapping[str, str],
-    noun: str,
+    noun: str, read_only: bool,
 ) -> _Converged:
     info = await client.stream_info(desired["name"])
     adoption.check(info is not None)
     p = plan.plan_stream(desired, info["config"] if info else None, labels)
     if p.blocked:
         raise _Blocked(p.message(noun))
+    if read_only and p.action != "none":
+        raise _ReadOnly(p, noun, desired["name"])
     if p.action == "none":
         assert info is not None
         return _Converged("unchanged", info, p)
@@ -333,7 +349,7 @@ async def _converge_stream(
 
 
 async def _converge_consumer(
-    client: jsclient.JetStreamClient, stream: str, desired: mapping.Config, adoption: _Adoption
+    client: jsclient.JetStreamClient, stream: str, desired: mapping.Config, adoption: _Adoption, read_only: bool,
 ) -> _Converged:
     info = await client.consumer_info(stream, desired["durable_name"])
     adoption.check(info is not None)
@@ -344,6 +360,8 @@ async def _converge_consumer(
     p = plan.plan_consumer(desired, info["config"] if info else None)
     if p.blocked:
         raise _Blocked(p.message("consumer"))
+    if read_only and p.action != "none":
+        raise _ReadOnly(p, "consumer", desired["durable_name"])
     if p.action == "none":
         assert info is not None
         return _Converged("unchanged", info, p)
@@ -368,6 +386,7 @@ async def delete(
     """
     kind = NOUNS[resource.kind]
     keep = f"it belongs to another resource: {conflict}" if conflict else _kept_because(resource)
+    keep = keep or ("the operator runs read-only (--read-only)" if runtime.settings.read_only else "")
     if keep:
         return Result({}, [events.Event("Normal", events.LEFT_ON_SERVER, f"{kind} left on the server: {keep}")])
     if consumers_left:

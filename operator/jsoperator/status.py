@@ -44,6 +44,7 @@ ADOPTION_REFUSED = "AdoptionRefused"
 NOT_FOUND_ON_SERVER = "NotFoundOnServer"
 CREATED = "Created"
 UNSUPPORTED_BY_SERVER = "UnsupportedByServer"
+READ_ONLY = "ReadOnly"
 
 # What to do about the server errors users meet most (err_code -> hint).
 HINTS = {

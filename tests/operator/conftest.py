@@ -43,6 +43,7 @@ BROKERS = ["nats-server", "jsbroker"]
 NAMESPACE_PREFIX = "jsop-"
 DRIFT_NAMESPACE_PREFIX = "jsopdrift-"
 NOFINALIZER_NAMESPACE_PREFIX = "jsopnofin-"
+READ_ONLY_NAMESPACE_PREFIX = "jsopro-"
 PROMPT = 5.0  # seconds within which an event-driven change (spec or annotation) must show
 
 
@@ -388,6 +389,19 @@ def nofinalizer_operator(envtest: Any, crds: list[str], tmp_path_factory: pytest
 def nofinalizer_kube(envtest: Any, nofinalizer_operator: Operator) -> Iterator[Kube]:
     """Served by an operator running with --no-finalizers (and the short drift interval)."""
     yield from _namespace(envtest, nofinalizer_operator)
+
+
+@pytest.fixture(scope="session")
+def read_only_operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    log = tmp_path_factory.mktemp("jsoperator-ro") / "operator.log"
+    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, READ_ONLY_NAMESPACE_PREFIX,
+                                 ("--read-only", "--no-cluster-connections")))
+
+
+@pytest.fixture
+def read_only_kube(envtest: Any, read_only_operator: Operator) -> Iterator[Kube]:
+    """Served by an operator running with --read-only (and the short drift interval)."""
+    yield from _namespace(envtest, read_only_operator)
 
 
 @pytest.fixture
