@@ -36,6 +36,7 @@ from jsoperator.models import (
     ObjectStoreSpec,
     ObjectStoreStatus,
     POLICY_CLASH,
+    RECREATE_UNGUARDED,
     SecretKeyRef,
     StreamSpec,
     StreamStatus,
@@ -145,7 +146,21 @@ def _transition_rule(
         f"spec.{field} {rule.rule}: the JetStream server refuses this change. Revert it, or delete and "
         f"recreate the {kind} (its {lost} are lost)"
     )
+    if kind in _RECREATABLE:
+        cel = f"{RECREATING} || ({cel})"
+        message += ", or set recreateOnImmutableChange and acceptDataLoss to let the operator do that"
     return {"rule": cel, "message": message}
+
+
+# Stream and Consumer specs may ask the operator to recreate the server object on such a change.
+_RECREATABLE = ("Stream", "Consumer")
+RECREATING = ("(has(self.recreateOnImmutableChange) && self.recreateOnImmutableChange && has(self.acceptDataLoss) "
+              "&& self.acceptDataLoss)")
+RECREATE_RULE = {
+    "rule": "!(has(self.recreateOnImmutableChange) && self.recreateOnImmutableChange) || "
+    "(has(self.acceptDataLoss) && self.acceptDataLoss)",
+    "message": RECREATE_UNGUARDED,
+}
 
 
 def _name_rule(field: str, kind: str) -> dict[str, str]:
@@ -256,7 +271,7 @@ def _spec_rules(kind: str) -> list[dict[str, str]]:
         else (plan.CONSUMER_IMMUTABLE, mapping.CONSUMER_DEFAULTS, CONSUMER_RULES, "durable_name")
     )
     transitions = [_transition_rule(key, rule, defaults, kind) for key, rule in table.items() if key != name_key]
-    return static + [POLICY_RULE, CONNECTION_RULE] + transitions
+    return static + [POLICY_RULE, RECREATE_RULE, CONNECTION_RULE] + transitions
 
 
 def _described(description: str, kind: str, field: str) -> str:

@@ -122,7 +122,21 @@ def _policy_fields(what: str) -> Any:
         description=f"Operator: on deletion of this resource, delete (default) or retain the server {what}.",
     )
     prevent = Field(None, description="Deprecated: use deletionPolicy: retain (true means retain).")
-    return adoption, deletion, prevent
+    lost = _LOST[what]
+    recreate = Field(
+        None,
+        description=f"Operator: when the spec changes a field the server cannot change (storage, retention to or from "
+        f"workqueue, ...), delete the server {what} and create it again instead of stopping (Stalled, "
+        f"ImmutableFieldChange). Its {lost} are lost. Needs acceptDataLoss: true.",
+    )
+    accept = Field(None, description=f"Operator: true confirms that recreateOnImmutableChange may delete the {what} "
+                   f"and its {lost}; nothing else reads it.")
+    return adoption, deletion, prevent, recreate, accept
+
+
+_LOST = {"stream": "messages (and its consumers)", "consumer": "delivery state (delivered and acknowledged positions)",
+         "bucket": "contents"}
+RECREATE_UNGUARDED = "recreateOnImmutableChange: true needs acceptDataLoss: true (recreating loses the data)"
 
 
 _STREAM_POLICIES = _policy_fields("stream")
@@ -393,12 +407,15 @@ class StreamSpec(_Spec):
     adoption_policy: AdoptionPolicy | None = _STREAM_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _STREAM_POLICIES[1]
     prevent_delete: bool | None = _STREAM_POLICIES[2]
+    recreate_on_immutable_change: bool | None = _STREAM_POLICIES[3]
+    accept_data_loss: bool | None = _STREAM_POLICIES[4]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
     connection_ref: ConnectionRef | None = _connection_ref_field()
 
     @model_validator(mode="after")
     def _policies_agree(self) -> StreamSpec:
         _check_policies(self.deletion_policy, self.prevent_delete)
+        _check_recreate(self.recreate_on_immutable_change, self.accept_data_loss)
         _check_connection(self.connection, self.connection_ref)
         return self
 
@@ -430,6 +447,16 @@ class StreamSpec(_Spec):
         if self.subject_delete_marker_ttl and self.allow_msg_ttl is False:
             raise ValueError("subjectDeleteMarkerTtl needs per-message TTLs: leave allowMsgTtl unset or true")
         return self
+
+
+def _check_recreate(recreate: bool | None, accepted: bool | None) -> None:
+    if recreate and not accepted:
+        raise ValueError(RECREATE_UNGUARDED)
+
+
+def recreates(spec: Any) -> bool:
+    """Does the spec ask for (and guard) recreating its server object on an immutable change?"""
+    return bool(getattr(spec, "recreate_on_immutable_change", None) and getattr(spec, "accept_data_loss", None))
 
 
 def _check_policies(deletion_policy: DeletionPolicy | None, prevent_delete: bool | None) -> None:
@@ -506,12 +533,15 @@ class ConsumerSpec(_Spec):
     adoption_policy: AdoptionPolicy | None = _CONSUMER_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _CONSUMER_POLICIES[1]
     prevent_delete: bool | None = _CONSUMER_POLICIES[2]
+    recreate_on_immutable_change: bool | None = _CONSUMER_POLICIES[3]
+    accept_data_loss: bool | None = _CONSUMER_POLICIES[4]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
     connection_ref: ConnectionRef | None = _connection_ref_field()
 
     @model_validator(mode="after")
     def _policies_agree(self) -> ConsumerSpec:
         _check_policies(self.deletion_policy, self.prevent_delete)
+        _check_recreate(self.recreate_on_immutable_change, self.accept_data_loss)
         _check_connection(self.connection, self.connection_ref)
         return self
 
@@ -542,7 +572,7 @@ KV_MAX_HISTORY = 64  # the client libraries refuse more
 
 
 def _bucket_policies(what: str) -> tuple[Any, Any]:
-    adoption, deletion, _ = _policy_fields(what)
+    adoption, deletion, *_ = _policy_fields(what)
     return adoption, deletion
 
 

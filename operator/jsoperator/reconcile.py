@@ -162,9 +162,9 @@ async def _reconcile_stream(resource: Resource, runtime: Runtime, trigger: Trigg
     if refused:
         return _failed(resource, status.unsupported_by_server(features.refusal_message(refused, server, noun)))
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "stream", desired["name"])
+    policy = _Policy(runtime.settings.read_only, models.recreates(spec))
     try:
-        done = await _converge_stream(client, desired, adoption, buckets.labels(resource.kind), noun,
-                                      runtime.settings.read_only)
+        done = await _converge_stream(client, desired, adoption, buckets.labels(resource.kind), noun, policy)
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
     except _ReadOnly as exc:
@@ -194,7 +194,8 @@ async def _reconcile_consumer(
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "consumer", durable)
     read_only = runtime.settings.read_only
     try:
-        done = await _converge_consumer(client, spec.stream_name, desired, adoption, read_only)
+        done = await _converge_consumer(client, spec.stream_name, desired, adoption,
+                                        _Policy(read_only, models.recreates(spec)))
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
     except _ReadOnly as exc:
@@ -236,6 +237,7 @@ def _synced_message(kind: str, done: _Converged, scope: Literal["stream", "consu
     config = done.info.get("config", {})
     name = config.get("name") or done.info.get("name")
     action = f" ({done.action})" if done.action != "unchanged" else ""
+    action = f" (recreated: {done.lost})" if done.action == "recreated" else action
     return f"{kind} {name} matches the spec{action}" + features.unknown_note(features.unknown_fields(scope, config))
 
 
@@ -243,6 +245,10 @@ def _change_events(
     resource: Resource, kind: str, done: _Converged, trigger: Trigger, adopted: bool | None
 ) -> list[events.Event]:
     what = f"{kind} {resource.server_name()}"
+    if done.action == "recreated":
+        changes = "; ".join(change.describe() for change in done.plan.immutable)
+        return [events.Event("Warning", events.RECREATED, f"{what} deleted and created again because the server "
+                             f"cannot change it in place ({changes}; recreateOnImmutableChange): {done.lost}")]
     if adopted:
         how = "it matches the spec" if done.action == "unchanged" else f"updated {', '.join(done.plan.drift)}"
         return [events.Event("Normal", events.ADOPTED, f"adopted the existing {what}: {how}")]
@@ -262,9 +268,19 @@ def _change_events(
 
 @dataclasses.dataclass(frozen=True)
 class _Converged:
-    action: Literal["created", "updated", "unchanged"]
+    action: Literal["created", "updated", "unchanged", "recreated"]
     info: dict[str, Any]  # StreamInfo / ConsumerInfo after the last call
     plan: plan.Plan
+    lost: str = ""  # recreated: what the deletion lost
+
+
+@dataclasses.dataclass(frozen=True)
+class _Policy:
+    """How far a reconciliation may go: read_only (--read-only) sends nothing; recreate (the spec's
+    recreateOnImmutableChange with acceptDataLoss) deletes and creates again what the server cannot change."""
+
+    read_only: bool
+    recreate: bool
 
 
 class _Blocked(Exception):
@@ -326,30 +342,54 @@ class _Adoption:
 
 async def _converge_stream(
     client: jsclient.JetStreamClient, desired: mapping.Config, adoption: _Adoption, labels: Mapping[str, str],
-    noun: str, read_only: bool,
+    noun: str, policy: _Policy,
 ) -> _Converged:
     info = await client.stream_info(desired["name"])
     adoption.check(info is not None)
     p = plan.plan_stream(desired, info["config"] if info else None, labels)
-    if p.blocked:
+    if p.blocked and (policy.read_only or not policy.recreate):
         raise _Blocked(p.message(noun))
-    if read_only and p.action != "none":
+    if policy.read_only and p.action != "none":
         raise _ReadOnly(p, noun, desired["name"])
     if p.action == "none":
         assert info is not None
         return _Converged("unchanged", info, p)
+    if p.blocked:
+        assert info is not None
+        await client.delete_stream(desired["name"])
+        return _Converged("recreated", await _create_stream(client, desired, labels), p, _stream_loss(info))
     if p.action == "update":
         return _Converged("updated", await client.update_stream(p.config), p)
-    info = await client.create_stream(p.config)
-    if p.followup:  # sealed: the server only takes it as an update after the create
+    return _Converged("created", await _create_stream(client, desired, labels), p)
+
+
+async def _create_stream(client: jsclient.JetStreamClient, desired: mapping.Config, labels: Mapping[str, str]
+                         ) -> dict[str, Any]:
+    created = plan.plan_stream(desired, None, labels)
+    info = await client.create_stream(created.config)
+    if created.followup:  # sealed: the server only takes it as an update after the create
         second = plan.plan_stream(desired, info["config"], labels)
         if second.action == "update":
             info = await client.update_stream(second.config)
-    return _Converged("created", info, p)
+    return info
+
+
+def _stream_loss(info: Mapping[str, Any]) -> str:
+    state = info.get("state") or {}
+    consumers = state.get("consumer_count", 0)
+    return (f"its {state.get('messages', 0)} messages ({state.get('bytes', 0)} bytes) and {consumers} "
+            f"consumer{'' if consumers == 1 else 's'} were deleted")
+
+
+def _consumer_loss(info: Mapping[str, Any]) -> str:
+    delivered, floor = info.get("delivered") or {}, info.get("ack_floor") or {}
+    return (f"its delivery state was deleted (delivered up to stream sequence {delivered.get('stream_seq', 0)}, "
+            f"acknowledged up to {floor.get('stream_seq', 0)}, {info.get('num_ack_pending', 0)} awaiting "
+            f"acknowledgement): delivery starts again by its deliverPolicy")
 
 
 async def _converge_consumer(
-    client: jsclient.JetStreamClient, stream: str, desired: mapping.Config, adoption: _Adoption, read_only: bool,
+    client: jsclient.JetStreamClient, stream: str, desired: mapping.Config, adoption: _Adoption, policy: _Policy,
 ) -> _Converged:
     info = await client.consumer_info(stream, desired["durable_name"])
     adoption.check(info is not None)
@@ -358,17 +398,24 @@ async def _converge_consumer(
             f"stream {stream} does not exist on the server; the consumer is created as soon as it does"
         )
     p = plan.plan_consumer(desired, info["config"] if info else None)
-    if p.blocked:
+    if p.blocked and (policy.read_only or not policy.recreate):
         raise _Blocked(p.message("consumer"))
-    if read_only and p.action != "none":
+    if policy.read_only and p.action != "none":
         raise _ReadOnly(p, "consumer", desired["durable_name"])
     if p.action == "none":
         assert info is not None
         return _Converged("unchanged", info, p)
+    lost = ""
+    if p.blocked:
+        assert info is not None
+        await client.delete_consumer(stream, desired["durable_name"])
+        lost, info = _consumer_loss(info), None
     info = await client.put_consumer(stream, p.config, "create" if info is None else "update")
     if p.pause is not None:  # the server ignores pause_until on update: pause/resume is its own call
         await client.pause_consumer(stream, desired["durable_name"], p.pause)
         info = await client.consumer_info(stream, desired["durable_name"]) or info
+    if lost:
+        return _Converged("recreated", info, p, lost)
     return _Converged("created" if p.action == "create" else "updated", info, p)
 
 
