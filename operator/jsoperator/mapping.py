@@ -40,7 +40,7 @@ WIRE_NAMES = {
 # Spec fields that steer the operator and never reach the server config.
 OPERATOR_FIELDS = frozenset(
     {"adoption_policy", "deletion_policy", "prevent_delete", "connection", "connection_ref", "stream_name",
-     "recreate_on_immutable_change", "accept_data_loss"}
+     "recreate_on_immutable_change", "accept_data_loss", "terminal_policy"}
 )
 # Enum values spelled camelCase in the CRD (Kubernetes style) and snake_case on the wire.
 ENUM_VALUES = {

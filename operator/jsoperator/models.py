@@ -103,6 +103,7 @@ Metadata = Annotated[
 
 AdoptionPolicy = Literal["never", "adopt", "adoptOrCreate"]
 DeletionPolicy = Literal["delete", "retain"]
+TerminalPolicy = Literal["hold", "retry"]
 
 
 def effective_deletion_policy(deletion_policy: DeletionPolicy | None, prevent_delete: bool | None) -> DeletionPolicy:
@@ -131,7 +132,13 @@ def _policy_fields(what: str) -> Any:
     )
     accept = Field(None, description=f"Operator: true confirms that recreateOnImmutableChange may delete the {what} "
                    f"and its {lost}; nothing else reads it.")
-    return adoption, deletion, prevent, recreate, accept
+    terminal = Field(
+        None,
+        description="Operator: after an error no retry is expected to fix (Stalled, e.g. a change the server "
+        "refuses), hold (default: wait for the spec or the server to change) or retry (with backoff, Reconciling); "
+        "the Terminal condition is True either way.",
+    )
+    return adoption, deletion, prevent, recreate, accept, terminal
 
 
 _LOST = {"stream": "messages (and its consumers)", "consumer": "delivery state (delivered and acknowledged positions)",
@@ -409,6 +416,7 @@ class StreamSpec(_Spec):
     prevent_delete: bool | None = _STREAM_POLICIES[2]
     recreate_on_immutable_change: bool | None = _STREAM_POLICIES[3]
     accept_data_loss: bool | None = _STREAM_POLICIES[4]
+    terminal_policy: TerminalPolicy | None = _STREAM_POLICIES[5]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
     connection_ref: ConnectionRef | None = _connection_ref_field()
 
@@ -535,6 +543,7 @@ class ConsumerSpec(_Spec):
     prevent_delete: bool | None = _CONSUMER_POLICIES[2]
     recreate_on_immutable_change: bool | None = _CONSUMER_POLICIES[3]
     accept_data_loss: bool | None = _CONSUMER_POLICIES[4]
+    terminal_policy: TerminalPolicy | None = _CONSUMER_POLICIES[5]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
     connection_ref: ConnectionRef | None = _connection_ref_field()
 
@@ -571,9 +580,9 @@ Bucket = Annotated[str, Field(min_length=1, max_length=250, pattern=BUCKET_PATTE
 KV_MAX_HISTORY = 64  # the client libraries refuse more
 
 
-def _bucket_policies(what: str) -> tuple[Any, Any]:
-    adoption, deletion, *_ = _policy_fields(what)
-    return adoption, deletion
+def _bucket_policies(what: str) -> tuple[Any, Any, Any]:
+    adoption, deletion, _, _, _, terminal = _policy_fields(what)
+    return adoption, deletion, terminal
 
 
 _BUCKET_POLICIES = _bucket_policies("bucket")
@@ -613,6 +622,7 @@ class KeyValueSpec(_Spec):
     metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
     adoption_policy: AdoptionPolicy | None = _BUCKET_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _BUCKET_POLICIES[1]
+    terminal_policy: TerminalPolicy | None = _BUCKET_POLICIES[2]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
     connection_ref: ConnectionRef | None = _connection_ref_field()
 
@@ -645,6 +655,7 @@ class ObjectStoreSpec(_Spec):
     metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
     adoption_policy: AdoptionPolicy | None = _BUCKET_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _BUCKET_POLICIES[1]
+    terminal_policy: TerminalPolicy | None = _BUCKET_POLICIES[2]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
     connection_ref: ConnectionRef | None = _connection_ref_field()
 
@@ -664,7 +675,8 @@ _CONDITIONS_LIST: dict[str, Any] = {"x-kubernetes-list-type": "map", "x-kubernet
 class Condition(_Status):
     """A kstatus/Kubernetes-style condition."""
 
-    type: str = Field(description="Ready, Reconciling, Stalled, Synced, Adopted, ReconciliationPaused or Unmanaged.")
+    type: str = Field(
+        description="Ready, Reconciling, Stalled, Synced, Adopted, Terminal, ReconciliationPaused or Unmanaged.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase reason.")
     message: str = Field("", description="Human-readable detail.")

@@ -99,6 +99,7 @@ def _patch(resource: Resource, outcome: status.Outcome, **kw: Any) -> dict[str, 
 
 def _failed(resource: Resource, outcome: status.Outcome) -> Result:
     metrics.RECONCILIATIONS_FAILED.labels(resource.kind, outcome.reason).inc()
+    outcome = outcome.with_policy(resource.spec.get("terminalPolicy"))
     # One Warning per distinct problem: retries and drift checks repeating it would flood the Events.
     # An outage's message varies per attempt (timeout, refused), so for it the reason alone counts.
     ready = status.condition(resource.status, status.READY) or {}

@@ -25,6 +25,8 @@ from jsoperator.models import Condition, LastReset, LastUnpin, SourceStatus
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 PAUSED, UNMANAGED = "ReconciliationPaused", "Unmanaged"
+# An error no retry can fix (the Stalled ones), whatever spec.terminalPolicy does about it.
+TERMINAL = "Terminal"
 # What happened to the server object: Synced (does it match the spec now) and Adopted (taken over, or created).
 SYNCED_CONDITION, ADOPTED = "Synced", "Adopted"
 
@@ -83,6 +85,19 @@ class Outcome:
     message: str
     reconciling: bool = False
     stalled: bool = False
+    retried_anyway: bool = False  # terminal, but retried under terminalPolicy: retry
+
+    @property
+    def terminal(self) -> bool:
+        """No retry is expected to fix it (the Terminal condition), held (Stalled) or retried anyway."""
+        return self.stalled or self.retried_anyway
+
+    def with_policy(self, terminal_policy: str | None) -> Outcome:
+        """spec.terminalPolicy applied: hold (default) stays Stalled; retry keeps retrying with backoff."""
+        if terminal_policy != "retry" or not self.stalled:
+            return self
+        message = f"{self.message} (terminalPolicy: retry: retried with backoff although no retry is expected to fix it)"
+        return Outcome(False, self.reason, message, reconciling=True, retried_anyway=True)
 
 
 def synced(message: str) -> Outcome:
@@ -202,6 +217,8 @@ def _conditions(
             (STALLED, outcome.stalled, outcome.reason, outcome.message if outcome.stalled else ""),
             (SYNCED_CONDITION, synced, outcome.reason, outcome.message),
         ]
+        if outcome.terminal or TERMINAL in old:  # written once an error was terminal, then kept current
+            wanted.append((TERMINAL, outcome.terminal, outcome.reason, outcome.message if outcome.terminal else ""))
     if adopted is not None:
         how = (ADOPTED, "took over the server object that already existed") if adopted else (
             CREATED, "the operator created the server object")
