@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
 from jsoperator import buckets, features, mapping, plan, units
+from jsoperator.status import UNSUPPORTED_BY_SERVER
 from jsoperator.models import (
     BUCKET_PATTERN,
     CONNECTION_CLASH,
@@ -231,13 +232,13 @@ KEY_VALUE_RULES = [
         "!has(self.allowMsgTtl) || self.allowMsgTtl",
         "message": "limitMarkerTtl needs per-key TTLs: leave allowMsgTtl unset or true",
     },
-    {
-        "rule": f"!{_KV_TTLS.format(v='oldSelf')} || {_KV_TTLS.format(v='self')}",
-        "message": "spec.allowMsgTtl cannot be turned off (nor limitMarkerTtl removed, which turned it on): the "
-        "JetStream server refuses this change. Revert it, or delete and recreate the KeyValue (its keys and "
-        "values are lost)",
-    },
 ]
+KEY_VALUE_TTLS_RULE = {
+    "rule": f"!{_KV_TTLS.format(v='oldSelf')} || {_KV_TTLS.format(v='self')}",
+    "message": "spec.allowMsgTtl cannot be turned off (nor limitMarkerTtl removed, which turned it on): the "
+    "JetStream server refuses this change. Revert it, or delete and recreate the KeyValue (its keys and "
+    "values are lost)",
+}
 
 
 def bucket_immutables(kind: str) -> dict[str, tuple[str, plan.Immutable]]:
@@ -254,7 +255,7 @@ def _bucket_rules(kind: str) -> list[dict[str, str]]:
     transitions = [
         _transition_rule(wire, rule, mapping.STREAM_DEFAULTS, kind, field)
         for field, (wire, rule) in bucket_immutables(kind).items()
-        if field not in ("bucket", "allowMsgTtl")  # the name: a root rule; allowMsgTtl: in KEY_VALUE_RULES
+        if field not in ("bucket", "allowMsgTtl")  # the name: a root rule; allowMsgTtl: KEY_VALUE_TTLS_RULE
     ]
     return static + transitions
 
@@ -270,8 +271,34 @@ def _spec_rules(kind: str) -> list[dict[str, str]]:
         if kind == "Stream"
         else (plan.CONSUMER_IMMUTABLE, mapping.CONSUMER_DEFAULTS, CONSUMER_RULES, "durable_name")
     )
-    transitions = [_transition_rule(key, rule, defaults, kind) for key, rule in table.items() if key != name_key]
+    transitions = [_transition_rule(key, rule, defaults, kind) for key, rule in table.items()
+                   if key not in (name_key, *_UNHONOURED_KEYS)]
     return static + [POLICY_RULE, RECREATE_RULE, CONNECTION_RULE] + transitions
+
+
+# Immutable fields an older server may not have: while the resource is UnsupportedByServer the server never got
+# them, so taking them out again must be possible. A spec-level rule cannot see the status: these are root-level.
+_UNHONOURED_KEYS = tuple(sorted({f.key for f in features.FEATURES if f.scope == "stream" and not f.values}
+                                & set(plan.STREAM_IMMUTABLE)))
+_UNHONOURED = ("(has(oldSelf.status) && has(oldSelf.status.conditions) && oldSelf.status.conditions.exists(c, "
+               f"c.type == 'Stalled' && c.status == 'True' && c.reason == '{UNSUPPORTED_BY_SERVER}'))")
+
+
+def _unhonoured_rule(rule: dict[str, str]) -> dict[str, str]:
+    """A spec-level transition rule as a root-level one that lets the edit through while the resource is
+    UnsupportedByServer."""
+    cel = rule["rule"].replace("oldSelf.", "oldSelf.spec.").replace("self.", "self.spec.")
+    return {"rule": f"{_UNHONOURED} || ({cel})",
+            "message": rule["message"] + " (it can be taken out while the resource is UnsupportedByServer)"}
+
+
+def _root_feature_rules(kind: str) -> list[dict[str, str]]:
+    if kind == "KeyValue":
+        return [_unhonoured_rule(KEY_VALUE_TTLS_RULE)]
+    if kind != "Stream":
+        return []
+    return [_unhonoured_rule(_transition_rule(key, plan.STREAM_IMMUTABLE[key], mapping.STREAM_DEFAULTS, kind))
+            for key in _UNHONOURED_KEYS]
 
 
 def _described(description: str, kind: str, field: str) -> str:
@@ -374,6 +401,7 @@ def crd(kind: str) -> Schema:
     columns = [*_columns(kind), _column("Age", ".metadata.creationTimestamp", "date")]
     root_rules = [_name_rule(name_field, kind)] if name_field else []
     root_rules += [_bucket_name_rule(kind)] if kind in buckets.BUCKET_KINDS else []
+    root_rules += _root_feature_rules(kind)
     schema: Schema = {
         "type": "object",
         "description": f"A connection to JetStream used by jsoperator resources ({kind})." if connection else

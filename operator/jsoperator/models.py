@@ -670,15 +670,16 @@ class ObjectStoreSpec(_Spec):
 
 # Conditions are keyed by type (server-side apply merges them per type, as for built-in resources).
 _CONDITIONS_LIST: dict[str, Any] = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
+_MAX_CONDITIONS = 16  # bounded, with bounded type and reason, so root-level CEL rules may read them (cost budget)
 
 
 class Condition(_Status):
     """A kstatus/Kubernetes-style condition."""
 
-    type: str = Field(
+    type: str = Field(max_length=64,
         description="Ready, Reconciling, Stalled, Synced, Adopted, Terminal, ReconciliationPaused or Unmanaged.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    reason: str = Field(description="CamelCase reason.")
+    reason: str = Field(max_length=128, description="CamelCase reason.")
     message: str = Field("", description="Human-readable detail.")
     last_transition_time: KubeTime = Field(description="When status last changed.")
     observed_generation: int | None = Field(None, description="metadata.generation this condition is about.")
@@ -724,7 +725,7 @@ class _ReconciledStatus(_Status):
 
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
     conditions: list[Condition] | None = Field(
-        None, description="Ready, Reconciling, Stalled, ...", json_schema_extra=_CONDITIONS_LIST
+        None, max_length=_MAX_CONDITIONS, description="Ready, Reconciling, Stalled, ...", json_schema_extra=_CONDITIONS_LIST
     )
 
 
