@@ -33,7 +33,7 @@ def test_recreate_on_immutable_change(kube, broker):
                     and condition(o, "Ready")["status"] == "True")
     assert "its 3 messages" in condition(obj, "Ready")["message"]
     info = server_stream(broker.url, "RECREATED")
-    assert info.config.storage.value == "memory" and info.state.messages == 0
+    assert info.config.storage == "memory" and info.state.messages == 0
     event = kube.wait_events("recreated", "Recreated")[0]
     assert event.type == "Warning" and "storage cannot change" in event.message and "3 messages" in event.message
     # The stream's deletion took its consumer along; the Consumer resource puts it back.
