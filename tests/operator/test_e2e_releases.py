@@ -188,6 +188,12 @@ def test_every_feature_on_every_release(kube, releases):
         assert (unpinned.get("result") == "Succeeded") == (release_of(target) >= (2, 11, 0)), (target, unpinned)
         assert (reset.get("result") == "Succeeded") == (release_of(target) >= (2, 14, 0)), (target, reset)
 
+    # Each connection says which release it reached.
+    for target, level in zip(TARGETS, (0, 1, 3, 4, 5, 5)):
+        reached = f"(nats-server {'2.15.1' if target == 'jsbroker' else target} (JetStream API level {level}))"
+        kube.wait("JetStreamConnection", f"rel-{tag(target)}",
+                  lambda o, said=reached: said in (condition(o, "Ready") or {}).get("message", ""), what=reached)
+
     # A refusal is told once as a Warning Event.
     events = kube.wait_events(f"s212counter-{tag('2.11.11')}", "ReconcileFailed")
     assert "spec.allowMsgCounter needs nats-server 2.12" in events[0].message
