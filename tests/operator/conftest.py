@@ -27,6 +27,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from tests import nats_releases, servers
+from tests.kube import assets
 from tests.polling import poll  # noqa: F401  (the operator tests import it from here)
 from tests.kube.fixtures import envtest, kube_namespace  # noqa: F401  (fixtures, also used by test_crds)
 
@@ -89,6 +90,16 @@ def broker(request: pytest.FixtureRequest) -> Iterator[Any]:
         handle.close()
 
 
+def release_binary(version: str) -> str:
+    """nats-server `version`'s executable (tests/nats_releases.py); skips without network (fails in CI)."""
+    try:
+        return str(nats_releases.binary(version))
+    except nats_releases.ReleaseUnavailable as exc:
+        if assets.required():
+            pytest.fail(f"{exc} ({assets.REQUIRE_ENV} is set)")
+        pytest.skip(str(exc))
+
+
 @pytest.fixture(scope="session")
 def releases() -> Iterator[dict[str, Any]]:
     """One running nats-server per release the operator is tested against (tests/nats_releases.py), by
@@ -96,11 +107,7 @@ def releases() -> Iterator[dict[str, Any]]:
     handles: dict[str, Any] = {}
     try:
         for version in nats_releases.RELEASES:
-            try:
-                binary = nats_releases.binary(version)
-            except nats_releases.ReleaseUnavailable as exc:
-                pytest.skip(str(exc))
-            handles[version] = servers.launch(servers.NATS_SERVER, binary=str(binary))
+            handles[version] = servers.launch(servers.NATS_SERVER, binary=release_binary(version))
         handles["jsbroker"] = servers.launch(servers.JSBROKER)
         yield handles
     finally:

@@ -220,9 +220,10 @@ async def test_server_release_per_connection(releases, pool, version, level):
 async def test_server_release_is_asked_again_after_a_reconnect(pool):
     """A reconnect may reach another server: after nats-server 2.10 on a port gives way to 2.15 on the same
     port, the same pooled connection reports 2.15."""
-    from tests import nats_releases, servers
+    from tests import servers
+    from tests.operator.conftest import release_binary
 
-    old = servers.launch("nats-server", binary=str(nats_releases.binary("2.10.26")))
+    old = servers.launch("nats-server", binary=release_binary("2.10.26"))
     settings = settings_for(old.url)
     try:
         assert await (await pool.client(settings)).server() == features.Server("2.10.26", 0)
