@@ -65,6 +65,7 @@ class ServerHandle:
     extra_args: Sequence[str] = ()
     jetstream: bool = True
     address: str = "127.0.0.1"  # another local address makes it reachable from pods (tests/cluster)
+    binary: str | None = None  # nats-server: another release's executable (tests/nats_releases.py)
     log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="server-", suffix=".log")[1]))
     proc: subprocess.Popen[bytes] | None = None
     _owns_store: bool = False
@@ -92,7 +93,7 @@ class ServerHandle:
             args += ["-m", str(self.http_port)]
         args += list(self.extra_args)
         if self.kind == NATS_SERVER:
-            return [nats_server_binary(), *args]
+            return [self.binary or nats_server_binary(), *args]
         return [sys.executable, "-m", "jsbroker", *args]
 
     def spawn(self) -> subprocess.Popen[bytes]:
@@ -184,6 +185,7 @@ def launch(
     port: int | None = None,
     address: str = "127.0.0.1",
     attempts: int = 3,
+    binary: str | None = None,
 ) -> ServerHandle:
     """Start `kind` ("jsbroker" or "nats-server") on a free 127.0.0.1 port and wait until it serves."""
     if kind not in KINDS:
@@ -200,6 +202,7 @@ def launch(
             extra_args=tuple(extra_args),
             jetstream=jetstream,
             address=address,
+            binary=binary,
             _owns_store=owns,
         )
         try:

@@ -34,6 +34,7 @@ OPERATOR_PURE = (
     "jsoperator.importer",
     "jsoperator.buckets",
     "jsoperator.connections",
+    "jsoperator.features",
 )
 
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.

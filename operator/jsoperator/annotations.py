@@ -52,6 +52,10 @@ class ResetRequest:
     time: datetime | None = None  # for kind "time"
     token: str | None = None
 
+    @property
+    def annotation(self) -> str:
+        return _annotation_of(self.request)
+
 
 @dataclass(frozen=True)
 class UnpinRequest:
@@ -60,6 +64,15 @@ class UnpinRequest:
     request: str  # the identity recorded in status.lastUnpin.request, e.g. "unpin=jobs@b"
     group: str
     token: str | None = None
+
+    @property
+    def annotation(self) -> str:
+        return _annotation_of(self.request)
+
+
+def _annotation_of(request: str) -> str:
+    """The annotation a recorded request (``reset-to-sequence=42@b``) came from."""
+    return PREFIX + request.partition("=")[0]
 
 
 def is_paused(annotations: Mapping[str, str] | None) -> bool:

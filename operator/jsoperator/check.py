@@ -23,6 +23,9 @@ async def check(settings: Settings, out: Any) -> int:
         client = await pool.client(connection)
         for line in await client.round_trip(STREAM_PREFIX + secrets.token_hex(4).upper()):
             print(f"ok: {line}", file=out)
+        server = await client.server()
+        print(f"ok: the server is {server.describe()} (operator/README.md, Server releases: what each field needs)",
+              file=out)
     except (credentials.CredentialsError, jsclient.BrokerUnavailable, jsclient.ApiError,
             jsclient.RoundTripFailed) as exc:
         print(f"jsoperator check: {where}: {exc}", file=out)

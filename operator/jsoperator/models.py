@@ -103,6 +103,7 @@ Metadata = Annotated[
 
 AdoptionPolicy = Literal["never", "adopt", "adoptOrCreate"]
 DeletionPolicy = Literal["delete", "retain"]
+TerminalPolicy = Literal["hold", "retry"]
 
 
 def effective_deletion_policy(deletion_policy: DeletionPolicy | None, prevent_delete: bool | None) -> DeletionPolicy:
@@ -122,7 +123,27 @@ def _policy_fields(what: str) -> Any:
         description=f"Operator: on deletion of this resource, delete (default) or retain the server {what}.",
     )
     prevent = Field(None, description="Deprecated: use deletionPolicy: retain (true means retain).")
-    return adoption, deletion, prevent
+    lost = _LOST[what]
+    recreate = Field(
+        None,
+        description=f"Operator: when the spec changes a field the server cannot change (storage, retention to or from "
+        f"workqueue, ...), delete the server {what} and create it again instead of stopping (Stalled, "
+        f"ImmutableFieldChange). Its {lost} are lost. Needs acceptDataLoss: true.",
+    )
+    accept = Field(None, description=f"Operator: true confirms that recreateOnImmutableChange may delete the {what} "
+                   f"and its {lost}; nothing else reads it.")
+    terminal = Field(
+        None,
+        description="Operator: after an error no retry is expected to fix (Stalled, e.g. a change the server "
+        "refuses), hold (default: wait for the spec or the server to change) or retry (with backoff, Reconciling); "
+        "the Terminal condition is True either way.",
+    )
+    return adoption, deletion, prevent, recreate, accept, terminal
+
+
+_LOST = {"stream": "messages (and its consumers)", "consumer": "delivery state (delivered and acknowledged positions)",
+         "bucket": "contents"}
+RECREATE_UNGUARDED = "recreateOnImmutableChange: true needs acceptDataLoss: true (recreating loses the data)"
 
 
 _STREAM_POLICIES = _policy_fields("stream")
@@ -393,12 +414,16 @@ class StreamSpec(_Spec):
     adoption_policy: AdoptionPolicy | None = _STREAM_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _STREAM_POLICIES[1]
     prevent_delete: bool | None = _STREAM_POLICIES[2]
+    recreate_on_immutable_change: bool | None = _STREAM_POLICIES[3]
+    accept_data_loss: bool | None = _STREAM_POLICIES[4]
+    terminal_policy: TerminalPolicy | None = _STREAM_POLICIES[5]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
     connection_ref: ConnectionRef | None = _connection_ref_field()
 
     @model_validator(mode="after")
     def _policies_agree(self) -> StreamSpec:
         _check_policies(self.deletion_policy, self.prevent_delete)
+        _check_recreate(self.recreate_on_immutable_change, self.accept_data_loss)
         _check_connection(self.connection, self.connection_ref)
         return self
 
@@ -430,6 +455,16 @@ class StreamSpec(_Spec):
         if self.subject_delete_marker_ttl and self.allow_msg_ttl is False:
             raise ValueError("subjectDeleteMarkerTtl needs per-message TTLs: leave allowMsgTtl unset or true")
         return self
+
+
+def _check_recreate(recreate: bool | None, accepted: bool | None) -> None:
+    if recreate and not accepted:
+        raise ValueError(RECREATE_UNGUARDED)
+
+
+def recreates(spec: Any) -> bool:
+    """Does the spec ask for (and guard) recreating its server object on an immutable change?"""
+    return bool(getattr(spec, "recreate_on_immutable_change", None) and getattr(spec, "accept_data_loss", None))
 
 
 def _check_policies(deletion_policy: DeletionPolicy | None, prevent_delete: bool | None) -> None:
@@ -506,12 +541,16 @@ class ConsumerSpec(_Spec):
     adoption_policy: AdoptionPolicy | None = _CONSUMER_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _CONSUMER_POLICIES[1]
     prevent_delete: bool | None = _CONSUMER_POLICIES[2]
+    recreate_on_immutable_change: bool | None = _CONSUMER_POLICIES[3]
+    accept_data_loss: bool | None = _CONSUMER_POLICIES[4]
+    terminal_policy: TerminalPolicy | None = _CONSUMER_POLICIES[5]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
     connection_ref: ConnectionRef | None = _connection_ref_field()
 
     @model_validator(mode="after")
     def _policies_agree(self) -> ConsumerSpec:
         _check_policies(self.deletion_policy, self.prevent_delete)
+        _check_recreate(self.recreate_on_immutable_change, self.accept_data_loss)
         _check_connection(self.connection, self.connection_ref)
         return self
 
@@ -541,9 +580,9 @@ Bucket = Annotated[str, Field(min_length=1, max_length=250, pattern=BUCKET_PATTE
 KV_MAX_HISTORY = 64  # the client libraries refuse more
 
 
-def _bucket_policies(what: str) -> tuple[Any, Any]:
-    adoption, deletion, _ = _policy_fields(what)
-    return adoption, deletion
+def _bucket_policies(what: str) -> tuple[Any, Any, Any]:
+    adoption, deletion, _, _, _, terminal = _policy_fields(what)
+    return adoption, deletion, terminal
 
 
 _BUCKET_POLICIES = _bucket_policies("bucket")
@@ -574,15 +613,16 @@ class KeyValueSpec(_Spec):
     )
     compression: bool | None = Field(None, description="Compress stored values (s2). Default: false.")
     allow_msg_ttl: bool | None = Field(
-        None, description="Allow a TTL per key on puts (server 2.11+). Turned on by limitMarkerTtl. Cannot be turned off."
+        None, description="Allow a TTL per key on puts. Turned on by limitMarkerTtl. Cannot be turned off."
     )
     limit_marker_ttl: Duration | None = Field(
         None,
-        description="Leave a delete marker kept this long when a key expires (server 2.11+; turns on allowMsgTtl).",
+        description="Leave a delete marker kept this long when a key expires (turns on allowMsgTtl).",
     )
     metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
     adoption_policy: AdoptionPolicy | None = _BUCKET_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _BUCKET_POLICIES[1]
+    terminal_policy: TerminalPolicy | None = _BUCKET_POLICIES[2]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
     connection_ref: ConnectionRef | None = _connection_ref_field()
 
@@ -615,6 +655,7 @@ class ObjectStoreSpec(_Spec):
     metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
     adoption_policy: AdoptionPolicy | None = _BUCKET_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _BUCKET_POLICIES[1]
+    terminal_policy: TerminalPolicy | None = _BUCKET_POLICIES[2]
     connection: ConnectionSpec | None = Field(None, description="Operator: how to reach JetStream.")
     connection_ref: ConnectionRef | None = _connection_ref_field()
 
@@ -629,14 +670,16 @@ class ObjectStoreSpec(_Spec):
 
 # Conditions are keyed by type (server-side apply merges them per type, as for built-in resources).
 _CONDITIONS_LIST: dict[str, Any] = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
+_MAX_CONDITIONS = 16  # bounded, with bounded type and reason, so root-level CEL rules may read them (cost budget)
 
 
 class Condition(_Status):
     """A kstatus/Kubernetes-style condition."""
 
-    type: str = Field(description="Ready, Reconciling, Stalled, Synced, Adopted, ReconciliationPaused or Unmanaged.")
+    type: str = Field(max_length=64,
+        description="Ready, Reconciling, Stalled, Synced, Adopted, Terminal, ReconciliationPaused or Unmanaged.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    reason: str = Field(description="CamelCase reason.")
+    reason: str = Field(max_length=128, description="CamelCase reason.")
     message: str = Field("", description="Human-readable detail.")
     last_transition_time: KubeTime = Field(description="When status last changed.")
     observed_generation: int | None = Field(None, description="metadata.generation this condition is about.")
@@ -682,7 +725,7 @@ class _ReconciledStatus(_Status):
 
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
     conditions: list[Condition] | None = Field(
-        None, description="Ready, Reconciling, Stalled, ...", json_schema_extra=_CONDITIONS_LIST
+        None, max_length=_MAX_CONDITIONS, description="Ready, Reconciling, Stalled, ...", json_schema_extra=_CONDITIONS_LIST
     )
 
 

@@ -78,13 +78,19 @@ class Plan:
         if self.action == "create":
             return f"{kind} does not exist on the server: creating it"
         if self.action == "update":
-            fields = ", ".join(
-                f"{self.labels.get(key) or mapping.spec_name(key)} (server: {mapping.show(key, have)}, "
-                f"spec: {mapping.show(key, want)})"
-                for key, (want, have) in self.differences.items()
-            )
-            return f"{kind} differs from the spec in {fields}: updating it"
+            return f"{self.difference(kind)}: updating it"
         return f"{kind} matches the spec"
+
+    def difference(self, kind: str) -> str:
+        """What differs, field by field: "stream differs from the spec in maxMsgs (server: 10, spec: 20)"."""
+        if self.action == "create":
+            return f"{kind} does not exist on the server"
+        fields = ", ".join(
+            f"{self.labels.get(key) or mapping.spec_name(key)} (server: {mapping.show(key, have)}, "
+            f"spec: {mapping.show(key, want)})"
+            for key, (want, have) in self.differences.items()
+        )
+        return f"{kind} differs from the spec in {fields}"
 
 
 RuleKind = Literal["fixed", "no_turning_off", "workqueue", "mirror", "push_pull"]

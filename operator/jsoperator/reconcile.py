@@ -14,7 +14,9 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from . import annotations as annotation
-from . import buckets, connections, credentials, events, jsclient, mapping, metrics, models, plan, reset, status, unpin
+from . import (
+    buckets, connections, credentials, events, features, jsclient, mapping, metrics, models, plan, reset, status, unpin,
+)
 from .settings import Settings
 
 Kind = Literal["Stream", "Consumer", "KeyValue", "ObjectStore"]
@@ -97,6 +99,7 @@ def _patch(resource: Resource, outcome: status.Outcome, **kw: Any) -> dict[str, 
 
 def _failed(resource: Resource, outcome: status.Outcome) -> Result:
     metrics.RECONCILIATIONS_FAILED.labels(resource.kind, outcome.reason).inc()
+    outcome = outcome.with_policy(resource.spec.get("terminalPolicy"))
     # One Warning per distinct problem: retries and drift checks repeating it would flood the Events.
     # An outage's message varies per attempt (timeout, refused), so for it the reason alone counts.
     ready = status.condition(resource.status, status.READY) or {}
@@ -155,15 +158,22 @@ async def _reconcile_stream(resource: Resource, runtime: Runtime, trigger: Trigg
     spec, desired = buckets.desired(resource.kind, resource.spec, resource.name)
     client = await runtime.client(resource, spec.connection, spec.connection_ref)
     noun = NOUNS[resource.kind]
+    server = await client.server()
+    desired, refused = features.check("stream", desired, server, buckets.labels(resource.kind))
+    if refused:
+        return _failed(resource, status.unsupported_by_server(features.refusal_message(refused, server, noun)))
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "stream", desired["name"])
+    policy = _Policy(runtime.settings.read_only, models.recreates(spec))
     try:
-        done = await _converge_stream(client, desired, adoption, buckets.labels(resource.kind), noun)
+        done = await _converge_stream(client, desired, adoption, buckets.labels(resource.kind), noun, policy)
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
+    except _ReadOnly as exc:
+        return _failed(resource, status.stalled(status.READ_ONLY, str(exc)))
     except _Unadoptable as exc:
         return _failed(resource, exc.outcome)
     evs = _change_events(resource, noun, done, trigger, adoption.adopted(done)) + _deprecations(spec, trigger)
-    return Result(_patch(resource, status.synced(_synced_message(noun, done)),
+    return Result(_patch(resource, status.synced(_synced_message(noun, done, "stream")),
                          observed=status.observed_stream(resource.kind, done.info), adopted=adoption.adopted(done)),
                   evs, reached=client.settings)
 
@@ -176,32 +186,41 @@ async def _reconcile_consumer(
     unpinning = annotation.pending_unpin(resource.annotations, resource.status.get("lastUnpin"))
     desired = mapping.consumer_config(spec, resource.name)
     client = await runtime.client(resource, spec.connection, spec.connection_ref)
+    server = await client.server()
+    requests = [request.annotation for request in (pending, unpinning) if request is not None]
+    desired, refused = features.check("consumer", desired, server, annotations_used=requests)
+    if refused:
+        return _failed(resource, status.unsupported_by_server(features.refusal_message(refused, server, "consumer")))
     durable = desired["durable_name"]
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "consumer", durable)
+    read_only = runtime.settings.read_only
     try:
-        done = await _converge_consumer(client, spec.stream_name, desired, adoption)
+        done = await _converge_consumer(client, spec.stream_name, desired, adoption,
+                                        _Policy(read_only, models.recreates(spec)))
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
+    except _ReadOnly as exc:
+        return _failed(resource, status.stalled(status.READ_ONLY, str(exc)))
     except _Unadoptable as exc:
         return _failed(resource, exc.outcome)
     except _StreamMissing as exc:
         return _failed(resource, status.retrying(status.WAITING_FOR_STREAM, str(exc)))
     evs = _change_events(resource, "consumer", done, trigger, adoption.adopted(done))
     info, extra = done.info, {}
-    if pending is not None and pending.request not in executed:
+    if pending is not None and pending.request not in executed and not read_only:
         ran = await reset.execute(client, spec.stream_name, desired["durable_name"], pending, _now())
         executed.add(pending.request)
         evs.append(ran.event)
         extra["lastReset"] = ran.last_reset
         info = ran.info or await client.consumer_info(spec.stream_name, desired["durable_name"]) or info
-    if unpinning is not None and unpinning.request not in executed:
+    if unpinning is not None and unpinning.request not in executed and not read_only:
         unpinned = await unpin.execute(client, spec.stream_name, durable, spec, unpinning, _now())
         executed.add(unpinning.request)
         evs.append(unpinned.event)
         extra["lastUnpin"] = unpinned.last_unpin
     observed = {**status.consumer_state(info), **extra}
     evs += _deprecations(spec, trigger)
-    return Result(_patch(resource, status.synced(_synced_message("consumer", done)), observed=observed,
+    return Result(_patch(resource, status.synced(_synced_message("consumer", done, "consumer")), observed=observed,
                          adopted=adoption.adopted(done)), evs, reached=client.settings)
 
 
@@ -215,15 +234,22 @@ def _deprecations(spec: buckets.AnySpec | models.ConsumerSpec, trigger: Trigger)
     return [events.Event("Warning", events.DEPRECATED, message)]
 
 
-def _synced_message(kind: str, done: _Converged) -> str:
-    name = done.info.get("config", {}).get("name") or done.info.get("name")
-    return f"{kind} {name} matches the spec" + (f" ({done.action})" if done.action != "unchanged" else "")
+def _synced_message(kind: str, done: _Converged, scope: Literal["stream", "consumer"]) -> str:
+    config = done.info.get("config", {})
+    name = config.get("name") or done.info.get("name")
+    action = f" ({done.action})" if done.action != "unchanged" else ""
+    action = f" (recreated: {done.lost})" if done.action == "recreated" else action
+    return f"{kind} {name} matches the spec{action}" + features.unknown_note(features.unknown_fields(scope, config))
 
 
 def _change_events(
     resource: Resource, kind: str, done: _Converged, trigger: Trigger, adopted: bool | None
 ) -> list[events.Event]:
     what = f"{kind} {resource.server_name()}"
+    if done.action == "recreated":
+        changes = "; ".join(change.describe() for change in done.plan.immutable)
+        return [events.Event("Warning", events.RECREATED, f"{what} deleted and created again because the server "
+                             f"cannot change it in place ({changes}; recreateOnImmutableChange): {done.lost}")]
     if adopted:
         how = "it matches the spec" if done.action == "unchanged" else f"updated {', '.join(done.plan.drift)}"
         return [events.Event("Normal", events.ADOPTED, f"adopted the existing {what}: {how}")]
@@ -243,9 +269,19 @@ def _change_events(
 
 @dataclasses.dataclass(frozen=True)
 class _Converged:
-    action: Literal["created", "updated", "unchanged"]
+    action: Literal["created", "updated", "unchanged", "recreated"]
     info: dict[str, Any]  # StreamInfo / ConsumerInfo after the last call
     plan: plan.Plan
+    lost: str = ""  # recreated: what the deletion lost
+
+
+@dataclasses.dataclass(frozen=True)
+class _Policy:
+    """How far a reconciliation may go: read_only (--read-only) sends nothing; recreate (the spec's
+    recreateOnImmutableChange with acceptDataLoss) deletes and creates again what the server cannot change."""
+
+    read_only: bool
+    recreate: bool
 
 
 class _Blocked(Exception):
@@ -254,6 +290,14 @@ class _Blocked(Exception):
 
 class _StreamMissing(Exception):
     pass
+
+
+class _ReadOnly(Exception):
+    """The server differs from the spec and the operator runs --read-only: reported, nothing sent."""
+
+    def __init__(self, p: plan.Plan, noun: str, name: str) -> None:
+        super().__init__(f"{p.difference(f'{noun} {name}')}; the operator runs read-only (--read-only), so nothing "
+                         "was created or changed on the server")
 
 
 class _Unadoptable(Exception):
@@ -299,28 +343,54 @@ class _Adoption:
 
 async def _converge_stream(
     client: jsclient.JetStreamClient, desired: mapping.Config, adoption: _Adoption, labels: Mapping[str, str],
-    noun: str,
+    noun: str, policy: _Policy,
 ) -> _Converged:
     info = await client.stream_info(desired["name"])
     adoption.check(info is not None)
     p = plan.plan_stream(desired, info["config"] if info else None, labels)
-    if p.blocked:
+    if p.blocked and (policy.read_only or not policy.recreate):
         raise _Blocked(p.message(noun))
+    if policy.read_only and p.action != "none":
+        raise _ReadOnly(p, noun, desired["name"])
     if p.action == "none":
         assert info is not None
         return _Converged("unchanged", info, p)
+    if p.blocked:
+        assert info is not None
+        await client.delete_stream(desired["name"])
+        return _Converged("recreated", await _create_stream(client, desired, labels), p, _stream_loss(info))
     if p.action == "update":
         return _Converged("updated", await client.update_stream(p.config), p)
-    info = await client.create_stream(p.config)
-    if p.followup:  # sealed: the server only takes it as an update after the create
+    return _Converged("created", await _create_stream(client, desired, labels), p)
+
+
+async def _create_stream(client: jsclient.JetStreamClient, desired: mapping.Config, labels: Mapping[str, str]
+                         ) -> dict[str, Any]:
+    created = plan.plan_stream(desired, None, labels)
+    info = await client.create_stream(created.config)
+    if created.followup:  # sealed: the server only takes it as an update after the create
         second = plan.plan_stream(desired, info["config"], labels)
         if second.action == "update":
             info = await client.update_stream(second.config)
-    return _Converged("created", info, p)
+    return info
+
+
+def _stream_loss(info: Mapping[str, Any]) -> str:
+    state = info.get("state") or {}
+    consumers = state.get("consumer_count", 0)
+    return (f"its {state.get('messages', 0)} messages ({state.get('bytes', 0)} bytes) and {consumers} "
+            f"consumer{'' if consumers == 1 else 's'} were deleted")
+
+
+def _consumer_loss(info: Mapping[str, Any]) -> str:
+    delivered, floor = info.get("delivered") or {}, info.get("ack_floor") or {}
+    return (f"its delivery state was deleted (delivered up to stream sequence {delivered.get('stream_seq', 0)}, "
+            f"acknowledged up to {floor.get('stream_seq', 0)}, {info.get('num_ack_pending', 0)} awaiting "
+            f"acknowledgement): delivery starts again by its deliverPolicy")
 
 
 async def _converge_consumer(
-    client: jsclient.JetStreamClient, stream: str, desired: mapping.Config, adoption: _Adoption
+    client: jsclient.JetStreamClient, stream: str, desired: mapping.Config, adoption: _Adoption, policy: _Policy,
 ) -> _Converged:
     info = await client.consumer_info(stream, desired["durable_name"])
     adoption.check(info is not None)
@@ -329,15 +399,24 @@ async def _converge_consumer(
             f"stream {stream} does not exist on the server; the consumer is created as soon as it does"
         )
     p = plan.plan_consumer(desired, info["config"] if info else None)
-    if p.blocked:
+    if p.blocked and (policy.read_only or not policy.recreate):
         raise _Blocked(p.message("consumer"))
+    if policy.read_only and p.action != "none":
+        raise _ReadOnly(p, "consumer", desired["durable_name"])
     if p.action == "none":
         assert info is not None
         return _Converged("unchanged", info, p)
+    lost = ""
+    if p.blocked:
+        assert info is not None
+        await client.delete_consumer(stream, desired["durable_name"])
+        lost, info = _consumer_loss(info), None
     info = await client.put_consumer(stream, p.config, "create" if info is None else "update")
     if p.pause is not None:  # the server ignores pause_until on update: pause/resume is its own call
         await client.pause_consumer(stream, desired["durable_name"], p.pause)
         info = await client.consumer_info(stream, desired["durable_name"]) or info
+    if lost:
+        return _Converged("recreated", info, p, lost)
     return _Converged("created" if p.action == "create" else "updated", info, p)
 
 
@@ -355,6 +434,7 @@ async def delete(
     """
     kind = NOUNS[resource.kind]
     keep = f"it belongs to another resource: {conflict}" if conflict else _kept_because(resource)
+    keep = keep or ("the operator runs read-only (--read-only)" if runtime.settings.read_only else "")
     if keep:
         return Result({}, [events.Event("Normal", events.LEFT_ON_SERVER, f"{kind} left on the server: {keep}")])
     if consumers_left:

@@ -47,6 +47,9 @@ class Settings:
     """`NAMESPACE/NAME` of a Lease: replicas elect one leader that reconciles; None: run alone."""
     finalizers: bool = True
     """Hold each resource with a finalizer until its server object is deleted or kept (False: best effort)."""
+    read_only: bool = False
+    """Observe only: report drift and missing server objects in status, never create, update or delete one,
+    never run a reset or unpin annotation."""
     cluster_connections: bool = True
     """Serve ClusterJetStreamConnections (status, finalizer, watch); False: only read them when resources name
     them. Exactly one operator per cluster should serve them: kopf strips its finalizer from an object in any
@@ -109,6 +112,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "leader_election": ("JSOPERATOR_LEADER_ELECTION", str),
     "finalizers": ("JSOPERATOR_FINALIZERS", parse_bool),
     "cluster_connections": ("JSOPERATOR_CLUSTER_CONNECTIONS", parse_bool),
+    "read_only": ("JSOPERATOR_READ_ONLY", parse_bool),
     "metrics_port": ("JSOPERATOR_METRICS_PORT", int),
     "health_port": ("JSOPERATOR_HEALTH_PORT", int),
     "log_level": ("JSOPERATOR_LOG_LEVEL", str),

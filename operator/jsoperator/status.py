@@ -25,6 +25,8 @@ from jsoperator.models import Condition, LastReset, LastUnpin, SourceStatus
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 PAUSED, UNMANAGED = "ReconciliationPaused", "Unmanaged"
+# An error no retry can fix (the Stalled ones), whatever spec.terminalPolicy does about it.
+TERMINAL = "Terminal"
 # What happened to the server object: Synced (does it match the spec now) and Adopted (taken over, or created).
 SYNCED_CONDITION, ADOPTED = "Synced", "Adopted"
 
@@ -43,6 +45,8 @@ CONFLICT = "Conflict"
 ADOPTION_REFUSED = "AdoptionRefused"
 NOT_FOUND_ON_SERVER = "NotFoundOnServer"
 CREATED = "Created"
+UNSUPPORTED_BY_SERVER = "UnsupportedByServer"
+READ_ONLY = "ReadOnly"
 
 # What to do about the server errors users meet most (err_code -> hint).
 HINTS = {
@@ -81,6 +85,19 @@ class Outcome:
     message: str
     reconciling: bool = False
     stalled: bool = False
+    retried_anyway: bool = False  # terminal, but retried under terminalPolicy: retry
+
+    @property
+    def terminal(self) -> bool:
+        """No retry is expected to fix it (the Terminal condition), held (Stalled) or retried anyway."""
+        return self.stalled or self.retried_anyway
+
+    def with_policy(self, terminal_policy: str | None) -> Outcome:
+        """spec.terminalPolicy applied: hold (default) stays Stalled; retry keeps retrying with backoff."""
+        if terminal_policy != "retry" or not self.stalled:
+            return self
+        message = f"{self.message} (terminalPolicy: retry: retried with backoff although no retry is expected to fix it)"
+        return Outcome(False, self.reason, message, reconciling=True, retried_anyway=True)
 
 
 def synced(message: str) -> Outcome:
@@ -118,6 +135,11 @@ def retrying(reason: str, message: str) -> Outcome:
 
 def immutable_change(message: str) -> Outcome:
     return stalled(IMMUTABLE_FIELD, message)
+
+
+def unsupported_by_server(message: str) -> Outcome:
+    """The spec or an annotation uses what the connected server's release cannot honour (features.py)."""
+    return stalled(UNSUPPORTED_BY_SERVER, message)
 
 
 def invalid_spec(message: str) -> Outcome:
@@ -195,6 +217,8 @@ def _conditions(
             (STALLED, outcome.stalled, outcome.reason, outcome.message if outcome.stalled else ""),
             (SYNCED_CONDITION, synced, outcome.reason, outcome.message),
         ]
+        if outcome.terminal or TERMINAL in old:  # written once an error was terminal, then kept current
+            wanted.append((TERMINAL, outcome.terminal, outcome.reason, outcome.message if outcome.terminal else ""))
     if adopted is not None:
         how = (ADOPTED, "took over the server object that already existed") if adopted else (
             CREATED, "the operator created the server object")

@@ -26,7 +26,8 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from tests import servers
+from tests import nats_releases, servers
+from tests.kube import assets
 from tests.polling import poll  # noqa: F401  (the operator tests import it from here)
 from tests.kube.fixtures import envtest, kube_namespace  # noqa: F401  (fixtures, also used by test_crds)
 
@@ -43,6 +44,7 @@ BROKERS = ["nats-server", "jsbroker"]
 NAMESPACE_PREFIX = "jsop-"
 DRIFT_NAMESPACE_PREFIX = "jsopdrift-"
 NOFINALIZER_NAMESPACE_PREFIX = "jsopnofin-"
+READ_ONLY_NAMESPACE_PREFIX = "jsopro-"
 PROMPT = 5.0  # seconds within which an event-driven change (spec or annotation) must show
 
 
@@ -86,6 +88,31 @@ def broker(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield handle
     finally:
         handle.close()
+
+
+def release_binary(version: str) -> str:
+    """nats-server `version`'s executable (tests/nats_releases.py); skips without network (fails in CI)."""
+    try:
+        return str(nats_releases.binary(version))
+    except nats_releases.ReleaseUnavailable as exc:
+        if assets.required():
+            pytest.fail(f"{exc} ({assets.REQUIRE_ENV} is set)")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def releases() -> Iterator[dict[str, Any]]:
+    """One running nats-server per release the operator is tested against (tests/nats_releases.py), by
+    version, and jsbroker under "jsbroker"; shared by the session (each test uses its own names)."""
+    handles: dict[str, Any] = {}
+    try:
+        for version in nats_releases.RELEASES:
+            handles[version] = servers.launch(servers.NATS_SERVER, binary=release_binary(version))
+        handles["jsbroker"] = servers.launch(servers.JSBROKER)
+        yield handles
+    finally:
+        for handle in handles.values():
+            handle.close()
 
 
 # Kubernetes ---------------------------------------------------------------------------------------
@@ -369,6 +396,19 @@ def nofinalizer_operator(envtest: Any, crds: list[str], tmp_path_factory: pytest
 def nofinalizer_kube(envtest: Any, nofinalizer_operator: Operator) -> Iterator[Kube]:
     """Served by an operator running with --no-finalizers (and the short drift interval)."""
     yield from _namespace(envtest, nofinalizer_operator)
+
+
+@pytest.fixture(scope="session")
+def read_only_operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    log = tmp_path_factory.mktemp("jsoperator-ro") / "operator.log"
+    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, READ_ONLY_NAMESPACE_PREFIX,
+                                 ("--read-only", "--no-cluster-connections")))
+
+
+@pytest.fixture
+def read_only_kube(envtest: Any, read_only_operator: Operator) -> Iterator[Kube]:
+    """Served by an operator running with --read-only (and the short drift interval)."""
+    yield from _namespace(envtest, read_only_operator)
 
 
 @pytest.fixture

@@ -41,7 +41,8 @@ def test_check_round_trips_a_message_and_leaves_nothing(server_kind, server_fact
     assert lines[0].startswith("ok: core NATS: a message to _INBOX.") and lines[0].endswith(" came back")
     assert lines[1].startswith("ok: JetStream: a message stored in memory stream JSOPERATOR_CHECK_")
     assert lines[1].endswith("(seq 1) read back, stream deleted")
-    assert lines[2] == f"jsoperator check: {server.url} works for the operator"
+    assert lines[2].startswith("ok: the server is nats-server 2.15.1 (JetStream API level 5)")
+    assert lines[3] == f"jsoperator check: {server.url} works for the operator"
     assert streams(server.url) == []
 
 

@@ -103,14 +103,16 @@ def test_every_immutable_field_has_a_cel_rule() -> None:
 
     for kind, table, name_key in (("Stream", plan.STREAM_IMMUTABLE, "name"),
                                   ("Consumer", plan.CONSUMER_IMMUTABLE, "durable_name")):
-        spec = crdgen.crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-        rules = " ".join(r["rule"] for r in spec["x-kubernetes-validations"])
+        root = crdgen.crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        rules = " ".join(r["rule"] for r in root["properties"]["spec"]["x-kubernetes-validations"])
+        rules += " ".join(r["rule"] for r in root["x-kubernetes-validations"]).replace("oldSelf.spec.", "oldSelf.")
         for key in table:
             if key != name_key:
                 assert f"oldSelf.{mapping.spec_name(key)}" in rules, key
     for kind in ("KeyValue", "ObjectStore"):
-        spec = crdgen.crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-        rules = " ".join(r["rule"] for r in spec["x-kubernetes-validations"])
+        root = crdgen.crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        rules = " ".join(r["rule"] for r in root["properties"]["spec"]["x-kubernetes-validations"])
+        rules += " ".join(r["rule"] for r in root["x-kubernetes-validations"]).replace("oldSelf.spec.", "oldSelf.")
         for field in crdgen.bucket_immutables(kind):
             if field != "bucket":
                 assert f"oldSelf.{field}" in rules, (kind, field)

@@ -9,7 +9,7 @@ import json
 import nats
 import pytest
 
-from jsoperator import jsclient
+from jsoperator import features, jsclient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -207,3 +207,41 @@ async def test_idle_connections_are_closed(broker):
         assert not again._nc.is_closed and await again.stream_info("none") is None
     finally:
         await pool.close()
+
+
+@pytest.mark.parametrize("version, level", [("2.10.26", 0), ("2.11.11", 1), ("2.12.8", 3), ("2.14.6", 4),
+                                            ("2.15.1", 5), ("jsbroker", 5)])
+async def test_server_release_per_connection(releases, pool, version, level):
+    """INFO's version and $JS.API.INFO's API level, as each release reports them (jsbroker as 2.15.1)."""
+    server = await (await pool.client(settings_for(releases[version].url))).server()
+    assert server == features.Server("2.15.1" if version == "jsbroker" else version, level)
+
+
+async def test_server_release_is_asked_again_after_a_reconnect(pool):
+    """A reconnect may reach another server: after nats-server 2.10 on a port gives way to 2.15 on the same
+    port, the same pooled connection reports 2.15."""
+    from tests import servers
+    from tests.operator.conftest import release_binary
+
+    old = servers.launch("nats-server", binary=release_binary("2.10.26"))
+    settings = settings_for(old.url)
+    try:
+        assert await (await pool.client(settings)).server() == features.Server("2.10.26", 0)
+        old.stop()
+        new = servers.launch("nats-server", port=old.port)
+    finally:
+        old.close()
+    try:
+        async def upgraded() -> features.Server:
+            while True:
+                try:
+                    found = await (await pool.client(settings)).server()
+                except jsclient.BrokerUnavailable:
+                    found = None
+                if found is not None and found.version != "2.10.26":
+                    return found
+                await asyncio.sleep(0.1)  # poll interval while the client reconnects
+
+        assert await asyncio.wait_for(upgraded(), timeout=20) == features.Server("2.15.1", 5)
+    finally:
+        new.close()

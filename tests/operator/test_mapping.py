@@ -198,7 +198,8 @@ def _aliases(model: type) -> set[str]:
     return {info.alias or name for name, info in model.model_fields.items()}  # type: ignore[attr-defined]
 
 
-OPERATOR_ONLY = {"adoptionPolicy", "deletionPolicy", "preventDelete", "connection", "connectionRef", "streamName"}
+OPERATOR_ONLY = {"adoptionPolicy", "deletionPolicy", "preventDelete", "connection", "connectionRef", "streamName",
+                 "recreateOnImmutableChange", "acceptDataLoss", "terminalPolicy"}
 
 
 def test_every_stream_field_has_a_case() -> None:

@@ -6,7 +6,10 @@ import pytest
 from pydantic import ValidationError
 
 from jsoperator import units
-from jsoperator.models import ConnectionSpec, ConsumerSpec, SpecError, StreamSpec, StreamStatus, parse_spec
+from jsoperator.mapping import consumer_config, stream_config
+from jsoperator.models import (
+    ConnectionSpec, ConsumerSpec, SpecError, StreamSpec, StreamStatus, parse_spec, recreates,
+)
 
 NS = 1_000_000_000
 
@@ -151,3 +154,15 @@ def test_prevent_delete_contradicting_deletion_policy_is_refused(model, extra) -
         parse_spec(model, {**extra, "preventDelete": True, "deletionPolicy": "delete"})
     with pytest.raises(SpecError, match="spec.adoptionPolicy: Input should be 'never', 'adopt' or 'adoptOrCreate'"):
         parse_spec(model, {**extra, "adoptionPolicy": "sometimes"})
+
+
+
+@pytest.mark.parametrize("model", [StreamSpec, ConsumerSpec])
+def test_recreate_on_immutable_change_needs_accept_data_loss(model):
+    base = {"streamName": "S"} if model is ConsumerSpec else {}
+    with pytest.raises(SpecError, match="needs acceptDataLoss: true"):
+        parse_spec(model, {**base, "recreateOnImmutableChange": True})
+    spec = parse_spec(model, {**base, "recreateOnImmutableChange": True, "acceptDataLoss": True})
+    assert recreates(spec) and not recreates(parse_spec(model, {**base, "acceptDataLoss": True}))
+    config = consumer_config(spec, "c") if model is ConsumerSpec else stream_config(spec, "s")
+    assert not {"recreate_on_immutable_change", "accept_data_loss"} & set(config), "operator fields are never sent"

@@ -81,7 +81,26 @@ def test_immutable_change_and_invalid_spec_are_stalled() -> None:
                             (status.invalid_annotation("pause must be true or false"), "InvalidAnnotation")):
         patch = status.build(None, generation=4, outcome=outcome, now=T0)
         assert conditions(patch) == {"Ready": ("False", reason), "Reconciling": ("False", reason),
-                                     "Stalled": ("True", reason), "Synced": ("False", reason)}
+                                     "Stalled": ("True", reason), "Synced": ("False", reason),
+                                     "Terminal": ("True", reason)}
+
+
+def test_terminal_policy_retry_keeps_retrying_and_the_terminal_condition() -> None:
+    held = status.immutable_change("storage cannot change")
+    assert held.with_policy(None) == held.with_policy("hold") == held
+    retried = held.with_policy("retry")
+    assert (retried.reconciling, retried.stalled, retried.terminal) == (True, False, True)
+    assert "terminalPolicy: retry" in retried.message
+    patch = status.build(None, generation=1, outcome=retried, now=T0)
+    assert conditions(patch) == {"Ready": ("False", "ImmutableFieldChange"), "Reconciling": (
+        "True", "ImmutableFieldChange"), "Stalled": ("False", "ImmutableFieldChange"), "Synced": (
+        "False", "ImmutableFieldChange"), "Terminal": ("True", "ImmutableFieldChange")}
+    # A retryable outcome is not terminal and the policy leaves it alone; Terminal turns False once fixed.
+    outage = status.broker_unavailable("refused")
+    assert outage.with_policy("retry") == outage and not outage.terminal
+    fixed = status.build(patch, generation=1, outcome=status.synced("ok"), now=T1)
+    assert conditions(fixed)["Terminal"] == ("False", "Synced")
+    assert "Terminal" not in conditions(status.build(None, generation=1, outcome=status.synced("ok"), now=T0))
 
 
 def test_paused_keeps_ready_and_observed_generation() -> None:
@@ -220,7 +239,8 @@ async def test_a_config_jsbroker_refuses_stalls_the_resource_naming_it(jsbroker_
     outcome = status.api_error(error["code"], error["err_code"], error["description"], action="create stream")
     patch = status.build(None, generation=1, outcome=outcome, now=T0)
     assert conditions(patch) == {"Ready": ("False", "JetStreamError"), "Reconciling": ("False", "JetStreamError"),
-                                 "Stalled": ("True", "JetStreamError"), "Synced": ("False", "JetStreamError")}
+                                 "Stalled": ("True", "JetStreamError"), "Synced": ("False", "JetStreamError"),
+                                 "Terminal": ("True", "JetStreamError")}
     message = status.condition(patch, "Ready")["message"]  # type: ignore[index]
     assert "10052" in message and "async persist mode is only supported on file storage" in message
 

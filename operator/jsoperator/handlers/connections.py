@@ -58,14 +58,18 @@ async def _check(kind: str, body: Mapping[str, Any], settings: Settings, pool: j
     ref = connections.ref_of_body(kind, body)
     try:
         spec, secrets_in = connections.usable(ref, body, None)
-        await pool.client(await credentials.resolve(spec, secrets_in, settings))
+        client = await pool.client(await credentials.resolve(spec, secrets_in, settings))
     except connections.Unusable as exc:
         return status.stalled(exc.reason, str(exc))
     except credentials.CredentialsError as exc:
         return status.credentials_not_found(str(exc))
     except jsclient.BrokerUnavailable as exc:
         return status.broker_unavailable(str(exc))
-    return status.synced(f"{connections.describe(ref)} resolves and its servers answer")
+    try:
+        release = (await client.server()).describe()
+    except (jsclient.BrokerUnavailable, jsclient.ApiError) as exc:  # the servers answer, JetStream may not
+        release = f"JetStream release unknown: {exc}"
+    return status.synced(f"{connections.describe(ref)} resolves and its servers answer ({release})")
 
 
 def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
