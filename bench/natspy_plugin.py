@@ -74,7 +74,10 @@ def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
         return str(longrepr[2]).splitlines()[0] if longrepr[2] else ""
     crash = getattr(longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(longrepr or "")
-    return next((line for line in text.splitlines() if line.strip()), "")[:300]
+    lines = [line.strip() for line in text.splitlines() if line.strip()] or [""]
+    # nats.server's ServerError puts the server's own words last ("Server exited with code 2 ... Errors: ...").
+    shown = lines[0] if len(lines) == 1 or "assert" in lines[0] else f"{lines[0]} | {lines[-1]}"
+    return shown[:300]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
