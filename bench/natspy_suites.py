@@ -475,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
                 reruns[server] = run_suite(suite, source, pythons[suite.python], server, binaries[server], again,
                                            attempt=".rerun")
         results[name] = compare(runs, reruns)
-    print(f"nats.py suites ({args.tarball.name}) on {version} and {binaries['jsbroker']}; logs in {logs}")
+    ran = {"nats-server": version, "jsbroker": f"{binaries['jsbroker']} as nats-server"}
+    print(f"nats.py suites ({args.tarball.name}) on {' and '.join(ran[s] for s in servers)}; logs in {logs}")
     print_report(results, servers)
     if args.json:
         args.json.write_text(json.dumps({"nats_server": version, "keyword": args.keyword,

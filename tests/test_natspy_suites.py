@@ -35,8 +35,10 @@ def _required() -> bool:
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("natspy") / "report.json"
-    done = subprocess.run([sys.executable, "bench/natspy_suites.py", "--ci", "--json", str(out)], cwd=ROOT,
+    folder = tmp_path_factory.mktemp("natspy")
+    out = folder / "report.json"
+    done = subprocess.run([sys.executable, "bench/natspy_suites.py", "--ci", "--json", str(out),
+                           "--logs", str(folder / "logs")], cwd=ROOT,
                           capture_output=True, text=True, timeout=1500, check=False)
     if done.returncode == MISSING_PREREQUISITE:
         if _required():
