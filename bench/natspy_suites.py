@@ -56,8 +56,9 @@ VENVS: dict[str, tuple[str, ...]] = {
     # nats-core's test_websocket needs websockets (its dev dependency group lists it).
     "3.13": ("./nats-server", "./nats-core", "./nats-jetstream", "./nats-key-value", "websockets==17.4",
              *TEST_TOOLS),
-    # The legacy client with its nkeys and WebSocket (aiohttp) extras; its tests skip WebSocket without it.
-    "3.11": ("./nats[nkeys,aiohttp]", "aiohttp==3.14.5", *TEST_TOOLS),
+    # The legacy client with its nkeys and WebSocket (aiohttp) extras, and aiofiles for an object store test:
+    # its tests skip what they lack.
+    "3.11": ("./nats[nkeys,aiohttp]", "aiohttp==3.14.5", "aiofiles==25.1.0", *TEST_TOOLS),
 }
 
 
@@ -67,6 +68,7 @@ class Suite:
     folder: str  # in the tarball; pytest runs `tests` inside it
     python: str
     random_ports: bool  # False: fixed ports (4222...), so never two at once and no pytest-xdist
+    from_root: bool = False  # run from the tarball's root (config files name certificates as ./nats/tests/...)
 
 
 SUITES = {s.name: s for s in (
@@ -74,7 +76,7 @@ SUITES = {s.name: s for s in (
     Suite("nats-jetstream", "nats-jetstream", "3.13", True),
     Suite("nats-key-value", "nats-key-value", "3.13", True),
     Suite("nats-server", "nats-server", "3.13", False),  # the helper's own tests; one uses port 4222
-    Suite("nats", "nats", "3.11", False),  # the legacy client: every server on a fixed port
+    Suite("nats", "nats", "3.11", False, from_root=True),  # the legacy client: every server on a fixed port
 )}
 
 # The CI subset (tests/test_natspy_suites.py): about a minute per server on an idle machine (nats-server 2.15.1),
@@ -167,6 +169,9 @@ def prepare(tarball: Path, versions: Iterable[str]) -> tuple[Path, dict[str, Pat
             with tarfile.open(tarball) as archive:
                 archive.extractall(source, filter="data")
             (entry / "src.ready").touch()
+        sample = source / "pyproject.toml"  # legacy object store tests upload ./pyproject.toml (upstream: the
+        if not sample.exists():             # workspace's, absent from the tarball)
+            sample.symlink_to("nats/pyproject.toml")
         venvs = {}
         for version, python in interpreters.items():
             venv = entry / f"py{version}-{_digest(str(python).encode(), *map(str.encode, VENVS[version]))}"
@@ -212,6 +217,7 @@ class Options:
     suite_timeout: float
     test_timeout: float
     logs: Path
+    reference_version: str  # "v2.15.1": the legacy suite skips its handshake-first TLS tests without it
 
 
 def run_suite(suite: Suite, source: Path, python: Path, server: str, binary: Path, opts: Options,
@@ -223,8 +229,11 @@ def run_suite(suite: Suite, source: Path, python: Path, server: str, binary: Pat
     outcomes_file, log = work / "outcomes.jsonl", opts.logs / f"{suite.name}.{server}{attempt}.log"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env.update(PATH=f"{work / 'bin'}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(work),
-               NATSPY_OUTCOMES=str(outcomes_file), PYTHONDONTWRITEBYTECODE="1")
-    command = [str(python), "-m", "pytest", *(opts.paths or ("tests",)), "-p", "natspy_plugin",
+               NATSPY_OUTCOMES=str(outcomes_file), PYTHONDONTWRITEBYTECODE="1",
+               NATS_SERVER_VERSION=opts.reference_version)
+    paths = [f"{suite.folder}/{p}" if suite.from_root else p for p in opts.paths or ("tests",)]
+    rootdir = ["--rootdir", suite.folder] if suite.from_root else []  # test ids stay tests/...
+    command = [str(python), "-m", "pytest", *paths, *rootdir, "-p", "natspy_plugin",
                "-p", "no:cacheprovider", "-q", "-rN", "--tb=short", "--show-capture=no",
                f"--timeout={opts.test_timeout:g}",
                f"--basetemp={work / 'tmp'}"]
@@ -234,7 +243,7 @@ def run_suite(suite: Suite, source: Path, python: Path, server: str, binary: Pat
         command += ["-n", str(opts.workers)]
     started = time.monotonic()
     with open(log, "w") as out:
-        proc = subprocess.Popen(command, cwd=source / suite.folder, env=env, stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(command, cwd=source if suite.from_root else source / suite.folder, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
             returncode: int | None = proc.wait(timeout=opts.suite_timeout)
@@ -460,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     for name, paths in chosen.items():
         suite = SUITES[name]
-        opts = Options(paths, args.keyword, args.workers, args.suite_timeout, args.test_timeout, logs)
+        opts = Options(paths, args.keyword, args.workers, args.suite_timeout, args.test_timeout, logs,
+                       version.rpartition(" ")[2])
         runs = {}
         for server in servers:
             print(f"natspy: {name} on {server} ...", file=sys.stderr, flush=True)
