@@ -169,9 +169,9 @@ def prepare(tarball: Path, versions: Iterable[str]) -> tuple[Path, dict[str, Pat
             with tarfile.open(tarball) as archive:
                 archive.extractall(source, filter="data")
             (entry / "src.ready").touch()
-        sample = source / "pyproject.toml"  # legacy object store tests upload ./pyproject.toml (upstream: the
-        if not sample.exists():             # workspace's, absent from the tarball)
-            sample.symlink_to("nats/pyproject.toml")
+        for name in ("pyproject.toml", "README.md"):  # the legacy object store tests upload ./<name> as samples
+            if not (source / name).exists():          # (upstream: the workspace's, absent from the tarball)
+                (source / name).symlink_to(f"nats/{name}")
         venvs = {}
         for version, python in interpreters.items():
             venv = entry / f"py{version}-{_digest(str(python).encode(), *map(str.encode, VENVS[version]))}"
