@@ -109,7 +109,9 @@ class _Parser:
         return self.i - self.line_start + 1
 
     def error(self, message: str, line: int | None = None, col: int | None = None) -> ConfSyntaxError:
-        return ConfSyntaxError(f"{self.file}:{line or self.line}:{col or self.col()}: {message}")
+        # "Parse error on line N" is nats-server's wording, which tools look for (nats.py's server helper)
+        line = line or self.line
+        return ConfSyntaxError(f"{self.file}:{line}:{col or self.col()}: Parse error on line {line}: {message}")
 
     def at_comment(self) -> bool:
         return self.peek() == "#" or (self.peek() == "/" and self.peek(1) == "/")

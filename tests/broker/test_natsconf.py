@@ -64,7 +64,7 @@ def test_variables_are_block_scoped_then_from_the_environment():
     got = plain(text, env={"FROM_ENV": "2KB", "ENV_LIST": "[a, b ]", "USER": "not-this-one"})
     assert got["authorization"] == {"PASS": "inner", "user": "app", "password": "inner"}
     assert (got["x"], got["y"], got["z"]) == (1 << 20, 2048, ["a", "b"])
-    with pytest.raises(ConfSyntaxError, match=r"main.conf:2:11: variable \$PASS is not defined"):
+    with pytest.raises(ConfSyntaxError, match=r"main.conf:2:11: Parse error on line 2: variable \$PASS is not defined"):
         plain("a { PASS: x }\nb { pass: $PASS }\n")  # a sibling block's keys are not in scope
 
 
@@ -73,7 +73,7 @@ def test_include_is_relative_to_the_including_file_and_merged_where_it_is():
              "/etc/nats/sub/js.conf": "include ../limits.conf\nstore_dir: /data\n",
              "/etc/nats/limits.conf": "max_mem: 1G\n"}
     text = "T: outer\ninclude auth.conf\njetstream {\n  include 'sub/js.conf'\n}\nport: 4222\n"
-    with pytest.raises(ConfSyntaxError, match=r"auth\.conf:1:24: variable \$T is not defined"):
+    with pytest.raises(ConfSyntaxError, match=r"auth\.conf:1:24: Parse error on line 1: variable \$T is not defined"):
         plain(text, files=files)  # an included file is parsed on its own: the includer's keys are not in scope
     files["/etc/nats/auth.conf"] = "T: s3cret\nauthorization { token: $T }\n"
     assert plain(text, files=files) == {"T": "s3cret", "authorization": {"token": "s3cret"},

@@ -156,6 +156,7 @@ class JetStream:
     async def start(self) -> None:
         started = time.perf_counter()
         if self._store_dir is not None:
+            storage.streams_root(self._store_dir).mkdir(parents=True, exist_ok=True)  # at start, as nats-server's jetstream/
             storage.clear_restores(self._store_dir)
             for directory in storage.list_stream_dirs(self._store_dir):
                 await self._restore(directory)
