@@ -1,0 +1,32 @@
+"""The two builds of jsbroker (setup.py): its hot path compiled by mypyc, or the same modules as Python."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "broker" / "jsbroker"
+
+
+def compiled_modules(package: pathlib.Path = PACKAGE) -> dict[str, pathlib.Path]:
+    """Module name -> compiled file, for the modules built next to their sources (editable installs)."""
+    found = {}
+    for so in package.glob("*.so"):
+        name = so.name.split(".", 1)[0]
+        if (package / f"{name}.py").exists():
+            found[name] = so
+    return found
+
+
+def stale_compiled_modules() -> list[str]:
+    """Sources edited after their module was compiled (the compiled one is what Python imports)."""
+    return sorted(f"jsbroker.{name}" for name, so in compiled_modules().items()
+                  if (PACKAGE / f"{name}.py").stat().st_mtime > so.stat().st_mtime)
+
+
+def pure_copy(dest: pathlib.Path) -> pathlib.Path:
+    """The pure-Python build: a copy of the package's sources without compiled modules. Put `dest` first
+    on PYTHONPATH and it is imported instead of the installed package (servers started from there too)."""
+    shutil.copytree(PACKAGE, dest / "jsbroker", ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    return dest
