@@ -20,9 +20,14 @@ def compiled_modules(package: pathlib.Path = PACKAGE) -> dict[str, pathlib.Path]
 
 
 def stale_compiled_modules() -> list[str]:
-    """Sources edited after their module was compiled (the compiled one is what Python imports)."""
-    return sorted(f"jsbroker.{name}" for name, so in compiled_modules().items()
-                  if (PACKAGE / f"{name}.py").stat().st_mtime > so.stat().st_mtime)
+    """Sources edited after their module was compiled (the compiled one is what Python imports). The code
+    is in the group's shared library (the modules' own files are shims that a rebuild leaves as they were),
+    so the newest compiled file is the build's time."""
+    compiled = compiled_modules()
+    if not compiled:
+        return []
+    built = max(so.stat().st_mtime for so in PACKAGE.glob("*.so"))
+    return sorted(f"jsbroker.{name}" for name in compiled if (PACKAGE / f"{name}.py").stat().st_mtime > built)
 
 
 def pure_copy(dest: pathlib.Path) -> pathlib.Path:
