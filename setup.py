@@ -1,4 +1,4 @@
-"""Builds jsbroker's hot path (the parser, the subject index, the router) as C extensions with mypyc, from
+"""Builds jsbroker's hot path (the parser, the subject index, the router, the stores) as C extensions with mypyc, from
 the same typed Python source; everything else (and all metadata) is in pyproject.toml.
 
 JSBROKER_PURE=1 at install time builds the pure-Python package (no compiler needed); a C compiler that is
@@ -14,8 +14,22 @@ import sys
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-# Where the server's CPU goes (bench/README.md, "Compiled hot path"): parsing, matching, framing.
-COMPILED = ["broker/jsbroker/protocol.py", "broker/jsbroker/sublist.py", "broker/jsbroker/router.py"]
+# Where the server's CPU goes (bench/README.md, "Compiled hot path"): parsing, matching and framing, and
+# the stores' record encoding and index (every module of the store classes' hierarchy: a compiled class
+# cannot have an interpreted subclass).
+COMPILED = [
+    "broker/jsbroker/protocol.py",
+    "broker/jsbroker/sublist.py",
+    "broker/jsbroker/router.py",
+    "broker/jsbroker/store/base.py",
+    "broker/jsbroker/store/record.py",
+    "broker/jsbroker/store/subject_index.py",
+    "broker/jsbroker/store/indexed.py",
+    "broker/jsbroker/store/file.py",
+    "broker/jsbroker/store/memory.py",
+    "broker/jsbroker/store/index_snapshot.py",
+    "broker/jsbroker/store/consumer_store.py",
+]
 
 
 class OptionalBuildExt(build_ext):

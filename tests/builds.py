@@ -10,12 +10,13 @@ PACKAGE = ROOT / "broker" / "jsbroker"
 
 
 def compiled_modules(package: pathlib.Path = PACKAGE) -> dict[str, pathlib.Path]:
-    """Module name -> compiled file, for the modules built next to their sources (editable installs)."""
+    """Module name below the package ("router", "store.file") -> compiled file, for the modules built next
+    to their sources (editable installs)."""
     found = {}
-    for so in package.glob("*.so"):
-        name = so.name.split(".", 1)[0]
-        if (package / f"{name}.py").exists():
-            found[name] = so
+    for so in package.rglob("*.so"):
+        source = so.with_name(so.name.split(".", 1)[0] + ".py")
+        if source.exists():
+            found[".".join(source.relative_to(package).with_suffix("").parts)] = so
     return found
 
 
@@ -26,8 +27,9 @@ def stale_compiled_modules() -> list[str]:
     compiled = compiled_modules()
     if not compiled:
         return []
-    built = max(so.stat().st_mtime for so in PACKAGE.glob("*.so"))
-    return sorted(f"jsbroker.{name}" for name in compiled if (PACKAGE / f"{name}.py").stat().st_mtime > built)
+    built = max(so.stat().st_mtime for so in PACKAGE.rglob("*.so"))
+    return sorted(f"jsbroker.{name}" for name in compiled
+                  if (PACKAGE / (name.replace(".", "/") + ".py")).stat().st_mtime > built)
 
 
 def pure_copy(dest: pathlib.Path) -> pathlib.Path:

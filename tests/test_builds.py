@@ -32,7 +32,7 @@ def setup_compiled() -> list[str]:
     tree = ast.parse((ROOT / "setup.py").read_text())
     [paths] = [ast.literal_eval(node.value) for node in tree.body
                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMPILED"]
-    return sorted(pathlib.Path(p).stem for p in paths)
+    return sorted(".".join(pathlib.Path(p).relative_to("broker/jsbroker").with_suffix("").parts) for p in paths)
 
 
 def test_the_suite_runs_on_the_compiled_hot_path() -> None:
