@@ -29,6 +29,7 @@ COMPILED = [
     "broker/jsbroker/store/memory.py",
     "broker/jsbroker/store/index_snapshot.py",
     "broker/jsbroker/store/consumer_store.py",
+    "broker/jsbroker/jetstream/snapshot.py",
 ]
 
 
