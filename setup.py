@@ -1,5 +1,6 @@
-"""Builds jsbroker's hot path (the parser, the subject index, the router, the stores) as C extensions with mypyc, from
-the same typed Python source; everything else (and all metadata) is in pyproject.toml.
+"""Builds jsbroker's hot path (the parser, the subject index, the router, the stores, snapshots) as C
+extensions with mypyc, from the same typed Python source; everything else (and all metadata) is in
+pyproject.toml.
 
 JSBROKER_PURE=1 at install time builds the pure-Python package (no compiler needed); a C compiler that is
 missing or fails also leaves the pure modules in place, with a warning. bench/README.md has the numbers
@@ -9,6 +10,7 @@ behind the choice of mypyc and of these modules.
 from __future__ import annotations
 
 import os
+import pathlib
 import sys
 
 from setuptools import setup
@@ -16,7 +18,7 @@ from setuptools.command.build_ext import build_ext
 
 # Where the server's CPU goes (bench/README.md, "Compiled hot path"): parsing, matching and framing, and
 # the stores' record encoding and index (every module of the store classes' hierarchy: a compiled class
-# cannot have an interpreted subclass).
+# cannot have an interpreted subclass), the backup archive's encoder and reader.
 COMPILED = [
     "broker/jsbroker/protocol.py",
     "broker/jsbroker/sublist.py",
@@ -34,24 +36,17 @@ COMPILED = [
 
 
 class OptionalBuildExt(build_ext):
-    """A machine without a working C compiler gets the pure-Python modules, which behave the same."""
+    """A machine without a working C compiler gets the pure-Python modules, which behave the same. All or
+    nothing: a module's shim without the group's shared library would fail to import."""
 
     def run(self) -> None:
         try:
             super().run()
         except Exception as exc:  # distutils' CompileError, LinkError, a missing compiler (PlatformError)
-            self._fallback(exc)
-
-    def build_extension(self, ext: object) -> None:
-        try:
-            super().build_extension(ext)  # type: ignore[arg-type]
-        except Exception as exc:
-            self._fallback(exc)
-
-    @staticmethod
-    def _fallback(exc: Exception) -> None:
-        print(f"WARNING: jsbroker's compiled modules were not built ({exc}); the pure-Python ones are used "
-              "(about half the speed; install a C compiler and reinstall to compile them)", file=sys.stderr)
+            for ext in self.extensions:
+                pathlib.Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
+            print(f"WARNING: jsbroker's compiled modules were not built ({exc}); the pure-Python ones are used "
+                  "(about half the speed; install a C compiler and reinstall to compile them)", file=sys.stderr)
 
 
 def ext_modules() -> list[object]:

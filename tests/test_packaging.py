@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.xdist_group("packaging")  # one wheel build per run
+# One wheel build per run; it compiles the hot path with mypyc (setup.py): ~1.5 min of CPU, far longer on
+# a loaded machine than the suite's 300 s default timeout.
+pytestmark = [pytest.mark.xdist_group("packaging"), pytest.mark.timeout(900)]
 
 
 def run(*args: str | Path, cwd: Path) -> str:
