@@ -11,15 +11,19 @@ ARG OFFLINE=0
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 COPY docker/wheelhouse/ /wheelhouse/
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY broker/ broker/
 COPY operator/ operator/
 COPY spark/ spark/
 # OFFLINE=1 installs the project's wheel and its dependencies from the wheelhouse alone (the tests build
-# it on the host); otherwise the sources are built and the dependencies come from PyPI as usual.
-# $what is split on purpose (an option and a requirement, or a path).
-# hadolint ignore=SC2086
-RUN python3 -m venv /opt/jetstream-kopf \
+# it on the host, its hot path compiled there); otherwise the sources are built, which compiles jsbroker's
+# hot path with mypyc (setup.py; a C compiler in this stage only, the final image has none), and the
+# dependencies come from PyPI as usual. $what is split on purpose (an option and a requirement, or a path).
+# hadolint ignore=SC2086,DL3008
+RUN if [ "$OFFLINE" != "1" ] && ! command -v cc >/dev/null; then \
+        apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && python3 -m venv /opt/jetstream-kopf \
     && if [ "$OFFLINE" = "1" ]; then what="--no-index jetstream-kopf"; else what="."; fi \
     && /opt/jetstream-kopf/bin/pip install --find-links /wheelhouse $what \
     && /opt/jetstream-kopf/bin/pip uninstall -y pip \

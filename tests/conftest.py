@@ -14,8 +14,18 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.builds import stale_compiled_modules
 from tests.image.fixtures import engine, image  # noqa: F401  (tests/image and tests/cluster share one build)
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """An edited source whose compiled module (setup.py) is older would not be what runs: stop at once."""
+    stale = stale_compiled_modules()
+    if stale:
+        pytest.exit(f"compiled modules older than their source: {', '.join(stale)}; rebuild them with "
+                    "`.venv/bin/pip install -e .` (or `bash -c 'source scripts/venv.sh'`), or delete the "
+                    "broker/jsbroker/*.so files to test the pure-Python build", returncode=4)
 
 
 @pytest.fixture(scope="session")

@@ -153,10 +153,10 @@ class Router:
                     plain_data = data[hdr_len:]
                     plain_tail = b" %s %d\r\n" % (reply, size - hdr_len) if reply else b" %d\r\n" % (size - hdr_len)
             if hdr_len >= 0 and not c.headers:
-                c.out += (b"MSG ", subject, sub.head, plain_tail, plain_data)
+                c.out.extend((b"MSG ", subject, sub.head, plain_tail, plain_data))
                 c.out_bytes += size - hdr_len
             else:
-                c.out += (verb, subject, sub.head, tail, data)
+                c.out.extend((verb, subject, sub.head, tail, data))  # extend: `+=` sets c.out again
                 c.out_bytes += size
             if not c.dirty:
                 c.dirty = True

@@ -12,7 +12,7 @@ is exact as long as no wildcard subscription that could match them has a literal
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 _CACHE_MAX = 4096
 _ACK_PREFIX = "$JS.ACK."
@@ -40,9 +40,15 @@ class Subscription:
         self.deny: Callable[[bytes], bool] | None = None  # subjects its user may not receive (permissions.py)
 
 
-# A match result: (plain subscriptions, queue groups as tuples of members).
-Result = tuple[tuple[Subscription, ...], tuple[tuple[Subscription, ...], ...]]
-EMPTY: Result = ((), ())
+class Result(NamedTuple):
+    """A match result. A named tuple, not a bare one: compiled (mypyc) code would unbox a bare pair and box
+    a new one on every return, and the router tells "nobody" apart by identity (`is EMPTY`)."""
+
+    plain: tuple[Subscription, ...]
+    groups: tuple[tuple[Subscription, ...], ...]  # queue groups as tuples of members
+
+
+EMPTY = Result((), ())
 
 
 class _Node:
@@ -216,4 +222,4 @@ def _group(found: list[Subscription]) -> Result:
             plain.append(sub)
         else:
             groups.setdefault(sub.queue, []).append(sub)
-    return tuple(plain), tuple(tuple(g) for g in groups.values())
+    return Result(tuple(plain), tuple(tuple(g) for g in groups.values()))
