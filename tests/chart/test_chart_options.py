@@ -238,20 +238,18 @@ WEBSOCKET = ["broker.websocket.enabled=true", "broker.websocket.compression=true
 
 
 @pytest.mark.parametrize("tls", [False, True])
-def test_the_websocket_port_reaches_the_config_pod_service_and_policy(helm_bin, tls):
+def test_the_websocket_port_reaches_the_config_pod_service_and_policy(helm_bin, tls, tmp_path):
     """Off by default; on, the broker's config gets nats-server's websocket block (wss:// with the broker's
     certificate when TLS is on, else no_tls), and the port is on the pod, the client Service and the policy."""
-    import tomllib
-
-    from jsbroker.config import BrokerConfig, TlsSettings, WebSocketSettings, apply_mapping
+    from jsbroker.config import TlsSettings, WebSocketSettings, load_file
 
     default = render(helm_bin, [])
-    assert "websocket" not in one(default, "ConfigMap", "jk-jetstream-kopf-broker")["data"]["jsbroker.toml"]
+    assert "websocket" not in one(default, "ConfigMap", "jk-jetstream-kopf-broker")["data"]["jsbroker.conf"]
     assert [p["name"] for p in one(default, "Service", "jk-jetstream-kopf-broker")["spec"]["ports"]] == ["nats", "monitor"]
-    docs = render(helm_bin, WEBSOCKET + (VALUE_SETS["mutual-tls"] if tls else []))
-    config = tomllib.loads(one(docs, "ConfigMap", "jk-jetstream-kopf-broker")["data"]["jsbroker.toml"])
+    docs = render(helm_bin, WEBSOCKET + ["broker.auth.enabled=false"] + (VALUE_SETS["mutual-tls"] if tls else []))
+    (tmp_path / "jsbroker.conf").write_text(one(docs, "ConfigMap", "jk-jetstream-kopf-broker")["data"]["jsbroker.conf"])
     certificate = TlsSettings(cert_file=Path("/etc/jsbroker/tls/tls.crt"), key_file=Path("/etc/jsbroker/tls/tls.key"))
-    assert apply_mapping(config, BrokerConfig(), "chart").websocket == WebSocketSettings(
+    assert load_file(tmp_path / "jsbroker.conf", env={}).websocket == WebSocketSettings(
         port=8080, compression=True, allowed_origins=("https://app.example.com",), no_tls=not tls,
         tls=certificate if tls else None)
     assert {"name": "websocket", "port": 8080, "targetPort": "websocket"} in one(
@@ -269,12 +267,12 @@ def test_the_rendered_websocket_config_serves_nats_py(helm_bin, tmp_path):
     import nats
 
     docs = render(helm_bin, WEBSOCKET + ["broker.auth.enabled=false"])
-    config = one(docs, "ConfigMap", "jk-jetstream-kopf-broker")["data"]["jsbroker.toml"]
+    config = one(docs, "ConfigMap", "jk-jetstream-kopf-broker")["data"]["jsbroker.conf"]
     port, ws_port = servers.free_port(), servers.free_port()
-    (tmp_path / "jsbroker.toml").write_text(config.replace("/data", str(tmp_path)).replace(
-        "port = 4222", f"port = {port}").replace("port = 8080", f'port = {ws_port}\nhost = "127.0.0.1"').replace(
-        "http_port = 8222\n", ""))
-    server = subprocess.Popen([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-c", str(tmp_path / "jsbroker.toml")],
+    (tmp_path / "jsbroker.conf").write_text(config.replace("/data", str(tmp_path)).replace(
+        "port: 4222", f"port: {port}").replace("port: 8080", f'port: {ws_port}\n  host: "127.0.0.1"').replace(
+        "http_port: 8222\n", ""))
+    server = subprocess.Popen([sys.executable, "-m", "jsbroker", "-a", "127.0.0.1", "-c", str(tmp_path / "jsbroker.conf")],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     async def round_trip() -> bytes:

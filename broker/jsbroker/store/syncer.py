@@ -279,7 +279,8 @@ class SyncPolicy:
             shutil.rmtree(directory, ignore_errors=True)
             durable.fsync_dir(parent)
             return
-        trash = directory.with_name(f".{directory.name}{DELETED_MARK}{next(_deleted_names)}")
+        # Not the directory's own name: a stream's may be as long as a file name can be (ENAMETOOLONG).
+        trash = directory.with_name(f".{_run_token}{DELETED_MARK}{next(_deleted_names)}")
         try:
             os.rename(directory, trash)
         except FileNotFoundError:
@@ -300,5 +301,6 @@ class SyncPolicy:
             self.syncer.when_durable(path, callback)
 
 
-DELETED_MARK = ".deleted."  # in the name of a directory being removed (".<name>.deleted.<n>")
+DELETED_MARK = ".deleted."  # in the name of a directory being removed (".<run token>.deleted.<n>")
 _deleted_names = itertools.count()
+_run_token = os.urandom(6).hex()  # a leftover of an earlier run (removed at start) never has this run's names
