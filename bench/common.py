@@ -13,6 +13,7 @@ import os
 import socket
 import statistics
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Coroutine
@@ -175,3 +176,24 @@ def raw_session(url: str, subscribe: str) -> socket.socket:
     while b"PONG\r\n" not in buf:
         buf += s.recv(4096)
     return s
+
+
+class ByteCounter:
+    """A raw subscriber's reader: counts what `sock` receives, in a thread, until `expected` bytes came or the
+    server closed it (the fan-out benches compare the count with what was sent)."""
+
+    def __init__(self, sock: socket.socket, expected: int) -> None:
+        self.sock, self.expected, self.got = sock, expected, 0
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._count, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _count(self) -> None:
+        while self.got < self.expected:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                break
+            self.got += len(chunk)
+        self.done.set()

@@ -17,11 +17,10 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import socket
-import threading
 import time
 from typing import Callable
 
-from common import Workload, main, run_async, start_servers, timed
+from common import ByteCounter, Workload, main, run_async, start_servers, timed
 
 SIZE = 128
 PAYLOAD = b"x" * SIZE
@@ -224,28 +223,15 @@ def fan_out(size: int) -> Callable[[str, int], tuple[int, float]]:
         sub = _raw_connect(port)
         sub.sendall(b"SUB bench.fan 1\r\nPING\r\n")
         _await_pong(sub)
-        expected = n * (len(b"MSG bench.fan 1 %d\r\n\r\n" % size) + size)
-        done = threading.Event()
-        got = 0
-
-        def count() -> None:
-            nonlocal got
-            while got < expected:
-                chunk = sub.recv(1 << 20)
-                if not chunk:
-                    break
-                got += len(chunk)
-            done.set()
-
-        reader = threading.Thread(target=count, daemon=True)
+        reader = ByteCounter(sub, n * (len(b"MSG bench.fan 1 %d\r\n\r\n" % size) + size))
         start = time.perf_counter()
         reader.start()
         _raw_publish(port, b"bench.fan", n, size)
-        done.wait(600)
+        reader.done.wait(600)
         elapsed = time.perf_counter() - start
         sub.close()
-        if got < expected:
-            raise RuntimeError(f"fan-out lost data: {got} of {expected} bytes")
+        if reader.got < reader.expected:
+            raise RuntimeError(f"fan-out lost data: {reader.got} of {reader.expected} bytes")
         return n, elapsed
 
     return run

@@ -18,7 +18,6 @@ import socket
 import struct
 import sys
 import tempfile
-import threading
 import time
 import zlib
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import KINDS, Sample, Workload, cpu_seconds, main  # noqa: E402
+from common import KINDS, ByteCounter, Sample, Workload, cpu_seconds, main  # noqa: E402
 
 from tests.servers import ServerHandle, free_port, launch  # noqa: E402
 
@@ -111,18 +110,8 @@ def pub_sub(handle: ServerHandle, n: int) -> Sample:
     sub = _ws_connect(WS_PORTS[handle.kind], False)
     sub.sendall(_frame(b"SUB bench.wsfan 1\r\nPING\r\n"))
     _await_pong(sub, False)
-    expected = n * (len(b"MSG bench.wsfan 1 %d\r\n\r\n" % SIZE) + SIZE)
-    got = 0
-    done = threading.Event()
-
-    def count() -> None:  # frame headers counted too: at most 10 bytes per server write
-        nonlocal got
-        while got < expected:
-            chunk = sub.recv(1 << 20)
-            if not chunk:
-                break
-            got += len(chunk)
-        done.set()
+    # frame headers counted too: at most 10 bytes per server write
+    reader = ByteCounter(sub, n * (len(b"MSG bench.wsfan 1 %d\r\n\r\n" % SIZE) + SIZE))
 
     pub = socket.create_connection(("127.0.0.1", handle.port))
     pub.recv(4096)
@@ -130,11 +119,11 @@ def pub_sub(handle: ServerHandle, n: int) -> Sample:
     line = b"PUB bench.wsfan %d\r\n%s\r\n" % (SIZE, b"x" * SIZE)
     per = BLOCK // len(line)
     before, start = cpu_seconds(handle.pid), time.perf_counter()
-    threading.Thread(target=count, daemon=True).start()
+    reader.start()
     for _ in range(n // per):
         pub.sendall(line * per)
     pub.sendall(line * (n % per))
-    done.wait(600)
+    reader.done.wait(600)
     elapsed = time.perf_counter() - start
     pub.close()
     sub.close()
