@@ -32,12 +32,17 @@ FSYNC_DELAY = 0.8  # what a waiter waits at least (checked)
 STALL_BOUND = 0.7
 
 
-@pytest.fixture
-def slow_store(tmp_path):
+def needs_fuse(what: str) -> None:
+    """Install what the FUSE layer needs (as root on Debian), or skip naming what is missing."""
     slowdisk.install()
     why = slowdisk.available()
     if why is not None:
-        pytest.skip(f"no slow disk here: {why}")
+        pytest.skip(f"no {what} here: {why}")
+
+
+@pytest.fixture
+def slow_store(tmp_path):
+    needs_fuse("slow disk")
     with slowdisk.mounted(tmp_path / "slow", FLUSH_DELAY) as mountpoint:
         yield mountpoint
 
@@ -70,10 +75,7 @@ async def test_a_slow_fsync_stalls_only_its_waiters_and_acked_data_survives_kill
 
 @pytest.fixture
 def failing_store(tmp_path):
-    slowdisk.install()
-    why = slowdisk.available()
-    if why is not None:
-        pytest.skip(f"no FUSE here: {why}")
+    needs_fuse("FUSE")
     with slowdisk.failing(tmp_path / "failing") as (mountpoint, flag):
         yield mountpoint, flag
 
