@@ -330,6 +330,7 @@ class Broker:
         if self._ws_server is not None:
             self._ws_server.close()
         self.serving = False
+        self._release_waiting_pulls(tell=False)  # as nats-server in lame duck mode
         await self._stop_jetstream()
         clients = list(self.clients.values())
         if not clients:
@@ -358,6 +359,7 @@ class Broker:
             self._ws_server.close()
         for handshake in list(self.ws_handshakes):  # no client yet: nothing to say to it
             handshake.abort()
+        self._release_waiting_pulls(tell=True)
         self.router.flush()
         await self._close_clients()
         for server in (self._server, self._ws_server):
@@ -376,6 +378,10 @@ class Broker:
         if self._ports_file is not None:
             self._ports_file.unlink(missing_ok=True)
         self.log.info("Server Exiting..")
+
+    def _release_waiting_pulls(self, tell: bool) -> None:
+        if self.jetstream is not None:
+            self.jetstream.release_waiting_pulls(tell)
 
     async def _stop_jetstream(self) -> None:
         if self.jetstream is not None:

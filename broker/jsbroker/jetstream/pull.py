@@ -48,6 +48,12 @@ def batch_completed(n: int, b: int) -> bytes:
     return _with_pending(409, "Batch Completed", n, b)
 
 
+def server_shutdown(n: int, b: int) -> bytes:
+    """What a waiting request hears when the server stops (not terminal: the client re-pulls after it
+    reconnects, and finds out then whether its consumer came back)."""
+    return _with_pending(409, "Server Shutdown", n, b)
+
+
 def idle_heartbeat(last_dseq: int, last_sseq: int, stalled: str = "") -> bytes:
     extra = f"Nats-Consumer-Stalled: {stalled}\r\n" if stalled else ""
     return (

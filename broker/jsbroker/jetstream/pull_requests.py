@@ -110,6 +110,15 @@ class PullRequests:
         for w in c.waiting.clear() if c.waiting is not None else []:
             c.bus.publish(w.reply, None, pull.CONSUMER_DELETED, b"")
 
+    def release_for_shutdown(self, tell: bool) -> None:
+        """The server stops: waiting requests are dropped, and told (`tell`) `409 Server Shutdown` with what
+        they were still owed, as nats-server tells them before it closes its clients on SIGTERM (in lame
+        duck mode it tells them nothing)."""
+        c = self.consumer
+        for w in c.waiting.clear() if c.waiting is not None else []:
+            if tell:
+                c.bus.publish(w.reply, None, pull.server_shutdown(w.n, w.b), b"")
+
     def next(self, subject: str, reply: str, hdr: bytes, data: bytes, alive: set[str], served: pull.Waiting | None,
              now: int, now_ns: int) -> pull.Waiting | None:
         """The request the next delivery goes to (round-robin), dropping expired or abandoned ones; a

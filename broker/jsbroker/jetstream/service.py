@@ -165,6 +165,14 @@ class JetStream:
         self._router.start()
         self._sync_handle = self.bus.loop.call_later(self._tick_interval(), self._sync_tick)
 
+    def release_waiting_pulls(self, tell: bool) -> None:
+        """The server is stopping: every waiting pull request is dropped, and told `409 Server Shutdown`
+        (`tell`) while its client is still connected; never `409 Consumer Deleted`, which the consumers'
+        own stop would send and clients take as final."""
+        for stream in self.streams.values():
+            for consumer in stream.consumers.values():
+                consumer.pulls.release_for_shutdown(tell)
+
     async def stop(self) -> None:
         self._router.stop()
         if self._sync_handle is not None:
