@@ -169,7 +169,7 @@ class ConsumerConfig:
             elif f.name == "metadata":
                 md = {**v, **(extra_metadata or {})}
                 if md:
-                    out["metadata"] = md
+                    out["metadata"] = dict(sorted(md.items()))  # Go marshals a map's keys sorted
             elif f.name == "priority_policy":
                 if v != "none":
                     out[f.name] = v

@@ -203,7 +203,7 @@ class StreamConfig:
         if dynamic_metadata:
             metadata.update({LEVEL_KEY: str(API_LEVEL), VERSION_KEY: VERSION})
         if metadata:
-            out["metadata"] = metadata
+            out["metadata"] = dict(sorted(metadata.items()))  # Go marshals a map's keys sorted
         return out
 
     def store_limits(self) -> StoreLimits:
