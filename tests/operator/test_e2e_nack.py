@@ -3,7 +3,7 @@ field) on the envtest apiserver under NACK's own CRDs (tests/operator/nack/crds.
 in their defaults as in a cluster running NACK), their server objects made first as NACK makes them (jsm.go's
 templates and NACK's spec -> config rules for streams and consumers, nats.go through the `nats` CLI for
 buckets), then `jsoperator import --from-nack` from the cluster, the manifests applied, and the running
-operator: every resource Ready, Synced and Adopted, no Created/Updated/DriftRepaired Event, the server's
+operator: every resource Ready, Synced and Adopted ("it matches the spec"), no Created/Updated/DriftRepaired Event, the server's
 configs byte for byte as before (JSON-normalised), and the report on stdout lists exactly the unmapped fields.
 Bad input (a Consumer whose stream is not imported, a Secret missing, a file of an unknown version) exits 2
 and writes nothing.
@@ -168,6 +168,8 @@ def test_migration_from_nack_adopts_everything_unchanged(kube, broker, envtest, 
         obj = kube.wait_condition(kind, name, "Ready", timeout=60)
         assert [(condition(obj, type_) or {}).get("status") for type_ in ("Synced", "Adopted")] == ["True", "True"], (
             name, obj["status"])
+        adopted = kube.wait_events(name, "Adopted")
+        assert adopted[0].message.endswith("it matches the spec"), (name, adopted[0].message)
     for doc in docs:
         reasons = {event.reason for event in kube.events(doc["metadata"]["name"])}
         assert not reasons & {"Updated", "Created", "DriftRepaired", "ReconcileFailed"}, (doc["metadata"], reasons)
