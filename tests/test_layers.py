@@ -35,6 +35,7 @@ OPERATOR_PURE = (
     "jsoperator.buckets",
     "jsoperator.connections",
     "jsoperator.features",
+    "jsoperator.nack",
 )
 
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.
@@ -73,7 +74,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "op-core": (
         "jsoperator.reconcile", "jsoperator.reset", "jsoperator.unpin", "jsoperator.scheduler", "jsoperator.release",
-        "jsoperator.freshness", "jsoperator.check",
+        "jsoperator.freshness", "jsoperator.check", "jsoperator.nack_import",
     ),
     "op-kopf": (
         "jsoperator.handlers",

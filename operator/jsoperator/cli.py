@@ -91,7 +91,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
         return demo.main(args)
+    if args.command == "import" and args.from_nack:
+        from . import nack_import
+
+        return nack_import.run(args.filename, args.namespace, args.deletion_policy, args.output, args.strict,
+                               _write_manifests)
     if args.command == "import":
+        if args.filename or args.strict:
+            print("jsoperator import: -f and --strict go with --from-nack", file=sys.stderr)
+            return 2
         return _import(args)
     if args.command == "crds":
         from . import crdgen
@@ -145,6 +153,16 @@ def _import_parser(sub: Any) -> None:
     conn.add_argument("--connection-user-secret", metavar="NAME", help="spec.connection.userSecretRef")
     conn.add_argument("--connection-tls-secret", metavar="NAME", help="spec.connection.tlsSecretRef")
     conn.add_argument("--connection-js-domain", metavar="DOMAIN", help="spec.connection.jsDomain")
+    migrate = imp.add_argument_group(
+        "migration from NACK", "--from-nack reads NACK's jetstream.nats.io resources instead of a server and writes "
+        "ours adopting the same server objects, with a table of the NACK fields that did not map (stdout)")
+    migrate.add_argument("--from-nack", action="store_true",
+                         help="read NACK's Stream, Consumer, KeyValue, ObjectStore and Account (v1beta2) from the "
+                         "cluster (-n: one namespace; default all) or from -f files")
+    migrate.add_argument("-f", "--filename", action="append", default=[], metavar="PATH",
+                         help="with --from-nack: a YAML file as `kubectl get -o yaml` writes it (- for stdin; "
+                         "repeatable); resources without a namespace get -n's")
+    migrate.add_argument("--strict", action="store_true", help="with --from-nack: exit 1 when a NACK field did not map")
 
 
 def _import(args: argparse.Namespace) -> int:

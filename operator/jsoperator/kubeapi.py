@@ -161,3 +161,30 @@ async def scale_to_zero(namespace: str, name: str, timeout: float) -> bool:
 
 def coordination() -> kubernetes.client.CoordinationV1Api:
     return kubernetes.client.CoordinationV1Api(_client())
+
+
+async def list_foreign(group: str, version: str, plural: str, namespace: str | None) -> list[dict[str, Any]] | None:
+    """Every object of another group's kind (`jsoperator import --from-nack`); None when the apiserver does
+    not serve it (its CRD is not installed)."""
+    api = custom()
+    try:
+        if namespace is None:
+            found = await asyncio.to_thread(api.list_cluster_custom_object, group, version, plural)
+        else:
+            found = await asyncio.to_thread(api.list_namespaced_custom_object, group, version, namespace, plural)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    items: list[dict[str, Any]] = found["items"]  # type: ignore[index]  # the client types it as object
+    return items
+
+
+async def secret_keys(namespace: str, name: str) -> set[str] | None:
+    """The keys of a Secret, None when it does not exist."""
+    try:
+        return set(await secret_data(namespace, name))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise

@@ -118,11 +118,11 @@ def releases() -> Iterator[dict[str, Any]]:
 # Kubernetes ---------------------------------------------------------------------------------------
 
 
-def install_crds(client: kubernetes.client.ApiClient) -> list[str]:
-    """Install crds/*.yaml and wait until they are Established; returns their names."""
+def install_crds(client: kubernetes.client.ApiClient, paths: list[Path] | None = None) -> list[str]:
+    """Install `paths` (default crds/*.yaml) and wait until they are Established; returns their names."""
     api = kubernetes.client.ApiextensionsV1Api(client)
     names = []
-    for path in sorted((REPO / "crds").glob("*.yaml")):
+    for path in paths or sorted((REPO / "crds").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc:
                 continue
