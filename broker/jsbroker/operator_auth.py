@@ -1,0 +1,216 @@
+"""Operator mode's CONNECT: a user JWT and the nonce's signature, checked as nats-server 2.15.1 does.
+
+`authenticate_user` follows nats-server's processClientOrLeafAuthentication step by step (the order decides
+which reason is logged): the user JWT decodes and is current; its account (the issuer, or `issuer_account`
+for a signing key) resolves to an account JWT that the operator (or one of its signing keys) signed and
+that is current; the user's issuer is the account or one of its signing keys (a scoped key replaces the
+user's permissions by its template); bearer tokens are allowed by the account; the connection type is
+allowed; the nonce is signed by the user's key (unless a bearer token); the user is not revoked; the
+client's address is in `src`; the time is within `times`. A refusal carries the reason nats-server logs
+(at debug level, except the two it logs as errors) and the client gets `-ERR 'Authorization Violation'`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable
+
+from .claims import (CONNECTION_TYPES, AccountClaims, JwtError, OperatorClaims, UserClaims, UserLimits,
+                     UserPermissionLimits, decode_account, decode_user, is_revoked, time_issue)
+from .config import Permissions, SubjectRules
+from .nkeys import NkeyError, signed, user_public_key
+
+DEFAULT_RESPONSE_MAX = 1  # nats-server's DEFAULT_ALLOW_RESPONSE_MAX_MSGS
+DEFAULT_RESPONSE_EXPIRES = 120.0  # and DEFAULT_ALLOW_RESPONSE_EXPIRATION (2 minutes)
+
+
+def trusted_keys(operator: OperatorClaims) -> frozenset[str]:
+    """The keys that may sign accounts: the operator's signing keys, and its own key unless it is strict."""
+    own = () if operator.strict_signing_key_usage else (operator.subject,)
+    return frozenset((*own, *operator.signing_keys))
+
+
+@dataclass(frozen=True)
+class JwtUser:
+    """An authenticated operator-mode user: the account it belongs to, its permissions and limits."""
+
+    account: str  # the account's public key (its name in nats-server)
+    account_name: str  # the account JWT's `name`
+    user: str  # the user's public key
+    name: str
+    permissions: Permissions | None
+    limits: UserLimits = field(default_factory=UserLimits)
+    expires: int = 0  # unix seconds; 0: never (the user JWT's `exp`)
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a user was refused: nats-server's log line and its level."""
+
+    reason: str
+    level: str = "debug"
+
+
+def permissions_of(grant: UserPermissionLimits) -> Permissions | None:
+    """nats-server's buildPermissionsFromJwt + validateResponsePermissions: None when nothing is set."""
+    pub = SubjectRules(grant.pub.allow or None, grant.pub.deny) if grant.pub.allow or grant.pub.deny else None
+    sub = SubjectRules(grant.sub.allow or None, grant.sub.deny) if grant.sub.allow or grant.sub.deny else None
+    if grant.resp is None:
+        return Permissions(pub, sub) if pub or sub else None
+    if pub is None or pub.allow is None:  # answering requests only: everything else is denied
+        pub = SubjectRules(allow=(), deny=pub.deny if pub else ())
+    return Permissions(pub, sub, grant.resp.max_msgs or DEFAULT_RESPONSE_MAX,
+                       grant.resp.expires or DEFAULT_RESPONSE_EXPIRES)
+
+
+def _template(scope_grant: UserPermissionLimits, user: UserClaims, account: AccountClaims) -> UserPermissionLimits:
+    """A scoped key's template with the user's own subject-independent values filled in ({{name()}} ...)."""
+    values = {"{{name()}}": user.name, "{{subject()}}": user.subject, "{{account-name()}}": account.name,
+              "{{account-subject()}}": account.subject}
+
+    def fill(subjects: tuple[str, ...]) -> tuple[str, ...]:
+        out = []
+        for s in subjects:
+            for k, v in values.items():
+                s = s.replace(k, v)
+            out.append(s)
+        return tuple(out)
+
+    pub, sub = scope_grant.pub, scope_grant.sub
+    return UserPermissionLimits(type(pub)(fill(pub.allow), fill(pub.deny)), type(sub)(fill(sub.allow), fill(sub.deny)),
+                                scope_grant.resp, scope_grant.limits, scope_grant.bearer_token,
+                                scope_grant.allowed_connection_types)
+
+
+def _in_src(limits: UserLimits, host: str) -> bool:
+    if not limits.src:
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+        return any(ip in ipaddress.ip_network(cidr, strict=False) for cidr in limits.src)
+    except ValueError:
+        return False
+
+
+def _in_times(limits: UserLimits, now: float) -> bool:
+    """nats-server's validateTimes: within one of the day's ranges (a range may cross midnight)."""
+    if not limits.times:
+        return True
+    if limits.locale:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            moment = datetime.fromtimestamp(now, ZoneInfo(limits.locale))
+        except (ZoneInfoNotFoundError, ValueError):
+            return False
+    else:
+        moment = datetime.fromtimestamp(now).astimezone()
+    for r in limits.times:
+        try:
+            start = datetime.combine(moment.date(), datetime.strptime(r.start, "%H:%M:%S").time(), moment.tzinfo)
+            end = datetime.combine(moment.date(), datetime.strptime(r.end, "%H:%M:%S").time(), moment.tzinfo)
+        except ValueError:
+            return False
+        if start < moment < end or start > end and (moment < end or moment > start):  # 22:00-06:00 crosses
+            return True
+    return False
+
+
+def authenticate_user(operator: OperatorClaims, fetch: Callable[[str], str | None], opts: dict[str, Any], nonce: str,
+                      connection_type: str, host: str, now: float) -> JwtUser | Refusal:
+    """CONNECT's `jwt` and `sig` (opts) checked against the operator, the account (`fetch`: the resolver's
+    account JWT by public key) and the nonce sent in INFO; `connection_type` is one of CONNECTION_TYPES."""
+    token = opts.get("jwt")
+    if not isinstance(token, str) or not token:
+        return Refusal("Authentication requires a user JWT")
+    try:
+        user = decode_user(token)
+    except JwtError as e:
+        return Refusal(f"User JWT not valid: {e}")
+    issue = time_issue(user, now)
+    if issue is not None:
+        return Refusal(f"User JWT no longer valid: {issue}")
+    account_key = user.issuer_account or user.issuer
+    found = fetch(account_key)
+    if found is None:
+        return Refusal("Account JWT lookup error: account not found")
+    try:
+        account = decode_account(found)
+    except JwtError as e:
+        return Refusal(f"Account JWT lookup error: {e}")
+    if account.subject != account_key or time_issue(account, now) is not None:
+        return Refusal("Account JWT lookup error: account validation failed")
+    if account.issuer not in trusted_keys(operator):
+        return Refusal("Account JWT not signed by trusted operator")
+    signers = dict(account.signing_keys)
+    if not operator.strict_signing_key_usage:
+        signers[account.subject] = None
+    if user.issuer not in signers:
+        return Refusal("User JWT issuer is not known")
+    grant = user.permissions
+    scope = signers[user.issuer]
+    if scope is not None:
+        if grant.has_permissions or grant.limits != UserLimits() or grant.bearer_token or grant.allowed_connection_types:
+            return Refusal("User JWT is not valid: scoped users require no permissions or limits set")
+        grant = _template(scope.template, user, account)
+    if grant.bearer_token and account.disallow_bearer:
+        return Refusal("Account does not allow bearer tokens")
+    known = [t for t in grant.allowed_connection_types if t in CONNECTION_TYPES]
+    if grant.allowed_connection_types and not known:
+        return Refusal(f"connection types {list(grant.allowed_connection_types)} are unknown")
+    if known and connection_type not in known:
+        return Refusal("Connection type not allowed")
+    if not grant.bearer_token:
+        signature = opts.get("sig")
+        if not isinstance(signature, str) or not signature:
+            return Refusal("Signature missing")
+        try:
+            key = user_public_key(user.subject)
+        except NkeyError as e:
+            return Refusal(f"User nkey not valid: {e}")
+        if not signed(key, nonce, signature):
+            return Refusal("Signature not verified")
+    if is_revoked(account.revocations, user.subject, user.issued_at):
+        return Refusal("User authentication revoked")
+    if not _in_src(grant.limits, host):
+        return Refusal(f"Bad src Ip {host}", "error")
+    if not _in_times(grant.limits, now):
+        return Refusal("Outside connect times", "error")
+    permissions = permissions_of(grant)
+    if permissions is None:
+        permissions = permissions_of(account.default_permissions)
+    admitted = JwtUser(account.subject, account.name, user.subject, user.name, permissions, grant.limits,
+                       user.expires, user.tags)
+    why = unenforced(admitted, account)
+    return admitted if why is None else Refusal(why, "error")
+
+
+_UNLIMITED = -1
+
+
+def unenforced(user: JwtUser, account: AccountClaims) -> str | None:
+    """A limit of the user or account JWT that jsbroker does not enforce yet: such users are refused, never
+    admitted with the limit ignored."""
+    for what, value in (("subs", user.limits.subs), ("data", user.limits.data)):
+        if value != _UNLIMITED:
+            return f"the user JWT limits {what} to {value}, which jsbroker does not enforce yet; issue it with -1"
+    for what in ("subs", "data", "payload", "conn"):
+        value = account.limits.get(what, _UNLIMITED)
+        if value != _UNLIMITED:
+            return (f"the account JWT limits {what} to {value}, which jsbroker does not enforce yet; "
+                    "set it to -1 (unlimited)")
+    return None
+
+
+def one_account(user: JwtUser, system_account: str, accounts: list[str]) -> str | None:
+    """Why jsbroker, which has one account until it has several, cannot admit this user (or None)."""
+    if user.account == system_account:
+        return "the system account's users cannot connect to jsbroker yet (it has no system account services)"
+    others = [a for a in accounts if a != system_account]
+    if others != [user.account]:
+        return (f"jsbroker serves one account in operator mode and the resolver holds {len(others)} besides the "
+                "system account; keep one")
+    return None

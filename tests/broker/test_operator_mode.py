@@ -1,0 +1,202 @@
+"""Operator mode (decentralized auth) side by side with nats-server 2.15.1: one config file with the operator
+JWT, the system account, `resolver: MEMORY` and `resolver_preload`, the same user JWTs against both servers,
+on the raw wire (INFO's nonce, CONNECT's jwt + sig) and with nats-py's `user_credentials=`.
+
+The JWTs come from tests/broker/jwt_material.py (nsc cannot be built here; nats-server accepts them)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from tests.broker import jwt_material as m
+from tests.broker.raw import Raw
+from tests.polling import poll
+from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
+
+OP, OP_SIGNER, SYS, APP, APP_SIGNER, STRANGER = (m.new_key(k) for k in (
+    "operator", "operator", "account", "account", "account", "account"))
+NOW = int(time.time())
+USERS = {name: m.new_key("user") for name in (
+    "alice", "by_signer", "unknown_signer", "stranger", "expired", "not_yet", "revoked", "bearer", "websocket_only",
+    "other_network", "own_network", "responder", "no_perms")}
+PERMS = {"pub": {"allow": ["foo.>", "_INBOX.>"]}, "sub": {"allow": ["foo.>", "_INBOX.>"], "deny": ["foo.secret"]}}
+
+
+def _user(name: str, signer: m.Key = APP, nats: dict[str, Any] | None = None, **standard: Any) -> str:
+    issuer_account = APP.public if signer is not APP and signer is not STRANGER else ""
+    return m.user_jwt(signer, USERS[name], name, issuer_account=issuer_account, nats=nats, **standard)
+
+
+JWTS = {
+    "alice": _user("alice", nats=PERMS),
+    "by_signer": _user("by_signer", APP_SIGNER, nats=PERMS),
+    "unknown_signer": _user("unknown_signer", m.new_key("account"), nats=PERMS),
+    "stranger": _user("stranger", STRANGER),  # an account the resolver does not have
+    "expired": _user("expired", exp=NOW - 60),
+    "not_yet": _user("not_yet", nbf=NOW + 3600),
+    "revoked": _user("revoked", iat=NOW - 100),
+    "bearer": _user("bearer", nats={"bearer_token": True}),
+    "websocket_only": _user("websocket_only", nats={"allowed_connection_types": ["WEBSOCKET"]}),
+    "other_network": _user("other_network", nats={"src": ["10.0.0.0/8"]}),
+    "own_network": _user("own_network", nats={"src": ["192.168.0.0/16", "127.0.0.0/8"]}),
+    "responder": _user("responder", nats={"sub": {"allow": ["svc"]}, "resp": {"max": 1, "ttl": 0}}),
+    "no_perms": _user("no_perms"),
+}
+
+
+def _config(directory: Path, app_limits: dict[str, Any] | None = None) -> Path:
+    operator = directory / "operator.jwt"
+    operator.write_text(m.operator_jwt(OP, signing_keys=(OP_SIGNER,), system_account=SYS.public))
+    app = m.account_jwt(OP_SIGNER, APP, "APP", signing_keys=[APP_SIGNER.public], limits=app_limits,
+                        revocations={USERS["revoked"].public: NOW - 50})
+    config = directory / "operator.conf"
+    config.write_text(f"operator: {operator}\nsystem_account: {SYS.public}\nresolver: MEMORY\n"
+                      f"resolver_preload {{\n  {SYS.public}: {m.account_jwt(OP, SYS, 'SYS')}\n"
+                      f"  {APP.public}: {app}\n}}\n")
+    return config
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerHandle]]:
+    config = _config(tmp_path_factory.mktemp("operator"))
+    handles = {kind: launch(kind, jetstream=False, extra_args=["-c", str(config)]) for kind in KINDS}
+    yield handles
+    for handle in handles.values():
+        handle.close()
+
+
+def _signature(name: str, info: bytes) -> str:
+    nonce = json.loads(info.split(b" ", 1)[1])["nonce"]
+    return base64.urlsafe_b64encode(USERS[name].sign(nonce.encode())).decode().rstrip("=")
+
+
+def _connect(port: int, name: str | None, sign: str | None = None, jwt: str | None = None) -> tuple[Raw, bytes]:
+    """CONNECT as a user (the nonce signed by `sign`'s key; None: no signature); the reply up to PONG or -ERR."""
+    raw = Raw(port)
+    opts: dict[str, Any] = {"verbose": False, "pedantic": False, "protocol": 1}
+    if name is not None:
+        opts["jwt"] = jwt or JWTS[name]
+    if sign is not None:
+        opts["sig"] = _signature(sign, raw.info)
+    raw.send(f"CONNECT {json.dumps(opts)}\r\nPING\r\n".encode())
+    reply = raw.read_until(b"\r\n")
+    return raw, reply
+
+
+def _outcome(port: int, name: str | None, sign: str | None = "self", jwt: str | None = None) -> str:
+    raw, reply = _connect(port, name, name if sign == "self" else sign, jwt)
+    with raw:
+        if reply == b"PONG\r\n":
+            return "admitted"
+        return reply.decode().strip() + (" (closed)" if raw.read_to_close() == b"" else "")
+
+
+CASES = [  # (user, who signs the nonce), and what nats-server answers
+    ("alice", "self"), ("by_signer", "self"), ("unknown_signer", "self"), ("stranger", "self"), ("expired", "self"),
+    ("not_yet", "self"), ("revoked", "self"), ("bearer", None), ("websocket_only", "self"), ("other_network", "self"),
+    ("own_network", "self"), ("no_perms", "self"), ("alice", None), ("alice", "bearer"), (None, None),
+]
+
+
+def test_info_carries_a_nonce(servers: dict[str, ServerHandle]) -> None:
+    infos = {kind: json.loads(Raw(h.port).info.split(b" ", 1)[1]) for kind, h in servers.items()}
+    assert {kind: (i["auth_required"], len(i["nonce"])) for kind, i in infos.items()} == {
+        kind: (True, 15) for kind in KINDS}
+
+
+@pytest.mark.parametrize("user,signer", CASES, ids=[f"{u}-{s}" for u, s in CASES])
+def test_connect_outcome_matches(servers: dict[str, ServerHandle], user: str | None, signer: str | None) -> None:
+    outcomes = {kind: _outcome(h.port, user, signer) for kind, h in servers.items()}
+    assert outcomes[JSBROKER] == outcomes[NATS_SERVER], outcomes
+    admitted = {"alice-self", "by_signer-self", "bearer-None", "own_network-self", "no_perms-self"}
+    assert (outcomes[JSBROKER] == "admitted") == (f"{user}-{signer}" in admitted), outcomes
+
+
+def test_a_jwt_that_is_not_one_is_refused(servers: dict[str, ServerHandle]) -> None:
+    tampered = JWTS["alice"][:-4] + ("AAAA" if not JWTS["alice"].endswith("AAAA") else "BBBB")
+    outcomes = {kind: [_outcome(h.port, "alice", jwt=j) for j in ("garbage", tampered, JWTS["alice"].split(".")[0])]
+                for kind, h in servers.items()}
+    assert outcomes[JSBROKER] == outcomes[NATS_SERVER] == [
+        "-ERR 'Authorization Violation' (closed)"] * 3
+
+
+def _roundtrip(raw: Raw, data: bytes) -> bytes:
+    """What the server answered `data` before the PONG of a PING sent after it; the INFO that follows the
+    first PONG (protocol 1) is reduced to the account it names."""
+    raw.send(data + b"PING\r\n")
+    lines = raw.read_until(b"PONG\r\n")[:-len(b"PONG\r\n")].split(b"\r\n")
+    return b"\r\n".join(b"INFO remote_account=" + json.loads(line[5:])["remote_account"].encode()
+                         if line.startswith(b"INFO ") else line for line in lines)
+
+
+def test_permissions_of_the_user_jwt_are_enforced(servers: dict[str, ServerHandle]) -> None:
+    out = {}
+    for kind, h in servers.items():
+        alice, _ = _connect(h.port, "alice", "alice")
+        responder, _ = _connect(h.port, "responder", "responder")
+        free, _ = _connect(h.port, "no_perms", "no_perms")
+        with alice, responder, free:
+            out[kind] = {
+                "subscribe": _roundtrip(alice, b"SUB foo.> 1\r\nSUB bar 2\r\nSUB foo.secret 3\r\n"),
+                "publish": _roundtrip(alice, b"PUB foo.a 1\r\na\r\nPUB bar 1\r\nb\r\nPUB foo.secret 1\r\nc\r\n"),
+                "received": _roundtrip(alice, b""),
+                "responder": _roundtrip(responder, b"SUB svc 1\r\n"),
+                "request": _roundtrip(free, b"SUB _INBOX.r 9\r\nPUB svc _INBOX.r 1\r\nq\r\n"),
+                "answers": _roundtrip(responder, b"") + _roundtrip(responder, b"PUB _INBOX.r 1\r\ny\r\nPUB _INBOX.r 1"
+                                                                              b"\r\nz\r\nPUB elsewhere 1\r\nx\r\n"),
+                "answer received": _roundtrip(free, b""),
+                "connected": not (alice.closed or responder.closed or free.closed),
+            }
+    assert out[JSBROKER] == out[NATS_SERVER]
+    assert b"Permissions Violation for Subscription to \"bar\"" in out[JSBROKER]["subscribe"]
+    assert out[JSBROKER]["responder"].startswith(b"INFO remote_account=" + APP.public.encode())
+    assert out[JSBROKER]["connected"]
+
+
+def test_refusals_are_logged_as_nats_server_logs_them(servers: dict[str, ServerHandle]) -> None:
+    for h in servers.values():
+        _outcome(h.port, "other_network")
+    for kind, h in servers.items():
+        poll(lambda: "Bad src Ip 127.0.0.1" in h.log_tail(400), timeout=5, what=f"{kind}'s bad source log line")
+        assert " - authentication error" in h.log_tail(400)
+
+
+def test_natspy_with_creds(servers: dict[str, ServerHandle], tmp_path: Path) -> None:
+    good = m.write_creds(tmp_path, "alice", JWTS["alice"], USERS["alice"])
+    revoked = m.write_creds(tmp_path, "revoked", JWTS["revoked"], USERS["revoked"])
+
+    async def scenario(url: str) -> dict[str, Any]:
+        nc = await nats.connect(url, user_credentials=str(good))
+        sub = await nc.subscribe("foo.x")
+        await nc.publish("foo.x", b"hello")
+        got = (await sub.next_msg(timeout=2)).data
+        await nc.close()
+        try:
+            await nats.connect(url, user_credentials=str(revoked), allow_reconnect=False, max_reconnect_attempts=0)
+            refused = ""
+        except Exception as e:  # nats-py raises its plain Error for -ERR at connect
+            refused = str(e)
+        return {"received": got, "refused": refused}
+
+    out = {kind: asyncio.run(scenario(h.url)) for kind, h in servers.items()}
+    assert out[JSBROKER] == out[NATS_SERVER] == {"received": b"hello", "refused": "nats: 'Authorization Violation'"}
+
+
+def test_bearer_tokens_refused_where_the_account_disallows_them(tmp_path: Path) -> None:
+    config = _config(tmp_path, app_limits={"disallow_bearer": True})
+    handles = [launch(kind, jetstream=False, extra_args=["-c", str(config)]) for kind in KINDS]
+    try:
+        outcomes = {h.kind: (_outcome(h.port, "bearer", None), _outcome(h.port, "alice")) for h in handles}
+    finally:
+        for h in handles:
+            h.close()
+    assert outcomes[JSBROKER] == outcomes[NATS_SERVER] == ("-ERR 'Authorization Violation' (closed)", "admitted")
