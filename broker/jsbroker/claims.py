@@ -219,9 +219,9 @@ def _signing_keys(nats: dict[str, Any]) -> dict[str, UserScope | None]:
     return keys
 
 
-_ISSUERS = {  # who may sign each kind of claims (nats-io/jwt v2's ExpectedPrefixes)
-    "operator": ("operator",), "account": ("operator", "account"), "user": ("account",),
-    "activation": ("operator", "account"),
+_ISSUERS = {  # who may sign each kind of claims (nats-io/jwt v2's ExpectedPrefixes, in its order)
+    "operator": ("operator",), "account": ("account", "operator"), "user": ("account",),
+    "activation": ("account", "operator"),
 }
 _SUBJECTS = {"operator": "operator", "account": "account", "user": "user"}
 
@@ -235,39 +235,42 @@ def _key_kind(key: str, kinds: tuple[str, ...]) -> bytes | None:
     return None
 
 
-def _verified_payload(token: str, issuers: tuple[str, ...]) -> dict[str, Any]:
-    """The payload of a JWT whose header is NATS' and whose signature is its issuer's (one of `issuers`)."""
+def _verified_payload(token: str) -> dict[str, Any]:
+    """The payload of a JWT whose header is NATS' and whose signature is its issuer's, checked in nats-io/jwt's
+    order and with its messages (they reach clients' logs and claim update replies)."""
     parts = token.strip().split(".")
     if len(parts) != 3:
-        raise JwtError("not a JWT: expected header.payload.signature")
-    header, payload = _json(parts[0], "header"), _json(parts[1], "payload")
+        raise JwtError("expected 3 chunks")
+    header = _json(parts[0], "header")
     if str(header.get("typ", "")).upper() != "JWT":
-        raise JwtError(f"not a JWT: the header's typ is {header.get('typ')!r}")
-    if header.get("alg") not in ALGORITHMS:
-        raise JwtError(f"unsupported algorithm {header.get('alg')!r}: version 1 JWTs must be re-issued (nsc v2)")
+        raise JwtError(f"not supported type {header.get('typ', '')!r}")
+    if str(header.get("alg", "")).lower() not in ALGORITHMS:
+        raise JwtError(f"unexpected {header.get('alg', '')!r} algorithm (version 1 JWTs must be re-issued with nsc v2)")
+    payload = _json(parts[1], "payload")
     issuer, subject = payload.get("iss"), payload.get("sub")
     if not isinstance(issuer, str) or not isinstance(subject, str):
         raise JwtError("the JWT has no issuer or subject")
-    key = _key_kind(issuer, issuers)
-    if key is None:
-        raise JwtError(f"issued by {issuer[:8]}..., which is not a public {' or '.join(issuers)} key")
-    if not verified(key, f"{parts[0]}.{parts[1]}".encode(), _b64(parts[2], "signature")):
-        raise JwtError("the JWT's signature is not its issuer's")
+    key = _key_kind(issuer, ("operator", "account", "user"))
+    if key is None or not verified(key, f"{parts[0]}.{parts[1]}".encode(), _b64(parts[2], "signature")):
+        raise JwtError("claim failed V2 signature verification")
+    issuers = _ISSUERS.get(str(_obj(payload, "nats").get("type", "")))
+    if issuers is not None and _key_kind(issuer, issuers) is None:
+        raise JwtError(f"unable to validate expected prefixes - [{' '.join(issuers)}]")
     return payload
 
 
 def decode_generic(token: str) -> dict[str, Any]:
     """Any NATS JWT's payload, its signature verified (nats-io/jwt's DecodeGeneric)."""
-    return _verified_payload(token, ("operator", "account", "user"))
+    return _verified_payload(token)
 
 
 def decode(token: str, kind: str) -> Claims:
     """The claims of a NATS JWT of `kind` (operator, account, user, activation), with the signature
     verified against the issuer's key; JwtError says what is wrong. Times are not checked here."""
-    payload = _verified_payload(token, _ISSUERS[kind])
+    payload = _verified_payload(token)
     nats = _obj(payload, "nats")
     if nats.get("type") != kind:
-        raise JwtError(f"not {kind} claims: the JWT holds {nats.get('type')!r} claims")
+        raise JwtError(f"not {kind} claim")
     issuer, subject = payload["iss"], payload["sub"]
     if kind in _SUBJECTS and _key_kind(subject, (_SUBJECTS[kind],)) is None:
         raise JwtError(f"the subject of {kind} claims must be a public {kind} key, not {subject[:8]}...")

@@ -116,6 +116,8 @@ class OperatorSettings:
     preload: tuple[tuple[str, str], ...] = ()  # (account public key, its JWT), resolver_preload
     resolver_dir: Path | None = None  # the full resolver's directory
     allow_delete: bool = False  # the full resolver honours $SYS.REQ.CLAIMS.DELETE
+    hard_delete: bool = False  # deleted JWT files are removed, not renamed *.deleted
+    resolver_limit: int = 1000  # the most account JWTs the directory keeps
 
 
 @dataclass(frozen=True)
@@ -680,7 +682,10 @@ def _resolver(node: Node, acc: Acc, what: str) -> None:
         raise _fail(node, f"{what}: type {r.get('type')!r} is not supported; use type: full (or resolver: MEMORY)")
     if "dir" not in r:
         raise _fail(node, f"{what}: the full resolver needs dir, the directory of the account JWTs")
-    acc["resolver"], acc["resolver_dir"], acc["allow_delete"] = "full", r["dir"], r.get("allow_delete", False)
+    if r.get("limit", 1) <= 0:
+        raise _fail(node, f"{what}.limit must be positive (the most account JWTs the directory keeps)")
+    acc.update(resolver="full", resolver_dir=r["dir"], allow_delete=r.get("allow_delete", False),
+               resolver_limit=r.get("limit", 1000), hard_delete=r.get("hard_delete", False))
 
 
 def _preload(node: Node, acc: Acc, what: str) -> None:
@@ -702,8 +707,11 @@ _RESOLVER: tuple[Setting, ...] = (
     Setting(("type",), _set("type", _str), "full (MEMORY is `resolver: MEMORY`)"),
     Setting(("dir",), _set("dir", lambda n, w: Path(_str(n, w))), "where account JWTs are kept, one file each"),
     Setting(("allow_delete",), _set("allow_delete", _bool), "honour $SYS.REQ.CLAIMS.DELETE from the operator"),
-    _refused("interval", "limit", "ttl", "timeout", "hard_delete",
-             why="jsbroker's full resolver is one server's directory: no sync interval, limit or cache timeout"),
+    Setting(("hard_delete",), _set("hard_delete", _bool), "delete removes the file (default: renamed *.deleted)"),
+    Setting(("limit",), _set("limit", _int), "the most account JWTs kept (default 1000)"),
+    Setting(("interval", "timeout"), lambda n, a, w: _duration(n, w) and None,
+            "syncing with other servers' resolvers (a single server has none to sync with)"),
+    _refused("ttl", why="ttl is the cache resolver's; jsbroker has the full resolver"),
 )
 OPERATOR_MODE: tuple[Setting, ...] = (
     Setting(("operator", "operators", "root", "roots", "root_operators", "root_operator"), _operator,
@@ -735,8 +743,6 @@ def operator_settings(mode: Acc, others: Acc) -> OperatorSettings | None:
         raise ConfigError("using nats based account resolver - the system account needs to be specified in "
                           "configuration or the operator jwt")
     preload = mode.get("preload", ())
-    if mode["resolver"] == "full" and preload:
-        raise ConfigError("resolver_preload goes with resolver: MEMORY; the full resolver reads its dir")
     served = [key for key, _ in preload if key != system]
     if len(served) > 1:
         raise ConfigError(f"resolver_preload has {len(served)} accounts besides the system account; jsbroker serves "
@@ -744,8 +750,8 @@ def operator_settings(mode: Acc, others: Acc) -> OperatorSettings | None:
     if others.get("jetstream_on"):
         raise ConfigError("jetstream with operator mode: jsbroker does not apply the account JWTs' JetStream "
                           "limits yet; turn jetstream off or use authorization users")
-    return OperatorSettings(op, system, mode["resolver"], preload, mode.get("resolver_dir"),
-                            mode.get("allow_delete", False))
+    full = {k: mode[k] for k in ("resolver_dir", "allow_delete", "hard_delete", "resolver_limit") if k in mode}
+    return OperatorSettings(op, system, mode["resolver"], preload, **full)
 
 
 def _operator_mode(apply: Apply) -> Apply:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .claims import JwtError, decode_account, decode_generic, time_issue
+from .claims import JwtError, decode_account, decode_generic
 from .config import OperatorSettings
 from .nkeys import is_public_key
 
@@ -52,9 +52,12 @@ class MemoryResolver:
 class DirResolver:
     """`resolver { type: full, dir: ... }`: `<dir>/<account>.jwt`, written by claim updates."""
 
-    def __init__(self, directory: Path, allow_delete: bool = False) -> None:
+    def __init__(self, directory: Path, allow_delete: bool = False, hard_delete: bool = False,
+                 limit: int = 1000) -> None:
         self.directory = Path(directory)
         self.allow_delete = allow_delete
+        self.hard_delete = hard_delete
+        self.limit = limit
 
     def _path(self, account: str) -> Path | None:
         return self.directory / f"{account}.jwt" if is_public_key(account, "account") else None
@@ -78,20 +81,43 @@ class DirResolver:
         if path is None:
             raise ValueError("invalid public key")
         self.directory.mkdir(parents=True, exist_ok=True)
+        if not path.exists() and len(self.accounts()) >= self.limit:
+            raise ValueError("jwt store is full")
         temp = path.with_suffix(".jwt.tmp")  # a crash mid-write leaves the old JWT, never half a new one
         temp.write_text(token)
         os.replace(temp, path)
 
+    def store_if_newer(self, account: str, token: str) -> None:
+        """resolver_preload's JWTs at start: kept unless the directory has a newer one (nats-server's saveIfNewer)."""
+        found = self.fetch(account)
+        if found is not None:
+            try:
+                old, new = decode_account(found), decode_account(token)
+            except JwtError:
+                pass  # an unreadable file is replaced
+            else:
+                if old.jti == new.jti or old.issued_at > new.issued_at:
+                    return
+        self.store(account, token)
+
     def delete(self, account: str) -> None:
         path = self._path(account)
-        if path is not None:
-            path.unlink(missing_ok=True)
+        if path is None:
+            return
+        try:
+            path.unlink() if self.hard_delete else os.replace(path, path.with_name(path.name + ".deleted"))
+        except FileNotFoundError:
+            pass
 
 
 def resolver_for(settings: OperatorSettings) -> MemoryResolver | DirResolver:
     if settings.resolver == "full":
         assert settings.resolver_dir is not None
-        return DirResolver(settings.resolver_dir, settings.allow_delete)
+        resolver = DirResolver(settings.resolver_dir, settings.allow_delete, settings.hard_delete,
+                               settings.resolver_limit)
+        for account, token in settings.preload:  # nats-server stores them in the directory at start
+            resolver.store_if_newer(account, token)
+        return resolver
     return MemoryResolver(dict(settings.preload))
 
 
@@ -105,11 +131,12 @@ class ClaimsReply:
 
 
 def _update_reply(server: dict[str, Any], account: str, message: str, error: str | None) -> ClaimsReply:
-    """nats-server's respondToUpdate."""
+    """nats-server's respondToUpdate (an empty account is left out, as Go's omitempty does)."""
+    named = {"account": account} if account else {}
     if error is None:
-        body: dict[str, Any] = {"server": server, "data": {"account": account, "code": 200, "message": message}}
+        body: dict[str, Any] = {"server": server, "data": {**named, "code": 200, "message": message}}
         return ClaimsReply(json.dumps(body).encode(), "debug", f"{message} - {account}" if account else message)
-    body = {"server": server, "error": {"account": account, "code": 500, "description": f"{message} - {error}"}}
+    body = {"server": server, "error": {**named, "code": 500, "description": f"{message} - {error}"}}
     return ClaimsReply(json.dumps(body).encode(), "error",
                        f"{message} - {account} - {error}" if account else f"{message} - {error}")
 
@@ -125,9 +152,8 @@ class OperatorKeys:
 
 
 def claims_request(resolver: DirResolver, operator: OperatorKeys, subject: str, payload: bytes,
-                   server: dict[str, Any], now: float) -> ClaimsReply:
-    """The full resolver's answer to a request on one of CLAIMS_SUBJECTS (`server`: the reply's server info,
-    `now`: unix seconds, for the claims' expiry)."""
+                   server: dict[str, Any]) -> ClaimsReply:
+    """The full resolver's answer to a request on one of CLAIMS_SUBJECTS (`server`: the reply's server info)."""
     text = payload.decode("utf-8", "replace")
     if subject == CLAIMS_LIST:
         return ClaimsReply(json.dumps({"server": server, "data": resolver.accounts()}).encode(), "debug",
@@ -136,21 +162,21 @@ def claims_request(resolver: DirResolver, operator: OperatorKeys, subject: str, 
         return _delete(resolver, operator, text, server)
     tokens = subject.split(".")
     if subject == CLAIMS_UPDATE:
-        return _update(resolver, operator, None, text, server, now)
+        return _update(resolver, operator, None, text, server)
     if len(tokens) == 6 and subject.startswith(ACCOUNT_CLAIMS_PREFIX) and tokens[4] == "CLAIMS":
         if tokens[5] == "UPDATE":
-            return _update(resolver, operator, tokens[3], text, server, now)
+            return _update(resolver, operator, tokens[3], text, server)
         if tokens[5] == "LOOKUP":
             found = resolver.fetch(tokens[3])
             return ClaimsReply(found.encode() if found is not None else b"", "debug",
                                "" if found is not None else f"DirResolver - Could not find account {tokens[3]!r}")
     if len(tokens) == 5 and subject.startswith("$SYS.ACCOUNT.") and tokens[3:] == ["CLAIMS", "UPDATE"]:
-        return _update(resolver, operator, tokens[2], text, server, now)
+        return _update(resolver, operator, tokens[2], text, server)
     return ClaimsReply(None, "debug", f"DirResolver - jwt update skipped due to bad subject {subject!r}")
 
 
 def _update(resolver: DirResolver, operator: OperatorKeys, account: str | None, text: str,
-            server: dict[str, Any], now: float) -> ClaimsReply:
+            server: dict[str, Any]) -> ClaimsReply:
     """One account JWT pushed: to $SYS.REQ.CLAIMS.UPDATE (account None) or to the account's own subject."""
     try:
         claims = decode_account(text)
@@ -160,9 +186,7 @@ def _update(resolver: DirResolver, operator: OperatorKeys, account: str | None, 
     if account is None and strict:  # the two handlers check in this order in nats-server
         return _update_reply(server, claims.subject, "jwt update resulted in error",
                              "operator requires issuer to be a signing key")
-    issue = time_issue(claims, now)
-    if issue is not None:
-        return _update_reply(server, claims.subject, "jwt validation failed", f"validation errors: [{issue}]")
+    # nats-server validates pushed claims without time checks: an expired account JWT is stored
     target = account or claims.subject
     if claims.subject != target:
         return _update_reply(server, target, "jwt update resulted in error", "subject does not match jwt content")
@@ -173,6 +197,8 @@ def _update(resolver: DirResolver, operator: OperatorKeys, account: str | None, 
         resolver.store(target, text)
     except OSError as e:
         return _update_reply(server, target, "jwt update resulted in error", e.strerror or str(e))
+    except ValueError as e:
+        return _update_reply(server, target, "jwt update resulted in error", str(e))
     return _update_reply(server, target, "jwt updated", None)
 
 

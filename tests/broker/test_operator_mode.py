@@ -200,3 +200,105 @@ def test_bearer_tokens_refused_where_the_account_disallows_them(tmp_path: Path) 
         for h in handles:
             h.close()
     assert outcomes[JSBROKER] == outcomes[NATS_SERVER] == ("-ERR 'Authorization Violation' (closed)", "admitted")
+
+
+# -- the full (directory) resolver ---------------------------------------------------------------------------
+
+SYS_USER = m.new_key("user")
+OTHER = m.new_key("account")
+
+
+def _full_config(directory: Path, allow_delete: bool) -> Path:
+    """A full resolver whose directory holds APP's JWT (as `nsc push` would have left it); SYS preloaded."""
+    jwts = directory / "jwt"
+    jwts.mkdir()
+    app = m.account_jwt(OP_SIGNER, APP, "APP", signing_keys=[APP_SIGNER.public])
+    (jwts / f"{APP.public}.jwt").write_text(app)
+    operator = directory / "operator.jwt"
+    operator.write_text(m.operator_jwt(OP, signing_keys=(OP_SIGNER,), system_account=SYS.public))
+    config = directory / "full.conf"
+    config.write_text(f"operator: {operator}\nsystem_account: {SYS.public}\n"
+                      f"resolver {{\n  type: full\n  dir: '{jwts}'\n  allow_delete: {str(allow_delete).lower()}\n"
+                      f"  interval: \"2m\"\n  limit: 1000\n}}\n"
+                      f"resolver_preload {{\n  {SYS.public}: {m.account_jwt(OP, SYS, 'SYS')}\n}}\n")
+    return config
+
+
+def test_full_resolver_admits_the_accounts_in_its_directory(tmp_path: Path) -> None:
+    handles = [launch(kind, jetstream=False, extra_args=["-c", str(_full_config(tmp_path / kind, False))])
+               for kind in KINDS if (tmp_path / kind).mkdir() is None]
+    try:
+        outcomes = {h.kind: [_outcome(h.port, "alice"), _outcome(h.port, "by_signer"), _outcome(h.port, "stranger")]
+                    for h in handles}
+    finally:
+        for h in handles:
+            h.close()
+    assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    assert outcomes[JSBROKER][:2] == ["admitted", "admitted"]
+    assert sorted(p.name for p in (tmp_path / JSBROKER / "jwt").iterdir()) == sorted(
+        p.name for p in (tmp_path / NATS_SERVER / "jwt").iterdir())  # the preloaded SYS JWT written there too
+
+
+def _claims_requests() -> list[tuple[str, bytes]]:
+    other = m.account_jwt(OP, OTHER, "OTHER").encode()
+    return [
+        ("$SYS.REQ.CLAIMS.LIST", b""),
+        ("$SYS.REQ.CLAIMS.UPDATE", other),
+        ("$SYS.REQ.CLAIMS.UPDATE", m.account_jwt(OP, OTHER, "OTHER", exp=NOW - 10).encode()),
+        ("$SYS.REQ.CLAIMS.UPDATE", b"not a jwt"),
+        ("$SYS.REQ.CLAIMS.UPDATE", JWTS["alice"].encode()),  # a user JWT is no account JWT
+        (f"$SYS.REQ.ACCOUNT.{APP.public}.CLAIMS.UPDATE", other),  # another account's JWT
+        (f"$SYS.REQ.ACCOUNT.{OTHER.public}.CLAIMS.UPDATE", other),
+        (f"$SYS.REQ.ACCOUNT.{OTHER.public}.CLAIMS.LOOKUP", b""),
+        (f"$SYS.REQ.ACCOUNT.{STRANGER.public}.CLAIMS.LOOKUP", b""),
+        ("$SYS.REQ.CLAIMS.LIST", b""),
+        ("$SYS.REQ.CLAIMS.DELETE", m.encode(OP, OP.public, "", {"accounts": [SYS.public]}).encode()),
+        ("$SYS.REQ.CLAIMS.DELETE", m.encode(APP, APP.public, "", {"accounts": [OTHER.public]}).encode()),
+        ("$SYS.REQ.CLAIMS.DELETE", m.encode(OP, OP.public, "", {"accounts": ["nope"]}).encode()),
+        ("$SYS.REQ.CLAIMS.DELETE", m.encode(OP, OP.public, "", {"accounts": [OTHER.public]}).encode()),
+        ("$SYS.REQ.CLAIMS.LIST", b""),
+    ]
+
+
+def _normal(reply: bytes) -> Any:
+    """A claims reply without the server's own fields (its id, name, time)."""
+    try:
+        body = json.loads(reply)
+    except ValueError:
+        return reply
+    if isinstance(body, dict):
+        body.pop("server", None)
+    return body
+
+
+@pytest.mark.parametrize("allow_delete", [True, False])
+def test_claims_requests_answered_as_nats_server_answers_them(tmp_path: Path, allow_delete: bool) -> None:
+    """resolvers.claims_request (pure; wired to the system account later) against nats-server's full resolver."""
+    from jsbroker.resolvers import DirResolver, OperatorKeys, claims_request
+
+    (tmp_path / "ref").mkdir()
+    handle = launch(NATS_SERVER, jetstream=False, extra_args=["-c", str(_full_config(tmp_path / "ref", allow_delete))])
+    sys_creds = m.write_creds(tmp_path, "sys", m.user_jwt(SYS, SYS_USER, "sys"), SYS_USER)
+
+    async def ask(url: str) -> list[Any]:
+        nc = await nats.connect(url, user_credentials=str(sys_creds))
+        try:
+            return [_normal((await nc.request(subject, payload, timeout=2)).data)
+                    for subject, payload in _claims_requests()]
+        finally:
+            await nc.close()
+
+    try:
+        expected = asyncio.run(ask(handle.url))
+    finally:
+        handle.close()
+    (tmp_path / "ours").mkdir()
+    _full_config(tmp_path / "ours", allow_delete)
+    resolver = DirResolver(tmp_path / "ours" / "jwt", allow_delete=allow_delete)
+    resolver.store(SYS.public, m.account_jwt(OP, SYS, "SYS"))  # resolver_preload's
+    keys = OperatorKeys(OP.public, frozenset({OP.public, OP_SIGNER.public}), system_account=SYS.public)
+    ours = [_normal(claims_request(resolver, keys, subject, payload, {}).payload or b"")
+            for subject, payload in _claims_requests()]
+    assert ours == expected
+    assert sorted(p.name for p in (tmp_path / "ours" / "jwt").iterdir()) == sorted(
+        p.name for p in (tmp_path / "ref" / "jwt").iterdir())
