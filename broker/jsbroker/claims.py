@@ -20,7 +20,7 @@ from typing import Any
 
 from .nkeys import NkeyError, public_key, verified
 
-ALGORITHMS = ("ed25519-nkey",)  # version 2 JWTs; version 1 ("ed25519") JWTs are refused: re-issue them
+ALGORITHMS = ("ed25519-nkey", "ed25519")  # version 2 JWTs, and version 1 ones (nats-server still takes them)
 ALL_USERS = "*"  # a revocation of every user issued up to its time
 CONNECTION_TYPES = ("STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS")
 NANOSECONDS = 1_000_000_000
@@ -245,18 +245,25 @@ def _verified_payload(token: str) -> dict[str, Any]:
     if str(header.get("typ", "")).upper() != "JWT":
         raise JwtError(f"not supported type {header.get('typ', '')!r}")
     if str(header.get("alg", "")).lower() not in ALGORITHMS:
-        raise JwtError(f"unexpected {header.get('alg', '')!r} algorithm (version 1 JWTs must be re-issued with nsc v2)")
+        raise JwtError(f"unexpected {header.get('alg', '')!r} algorithm")
     payload = _json(parts[1], "payload")
     issuer, subject = payload.get("iss"), payload.get("sub")
     if not isinstance(issuer, str) or not isinstance(subject, str):
         raise JwtError("the JWT has no issuer or subject")
+    version = 1 if "type" in payload else _int(_obj(payload, "nats"), "version", 1)
+    signed_part = parts[1] if version == 1 else f"{parts[0]}.{parts[1]}"  # version 1 signed the payload only
     key = _key_kind(issuer, ("operator", "account", "user"))
-    if key is None or not verified(key, f"{parts[0]}.{parts[1]}".encode(), _b64(parts[2], "signature")):
-        raise JwtError("claim failed V2 signature verification")
-    issuers = _ISSUERS.get(str(_obj(payload, "nats").get("type", "")))
+    if key is None or not verified(key, signed_part.encode(), _b64(parts[2], "signature")):
+        raise JwtError(f"claim failed V{min(version, 2)} signature verification")
+    issuers = _ISSUERS.get(_kind(payload))
     if issuers is not None and _key_kind(issuer, issuers) is None:
         raise JwtError(f"unable to validate expected prefixes - [{' '.join(issuers)}]")
     return payload
+
+
+def _kind(payload: dict[str, Any]) -> str:
+    """The claims' type: version 1 JWTs have it at the top, version 2 in `nats`."""
+    return str(payload.get("type") or _obj(payload, "nats").get("type", ""))
 
 
 def decode_generic(token: str) -> dict[str, Any]:
@@ -269,7 +276,7 @@ def decode(token: str, kind: str) -> Claims:
     verified against the issuer's key; JwtError says what is wrong. Times are not checked here."""
     payload = _verified_payload(token)
     nats = _obj(payload, "nats")
-    if nats.get("type") != kind:
+    if _kind(payload) != kind:
         raise JwtError(f"not {kind} claim")
     issuer, subject = payload["iss"], payload["sub"]
     if kind in _SUBJECTS and _key_kind(subject, (_SUBJECTS[kind],)) is None:

@@ -743,10 +743,6 @@ def operator_settings(mode: Acc, others: Acc) -> OperatorSettings | None:
         raise ConfigError("using nats based account resolver - the system account needs to be specified in "
                           "configuration or the operator jwt")
     preload = mode.get("preload", ())
-    served = [key for key, _ in preload if key != system]
-    if len(served) > 1:
-        raise ConfigError(f"resolver_preload has {len(served)} accounts besides the system account; jsbroker serves "
-                          "one account in operator mode until it has accounts: preload one")
     if others.get("jetstream_on"):
         raise ConfigError("jetstream with operator mode: jsbroker does not apply the account JWTs' JetStream "
                           "limits yet; turn jetstream off or use authorization users")

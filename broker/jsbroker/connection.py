@@ -459,7 +459,7 @@ class Connection(asyncio.Protocol):
         result = authenticate_user(operator.operator, resolver.fetch, opts, self.nonce,
                                    "WEBSOCKET" if self.websocket else "STANDARD", self.peer[0], time.time())
         if isinstance(result, JwtUser):
-            why = one_account(result, operator.system_account, resolver.accounts())
+            why = one_account(result, operator.system_account, self.broker.served_account)
             result = Refusal(why, "error") if why is not None else result
         if isinstance(result, Refusal):
             log = self.broker.log.error if result.level == "error" else self.broker.log.debug
@@ -467,6 +467,7 @@ class Connection(asyncio.Protocol):
             self.broker.log.error(f"{self.who} - authentication error", cid=self.cid)
             raise ProtocolError("Authorization Violation")
         self.jwt_user = result
+        self.broker.served_account = result.account
         self.perms = PermissionChecker(result.permissions) if result.permissions is not None else None
         if 0 < result.limits.payload < self.parser.max_payload:
             self.parser.max_payload = result.limits.payload

@@ -77,6 +77,7 @@ class Broker:
         self.js_settings = config.jetstream  # with the temp store dir filled in once started
         operator = config.auth.operator
         self.resolver = resolver_for(operator) if operator is not None else None  # operator mode's account JWTs
+        self.served_account = ""  # operator mode: the one account served, the first user's (operator_auth.py)
         self.start_time = 0.0
         self.total_connections = 0
         self._closed_traffic = (0, 0, 0, 0)  # in_msgs, in_bytes, out_msgs, out_bytes of closed connections

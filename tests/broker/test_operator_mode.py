@@ -27,7 +27,7 @@ OP, OP_SIGNER, SYS, APP, APP_SIGNER, STRANGER = (m.new_key(k) for k in (
 NOW = int(time.time())
 USERS = {name: m.new_key("user") for name in (
     "alice", "by_signer", "unknown_signer", "stranger", "expired", "not_yet", "revoked", "bearer", "websocket_only",
-    "other_network", "own_network", "responder", "no_perms")}
+    "other_network", "own_network", "responder", "no_perms", "other", "sys")}
 PERMS = {"pub": {"allow": ["foo.>", "_INBOX.>"]}, "sub": {"allow": ["foo.>", "_INBOX.>"], "deny": ["foo.secret"]}}
 
 
@@ -204,7 +204,7 @@ def test_bearer_tokens_refused_where_the_account_disallows_them(tmp_path: Path) 
 
 # -- the full (directory) resolver ---------------------------------------------------------------------------
 
-SYS_USER = m.new_key("user")
+SYS_USER = USERS["sys"]
 OTHER = m.new_key("account")
 
 
@@ -302,3 +302,19 @@ def test_claims_requests_answered_as_nats_server_answers_them(tmp_path: Path, al
     assert ours == expected
     assert sorted(p.name for p in (tmp_path / "ours" / "jwt").iterdir()) == sorted(
         p.name for p in (tmp_path / "ref" / "jwt").iterdir())
+
+
+def test_jsbroker_serves_one_account_and_says_so(tmp_path: Path) -> None:
+    """Until jsbroker has accounts, a second account's users are refused (nats-server admits them, each in its
+    own account), with a log line naming why; the system account's users are refused the same way."""
+    config = _config(tmp_path)
+    other_jwt = m.user_jwt(OTHER, USERS["other"], "other")
+    config.write_text(config.read_text().replace("}\n", f"  {OTHER.public}: {m.account_jwt(OP, OTHER, 'OTHER')}\n}}\n"))
+    with launch(JSBROKER, jetstream=False, extra_args=["-c", str(config)]) as handle:
+        outcomes = [_outcome(handle.port, "alice"), _outcome(handle.port, "other", jwt=other_jwt),
+                    _outcome(handle.port, "sys", jwt=m.user_jwt(SYS, SYS_USER, "sys")), _outcome(handle.port, "no_perms")]
+        log = handle.log_tail(200)
+    assert outcomes == ["admitted", "-ERR 'Authorization Violation' (closed)", "-ERR 'Authorization Violation' (closed)",
+                        "admitted"]
+    assert f"jsbroker serves one account in operator mode until it has accounts: {APP.public} is served" in log
+    assert "the system account's users cannot connect to jsbroker yet" in log
