@@ -91,6 +91,7 @@ class Connection(asyncio.Protocol):
         self.origin = Origin(cid, False)
         self.perms: PermissionChecker | None = None  # the user's permissions (users with none: None)
         self.jwt_user: JwtUser | None = None  # operator mode: who the user JWT says this is, in which account
+        self._jwt_expiry: asyncio.TimerHandle | None = None  # closes the connection when the user JWT expires
         self.nonce = new_nonce() if broker.config.auth.nkeys else ""  # INFO's, for nkey users to sign
         # Backpressure: publishers held because this connection is backed up, and vice versa.
         self.congested = False  # past the transport's high-water mark
@@ -302,7 +303,7 @@ class Connection(asyncio.Protocol):
             self.abort()
 
     def _cancel_timers(self) -> None:
-        for timer in (self._timer, self._deadline, self.stall_timer):
+        for timer in (self._timer, self._deadline, self.stall_timer, self._jwt_expiry):
             if timer is not None:
                 timer.cancel()
 
@@ -471,6 +472,12 @@ class Connection(asyncio.Protocol):
         self.perms = PermissionChecker(result.permissions) if result.permissions is not None else None
         if 0 < result.limits.payload < self.parser.max_payload:
             self.parser.max_payload = result.limits.payload
+        if result.expires:  # nats-server closes the connection when the user JWT expires
+            self._jwt_expiry = self.broker.loop.call_later(max(result.expires - time.time(), 0), self._jwt_expired)
+
+    def _jwt_expired(self) -> None:
+        self.broker.log.debug(f"{self.who} - User Authentication Expired", cid=self.cid)
+        self.close("User Authentication Expired")
 
     def _violation(self, what: str, subject: str) -> None:
         """nats-server's answer to a denied PUB or SUB: an error line, and the connection stays."""

@@ -318,3 +318,14 @@ def test_jsbroker_serves_one_account_and_says_so(tmp_path: Path) -> None:
                         "admitted"]
     assert f"jsbroker serves one account in operator mode until it has accounts: {APP.public} is served" in log
     assert "the system account's users cannot connect to jsbroker yet" in log
+
+
+def test_a_user_jwt_that_expires_closes_its_connection(servers: dict[str, ServerHandle]) -> None:
+    out = {}
+    for kind, h in servers.items():
+        token = _user("alice", nats=PERMS, exp=int(time.time()) + 2)
+        raw, reply = _connect(h.port, "alice", "alice", jwt=token)
+        with raw:
+            out[kind] = (reply, raw.read_to_close(timeout=8).split(b"\r\n")[-2:])
+    assert out[JSBROKER] == out[NATS_SERVER]
+    assert out[JSBROKER] == (b"PONG\r\n", [b"-ERR 'User Authentication Expired'", b""])
