@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from tests.broker import jwt_material as m
 from tests.broker.raw import Raw
+from tests.chart import go_tools
 from tests.polling import poll
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
 
@@ -329,3 +331,20 @@ def test_a_user_jwt_that_expires_closes_its_connection(servers: dict[str, Server
             out[kind] = (reply, raw.read_to_close(timeout=8).split(b"\r\n")[-2:])
     assert out[JSBROKER] == out[NATS_SERVER]
     assert out[JSBROKER] == (b"PONG\r\n", [b"-ERR 'User Authentication Expired'", b""])
+
+
+def test_the_go_nats_cli_with_creds(servers: dict[str, ServerHandle], tmp_path: Path) -> None:
+    """natscli's --creds (it signs the nonce with the seed) against both servers: a good user publishes and
+    requests, a revoked one is refused."""
+    cli = go_tools.NATS_CLI.for_test()
+    good = m.write_creds(tmp_path, "alice", JWTS["alice"], USERS["alice"])
+    revoked = m.write_creds(tmp_path, "revoked", JWTS["revoked"], USERS["revoked"])
+
+    def run(handle: ServerHandle, creds: Path, *args: str) -> tuple[int, bool]:
+        done = subprocess.run([str(cli), "--server", handle.url, "--timeout", "3s", "--creds", str(creds), *args],
+                              capture_output=True, text=True, timeout=60, env={"HOME": str(tmp_path)})
+        return done.returncode, "Authorization Violation" in done.stderr
+
+    out = {kind: (run(h, good, "pub", "foo.a", "hi"), run(h, revoked, "pub", "foo.a", "hi"))
+           for kind, h in servers.items()}
+    assert out[JSBROKER] == out[NATS_SERVER] == ((0, False), (1, True))
