@@ -178,8 +178,8 @@ _WS_REFUSED = {
     "authentication": "a websocket-only authorization block is not supported; the top-level authorization "
                       "applies to websocket clients too",
     "no_auth_user": "jsbroker has no no_auth_user; give websocket clients credentials (or cookies)",
-    "jwt_cookie": "JWT authentication needs trusted operators, which jsbroker does not have; use user_cookie/"
-                  "pass_cookie or token_cookie",
+    "jwt_cookie": "user JWTs from a cookie are not supported yet; websocket clients send their JWT in CONNECT "
+                  "(or use user_cookie/pass_cookie or token_cookie)",
     "ping_interval": "a websocket-only ping_interval is not supported; the top-level ping_interval applies",
 }
 _WS_ALIASES = {"net": "host", "compress": "compression", **{k: "allowed_origins" for k in (
