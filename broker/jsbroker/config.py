@@ -709,8 +709,8 @@ _RESOLVER: tuple[Setting, ...] = (
     Setting(("allow_delete",), _set("allow_delete", _bool), "honour $SYS.REQ.CLAIMS.DELETE from the operator"),
     Setting(("hard_delete",), _set("hard_delete", _bool), "delete removes the file (default: renamed *.deleted)"),
     Setting(("limit",), _set("limit", _int), "the most account JWTs kept (default 1000)"),
-    Setting(("interval", "timeout"), lambda n, a, w: _duration(n, w) and None,
-            "syncing with other servers' resolvers (a single server has none to sync with)"),
+    Setting(("interval", "timeout"), _set("sync", _duration),
+            "syncing with other servers' resolvers (checked; a single server has none to sync with)"),
     _refused("ttl", why="ttl is the cache resolver's; jsbroker has the full resolver"),
 )
 OPERATOR_MODE: tuple[Setting, ...] = (

@@ -41,7 +41,7 @@ def _tamper(token: str, **payload_changes: Any) -> str:
     (_tamper(m.user_jwt(APP, USER, "u"), name="mallory"), "claim failed V2 signature verification"),
     (m.user_jwt(OP, USER, "u"), "unable to validate expected prefixes - [account]"),  # a user the operator signed
     (m.account_jwt(OP, APP, "APP"), "not user claim"),
-])
+], ids=["chunks", "type", "algorithm", "signature", "issuer", "kind"])
 def test_decode_refuses_what_nats_io_jwt_refuses(token: str, error: str) -> None:
     with pytest.raises(claims.JwtError) as e:
         claims.decode_user(token)
@@ -204,7 +204,8 @@ OPERATOR = m.operator_jwt(OP, system_account=SYS.public)
     (f"operator: {APP_JWT}\nresolver: MEMORY\n", "is not an operator JWT"),
     ("operator: /does/not/exist.jwt\nresolver: MEMORY\n", "cannot read /does/not/exist.jwt"),
     (f"resolver: MEMORY\nsystem_account: {SYS.public}\n", "given without operator"),
-])
+], ids=["no resolver", "system mismatch", "full without system", "url resolver", "cache resolver",
+        "preload key mismatch", "users", "jetstream", "not operator", "missing file", "no operator"])
 def test_config_errors(tmp_path: Path, text: str, error: str) -> None:
     with pytest.raises(ConfigError) as e:
         _load(tmp_path, text)
