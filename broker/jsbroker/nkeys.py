@@ -32,7 +32,7 @@ def public_key(text: str, kind: str) -> bytes:
     """The raw 32-byte Ed25519 key of an operator's, account's or user's public nkey (`kind`), checked
     (prefix, length, checksum)."""
     letter = "OAU"[tuple(PREFIXES).index(kind)]
-    what = f"{text[:8]}... is not {'an' if kind[0] in 'aeiou' else 'a'} {kind} nkey"
+    what = f"{text[:8]}... is not {'a' if kind == 'user' else 'an'} {kind} nkey"
     try:
         raw = base64.b32decode(text + "=" * (-len(text) % 8))
     except (binascii.Error, ValueError):
