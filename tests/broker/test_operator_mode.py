@@ -22,7 +22,7 @@ from tests.broker import jwt_material as m
 from tests.broker.raw import Raw
 from tests.chart import go_tools
 from tests.polling import poll
-from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
+from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, free_port, launch
 
 OP, OP_SIGNER, SYS, APP, APP_SIGNER, STRANGER = (m.new_key(k) for k in (
     "operator", "operator", "account", "account", "account", "account"))
@@ -348,3 +348,30 @@ def test_the_go_nats_cli_with_creds(servers: dict[str, ServerHandle], tmp_path: 
     out = {kind: (run(h, good, "pub", "foo.a", "hi"), run(h, revoked, "pub", "foo.a", "hi"))
            for kind, h in servers.items()}
     assert out[JSBROKER] == out[NATS_SERVER] == ((0, False), (1, True))
+
+
+def test_connection_types_over_websocket(tmp_path: Path) -> None:
+    """nats-py over ws:// with creds: a WEBSOCKET-only user is admitted there (and refused on the client port,
+    test_connect_outcome_matches), a STANDARD-only user refused there."""
+    standard = _user("own_network", nats={"allowed_connection_types": ["STANDARD"]})
+    files = {name: m.write_creds(tmp_path, name, token, USERS[key]) for name, token, key in (
+        ("websocket_only", JWTS["websocket_only"], "websocket_only"), ("standard_only", standard, "own_network"),
+        ("alice", JWTS["alice"], "alice"))}
+
+    async def connect(url: str, creds: Path) -> str:
+        try:
+            nc = await nats.connect(url, user_credentials=str(creds), allow_reconnect=False, max_reconnect_attempts=0)
+        except Exception as e:  # nats-py's plain Error for -ERR at connect
+            return str(e)
+        await nc.close()
+        return "admitted"
+
+    out = {}
+    for kind in KINDS:
+        ws_port = free_port()
+        config = _config(tmp_path / kind if (tmp_path / kind).mkdir() is None else tmp_path)
+        config.write_text(config.read_text() + f"websocket {{\n  port: {ws_port}\n  no_tls: true\n}}\n")
+        with launch(kind, jetstream=False, extra_args=["-c", str(config)]):
+            out[kind] = {name: asyncio.run(connect(f"ws://127.0.0.1:{ws_port}", creds)) for name, creds in files.items()}
+    assert out[JSBROKER] == out[NATS_SERVER] == {
+        "websocket_only": "admitted", "standard_only": "nats: 'Authorization Violation'", "alice": "admitted"}
