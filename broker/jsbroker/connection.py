@@ -455,6 +455,8 @@ class Connection(asyncio.Protocol):
     def _authenticate_jwt(self, operator: OperatorSettings, opts: dict[str, Any]) -> None:
         """Operator mode: the user JWT and the nonce's signature (operator_auth.py); nats-server logs the
         reason (mostly at debug level) before the authentication error."""
+        if any(opts.get(k) is not None and not isinstance(opts[k], str) for k in ("jwt", "sig")):
+            raise ProtocolError(None)  # nats-server's CONNECT does not decode: closed without an error line
         resolver = self.broker.resolver
         assert resolver is not None
         result = authenticate_user(operator.operator, resolver.fetch, opts, self.nonce,

@@ -131,6 +131,21 @@ def test_a_jwt_that_is_not_one_is_refused(servers: dict[str, ServerHandle]) -> N
         "-ERR 'Authorization Violation' (closed)"] * 3
 
 
+def test_connect_fields_of_the_wrong_type(servers: dict[str, ServerHandle]) -> None:
+    """A JWT or signature that is not a string: nats-server cannot decode CONNECT and closes without a word;
+    the server goes on serving."""
+    out = {}
+    for kind, h in servers.items():
+        replies = []
+        for opts in ({"jwt": 123}, {"jwt": JWTS["alice"], "sig": 5}, {"jwt": None}, {"jwt": JWTS["alice"], "sig": "!!"}):
+            with Raw(h.port) as raw:
+                raw.send(f"CONNECT {json.dumps({'verbose': False, **opts})}\r\nPING\r\n".encode())
+                replies.append(raw.read_to_close())
+        out[kind] = (replies, _outcome(h.port, "alice"))
+    assert out[JSBROKER] == out[NATS_SERVER] == (
+        [b"", b"", b"-ERR 'Authorization Violation'\r\n", b"-ERR 'Authorization Violation'\r\n"], "admitted")
+
+
 def _roundtrip(raw: Raw, data: bytes) -> bytes:
     """What the server answered `data` before the PONG of a PING sent after it; the INFO that follows the
     first PONG (protocol 1) is reduced to the account it names."""
