@@ -116,6 +116,7 @@ class AccountClaims(Claims):
     default_permissions: UserPermissionLimits = field(default_factory=UserPermissionLimits)
     exports: tuple[dict[str, Any], ...] = ()
     imports: tuple[dict[str, Any], ...] = ()
+    tags: tuple[str, ...] = ()
 
     @property
     def disallow_bearer(self) -> bool:
@@ -296,7 +297,8 @@ def decode(token: str, kind: str) -> Claims:
                              revocations={k: _int(revocations, k) for k in revocations},
                              limits=_obj(nats, "limits"), default_permissions=_permission_limits(
                                  _obj(nats, "default_permissions")),
-                             exports=tuple(nats.get("exports") or ()), imports=tuple(nats.get("imports") or ()))
+                             exports=tuple(nats.get("exports") or ()), imports=tuple(nats.get("imports") or ()),
+                             tags=_strs(nats, "tags"))
     if kind == "user":
         return UserClaims(**common, permissions=_permission_limits(nats),  # type: ignore[arg-type]
                           issuer_account=str(nats.get("issuer_account", "")), tags=_strs(nats, "tags"))

@@ -465,10 +465,13 @@ class Connection(asyncio.Protocol):
             why = one_account(result, operator.system_account, self.broker.served_account)
             result = Refusal(why, "error") if why is not None else result
         if isinstance(result, Refusal):
+            if result.warning:
+                self.broker.log.warning(result.warning)
             log = self.broker.log.error if result.level == "error" else self.broker.log.debug
             log(f"{self.who} - {result.reason}", cid=self.cid)
             self.broker.log.error(f"{self.who} - authentication error", cid=self.cid)
             raise ProtocolError("Authorization Violation")
+        self.broker.log.debug(f"{self.who} - {result.log_line}", cid=self.cid)
         self.jwt_user = result
         self.broker.served_account = result.account
         self.perms = PermissionChecker(result.permissions) if result.permissions is not None else None

@@ -44,6 +44,18 @@ class JwtUser:
     limits: UserLimits = field(default_factory=UserLimits)
     expires: int = 0  # unix seconds; 0: never (the user JWT's `exp`)
     tags: tuple[str, ...] = ()
+    issuer: str = ""  # who signed the user JWT: the account or one of its signing keys
+    account_issuer: str = ""  # who signed the account JWT: the operator or one of its signing keys
+    account_tags: tuple[str, ...] = ()
+
+    @property
+    def log_line(self) -> str:
+        """nats-server's debug line for an admitted user (without its last words, a Go pointer)."""
+        def tags(t: tuple[str, ...]) -> str:
+            return "[" + " ".join(f'"{x}"' for x in t) + "]"
+        return (f'Authenticated JWT: Client "{self.user}" (claim-name: "{self.name}", claim-tags: {tags(self.tags)}) '
+                f'signed with "{self.issuer}" by Account "{self.account}" (claim-name: "{self.account_name}", '
+                f'claim-tags: {tags(self.account_tags)}) signed with "{self.account_issuer}" has mappings false')
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,7 @@ class Refusal:
 
     reason: str
     level: str = "debug"
+    warning: str = ""  # a server-wide warning nats-server logs first (without the client's prefix)
 
 
 def permissions_of(grant: UserPermissionLimits) -> Permissions | None:
@@ -132,11 +145,11 @@ def authenticate_user(operator: OperatorClaims, fetch: Callable[[str], str | Non
         return Refusal(f"User JWT not valid: {e}")
     issue = time_issue(user, now)
     if issue is not None:
-        return Refusal(f"User JWT no longer valid: {issue}")
+        return Refusal(f"User JWT no longer valid: &{{Issues:[{issue}]}}")  # Go's %+v of the validation results
     account_key = user.issuer_account or user.issuer
     found = fetch(account_key)
     if found is None:
-        return Refusal("Account JWT lookup error: account not found")
+        return Refusal("Account JWT lookup error: account missing", warning="Account fetch failed: account missing")
     try:
         account = decode_account(found)
     except JwtError as e:
@@ -183,7 +196,7 @@ def authenticate_user(operator: OperatorClaims, fetch: Callable[[str], str | Non
     if permissions is None:
         permissions = permissions_of(account.default_permissions)
     admitted = JwtUser(account.subject, account.name, user.subject, user.name, permissions, grant.limits,
-                       user.expires, user.tags)
+                       user.expires, user.tags, user.issuer, account.issuer, account.tags)
     why = unenforced(admitted, account)
     return admitted if why is None else Refusal(why, "error")
 
