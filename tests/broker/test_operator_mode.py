@@ -30,7 +30,7 @@ OP, OP_SIGNER, SYS, APP, APP_SIGNER, STRANGER = (m.new_key(k) for k in (
 NOW = int(time.time())
 USERS = {name: m.new_key("user") for name in (
     "alice", "by_signer", "unknown_signer", "stranger", "expired", "not_yet", "revoked", "bearer", "websocket_only",
-    "other_network", "own_network", "responder", "no_perms", "other", "sys")}
+    "other_network", "own_network", "responder", "no_perms", "other", "sys", "small")}
 PERMS = {"pub": {"allow": ["foo.>", "_INBOX.>"]}, "sub": {"allow": ["foo.>", "_INBOX.>"], "deny": ["foo.secret"]}}
 
 
@@ -53,6 +53,7 @@ JWTS = {
     "own_network": _user("own_network", nats={"src": ["192.168.0.0/16", "127.0.0.0/8"]}),
     "responder": _user("responder", nats={"sub": {"allow": ["svc"]}, "resp": {"max": 1, "ttl": 0}}),
     "no_perms": _user("no_perms"),
+    "small": _user("small", nats={"payload": 8}),
 }
 
 
@@ -185,6 +186,21 @@ def _auth_lines(log: str) -> list[str]:
     lines = [re.sub(r"^.*?cid:\d+ - ", "", line) for line in log.splitlines() if "cid:" in line or "Account fetch" in line]
     return [re.sub(r" accused 0x[0-9a-f]+$", "", re.sub(r"^.*\] ", "", line)) for line in lines
             if "Client connection" not in line]
+
+
+def test_payload_limit_of_the_user_jwt(servers: dict[str, ServerHandle]) -> None:
+    out = {}
+    for kind, h in servers.items():
+        raw, _ = _connect(h.port, "small", "small")
+        with raw:
+            out[kind] = (_roundtrip(raw, b"PUB foo 8\r\n12345678\r\n").split(b"\r\n")[-1],
+                         _roundtrip_or_close(raw, b"PUB foo 9\r\n123456789\r\n"))
+    assert out[JSBROKER] == out[NATS_SERVER] == (b"", b"-ERR 'Maximum Payload Violation'\r\n")
+
+
+def _roundtrip_or_close(raw: Raw, data: bytes) -> bytes:
+    raw.send(data + b"PING\r\n")
+    return raw.read_to_close()
 
 
 def test_log_lines_as_nats_server_writes_them(tmp_path: Path) -> None:
