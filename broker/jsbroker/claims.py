@@ -339,6 +339,77 @@ def time_issue(claims: Claims, now: float) -> str | None:
     return None
 
 
+def _subject_issues(subject: str) -> list[str]:
+    """nats-io/jwt's Subject.Validate."""
+    if not subject:
+        return ["subject cannot be empty"]
+    issues = []
+    if " " in subject:
+        issues.append(f"subject {json.dumps(subject)} cannot have spaces")
+    if subject[0] == "." or subject[-1] == ".":
+        issues.append(f"subject {json.dumps(subject)} cannot start or end with a `.`")
+    if ".." in subject:
+        issues.append(f"subject {json.dumps(subject)} cannot contain consecutive `.`")
+    return issues
+
+
+def _permission_issues(rules: SubjectPermission, queues: bool) -> list[str]:
+    issues = []
+    for subject in (*rules.allow, *rules.deny):
+        tokens = subject.split(" ")
+        if len(tokens) > 2:
+            issues.append(f'Permission Subject "{subject}" contains too many spaces')
+            continue
+        for token in tokens:
+            issues += _subject_issues(token)
+        if len(tokens) == 2 and not queues:
+            issues.append(f'Permission Subject "{subject}" is not allowed to contain queue')
+    return issues
+
+
+def _is_cidr(text: str) -> bool:
+    import ipaddress
+
+    try:
+        return "/" in text and ipaddress.ip_network(text, strict=False) is not None
+    except ValueError:
+        return False
+
+
+def _is_clock(text: str) -> bool:
+    import datetime
+
+    try:
+        datetime.datetime.strptime(text, "%H:%M:%S")
+    except ValueError:
+        return False
+    return True
+
+
+def user_issues(user: UserClaims, now: float) -> list[str]:
+    """What nats-io/jwt's UserClaims.Validate finds, in its order (nats-server refuses a user with any)."""
+    issues = [issue for issue in (time_issue(user, now),) if issue]
+    grant = user.permissions
+    issues += _permission_issues(grant.sub, True) + _permission_issues(grant.pub, False)
+    issues += [f"invalid cidr {json.dumps(c)} in user src limits" for c in grant.limits.src if not _is_cidr(c)]
+    for r in grant.limits.times:
+        for what, value in (("start", r.start), ("end", r.end)):
+            if not value:
+                issues.append(f"time ranges {what} must contain {'a start' if what == 'start' else 'an end'}")
+            elif not _is_clock(value):
+                issues.append(f"{what} in time range is invalid {json.dumps(value)}")
+    if grant.limits.locale:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(grant.limits.locale)
+        except (ZoneInfoNotFoundError, ValueError):
+            issues.append(f"could not parse iana time zone by name: unknown time zone {grant.limits.locale}")
+    if user.issuer_account and _key_kind(user.issuer_account, ("account",)) is None:
+        issues.append("account_id is not an account public key")
+    return issues
+
+
 def is_revoked(revocations: dict[str, int], user: str, issued_at: int) -> bool:
     """nats-server's isRevoked: a user issued at or before its revocation's time (or the all-users one)."""
     for key in (ALL_USERS, user):

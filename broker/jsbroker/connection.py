@@ -460,15 +460,17 @@ class Connection(asyncio.Protocol):
         resolver = self.broker.resolver
         assert resolver is not None
         result = authenticate_user(operator.operator, resolver.fetch, opts, self.nonce,
-                                   "WEBSOCKET" if self.websocket else "STANDARD", self.peer[0], time.time())
+                                   "WEBSOCKET" if self.websocket else "STANDARD", self.peer[0], time.time(),
+                                   lambda line: self.broker.log.debug(f"{self.who} - {line}", cid=self.cid))
         if isinstance(result, JwtUser):
             why = one_account(result, operator.system_account, self.broker.served_account)
             result = Refusal(why, "error") if why is not None else result
         if isinstance(result, Refusal):
             if result.warning:
                 self.broker.log.warning(result.warning)
-            log = self.broker.log.error if result.level == "error" else self.broker.log.debug
-            log(f"{self.who} - {result.reason}", cid=self.cid)
+            if result.level != "none":
+                log = self.broker.log.error if result.level == "error" else self.broker.log.debug
+                log(f"{self.who} - {result.reason}", cid=self.cid)
             self.broker.log.error(f"{self.who} - authentication error", cid=self.cid)
             raise ProtocolError("Authorization Violation")
         self.broker.log.debug(f"{self.who} - {result.log_line}", cid=self.cid)

@@ -13,12 +13,13 @@ client's address is in `src`; the time is within `times`. A refusal carries the 
 from __future__ import annotations
 
 import ipaddress
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
 from .claims import (CONNECTION_TYPES, AccountClaims, JwtError, OperatorClaims, UserClaims, UserLimits,
-                     UserPermissionLimits, decode_account, decode_user, is_revoked, time_issue)
+                     UserPermissionLimits, decode_account, decode_user, is_revoked, time_issue, user_issues)
 from .config import Permissions, SubjectRules
 from .nkeys import NkeyError, signed, user_public_key
 
@@ -63,7 +64,7 @@ class Refusal:
     """Why a user was refused: nats-server's log line and its level."""
 
     reason: str
-    level: str = "debug"
+    level: str = "debug"  # "debug", "error", or "none" (the reason was a note already)
     warning: str = ""  # a server-wide warning nats-server logs first (without the client's prefix)
 
 
@@ -132,10 +133,16 @@ def _in_times(limits: UserLimits, now: float) -> bool:
     return False
 
 
+def _no_note(line: str) -> None:
+    pass
+
+
 def authenticate_user(operator: OperatorClaims, fetch: Callable[[str], str | None], opts: dict[str, Any], nonce: str,
-                      connection_type: str, host: str, now: float) -> JwtUser | Refusal:
+                      connection_type: str, host: str, now: float,
+                      note: Callable[[str], None] = _no_note) -> JwtUser | Refusal:
     """CONNECT's `jwt` and `sig` (opts) checked against the operator, the account (`fetch`: the resolver's
-    account JWT by public key) and the nonce sent in INFO; `connection_type` is one of CONNECTION_TYPES."""
+    account JWT by public key) and the nonce sent in INFO; `connection_type` is one of CONNECTION_TYPES.
+    `note` gets the debug lines nats-server writes on the way without deciding anything."""
     token = opts.get("jwt")
     if not isinstance(token, str) or not token:
         return Refusal("Authentication requires a user JWT")
@@ -143,9 +150,9 @@ def authenticate_user(operator: OperatorClaims, fetch: Callable[[str], str | Non
         user = decode_user(token)
     except JwtError as e:
         return Refusal(f"User JWT not valid: {e}")
-    issue = time_issue(user, now)
-    if issue is not None:
-        return Refusal(f"User JWT no longer valid: &{{Issues:[{issue}]}}")  # Go's %+v of the validation results
+    issues = user_issues(user, now)
+    if issues:  # Go's %+v of the validation results
+        return Refusal(f"User JWT no longer valid: &{{Issues:[{' '.join(issues)}]}}")
     account_key = user.issuer_account or user.issuer
     found = fetch(account_key)
     if found is None:
@@ -171,9 +178,13 @@ def authenticate_user(operator: OperatorClaims, fetch: Callable[[str], str | Non
         grant = _template(scope.template, user, account)
     if grant.bearer_token and account.disallow_bearer:
         return Refusal("Account does not allow bearer tokens")
-    known = [t for t in grant.allowed_connection_types if t in CONNECTION_TYPES]
-    if grant.allowed_connection_types and not known:
-        return Refusal(f"connection types {list(grant.allowed_connection_types)} are unknown")
+    types = [t.upper() for t in grant.allowed_connection_types]
+    known = [t for t in types if t in CONNECTION_TYPES]
+    unknown = [t for t in types if t not in CONNECTION_TYPES]
+    if unknown:  # Go's %q of a string slice
+        note("invalid connection types [" + " ".join(json.dumps(t) for t in unknown) + "]")
+        if not known:
+            return Refusal("", "none")  # nats-server logs nothing more: the note said why
     if known and connection_type not in known:
         return Refusal("Connection type not allowed")
     if not grant.bearer_token:

@@ -81,6 +81,18 @@ def test_times_and_revocations() -> None:
     assert claims.is_revoked({"*": 20}, USER.public, 11)
 
 
+def test_user_issues_as_nats_io_jwt_words_them() -> None:
+    user = claims.decode_user(m.user_jwt(APP, USER, "u", issuer_account="nope", exp=10, nats={
+        "pub": {"allow": ["a..b", "q g"]}, "sub": {"deny": ["x y z"]}, "src": ["10.0.0.1", "10.0.0.0/8"],
+        "times": [{"start": "25:00:00", "end": ""}], "times_location": "Mars/Base"}))
+    assert claims.user_issues(user, NOW) == [
+        "claim is expired", 'Permission Subject "x y z" contains too many spaces',
+        'subject "a..b" cannot contain consecutive `.`', 'Permission Subject "q g" is not allowed to contain queue',
+        'invalid cidr "10.0.0.1" in user src limits', 'start in time range is invalid "25:00:00"',
+        "time ranges end must contain an end", "could not parse iana time zone by name: unknown time zone Mars/Base",
+        "account_id is not an account public key"]
+
+
 # -- creds ---------------------------------------------------------------------------------------------------
 
 def test_creds_and_decorated_files() -> None:
@@ -131,7 +143,7 @@ def test_connect_times(times: list[dict[str, str]], hour: int, admitted: bool) -
 @pytest.mark.parametrize("nats,account_limits,reason", [
     ({}, {}, None),
     ({"src": ["10.0.0.0/8"]}, {}, Refusal("Bad src Ip 127.0.0.1", "error")),
-    ({"allowed_connection_types": ["MQTT_NEW"]}, {}, Refusal("connection types ['MQTT_NEW'] are unknown")),
+    ({"allowed_connection_types": ["MQTT_NEW"]}, {}, Refusal("", "none")),  # noted: "invalid connection types"
     ({"subs": 10}, {}, Refusal("the user JWT limits subs to 10, which jsbroker does not enforce yet; issue it with "
                                "-1", "error")),
     ({}, {"conn": 5}, Refusal("the account JWT limits conn to 5, which jsbroker does not enforce yet; set it to -1 "

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import random
 import re
 import subprocess
 import time
@@ -421,3 +423,60 @@ def test_connection_types_over_websocket(tmp_path: Path) -> None:
             out[kind] = {name: asyncio.run(connect(f"ws://127.0.0.1:{ws_port}", creds)) for name, creds in files.items()}
     assert out[JSBROKER] == out[NATS_SERVER] == {
         "websocket_only": "admitted", "standard_only": "nats: 'Authorization Violation'", "alice": "admitted"}
+
+
+# -- generated users -------------------------------------------------------------------------------------------
+
+def _random_user(rng: random.Random, index: int, revoked: set[str]) -> tuple[str, m.Key, str | None]:
+    """A user JWT with a random mix of the claims CONNECT checks; (its JWT, its key, who signs the nonce)."""
+    key = m.new_key("user")
+    signer = rng.choice([APP, APP, APP_SIGNER, m.new_key("account"), STRANGER])
+    issuer_account = APP.public if signer is not APP and signer is not STRANGER and rng.random() < 0.9 else ""
+    nats: dict[str, Any] = {}
+    if rng.random() < 0.3:
+        nats["bearer_token"] = True
+    if rng.random() < 0.3:
+        nats["allowed_connection_types"] = rng.choice([["STANDARD"], ["WEBSOCKET"], ["MQTT"], ["STANDARD", "MQTT"],
+                                                      ["FOO"], ["LEAFNODE", "FOO"]])
+    if rng.random() < 0.3:
+        nats["src"] = rng.choice([["127.0.0.0/8"], ["10.0.0.0/8"], ["10.0.0.0/8", "127.0.0.1/32"], ["garbage"]])
+    if rng.random() < 0.2:
+        nats["times"] = rng.choice([[{"start": "00:00:00", "end": "23:59:59"}], [{"start": "12:00:00", "end": "12:00:00"}]])
+    standard: dict[str, Any] = {}
+    if rng.random() < 0.2:
+        standard["exp"] = NOW + rng.choice([-100, 3600])
+    if rng.random() < 0.2:
+        standard["nbf"] = NOW + rng.choice([-100, 3600])
+    if rng.random() < 0.2:
+        revoked.add(key.public)
+        standard["iat"] = NOW - rng.choice([100, 0])  # revoked at NOW - 50: the older one is revoked
+    token = m.user_jwt(signer, key, f"gen{index}", issuer_account=issuer_account, nats=nats, **standard)
+    nonce_signer = rng.choice(["self", "self", "self", None, "other"])
+    return token, key, nonce_signer
+
+
+def test_generated_users_against_nats_server(tmp_path: Path) -> None:
+    """40 users with random claims (seeded), each connected once to both servers: admitted or refused alike,
+    with the same log lines."""
+    seed = int(os.environ.get("JWT_SEED", "31"))
+    rng = random.Random(seed)
+    revoked: set[str] = set()
+    users = [_random_user(rng, i, revoked) for i in range(40)]
+    config = _config(tmp_path)
+    app = m.account_jwt(OP_SIGNER, APP, "APP", signing_keys=[APP_SIGNER.public],
+                        revocations={k: NOW - 50 for k in revoked})
+    config.write_text(re.sub(rf"{APP.public}: \S+", f"{APP.public}: {app}", config.read_text()))
+    stranger = m.new_key("user")
+    results = {}
+    for kind in KINDS:
+        with launch(kind, jetstream=False, extra_args=["-c", str(config), "-D"]) as handle:
+            outcomes = []
+            for token, key, nonce_signer in users:
+                USERS["generated"] = key if nonce_signer != "other" else stranger
+                outcomes.append(_outcome(handle.port, "generated", None if nonce_signer is None else "generated",
+                                         jwt=token))
+            poll(lambda: len(_auth_lines(handle.log_path.read_text())) >= 40, timeout=5, what=f"{kind}'s log")
+            results[kind] = (outcomes, _auth_lines(handle.log_path.read_text()))
+    assert results[JSBROKER][0] == results[NATS_SERVER][0], f"seed {seed}"
+    assert results[JSBROKER][1] == results[NATS_SERVER][1], f"seed {seed}"
+    assert 0 < results[JSBROKER][0].count("admitted") < len(users)  # the mix admits some and refuses some
