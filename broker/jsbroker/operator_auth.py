@@ -12,6 +12,8 @@ client's address is in `src`; the time is within `times`. A refusal carries the 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import json
 from dataclasses import dataclass, field
@@ -21,7 +23,7 @@ from typing import Any, Callable
 from .claims import (CONNECTION_TYPES, AccountClaims, JwtError, OperatorClaims, UserClaims, UserLimits,
                      UserPermissionLimits, decode_account, decode_user, is_revoked, time_issue, user_issues)
 from .config import Permissions, SubjectRules
-from .nkeys import NkeyError, signed, user_public_key
+from .nkeys import NkeyError, user_public_key, verified
 
 DEFAULT_RESPONSE_MAX = 1  # nats-server's DEFAULT_ALLOW_RESPONSE_MAX_MSGS
 DEFAULT_RESPONSE_EXPIRES = 120.0  # and DEFAULT_ALLOW_RESPONSE_EXPIRATION (2 minutes)
@@ -133,6 +135,19 @@ def _in_times(limits: UserLimits, now: float) -> bool:
     return False
 
 
+def _signature_bytes(text: str) -> bytes | None:
+    """Go's base64.RawURLEncoding, else StdEncoding (what nats-server tries), strictly."""
+    try:
+        if "=" not in text:
+            return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError):
+        pass
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
 def _no_note(line: str) -> None:
     pass
 
@@ -191,11 +206,14 @@ def authenticate_user(operator: OperatorClaims, fetch: Callable[[str], str | Non
         signature = opts.get("sig")
         if not isinstance(signature, str) or not signature:
             return Refusal("Signature missing")
+        raw = _signature_bytes(signature)
+        if raw is None:
+            return Refusal("Signature not valid base64")
         try:
             key = user_public_key(user.subject)
         except NkeyError as e:
             return Refusal(f"User nkey not valid: {e}")
-        if not signed(key, nonce, signature):
+        if not verified(key, nonce.encode(), raw):
             return Refusal("Signature not verified")
     if is_revoked(account.revocations, user.subject, user.issued_at):
         return Refusal("User authentication revoked")

@@ -113,7 +113,7 @@ def test_creds_and_decorated_files() -> None:
 def _auth(token: str, account_jwt: str = APP_JWT, sign: bool = True, host: str = "127.0.0.1",
           now: float = NOW, **operator: Any) -> JwtUser | Refusal:
     nonce = "abc"
-    opts = {"jwt": token, "sig": base64.urlsafe_b64encode(USER.sign(nonce.encode())).decode() if sign else ""}
+    opts = {"jwt": token, "sig": base64.urlsafe_b64encode(USER.sign(nonce.encode())).decode().rstrip("=") if sign else ""}
     op = claims.decode_operator(m.operator_jwt(OP, **operator))
     return authenticate_user(op, {APP.public: account_jwt}.get, opts, nonce, "STANDARD", host, now)
 

@@ -92,7 +92,7 @@ def _connect(port: int, name: str | None, sign: str | None = None, jwt: str | No
     if name is not None:
         opts["jwt"] = jwt or JWTS[name]
     if sign is not None:
-        opts["sig"] = _signature(sign, raw.info)
+        opts["sig"] = _signature(sign, raw.info) if sign in USERS else sign
     raw.send(f"CONNECT {json.dumps(opts)}\r\nPING\r\n".encode())
     reply = raw.read_until(b"\r\n")
     return raw, reply
@@ -110,6 +110,7 @@ CASES = [  # (user, who signs the nonce), and what nats-server answers
     ("alice", "self"), ("by_signer", "self"), ("unknown_signer", "self"), ("stranger", "self"), ("expired", "self"),
     ("not_yet", "self"), ("revoked", "self"), ("bearer", None), ("websocket_only", "self"), ("other_network", "self"),
     ("own_network", "self"), ("no_perms", "self"), ("alice", None), ("alice", "bearer"), (None, None),
+    ("alice", "!not base64!"),
 ]
 
 
@@ -214,7 +215,7 @@ def test_log_lines_as_nats_server_writes_them(tmp_path: Path) -> None:
         with launch(kind, jetstream=False, extra_args=["-c", str(config), "-D"]) as handle:
             for user, signer in CASES:
                 _outcome(handle.port, user, signer)
-            poll(lambda: len(_auth_lines(handle.log_path.read_text())) >= 26, timeout=5, what=f"{kind}'s log")
+            poll(lambda: len(_auth_lines(handle.log_path.read_text())) >= 28, timeout=5, what=f"{kind}'s log")
             logs[kind] = _auth_lines(handle.log_path.read_text())
     assert logs[JSBROKER] == logs[NATS_SERVER]
     assert "Bad src Ip 127.0.0.1" in logs[JSBROKER] and "Account fetch failed: account missing" in logs[JSBROKER]
