@@ -81,8 +81,10 @@ UNLIMITED = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1
 
 def account_jwt(signer: Key, account: Key, name: str, *, limits: dict[str, Any] | None = None,
                 signing_keys: list[Any] | None = None, revocations: dict[str, int] | None = None,
-                **standard: Any) -> str:
+                default_permissions: dict[str, Any] | None = None, **standard: Any) -> str:
     body: dict[str, Any] = {"type": "account", "limits": {**UNLIMITED, **(limits or {})}}
+    if default_permissions:
+        body["default_permissions"] = default_permissions
     if signing_keys:
         body["signing_keys"] = signing_keys
     if revocations:

@@ -59,15 +59,15 @@ JWTS = {
 }
 
 
-def _config(directory: Path, app_limits: dict[str, Any] | None = None) -> Path:
+def _config(directory: Path, app_limits: dict[str, Any] | None = None, **app: Any) -> Path:
     operator = directory / "operator.jwt"
     operator.write_text(m.operator_jwt(OP, signing_keys=(OP_SIGNER,), system_account=SYS.public))
-    app = m.account_jwt(OP_SIGNER, APP, "APP", signing_keys=[APP_SIGNER.public], limits=app_limits,
-                        revocations={USERS["revoked"].public: NOW - 50})
+    app_jwt = m.account_jwt(OP_SIGNER, APP, "APP", signing_keys=[APP_SIGNER.public], limits=app_limits,
+                            revocations={USERS["revoked"].public: NOW - 50}, **app)
     config = directory / "operator.conf"
     config.write_text(f"operator: {operator}\nsystem_account: {SYS.public}\nresolver: MEMORY\n"
                       f"resolver_preload {{\n  {SYS.public}: {m.account_jwt(OP, SYS, 'SYS')}\n"
-                      f"  {APP.public}: {app}\n}}\n")
+                      f"  {APP.public}: {app_jwt}\n}}\n")
     return config
 
 
@@ -219,6 +219,21 @@ def test_log_lines_as_nats_server_writes_them(tmp_path: Path) -> None:
             logs[kind] = _auth_lines(handle.log_path.read_text())
     assert logs[JSBROKER] == logs[NATS_SERVER]
     assert "Bad src Ip 127.0.0.1" in logs[JSBROKER] and "Account fetch failed: account missing" in logs[JSBROKER]
+
+
+def test_account_default_permissions_apply_to_users_without_their_own(tmp_path: Path) -> None:
+    config = _config(tmp_path, default_permissions={"pub": {"allow": ["foo.>"]}, "sub": {"deny": ["foo.secret"]}})
+    out = {}
+    for kind in KINDS:
+        with launch(kind, jetstream=False, extra_args=["-c", str(config)]) as handle:
+            free, _ = _connect(handle.port, "no_perms", "no_perms")
+            alice, _ = _connect(handle.port, "alice", "alice")
+            with free, alice:
+                out[kind] = (_roundtrip(free, b"PUB foo.a 1\r\na\r\nPUB bar 1\r\nb\r\nSUB foo.secret 1\r\n"),
+                             _roundtrip(alice, b"PUB foo.a 1\r\na\r\nSUB foo.secret 1\r\n"))
+    assert out[JSBROKER] == out[NATS_SERVER]
+    assert b'Publish to "bar"' in out[JSBROKER][0] and b"foo.secret" in out[JSBROKER][0]
+    assert b"foo.secret" in out[JSBROKER][1]  # alice's own permissions deny it too
 
 
 def test_natspy_with_creds(servers: dict[str, ServerHandle], tmp_path: Path) -> None:
