@@ -42,7 +42,8 @@ OPERATOR_PURE = (
 LAYERS: dict[str, tuple[str, ...]] = {
     "protocol": ("jsbroker.protocol", "jsbroker.websocket"),
     "helpers": ("jsbroker.subjects", "jsbroker.natsconf", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys",
-                "jsbroker.slow_consumer"),
+                "jsbroker.slow_consumer", "jsbroker.claims", "jsbroker.creds", "jsbroker.resolvers",
+                "jsbroker.operator_auth"),
     "internal": ("jsbroker.internal",),
     "core": (
         "jsbroker",
@@ -124,6 +125,9 @@ PURE = frozenset(
         "jsbroker.config",  # settings dataclasses; reads a config file only when load_file() is called
         "jsbroker.natsconf",  # nats-server's config format; included files through a passed-in reader
         "jsbroker.nkeys",  # key decoding and signature checks
+        "jsbroker.claims",  # NATS JWTs decoded and verified
+        "jsbroker.creds",  # .creds and decorated JWT files, from their text
+        "jsbroker.operator_auth",  # operator mode's CONNECT checks; the resolver is a passed-in fetch
         "jsbroker.slow_consumer",  # nats-server's slow-consumer numbers
         "jsbroker.jetstream.ack",
         "jsbroker.jetstream.delivery",

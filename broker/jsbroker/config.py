@@ -16,7 +16,9 @@ from typing import Any, Callable, Mapping
 
 from . import natsconf
 from .natsconf import Node
-from .nkeys import NkeyError, user_public_key
+from .claims import JwtError, OperatorClaims, decode_account, decode_operator
+from .creds import CredsError, decorated_jwt
+from .nkeys import NkeyError, is_public_key, user_public_key
 from .subjects import is_valid_subject
 
 VERSION = "2.15.1"  # the nats-server version whose behaviour we follow; nats-py needs >= 2.9
@@ -92,15 +94,30 @@ class AuthSettings:
     password: str | None = None
     users: tuple[User, ...] = ()  # [[authorization.users]]: several users, each with its permissions
     timeout: float = 2.0  # seconds a client has to send CONNECT when auth is required
+    operator: OperatorSettings | None = None  # operator mode: users are JWTs signed by the operator's accounts
 
     @property
     def required(self) -> bool:
-        return self.token is not None or self.user is not None or bool(self.users)
+        return self.token is not None or self.user is not None or bool(self.users) or self.operator is not None
 
     @property
     def nkeys(self) -> bool:
-        """Whether INFO must carry a nonce for nkey users to sign."""
-        return any(u.nkey is not None for u in self.users)
+        """Whether INFO must carry a nonce for nkey (and JWT) users to sign."""
+        return any(u.nkey is not None for u in self.users) or self.operator is not None
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """Operator mode (nats-server's `operator`, `system_account`, `resolver`, `resolver_preload`)."""
+
+    operator: OperatorClaims
+    system_account: str  # the config's, else the operator JWT's ("" if neither names one)
+    resolver: str  # "MEMORY" or "full"
+    preload: tuple[tuple[str, str], ...] = ()  # (account public key, its JWT), resolver_preload
+    resolver_dir: Path | None = None  # the full resolver's directory
+    allow_delete: bool = False  # the full resolver honours $SYS.REQ.CLAIMS.DELETE
+    hard_delete: bool = False  # deleted JWT files are removed, not renamed *.deleted
+    resolver_limit: int = 1000  # the most account JWTs the directory keeps
 
 
 @dataclass(frozen=True)
@@ -161,8 +178,8 @@ _WS_REFUSED = {
     "authentication": "a websocket-only authorization block is not supported; the top-level authorization "
                       "applies to websocket clients too",
     "no_auth_user": "jsbroker has no no_auth_user; give websocket clients credentials (or cookies)",
-    "jwt_cookie": "JWT authentication needs trusted operators, which jsbroker does not have; use user_cookie/"
-                  "pass_cookie or token_cookie",
+    "jwt_cookie": "user JWTs from a cookie are not supported yet; websocket clients send their JWT in CONNECT "
+                  "(or use user_cookie/pass_cookie or token_cookie)",
     "ping_interval": "a websocket-only ping_interval is not supported; the top-level ping_interval applies",
 }
 _WS_ALIASES = {"net": "host", "compress": "compression", **{k: "allowed_origins" for k in (
@@ -629,6 +646,117 @@ def _authorization(node: Node, acc: Acc, what: str) -> None:
     acc["auth"] = auth
 
 
+# -- operator mode: operator, system_account, resolver, resolver_preload ------------------------------------
+
+def _operator(node: Node, acc: Acc, what: str) -> None:
+    items = node.value if isinstance(node.value, list) else [node]
+    if len(items) != 1:
+        raise _fail(node, f"{what}: jsbroker trusts one operator; give one JWT or file")
+    text = _str(items[0], what)
+    try:
+        token = text if text.startswith("eyJ") else decorated_jwt(Path(text).read_text())
+        acc["operator"] = decode_operator(token)
+    except OSError as e:
+        raise _fail(node, f"{what}: cannot read {text}: {e.strerror}") from None
+    except (CredsError, JwtError) as e:
+        raise _fail(node, f"{what}: {text[:40]} is not an operator JWT: {e}") from None
+
+
+def _account_key(node: Node, what: str) -> str:
+    key = _str(node, what)
+    if not is_public_key(key, "account"):
+        raise _fail(node, f"{what}: {key!r} is not an account public key (A...)")
+    return key
+
+
+def _resolver(node: Node, acc: Acc, what: str) -> None:
+    if isinstance(node.value, str):
+        if node.value.upper() != "MEMORY":
+            raise _fail(node, f"{what}: {node.value!r}: jsbroker has resolver MEMORY or a block {{ type: full, dir: "
+                              "... }} (no URL resolver: use type full and nsc push)")
+        acc["resolver"] = "MEMORY"
+        return
+    r: Acc = {}
+    _walk(_block(node, what), _RESOLVER, r, what + ".")
+    if r.get("type", "").lower() != "full":
+        raise _fail(node, f"{what}: type {r.get('type')!r} is not supported; use type: full (or resolver: MEMORY)")
+    if "dir" not in r:
+        raise _fail(node, f"{what}: the full resolver needs dir, the directory of the account JWTs")
+    if r.get("limit", 1) <= 0:
+        raise _fail(node, f"{what}.limit must be positive (the most account JWTs the directory keeps)")
+    acc.update(resolver="full", resolver_dir=r["dir"], allow_delete=r.get("allow_delete", False),
+               resolver_limit=r.get("limit", 1000), hard_delete=r.get("hard_delete", False))
+
+
+def _preload(node: Node, acc: Acc, what: str) -> None:
+    preload = []
+    for key, value in _block(node, what).items():
+        if not is_public_key(key, "account"):
+            raise _fail(value, f"{what}: {key!r} is not an account public key (A...)")
+        try:
+            claims = decode_account(_str(value, f"{what}.{key}"))
+        except JwtError as e:
+            raise _fail(value, f"{what}.{key}: not an account JWT: {e}") from None
+        if claims.subject != key:
+            raise _fail(value, f"{what}.{key}: the JWT is account {claims.subject}'s")
+        preload.append((key, claims.token))
+    acc["preload"] = tuple(preload)
+
+
+_RESOLVER: tuple[Setting, ...] = (
+    Setting(("type",), _set("type", _str), "full (MEMORY is `resolver: MEMORY`)"),
+    Setting(("dir",), _set("dir", lambda n, w: Path(_str(n, w))), "where account JWTs are kept, one file each"),
+    Setting(("allow_delete",), _set("allow_delete", _bool), "honour $SYS.REQ.CLAIMS.DELETE from the operator"),
+    Setting(("hard_delete",), _set("hard_delete", _bool), "delete removes the file (default: renamed *.deleted)"),
+    Setting(("limit",), _set("limit", _int), "the most account JWTs kept (default 1000)"),
+    Setting(("interval", "timeout"), _set("sync", _duration),
+            "syncing with other servers' resolvers (checked; a single server has none to sync with)"),
+    _refused("ttl", why="ttl is the cache resolver's; jsbroker has the full resolver"),
+)
+OPERATOR_MODE: tuple[Setting, ...] = (
+    Setting(("operator", "operators", "root", "roots", "root_operators", "root_operator"), _operator,
+            "the operator JWT (inline or a file) whose accounts clients' user JWTs belong to"),
+    Setting(("system_account", "system"), _set("system_account", _account_key), "the system account's public key"),
+    Setting(("resolver", "account_resolver", "accounts_resolver"), _resolver,
+            "MEMORY, or { type: full, dir: ..., allow_delete: ... }"),
+    Setting(("resolver_preload",), _preload, "account JWTs by public key (the MEMORY resolver's accounts)"),
+)
+
+
+def operator_settings(mode: Acc, others: Acc) -> OperatorSettings | None:
+    """OperatorSettings from the block's settings, checked as nats-server's validateTrustedOperators
+    (`others`: the file's other settings)."""
+    if "operator" not in mode:
+        if mode:
+            raise ConfigError(f"{', '.join(sorted(mode))} given without operator: give the operator JWT too")
+        return None
+    op: OperatorClaims = mode["operator"]
+    if "resolver" not in mode:
+        raise ConfigError("operators require an account resolver to be configured")
+    if (others.get("auth") or {}).get("users"):
+        raise ConfigError("operators do not allow users to be configured directly")
+    system = mode.get("system_account", "")
+    if system and op.system_account and system != op.system_account:
+        raise ConfigError("system_account in config and operator JWT must be identical")
+    system = system or op.system_account
+    if mode["resolver"] == "full" and not system:
+        raise ConfigError("using nats based account resolver - the system account needs to be specified in "
+                          "configuration or the operator jwt")
+    preload = mode.get("preload", ())
+    if others.get("jetstream_on"):
+        raise ConfigError("jetstream with operator mode: jsbroker does not apply the account JWTs' JetStream "
+                          "limits yet; turn jetstream off or use authorization users")
+    full = {k: mode[k] for k in ("resolver_dir", "allow_delete", "hard_delete", "resolver_limit") if k in mode}
+    return OperatorSettings(op, system, mode["resolver"], preload, **full)
+
+
+def _operator_mode(apply: Apply) -> Apply:
+    """A top-level operator-mode setting, gathered in acc["operator_mode"] for operator_settings()."""
+    def gather(node: Node, acc: Acc, what: str) -> None:
+        apply(node, acc.setdefault("operator_mode", {}), what)
+    return gather
+
+
 # -- tls { ... } -------------------------------------------------------------------------------------------
 
 def _handshake_first(node: Node, acc: Acc, what: str) -> None:
@@ -803,7 +931,8 @@ def _lame_duck(field_name: str) -> Apply:
 
 
 _CLUSTER = "jsbroker is a single server: run nats-server for clusters, superclusters and leaf nodes"
-_ACCOUNTS = "jsbroker has one account and no JWT/operator mode: use authorization { users [...] }"
+_ACCOUNTS = ("jsbroker has one account: use authorization { users [...] }, or operator mode (operator, resolver) "
+             "with one account")
 _LOGGING = "jsbroker logs to stderr or log_file, without rotation or syslog: rotate with your log shipper"
 
 TOP_LEVEL: tuple[Setting, ...] = (
@@ -842,10 +971,10 @@ TOP_LEVEL: tuple[Setting, ...] = (
             "compression, same_origin, allowed_origins, handshake_timeout, headers, advertise, *_cookie)"),
     _refused("cluster", "gateway", "leaf", "leafnodes", "client_advertise", "connect_error_reports",
              "reconnect_error_reports", why=_CLUSTER),
-    _refused("accounts", "mappings", "maps", "default_sentinel", "operator", "operators", "roots", "root",
-             "root_operators", "root_operator", "resolver", "account_resolver", "accounts_resolver", "resolver_tls",
-             "resolver_preload", "resolver_pinned_accounts", "system_account", "system", "no_system_account",
-             "no_system", "no_sys_acc", "trusted", "trusted_keys", "default_js_domain", why=_ACCOUNTS),
+    *(Setting(s.names, _operator_mode(s.apply), s.note) for s in OPERATOR_MODE if s.apply),
+    _refused("accounts", "mappings", "maps", "default_sentinel", "resolver_tls", "resolver_pinned_accounts",
+             "no_system_account", "no_system", "no_sys_acc", "trusted", "trusted_keys", "default_js_domain",
+             why=_ACCOUNTS),
     _refused("no_auth_user", why="no default user: clients give their credentials"),
     _refused("mqtt", why="MQTT is not supported: use NATS clients"),
     _refused("trace_verbose", "trace_headers", why="use trace: true"),
@@ -913,6 +1042,12 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
     trace, debug = acc.pop("trace", False), acc.pop("debug", False)
     if (trace or debug) and "log_level" not in acc:
         acc["log_level"] = "trace" if trace else "debug"
+    try:
+        operator = operator_settings(acc.pop("operator_mode", {}), acc)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    if operator is not None:
+        acc["auth"] = {**acc.get("auth", {}), "operator": operator}
     auth = acc.pop("auth", None)
     js_on = acc.pop("jetstream_on", False if nats_format else None)  # None: as in `base`
     js_kw = acc.pop("js", {})
@@ -934,12 +1069,12 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
 BLOCKS: dict[str, tuple[Setting, ...]] = {
     "": TOP_LEVEL, "authorization.": _AUTHORIZATION, "authorization.users[].": _USER,
     "authorization.users[].permissions.": _PERMISSIONS, "tls.": _TLS, "jetstream.": _JETSTREAM,
-    "jetstream.account.": _ACCOUNT,
+    "jetstream.account.": _ACCOUNT, "resolver.": _RESOLVER,
 }
 
 
 __all__ = [
-    "VERSION", "AccountLimits", "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "Permissions",
+    "VERSION", "AccountLimits", "AuthSettings", "OperatorSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "Permissions",
     "BLOCKS", "Setting", "SubjectRules", "TOP_LEVEL", "TlsSettings", "User",
     "apply_settings", "load_file", "parse_duration", "parse_go_duration", "parse_size", "read_config",
 ]

@@ -16,13 +16,15 @@ import hmac
 import json
 import os
 import ssl
+import time
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
-from .config import AuthSettings, Permissions
+from .config import AuthSettings, OperatorSettings, Permissions
 from .internal import Origin
 from .listen import host_port, plain_ip
 from .nkeys import new_nonce, signed
+from .operator_auth import JwtUser, Refusal, authenticate_user, one_account
 from .permissions import PermissionChecker
 from .protocol import ProtocolError, Parser
 from .subjects import is_valid_publish_subject, is_valid_subject
@@ -88,6 +90,8 @@ class Connection(asyncio.Protocol):
         self.version = ""
         self.origin = Origin(cid, False)
         self.perms: PermissionChecker | None = None  # the user's permissions (users with none: None)
+        self.jwt_user: JwtUser | None = None  # operator mode: who the user JWT says this is, in which account
+        self._jwt_expiry: asyncio.TimerHandle | None = None  # closes the connection when the user JWT expires
         self.nonce = new_nonce() if broker.config.auth.nkeys else ""  # INFO's, for nkey users to sign
         # Backpressure: publishers held because this connection is backed up, and vice versa.
         self.congested = False  # past the transport's high-water mark
@@ -299,7 +303,7 @@ class Connection(asyncio.Protocol):
             self.abort()
 
     def _cancel_timers(self) -> None:
-        for timer in (self._timer, self._deadline, self.stall_timer):
+        for timer in (self._timer, self._deadline, self.stall_timer, self._jwt_expiry):
             if timer is not None:
                 timer.cancel()
 
@@ -412,7 +416,9 @@ class Connection(asyncio.Protocol):
             if not opts.get(option):
                 opts[option] = value
         auth = self.broker.config.auth
-        if auth.required and not self.connected:
+        if auth.operator is not None and not self.connected:
+            self._authenticate_jwt(auth.operator, opts)
+        elif auth.required and not self.connected:
             authorized, permissions = _authenticate(auth, opts, self.nonce)
             if not authorized:
                 user = f' - User "{opts["user"]}"' if isinstance(opts.get("user"), str) else ""
@@ -445,6 +451,40 @@ class Connection(asyncio.Protocol):
             self._timer = self.broker.loop.call_later(self.broker.config.ping_interval, self._ping_timer)
         if self.verbose:
             self.send(OK)
+
+    def _authenticate_jwt(self, operator: OperatorSettings, opts: dict[str, Any]) -> None:
+        """Operator mode: the user JWT and the nonce's signature (operator_auth.py); nats-server logs the
+        reason (mostly at debug level) before the authentication error."""
+        if any(opts.get(k) is not None and not isinstance(opts[k], str) for k in ("jwt", "sig")):
+            raise ProtocolError(None)  # nats-server's CONNECT does not decode: closed without an error line
+        resolver = self.broker.resolver
+        assert resolver is not None
+        result = authenticate_user(operator.operator, resolver.fetch, opts, self.nonce,
+                                   "WEBSOCKET" if self.websocket else "STANDARD", self.peer[0], time.time(),
+                                   lambda line: self.broker.log.debug(f"{self.who} - {line}", cid=self.cid))
+        if isinstance(result, JwtUser):
+            why = one_account(result, operator.system_account, self.broker.served_account)
+            result = Refusal(why, "error") if why is not None else result
+        if isinstance(result, Refusal):
+            if result.warning:
+                self.broker.log.warning(result.warning)
+            if result.level != "none":
+                log = self.broker.log.error if result.level == "error" else self.broker.log.debug
+                log(f"{self.who} - {result.reason}", cid=self.cid)
+            self.broker.log.error(f"{self.who} - authentication error", cid=self.cid)
+            raise ProtocolError("Authorization Violation")
+        self.broker.log.debug(f"{self.who} - {result.log_line}", cid=self.cid)
+        self.jwt_user = result
+        self.broker.served_account = result.account
+        self.perms = PermissionChecker(result.permissions) if result.permissions is not None else None
+        if 0 < result.limits.payload < self.parser.max_payload:
+            self.parser.max_payload = result.limits.payload
+        if result.expires:  # nats-server closes the connection when the user JWT expires
+            self._jwt_expiry = self.broker.loop.call_later(max(result.expires - time.time(), 0), self._jwt_expired)
+
+    def _jwt_expired(self) -> None:
+        self.broker.log.debug(f"{self.who} - User Authentication Expired", cid=self.cid)
+        self.close("User Authentication Expired")
 
     def _violation(self, what: str, subject: str) -> None:
         """nats-server's answer to a denied PUB or SUB: an error line, and the connection stays."""

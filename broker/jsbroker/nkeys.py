@@ -9,12 +9,13 @@ import base64
 import binascii
 import os
 
-_PREFIX_USER = 20 << 3  # the "U" of a user's public key
+# The first byte of an encoded public key says whose key it is (the letter the base32 text starts with).
+PREFIXES = {"operator": 14 << 3, "account": 0, "user": 20 << 3}  # "O", "A", "U"
 _CRC16_POLY = 0x1021
 
 
 class NkeyError(ValueError):
-    """A string that is not a user's public nkey; the message says what is wrong."""
+    """A string that is not the public nkey it should be; the message says what is wrong."""
 
 
 def _crc16(data: bytes) -> int:
@@ -27,17 +28,33 @@ def _crc16(data: bytes) -> int:
     return crc
 
 
-def user_public_key(text: str) -> bytes:
-    """The raw 32-byte Ed25519 key of a user's public nkey, checked (prefix, length, checksum)."""
+def public_key(text: str, kind: str) -> bytes:
+    """The raw 32-byte Ed25519 key of an operator's, account's or user's public nkey (`kind`), checked
+    (prefix, length, checksum)."""
+    letter = "OAU"[tuple(PREFIXES).index(kind)]
+    what = f"{text[:8]}... is not {'a' if kind == 'user' else 'an'} {kind} nkey"
     try:
         raw = base64.b32decode(text + "=" * (-len(text) % 8))
     except (binascii.Error, ValueError):
-        raise NkeyError(f"{text[:8]}... is not a user nkey: not base32") from None
-    if len(raw) != 35 or raw[0] != _PREFIX_USER:
-        raise NkeyError(f"{text[:8]}... is not a user nkey: give the public key that starts with 'U'")
+        raise NkeyError(f"{what}: not base32") from None
+    if len(raw) != 35 or raw[0] != PREFIXES[kind]:
+        raise NkeyError(f"{what}: give the public key that starts with {letter!r}")
     if _crc16(raw[:-2]) != int.from_bytes(raw[-2:], "little"):
-        raise NkeyError(f"{text[:8]}... is not a user nkey: the checksum does not match (a typo?)")
+        raise NkeyError(f"{what}: the checksum does not match (a typo?)")
     return raw[1:33]
+
+
+def is_public_key(text: str, kind: str) -> bool:
+    try:
+        public_key(text, kind)
+    except NkeyError:
+        return False
+    return True
+
+
+def user_public_key(text: str) -> bytes:
+    """The raw 32-byte Ed25519 key of a user's public nkey ("U..."), checked."""
+    return public_key(text, "user")
 
 
 def new_nonce() -> str:
@@ -45,16 +62,24 @@ def new_nonce() -> str:
     return base64.urlsafe_b64encode(os.urandom(11)).rstrip(b"=").decode()
 
 
-def signed(public_key: bytes, nonce: str, signature: str) -> bool:
+def signed(key: bytes, nonce: str, signature: str) -> bool:
     """Whether `signature` (base64url without padding, or standard base64 as nats-py sends) signs `nonce`."""
+    try:
+        # the urlsafe decoder also reads the standard alphabet's + and /
+        sig = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
+    except (binascii.Error, ValueError):
+        return False
+    return verified(key, nonce.encode(), sig)
+
+
+def verified(key: bytes, data: bytes, signature: bytes) -> bool:
+    """Whether `signature` is the Ed25519 signature of `data` by the raw public `key`."""
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     try:
-        # the urlsafe decoder also reads the standard alphabet's + and /
-        sig = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
-        Ed25519PublicKey.from_public_bytes(public_key).verify(sig, nonce.encode())
-    except (InvalidSignature, binascii.Error, ValueError):
+        Ed25519PublicKey.from_public_bytes(key).verify(signature, data)
+    except (InvalidSignature, ValueError):
         return False
     return True
 

@@ -22,6 +22,7 @@ from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
 from .listen import advertised, dual_stack_socket, host_port
 from .logs import Logger, get_logger
+from .resolvers import resolver_for
 from .router import Router, Watch
 from .sublist import Subscription
 
@@ -74,6 +75,9 @@ class Broker:
         self.monitor_tls = config.https_port is not None
         self.jetstream: Any = None
         self.js_settings = config.jetstream  # with the temp store dir filled in once started
+        operator = config.auth.operator
+        self.resolver = resolver_for(operator) if operator is not None else None  # operator mode's account JWTs
+        self.served_account = ""  # operator mode: the one account served, the first user's (operator_auth.py)
         self.start_time = 0.0
         self.total_connections = 0
         self._closed_traffic = (0, 0, 0, 0)  # in_msgs, in_bytes, out_msgs, out_bytes of closed connections
@@ -470,7 +474,8 @@ class Broker:
         head = self._ws_info_base if conn.websocket else self._info_base
         return info.info_line(head, client_id=conn.cid, client_ip=conn.peer[0] or "127.0.0.1",
                               nonce=conn.nonce, domain=js.domain if js is not None and head.get("jetstream") else None,
-                              xkey=self.xkey, ldm=ldm, connect_info=connect_info)
+                              xkey=self.xkey, ldm=ldm, connect_info=connect_info,
+                              **({"account": conn.jwt_user.account} if conn.jwt_user is not None else {}))
 
     # -- InternalBus --------------------------------------------------------------------------------
 
