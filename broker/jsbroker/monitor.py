@@ -153,7 +153,7 @@ class Monitor:
             **b.traffic(),
             slow_consumers=r.slow_consumers,
             slow_consumer_stats={"clients": r.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0},
-            subscriptions=r.sublist.count,
+            subscriptions=b.accounts.subscriptions(),
             http_req_stats=dict(self.requests),
         )
         return self._json(request, body)

@@ -22,6 +22,7 @@ from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
 from .listen import advertised, dual_stack_socket, host_port
 from .logs import Logger, get_logger
+from .accounts import Accounts
 from .router import Router, Watch
 from .sublist import Subscription
 
@@ -68,6 +69,7 @@ class Broker:
         self.log: Logger = get_logger("jsbroker", server=self.server_name[:8])
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.router = Router(self)
+        self.accounts = Accounts(config.auth, self.router, self._call_later, self.router.sublist)
         self.clients: dict[int, Connection] = {}
         self.port = 0
         self.http_port: int | None = None  # the monitoring listener's port, HTTP or (monitor_tls) HTTPS
@@ -410,6 +412,9 @@ class Broker:
             if not self._draining:
                 self._drained.set()
 
+    def _call_later(self, seconds: float, callback: Callable[[], None]) -> Callable[[], None]:
+        return self.loop.call_later(seconds, callback).cancel
+
     # -- connections --------------------------------------------------------------------------------
 
     def _new_connection(self) -> Connection:
@@ -464,7 +469,7 @@ class Broker:
         head = self._ws_info_base if conn.websocket else self._info_base
         return info.info_line(head, client_id=conn.cid, client_ip=conn.peer[0] or "127.0.0.1",
                               nonce=conn.nonce, domain=js.domain if js is not None and head.get("jetstream") else None,
-                              xkey=self.xkey, ldm=ldm, connect_info=connect_info)
+                              xkey=self.xkey, ldm=ldm, connect_info=connect_info, account=conn.account.name)
 
     # -- InternalBus --------------------------------------------------------------------------------
 

@@ -1,0 +1,241 @@
+"""Accounts, exports and imports: one nats-server config file read by jsbroker and nats-server, the same raw-wire
+scenarios against both (isolation, stream imports with a prefix and with `to`, service imports with `to` and
+each response type, queue groups across an import, no_auth_user, permissions per user), and bad account configs
+refused alike."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jsbroker.config import ConfigError, load_file
+from tests.broker.raw import Raw
+from tests.broker.test_natsconf import nats_server_accepts
+from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch, nats_server_binary
+
+CONFIG = """
+accounts {
+  A: {
+    users: [{user: a, password: a-pw}, {user: a2, password: a2-pw}]
+    exports: [
+      {service: "svc.>"}
+      {service: "many", response_type: Stream, response_threshold: "2s"}
+      {stream: "ev.>"}
+      {stream: "private.>", accounts: [C]}
+    ]
+  }
+  B: {
+    users: [
+      {user: b, password: b-pw}
+      {user: b2, password: b2-pw, permissions: {publish: ["asvc.>", "own.>"], subscribe: ["_INBOX.>", "fromA.ev.ok.>"]}}
+    ]
+    imports: [
+      {service: {account: A, subject: "svc.>"}, to: "asvc.>"}
+      {service: {account: A, subject: "many"}}
+      {stream: {account: A, subject: "ev.>"}, prefix: fromA}
+    ]
+  }
+  C: {
+    users: [{user: c, password: c-pw}]
+    imports: [
+      {stream: {account: A, subject: "private.>"}}
+      {stream: {account: A, subject: "ev.*"}, to: "cev.*"}
+    ]
+  }
+}
+no_auth_user: a2
+"""
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerHandle]]:
+    config = tmp_path_factory.mktemp("accounts") / "accounts.conf"
+    config.write_text(CONFIG)
+    handles = {kind: launch(kind, jetstream=False, extra_args=["-c", str(config)]) for kind in KINDS}
+    yield handles
+    for handle in handles.values():
+        handle.close()
+
+
+def _login(port: int, user: str | None, protocol: int = 0) -> Raw:
+    raw = Raw(port)
+    opts: dict[str, Any] = {"verbose": False, "pedantic": False, "headers": True, "protocol": protocol}
+    if user is not None:
+        opts.update(user=user, **{"pass": f"{user}-pw"})
+    raw.send(f"CONNECT {json.dumps(opts)}\r\nPING\r\n".encode())
+    assert raw.read_until(b"PONG\r\n") == b"PONG\r\n", user
+    return raw
+
+
+def _roundtrip(raw: Raw, data: bytes = b"") -> bytes:
+    """Send `data` and a PING; everything the server answered before the PONG."""
+    raw.send(data + b"PING\r\n")
+    return raw.read_until(b"PONG\r\n")[:-len(b"PONG\r\n")]
+
+
+_REPLY = re.compile(rb"_R_\.[A-Za-z0-9]+\.[A-Za-z0-9]+")
+
+
+_MESSAGE = re.compile(rb"(?=H?MSG )")  # split before each MSG or HMSG line
+_RTT = re.compile(rb'"rtt":[0-9]+')
+_SIZES = re.compile(rb"^(HMSG .*) [0-9]+ [0-9]+\r$", re.MULTILINE)
+
+
+def _plain(data: bytes) -> bytes:
+    """The generated reply subjects of service imports (`_R_.<random>.<random>`) as one placeholder, and the
+    requester's round-trip time in their Nats-Request-Info header (with the HMSG sizes it changes)."""
+    return _SIZES.sub(rb"\1 <sizes>\r", _RTT.sub(b'"rtt":<rtt>', _REPLY.sub(b"_R_.*", data)))
+
+
+def _reply_of(data: bytes) -> bytes:
+    m = _REPLY.search(data)
+    assert m is not None, data
+    return m.group(0)
+
+
+def _scenario(port: int) -> dict[str, Any]:
+    users = ("a", "b", "b2", "c")
+    conns = {u: _login(port, u) for u in users}
+    a, b, b2, c = (conns[u] for u in users)
+    out: dict[str, Any] = {}
+    # Isolation: the same subject in three accounts; each publish reaches its own account only.
+    for raw in (a, b, c):
+        _roundtrip(raw, b"SUB same 1\r\n")
+    echo = _roundtrip(b, b"PUB same 2\r\nhi\r\n")
+    out["isolation"] = [_roundtrip(a), echo, _roundtrip(c)]
+    # Stream imports: with a prefix (B), with `to` (C), and an export C alone may import.
+    _roundtrip(b, b"SUB fromA.ev.> 2\r\nSUB > 3\r\nSUB ev.> 4\r\n")
+    _roundtrip(c, b"SUB cev.* 2\r\nSUB private.> 3\r\n")
+    _roundtrip(a, b"PUB ev.x 1\r\n1\r\nPUB ev.x.y 1\r\n2\r\nPUB private.p 1\r\n3\r\nHPUB ev.h 12 14\r\nNATS/1.0\r\n\r\nhh\r\n")
+    out["stream import B"] = sorted(_MESSAGE.split(_roundtrip(b)))
+    out["stream import C"] = sorted(_MESSAGE.split(_roundtrip(c)))
+    _roundtrip(b, b"UNSUB 2\r\nUNSUB 3\r\nUNSUB 4\r\n")
+    # Service import with `to`: request in B, answered in A (singleton: one answer gets through).
+    _roundtrip(a, b"SUB svc.> 7\r\nSUB many 8\r\n")
+    _roundtrip(b, b"SUB _INBOX.b.* 9\r\nPUB asvc.q _INBOX.b.1 3\r\nreq\r\n")
+    request = _roundtrip(a)
+    out["service request in A"] = _plain(request)
+    reply = _reply_of(request)
+    _roundtrip(a, b"PUB %s 3\r\none\r\nPUB %s 3\r\ntwo\r\n" % (reply, reply))
+    out["singleton answer in B"] = _roundtrip(b)
+    # response_type Stream: every answer within the threshold gets through.
+    _roundtrip(b, b"PUB many _INBOX.b.2 3\r\nreq\r\n")
+    reply = _reply_of(_roundtrip(a))
+    _roundtrip(a, b"PUB %s 3\r\none\r\nPUB %s 3\r\ntwo\r\n" % (reply, reply))
+    out["stream answers in B"] = _roundtrip(b)
+    # A service subject of A is not B's subject: only the imported name reaches A.
+    _roundtrip(b, b"PUB svc.q _INBOX.b.3 3\r\nreq\r\n")
+    out["unimported subject"] = _roundtrip(a)
+    # Permissions per user inside an account: b2 may publish to the service, not elsewhere.
+    out["b2"] = _roundtrip(b2, b"SUB fromA.ev.ok.> 1\r\nSUB fromA.ev.no 2\r\nPUB asvc.p _INBOX.x 1\r\nx\r\n"
+                                   b"PUB same 1\r\nx\r\n")
+    out["b2 request in A"] = _plain(_roundtrip(a))
+    _roundtrip(a, b"PUB ev.ok.1 1\r\n1\r\nPUB ev.no 1\r\n2\r\n")
+    out["b2 receives"] = _roundtrip(b2)
+    # no_auth_user: a client without credentials is a2, in A.
+    anon = _login(port, None)
+    _roundtrip(anon, b"SUB same 1\r\n")
+    _roundtrip(a, b"PUB same 4\r\nanon\r\n")
+    out["no_auth_user"] = _roundtrip(anon)
+    out["all connected"] = not any(raw.closed for raw in (*conns.values(), anon))
+    for raw in (*conns.values(), anon):
+        raw.close()
+    return out
+
+
+def test_accounts_behave_as_in_nats_server(servers):
+    got = {kind: _scenario(handle.port) for kind, handle in servers.items()}
+    assert got[JSBROKER] == got[NATS_SERVER]
+    expected = got[NATS_SERVER]  # what the comparison rests on, spelled out
+    assert expected["isolation"] == [b"", b"MSG same 1 2\r\nhi\r\n", b""]
+    assert b"MSG fromA.ev.x 2 1\r\n1\r\n" in expected["stream import B"]
+    assert expected["singleton answer in B"] == b"MSG _INBOX.b.1 9 3\r\none\r\n"
+    assert expected["stream answers in B"] == b"MSG _INBOX.b.2 9 3\r\none\r\nMSG _INBOX.b.2 9 3\r\ntwo\r\n"
+    assert expected["no_auth_user"] == b"MSG same 1 4\r\nanon\r\n"
+
+
+def test_connect_info_names_the_account(servers):
+    def account(port: int, user: str) -> str:
+        raw = _login(port, user, protocol=1)  # the INFO after the first PONG names the account
+        info = raw.read_until(b"\r\n")
+        raw.close()
+        return json.loads(info[len(b"INFO "):])["remote_account"]
+
+    got = {kind: [account(h.port, u) for u in ("a", "b", "c")] for kind, h in servers.items()}
+    assert got[JSBROKER] == got[NATS_SERVER] == ["A", "B", "C"]
+
+
+def test_queue_group_spans_an_import(servers):
+    """A queue subscriber in B on the imported subject and one in A on the exported one are one group."""
+    def counts(port: int) -> tuple[int, int]:
+        a, b = _login(port, "a"), _login(port, "b")
+        _roundtrip(a, b"SUB ev.q g 1\r\n")
+        _roundtrip(b, b"SUB fromA.ev.q g 1\r\n")
+        got = _roundtrip(a, b"PUB ev.q 1\r\nx\r\n" * 40).count(b"MSG "), _roundtrip(b).count(b"MSG ")
+        a.close()
+        b.close()
+        return got
+
+    got = {kind: counts(h.port) for kind, h in servers.items()}
+    for a_count, b_count in got.values():
+        assert a_count + b_count == 40 and a_count and b_count, got
+
+
+# -- bad account configs, refused alike ----------------------------------------------------------------------
+
+BAD = [
+    ("accounts { A: {}, B: { imports: [{service: {account: A, subject: \"svc.>\"}}] } }",
+     'Error adding service import "svc.>": service import not authorized'),
+    ("accounts { A: { exports: [{stream: \"x.>\", accounts: [C]}] }, B: { imports: [{stream: {account: A, subject: "
+     "\"x.>\"}}] }, C: {} }", 'Error adding stream import "x.>": stream import not authorized'),
+    ("accounts { A: { exports: [{stream: \"x.>\"}] }, B: { imports: [{service: {account: A, subject: \"x.>\"}}] } }",
+     'Error adding service import "x.>": service import not authorized'),
+    ("accounts { B: { imports: [{stream: {account: Z, subject: \"x.>\"}}] } }",
+     '"Z" account not defined for stream import'),
+    ("accounts { A: { exports: [{service: \"x\", accounts: [Q]}] } }", '"Q" account not defined for service export'),
+    ("accounts { A: { users: [{user: a, password: a}] }, B: { users: [{user: a, password: b}] } }",
+     'Duplicate user "a" detected'),
+    ("accounts { A: { users: [{user: a, password: a}] } }\nauthorization { users: [{user: a, password: b}] }",
+     'Duplicate user "a" detected'),
+    ("accounts { A: { users: [{user: a, password: a}] } }\nno_auth_user: zz",
+     'no_auth_user: "zz" not present as user or nkey in authorization block or account configuration'),
+    ("accounts { A: { users: [{user: a, password: a}] } }\nauthorization { token: xyz }",
+     "Can not have a token and a users array"),
+    ("accounts { A: { exports: [{service: \"x\", response_type: bogus}] } }", 'Unknown response type: "bogus"'),
+    ("accounts { A: { exports: [{stream: \"x.>\"}] }, B: { imports: [{stream: {account: A, subject: \"x.*\"}, "
+     "prefix: p, to: q}] } }", "Stream import can not have a 'prefix' and a 'to' property"),
+]
+
+
+def _nats_server_start_error(path: Path) -> str:
+    """What nats-server says when it refuses to start with this file (some checks are not in `-t`)."""
+    try:
+        out = subprocess.run([nats_server_binary(), "-c", str(path)], capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "(nats-server started)"
+    return out.stderr + out.stdout
+
+
+@pytest.mark.parametrize(("text", "message"), BAD)
+def test_bad_account_configs_are_refused_alike(tmp_path: Path, text: str, message: str):
+    path = tmp_path / "server.conf"
+    path.write_text("port: -1\n" + text + "\n")
+    reference = _nats_server_start_error(path)
+    assert message in reference, reference
+    with pytest.raises(ConfigError) as refused:
+        load_file(path, env={})
+    assert message in str(refused.value) and str(refused.value).startswith(str(path))
+
+
+def test_jetstream_in_several_accounts_is_refused_by_name(tmp_path: Path):
+    path = tmp_path / "server.conf"
+    path.write_text("jetstream: enabled\naccounts { A: { jetstream: enabled }, B: { jetstream: enabled } }\n")
+    assert nats_server_accepts(path)[0]
+    with pytest.raises(ConfigError, match="accounts A, B all enable jetstream: jsbroker serves JetStream for one"):
+        load_file(path, env={})
