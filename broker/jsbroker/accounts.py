@@ -165,6 +165,20 @@ class Accounts:
     def subscriptions(self) -> int:
         return sum(a.sublist.count for a in self.by_name.values())
 
+    def refuse_jetstream(self, refusal: Callable[[str], bytes | None]) -> None:
+        """JetStream's API in the accounts without JetStream: nats-server answers there with 10039."""
+        for account in self.by_name.values():
+            if not account.jetstream:
+                self.routes.insert(Subscription(None, "$JS.API.>", None, b"0", self._refuser(account, refusal)),
+                                   account.sublist)
+
+    def _refuser(self, account: Account, refusal: Callable[[str], bytes | None]) -> Callable[..., None]:
+        def refuse(subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+            body = refusal(subject) if reply else None
+            if reply and body is not None:
+                self.routes.route_into(account.sublist, reply.encode(), None, -1, body + b"\r\n")
+        return refuse
+
     def _service_import(self, importer: Account, exporter: Account, imp: Import) -> None:
         export = next(e for e in exporter.settings.exports if e.service and e.allows(importer.name, imp.subject))
         routes, timer = self.routes, self.timer

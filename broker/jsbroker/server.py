@@ -282,6 +282,7 @@ class Broker:
         self._log_jetstream(js)
         self.jetstream = JetStream(self, js)
         await self.jetstream.start()
+        self.accounts.refuse_jetstream(self.jetstream.refusal)
         usage = self.jetstream.info()
         if usage["streams"]:
             self.log.info(f"  Recovered {usage['streams']} streams, {usage['consumers']} consumers, "

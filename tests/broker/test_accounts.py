@@ -239,3 +239,50 @@ def test_jetstream_in_several_accounts_is_refused_by_name(tmp_path: Path):
     assert nats_server_accepts(path)[0]
     with pytest.raises(ConfigError, match="accounts A, B all enable jetstream: jsbroker serves JetStream for one"):
         load_file(path, env={})
+
+
+# -- JetStream: served in the one account that enables it ---------------------------------------------------
+
+JS_CONFIG = """
+jetstream: enabled
+accounts {
+  A: { users: [{user: a, password: a-pw}], jetstream: enabled }
+  B: { users: [{user: b, password: b-pw}] }
+}
+authorization { users: [{user: g, password: g-pw}] }
+"""
+API_REQUESTS = [("$JS.API.INFO", b""), ("$JS.API.STREAM.NAMES", b""), ("$JS.API.CONSUMER.INFO.s.c", b""),
+                ("$JS.API.STREAM.CREATE.s", b'{"name":"s","subjects":["orders.>"],"storage":"memory"}')]
+
+
+async def _jetstream_scenario(url: str) -> dict[str, Any]:
+    import nats
+
+    out: dict[str, Any] = {}
+    for user in ("b", "g", "a"):  # a (the JetStream account) last: its stream must not exist for the others
+        nc = await nats.connect(url, user=user, password=f"{user}-pw")
+        try:
+            answers = []
+            for subject, body in API_REQUESTS:
+                answer = json.loads((await nc.request(subject, body, timeout=5)).data)
+                answers.append({k: answer[k] for k in ("type", "error") if k in answer})
+            out[user] = answers
+            ack = await nc.request("orders.1", b"x", timeout=5) if user == "a" else None
+            out[f"{user} publishes"] = json.loads(ack.data) if ack is not None else None
+        finally:
+            await nc.close()
+    return out
+
+
+@pytest.mark.asyncio
+async def test_jetstream_answers_in_the_account_that_enables_it(tmp_path: Path):
+    config = tmp_path / "js.conf"
+    config.write_text(JS_CONFIG)
+    got = {}
+    for kind in KINDS:
+        with launch(kind, extra_args=["-c", str(config)]) as handle:
+            got[kind] = await _jetstream_scenario(handle.url)
+    assert got[JSBROKER] == got[NATS_SERVER]
+    refused = {"code": 503, "err_code": 10039, "description": "JetStream not enabled for account"}
+    assert [answer["error"] for answer in got[NATS_SERVER]["b"]] == [refused] * len(API_REQUESTS)
+    assert "error" not in got[NATS_SERVER]["a"][0] and got[NATS_SERVER]["a publishes"] == {"stream": "s", "seq": 1}

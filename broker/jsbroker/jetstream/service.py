@@ -165,6 +165,10 @@ class JetStream:
         self._router.start()
         self._sync_handle = self.bus.loop.call_later(self._tick_interval(), self._sync_tick)
 
+    def refusal(self, subject: str) -> bytes | None:
+        """What an account without JetStream is answered on this API subject (nats-server's 10039)."""
+        return self._router.refusal(subject)
+
     async def stop(self) -> None:
         self._router.stop()
         if self._sync_handle is not None:
