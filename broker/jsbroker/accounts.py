@@ -16,6 +16,7 @@ subscribes in that account's `Sublist`. Imports cross accounts the way nats-serv
 
 from __future__ import annotations
 
+import re
 import secrets
 import string
 from typing import Callable, Protocol
@@ -61,6 +62,20 @@ def transform(source: str, target: str, subject: str) -> str:
     return ".".join(next(it) if token in ("*", ">") else token for token in target.split("."))
 
 
+_REQUEST_INFO = re.compile(rb'Nats-Request-Info: \{"acc":"([^"]*)"(?:,"svc":"[^"]*")?,"rtt":([0-9]+)\}\r\n')
+
+
+def _with_request_info(hdr: bytes, importer: str, origin: Origin | None) -> bytes:
+    """nats-server's header on a request through a service import: the requester's account and round-trip
+    time; through a second import, the first's account stays and `svc` names the account in between."""
+    m = _REQUEST_INFO.search(hdr) if hdr else None
+    if m is not None:
+        info = b'Nats-Request-Info: {"acc":"%s","svc":"%s","rtt":%s}\r\n' % (m.group(1), importer.encode(), m.group(2))
+        return hdr[:m.start()] + info + hdr[m.end():]
+    info = b'Nats-Request-Info: {"acc":"%s","rtt":%d}\r\n\r\n' % (importer.encode(), origin.rtt_ns if origin else 0)
+    return (hdr[:-2] if hdr else b"NATS/1.0\r\n") + info
+
+
 class _Rename:
     """A shadow subscription's delivered subject: the exporter's subject under the import's local one."""
 
@@ -94,7 +109,8 @@ class Account:
         return f"Account({self.name!r})"
 
     def add_shadows(self, sub: Subscription, routes: Routes) -> None:
-        """A client's new subscription: what it overlaps of the stream imports, in the exporters."""
+        """A client's new subscription: what it overlaps of the stream imports, in the exporters (one hop: as in
+        nats-server, what an exporter itself imports is not passed on)."""
         shadows = []
         for imp, exporter in self.stream_imports:
             if not subjects_overlap(sub.subject, imp.local):
@@ -186,9 +202,7 @@ class Accounts:
         def forward(subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
             target = transform(imp.local, imp.subject, subject).encode()
             mapped = exporter.open_reply(routes, timer, importer, reply.encode(), export) if reply else None
-            info = b'Nats-Request-Info: {"acc":"%s","rtt":%d}\r\n\r\n' % (
-                importer.name.encode(), origin.rtt_ns if origin is not None else 0)
-            hdr = (hdr[:-2] if hdr else b"NATS/1.0\r\n") + info
+            hdr = _with_request_info(hdr, importer.name, origin)
             if routes.route_into(exporter.sublist, target, mapped, len(hdr), hdr + payload + b"\r\n"):
                 return
             if reply and origin is not None and origin.no_responders:  # as a request in the importer would get

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 from . import natsconf
 from .natsconf import Node
 from .nkeys import NkeyError, user_public_key
-from .subjects import is_subset, is_valid_subject
+from .subjects import is_subset, is_valid_subject, subjects_overlap
 
 VERSION = "2.15.1"  # the nats-server version whose behaviour we follow; nats-py needs >= 2.9
 MAX_PAYLOAD_LIMIT = 8 * 1024 * 1024
@@ -579,9 +579,9 @@ def _user(entry: Node, what: str) -> User:
         except NkeyError as e:
             raise _fail(entry, f"{what}: {e}") from None
         return User(acc["nkey"], None, perms, public)
-    if "user" not in acc or "password" not in acc:
-        raise _fail(entry, f"{what}: user and password are required (or give nkey)")
-    return User(acc["user"], acc["password"], perms)
+    if "user" not in acc:
+        raise _fail(entry, f"{what}: user is required (or give nkey)")
+    return User(acc["user"], acc.get("password", ""), perms)  # nats-server: no password is the empty one
 
 
 def _permissions(node: Node, acc: Acc, what: str) -> None:
@@ -775,6 +775,24 @@ def _imports(node: Node, acc: Acc, what: str) -> None:
     acc["imports"] = imports
 
 
+def _leads_back(accounts: list[AccountSettings], origin: tuple[str, Import], at: Import,
+                seen: set[tuple[str, Import]]) -> bool:
+    """Whether following the import `at` into its exporter, then that account's imports of the same kind whose
+    local subject overlaps what it imports, and so on, comes back to the import `origin` (nats-server:
+    "import forms a cycle")."""
+    exporter = next(a for a in accounts if a.name == at.account)
+    for nxt in exporter.imports:
+        if nxt.service != at.service or not subjects_overlap(nxt.local, at.subject):
+            continue
+        if (exporter.name, nxt) == origin:
+            return True
+        if (exporter.name, nxt) not in seen:
+            seen.add((exporter.name, nxt))
+            if _leads_back(accounts, origin, nxt, seen):
+                return True
+    return False
+
+
 def _wildcards(subject: str) -> list[str]:
     return [t for t in subject.split(".") if t in ("*", ">")]
 
@@ -838,6 +856,11 @@ def _accounts(node: Node, acc: Acc, what: str) -> None:
             imports.append(imp)
         accounts.append(AccountSettings(name, a["exports_done"], tuple(imports), a.get("jetstream")))
         users += [replace(u, account=name) for u in a.get("users", ())]
+    for account in accounts:
+        for imp in account.imports:
+            if _leads_back(accounts, (account.name, imp), imp, set()):
+                kind = "service" if imp.service else "stream"
+                raise _fail(node, f'Error adding {kind} import "{imp.subject}": import forms a cycle')
     acc["accounts"] = tuple(accounts)
     acc["account_users"] = (tuple(users), node)
 
@@ -915,7 +938,8 @@ _ACCOUNT_COUNTS = ("max_streams", "max_consumers", "max_ack_pending")
 _ACCOUNT: tuple[Setting, ...] = (
     *(Setting((k,), _set(k, _size), "bytes, -1: unlimited") for k in _ACCOUNT_SIZES),
     *(Setting((k,), _set(k, _int), "-1: unlimited") for k in _ACCOUNT_COUNTS),
-    Setting(("max_bytes_required",), _set("max_bytes_required", _bool), "every stream must set max_bytes"),
+    Setting(("max_bytes_required", "max_stream_bytes"), _set("max_bytes_required", _bool),
+            "every stream must set max_bytes"),
 )
 
 

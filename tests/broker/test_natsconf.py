@@ -194,7 +194,7 @@ ONLY_NATS_SERVER = [  # settings nats-server has and jsbroker refuses, naming th
     ("gateway { name: x }\n", "gateway:"),
     ("leafnodes { port: 7422 }\n", "leafnodes:"),
     ("accounts { SYS { users: [ {user: a, password: b} ] } }\nsystem_account: SYS\n", "system_account:"),
-    ("accounts { A { nkey: ADZHSBSR4HFZUP4MHGHSS4ZNX7UDKUQXXP3ZL5XOCVAXN6G4HYDTZ4VJ } }\n", "accounts.A.nkey:"),
+    ("accounts { A { nkey: ABEAOWSZPZZBUFLOFYDZTXS4YDCTETOG47VPDTOUMJIINDWFGIK53HL3 } }\n", "accounts.A.nkey:"),
     ("mqtt { port: 1883 }\n", "mqtt:"),
     ("max_subscriptions: 10\n", "max_subscriptions:"),
     ("jetstream { cipher: aes }\n", "jetstream.cipher:"),
