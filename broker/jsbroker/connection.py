@@ -90,6 +90,7 @@ class Connection(asyncio.Protocol):
         self.perms: PermissionChecker | None = None  # the user's permissions (users with none: None)
         self.account = broker.accounts.global_account  # the user's account, bound at CONNECT (accounts.py)
         self.sublist = self.account.sublist  # its subject space: what this client publishes and subscribes in
+        self.user_name = ""  # the authenticated user's name (/connz?auth=true)
         self.nonce = new_nonce() if broker.config.auth.nkeys else ""  # INFO's, for nkey users to sign
         # Backpressure: publishers held because this connection is backed up, and vice versa.
         self.congested = False  # past the transport's high-water mark
@@ -460,6 +461,7 @@ class Connection(asyncio.Protocol):
         account = self.broker.accounts.lookup(user.account)
         assert account is not None, user.account  # config.py checks every user's account exists
         self.account, self.sublist = account, account.sublist
+        self.user_name = user.user
 
     def _violation(self, what: str, subject: str) -> None:
         """nats-server's answer to a denied PUB or SUB: an error line, and the connection stays."""
@@ -489,7 +491,7 @@ _CREDENTIALS = ("user", "pass", "auth_token", "nkey", "jwt")
 
 
 def _authenticate(auth: AuthSettings, opts: dict[str, Any], nonce: str) -> tuple[bool, User | None]:
-    """Whether CONNECT's credentials are valid, and the user they name (None: the one user or token, in $G).
+    """Whether CONNECT's credentials are valid, and the user they name (None: the token, in $G).
     A client that gives none is `no_auth_user`, when there is one."""
     if auth.no_auth_user is not None and not any(opts.get(k) for k in _CREDENTIALS):
         return True, next(u for u in auth.users if u.user == auth.no_auth_user)
@@ -506,7 +508,7 @@ def _authenticate(auth: AuthSettings, opts: dict[str, Any], nonce: str) -> tuple
     if not isinstance(user, str) or not isinstance(password, str):
         return False, None
     if auth.user is not None and auth.password is not None and _same(user, auth.user) & _same(password, auth.password):
-        return True, None
+        return True, User(auth.user, auth.password)
     for entry in auth.users:
         if entry.password is not None and _same(user, entry.user) & _same(password, entry.password):
             return True, entry

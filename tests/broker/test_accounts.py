@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -342,3 +343,23 @@ async def test_jetstream_answers_in_the_account_that_enables_it(tmp_path: Path):
     refused = {"code": 503, "err_code": 10039, "description": "JetStream not enabled for account"}
     assert [answer["error"] for answer in got[NATS_SERVER]["b"]] == [refused] * len(API_REQUESTS)
     assert "error" not in got[NATS_SERVER]["a"][0] and got[NATS_SERVER]["a publishes"] == {"stream": "s", "seq": 1}
+
+
+def test_connz_names_the_user_and_its_account(tmp_path: Path):
+    config = tmp_path / "connz.conf"
+    config.write_text("accounts { A: { users: [{user: a, password: a-pw}] } }\n"
+                      "authorization { users: [{user: g, password: g-pw}] }\n")
+
+    def connz(handle: ServerHandle) -> list[dict[str, Any]]:
+        clients = [_login(handle.port, user) for user in ("a", "g")]
+        with urllib.request.urlopen(f"{handle.http_url}/connz?auth=true", timeout=5) as response:
+            conns = json.loads(response.read())["connections"]
+        for raw in clients:
+            raw.close()
+        return [{k: c[k] for k in ("authorized_user", "account") if k in c} for c in conns]
+
+    got = {}
+    for kind in KINDS:
+        with launch(kind, jetstream=False, http=True, extra_args=["-c", str(config)]) as handle:
+            got[kind] = connz(handle)
+    assert got[JSBROKER] == got[NATS_SERVER] == [{"authorized_user": "a", "account": "A"}, {"authorized_user": "g"}]
