@@ -363,3 +363,71 @@ def test_connz_names_the_user_and_its_account(tmp_path: Path):
         with launch(kind, jetstream=False, http=True, extra_args=["-c", str(config)]) as handle:
             got[kind] = connz(handle)
     assert got[JSBROKER] == got[NATS_SERVER] == [{"authorized_user": "a", "account": "A"}, {"authorized_user": "g"}]
+
+
+# -- random operation sequences, compared ------------------------------------------------------------------
+
+RANDOM_CONFIG = """
+accounts {
+  A: { users: [{user: a, password: a-pw}, {user: a2, password: a2-pw}], exports: [{stream: "s.>"}, {stream: "t.*", accounts: [C]}] }
+  B: { users: [{user: b, password: b-pw}, {user: b2, password: b2-pw}], imports: [{stream: {account: A, subject: "s.>"}, prefix: pa}] }
+  C: {
+    users: [{user: c, password: c-pw}, {user: c2, password: c2-pw}]
+    imports: [{stream: {account: A, subject: "s.*"}, to: "cs.*"}, {stream: {account: A, subject: "t.*"}}]
+  }
+}
+"""
+_TOKENS = (("s", "t", "pa", "cs", "x"), ("s", "a", "b", "*"), ("a", "b", "*", ">"))
+
+
+def _random_ops(seed: int, users: list[str], n: int) -> list[tuple[str, int, bytes]]:
+    """(op, connection, subject) of subscribes, unsubscribes and publishes over subjects the imports map."""
+    import random
+
+    rng = random.Random(seed)
+    ops: list[tuple[str, int, bytes]] = []
+    for i in range(n):
+        conn = rng.randrange(len(users))
+        parts = [rng.choice(t) for t in _TOKENS[:rng.choice((2, 2, 3))]]
+        if parts[-1] != ">" and ">" in parts:
+            parts = parts[:parts.index(">") + 1]
+        subject = ".".join(parts).encode()
+        kind = rng.choice(("sub", "sub", "unsub", "pub", "pub", "pub"))
+        if kind == "pub":
+            subject = subject.replace(b"*", b"a").replace(b">", b"z")
+        ops.append((kind, conn, subject if kind != "unsub" else str(rng.randrange(1, i + 2)).encode()))
+    return ops
+
+
+def _replay(port: int, users: list[str], ops: list[tuple[str, int, bytes]]) -> list[bytes]:
+    conns = [_login(port, user) for user in users]
+    got = [b""] * len(conns)
+    for i, (kind, conn, arg) in enumerate(ops, 1):
+        line = {"sub": b"SUB %s %d\r\n" % (arg, i), "unsub": b"UNSUB %s\r\n" % arg,
+                "pub": b"PUB %s %d\r\n%d\r\n" % (arg, len(str(i)), i)}[kind]
+        got[conn] += _roundtrip(conns[conn], line)
+    for n, raw in enumerate(conns):
+        got[n] += _roundtrip(raw)
+        raw.close()
+    return [_by_publish(out) for out in got]
+
+
+def _by_publish(out: bytes) -> list[bytes]:
+    """A connection's frames in publish order; those of one publish (several of its subscriptions matched it)
+    sorted, since the order among them is the sublist's and no client can rely on it."""
+    frames = [f for f in _MESSAGE.split(out) if f]
+    return sorted(frames, key=lambda f: (int(f.split(b"\r\n")[1]), f))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_subscriptions_and_publishes_across_accounts_match_nats_server(tmp_path: Path, seed: int):
+    config = tmp_path / "random.conf"
+    config.write_text(RANDOM_CONFIG)
+    users = ["a", "a2", "b", "b2", "c", "c2"]
+    ops = _random_ops(seed, users, 200)
+    got = {}
+    for kind in KINDS:
+        with launch(kind, jetstream=False, extra_args=["-c", str(config)]) as handle:
+            got[kind] = _replay(handle.port, users, ops)
+    assert got[JSBROKER] == got[NATS_SERVER]
+    assert sum(len(out) for out in got[NATS_SERVER]) > 20  # the sequence delivered something
