@@ -647,14 +647,28 @@ _USER: tuple[Setting, ...] = (
     _refused("proxy_required", why="jsbroker has no trusted proxies; remove it"),
     _refused("account", why="jsbroker has one account; remove it"),
 )
+def _default_permissions(node: Node, acc: Acc, what: str) -> None:
+    perms: Acc = {}
+    _permissions(node, perms, what)
+    acc["default_permissions"] = perms["permissions"]
+
+
+def _with_defaults(acc: Acc) -> tuple[User, ...]:
+    """The block's users, those without permissions given its default_permissions (as nats-server does)."""
+    default = acc.pop("default_permissions", None)
+    users = acc.get("users", ())
+    return tuple(replace(u, permissions=default) if u.permissions is None else u for u in users) if default else users
+
+
 _AUTHORIZATION: tuple[Setting, ...] = (
     Setting(("user", "username"), _set("user", _str), "the one user's name"),
     Setting(("password", "pass"), _set("password", _secret), "its password (plain text; bcrypt is refused)"),
     Setting(("token",), _set("token", _secret), "a token instead"),
     Setting(("timeout",), _set("timeout", _duration), "time allowed between connect and CONNECT (default 2s)"),
     Setting(("users",), _users, "several users, each with permissions, or nkey users"),
-    _refused("default_permission", "default_permissions", "permissions",
-             why="no default permissions yet: give each user its permissions"),
+    Setting(("default_permissions", "default_permission"), _default_permissions,
+            "permissions of the users in this block that give none"),
+    _refused("permissions", why="give the permissions in each user (or default_permissions)"),
     _refused("auth_callout", "auth_hook", why="no auth callout: use users with permissions"),
     _refused("proxy_required", why="jsbroker has no trusted proxies; remove it"),
 )
@@ -663,6 +677,11 @@ _AUTHORIZATION: tuple[Setting, ...] = (
 def _authorization(node: Node, acc: Acc, what: str) -> None:
     auth: Acc = {}
     _walk(_block(node, what), _AUTHORIZATION, auth, what + ".")
+    if "default_permissions" in auth and "users" not in auth:
+        raise _fail(node, "authorization.default_permissions: jsbroker applies it to the users of a users array "
+                          "only; give the permissions in users [...]")
+    if "users" in auth:
+        auth["users"] = _with_defaults(auth)
     if "token" in auth and ("user" in auth or "password" in auth):
         raise _fail(node, "authorization: cannot have a user/pass and token (nats-server refuses it too)")
     if "users" in auth and ("user" in auth or "token" in auth):
@@ -815,7 +834,8 @@ _ACCOUNT_BLOCK: tuple[Setting, ...] = (
     Setting(("jetstream",), _account_jetstream, "enabled/disabled, or the account's JetStream limits"),
     _refused("nkey", why="an account's public key is for operator mode (JWT), which jsbroker has not yet"),
     _refused("mappings", "maps", why="no subject mappings: publish to the subjects themselves"),
-    _refused("default_permissions", why="no default permissions yet: give each user its permissions"),
+    Setting(("default_permissions", "default_permission"), _default_permissions,
+            "permissions of the account's users that give none"),
     _refused("limits", why="no per-account connection/subscription limits; remove it"),
     _refused("msg_trace", "trace_dest", why="no message tracing; remove it"),
 )
@@ -855,7 +875,7 @@ def _accounts(node: Node, acc: Acc, what: str) -> None:
                                   f"(account {imp.account} exports no {kind} covering it to {name})")
             imports.append(imp)
         accounts.append(AccountSettings(name, a["exports_done"], tuple(imports), a.get("jetstream")))
-        users += [replace(u, account=name) for u in a.get("users", ())]
+        users += [replace(u, account=name) for u in _with_defaults(a)]
     for account in accounts:
         for imp in account.imports:
             if _leads_back(accounts, (account.name, imp), imp, set()):

@@ -229,6 +229,37 @@ def test_imports_of_imports_chain_like_nats_server(tmp_path: Path):
     assert b'Nats-Request-Info: {"acc":"C","svc":"B","rtt":<rtt>}' in got[NATS_SERVER]["request in A"]
 
 
+DEFAULTS_CONFIG = """
+accounts {
+  A: { users: [{user: a, password: a-pw}, {user: a2, password: a2-pw, permissions: {publish: ["any.>"]}}]
+       default_permissions: {publish: ["ok.>"]} }
+  B: { users: [{user: b, password: b-pw}] }
+}
+authorization { default_permissions: {publish: ["gok.>"]}, users: [{user: g, password: g-pw}] }
+"""
+
+
+def test_default_permissions_of_an_account_and_of_authorization(tmp_path: Path):
+    """Each block's default_permissions go to its own users that give none (not to other accounts' users)."""
+    config = tmp_path / "defaults.conf"
+    config.write_text(DEFAULTS_CONFIG)
+
+    def violations(port: int) -> dict[str, bytes]:
+        out = {}
+        for user in ("a", "a2", "b", "g"):
+            raw = _login(port, user)
+            out[user] = _roundtrip(raw, b"PUB ok.1 1\r\nx\r\nPUB gok.1 1\r\nx\r\nPUB any.1 1\r\nx\r\nPUB z 1\r\nx\r\n")
+            raw.close()
+        return out
+
+    got = {}
+    for kind in KINDS:
+        with launch(kind, jetstream=False, extra_args=["-c", str(config)]) as handle:
+            got[kind] = violations(handle.port)
+    assert got[JSBROKER] == got[NATS_SERVER]
+    assert got[NATS_SERVER]["b"] == b"" and b'"ok.1"' not in got[NATS_SERVER]["a"]
+
+
 # -- bad account configs, refused alike ----------------------------------------------------------------------
 
 BAD = [
