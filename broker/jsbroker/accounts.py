@@ -7,9 +7,11 @@ subscribes in that account's `Sublist`. Imports cross accounts the way nats-serv
   shadow subscription in the exporter's sublist (same client, sid and queue group, so a queue group spans
   both accounts), whose deliveries show the local subject (`Subscription.rename`).
 - A service import is an internal subscription on the local subject in the importer; a request it gets is
-  routed into the exporter with a reply subject `_R_.<account prefix>.<n>` that the exporter's internal
-  `_R_.<prefix>.>` subscription routes back to the requester's reply in the importer: once (singleton) or
-  until `response_threshold` passes without a reply (stream, chunked).
+  routed into the exporter, with a `Nats-Request-Info` header naming the requester's account, and a reply
+  subject `_R_.<account's id>.<request's id>` that the exporter's internal `_R_.<id>.>` subscription routes
+  back to the requester's reply in the importer: the first answer (singleton) or every answer until
+  `response_threshold` after the request (stream, chunked). A request nobody receives gets the 503.
+- JetStream answers in one account (config.py); the others get nats-server's 10039 refusal.
 
 `Accounts.lookup(name)` is the one way to an account by name (users and, later, JWT claims name theirs).
 """
@@ -31,14 +33,12 @@ _ALPHANUM = string.ascii_letters + string.digits
 
 
 class Routes(Protocol):
-    """What accounts need of the router: route a message into a sublist, add and drop subscriptions."""
+    """What accounts need of the router: route a message into a sublist, add a subscription to one."""
 
     def route_into(self, sublist: Sublist, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> bool:
         ...
 
     def insert(self, sub: Subscription, sublist: Sublist | None = None) -> None: ...
-
-    def remove(self, sub: Subscription) -> None: ...
 
 
 Timer = Callable[[float, Callable[[], None]], Callable[[], None]]  # call_later(seconds, fn) -> cancel
