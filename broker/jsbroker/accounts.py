@@ -23,7 +23,7 @@ import secrets
 import string
 from typing import Callable, Protocol
 
-from .config import GLOBAL_ACCOUNT, AccountSettings, AuthSettings, Export, Import
+from .config import GLOBAL_ACCOUNT, AccountLimits, AccountSettings, AuthSettings, Export, Import
 from .internal import Origin
 from .subjects import is_subset, subjects_overlap
 from .sublist import Sublist, Subscription
@@ -177,6 +177,10 @@ class Accounts:
 
     def lookup(self, name: str) -> Account | None:
         return self.by_name.get(name)
+
+    def jetstream_limits(self) -> AccountLimits | None:
+        """The JetStream limits given in the accounts block of the account JetStream answers in, if any."""
+        return next((a.settings.jetstream for a in self.by_name.values() if a.jetstream), None)
 
     def subscriptions(self) -> int:
         return sum(a.sublist.count for a in self.by_name.values())

@@ -1189,8 +1189,8 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
 
 
 def _merge_accounts(auth: Acc | None, acc: Acc, js_kw: Acc) -> Acc | None:
-    """The accounts' users join authorization's (bound to $G), checked as nats-server checks them; the
-    limits of the account that has JetStream are JetStream's."""
+    """The accounts' users join authorization's (bound to $G), checked as nats-server checks them (the
+    JetStream account's limits are applied at start: server.py)."""
     accounts = acc.pop("accounts", ())
     limits = [a.jetstream for a in accounts if a.jetstream is not None]
     if len(limits) > 1:
@@ -1200,8 +1200,6 @@ def _merge_accounts(auth: Acc | None, acc: Acc, js_kw: Acc) -> Acc | None:
     if limits and "account" in js_kw:
         raise ConfigError("give the JetStream account's limits in its accounts { A: { jetstream {...} } } block, "
                           "not in jetstream.account")
-    if limits:
-        js_kw["account"] = limits[0]
     account_users, node = acc.pop("account_users", ((), None))
     no_auth_user = acc.pop("no_auth_user", None)
     if not accounts and no_auth_user is None:

@@ -269,6 +269,9 @@ class Broker:
                 raise  # a broken JetStream must fail loudly, not silently turn into core-only
             self.log.warning("jetstream service not installed, running core only")
             return
+        limits = self.accounts.jetstream_limits()
+        if limits is not None:  # the account's `jetstream { ... }` block (jetstream.account in TOML files)
+            js = replace(js, account=limits)
         if js.store_dir is None:
             import tempfile
 
