@@ -50,6 +50,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.__main__",
         "jsbroker.connection",
         "jsbroker.router",
+        "jsbroker.accounts",
         "jsbroker.sublist",
         "jsbroker.server",
         "jsbroker.monitor",

@@ -19,7 +19,7 @@ from .natsconf import Node
 from .claims import JwtError, OperatorClaims, decode_account, decode_operator
 from .creds import CredsError, decorated_jwt
 from .nkeys import NkeyError, is_public_key, user_public_key
-from .subjects import is_valid_subject
+from .subjects import is_subset, is_valid_subject, subjects_overlap
 
 VERSION = "2.15.1"  # the nats-server version whose behaviour we follow; nats-py needs >= 2.9
 MAX_PAYLOAD_LIMIT = 8 * 1024 * 1024
@@ -82,9 +82,48 @@ class User:
     password: str | None = None
     permissions: Permissions | None = None
     nkey: bytes | None = None  # the raw Ed25519 public key of an nkey user (`user` is then its "U..." form)
+    account: str = "$G"  # the account the user is bound to (accounts.py)
 
     def __repr__(self) -> str:  # never the password
         return f"User(user={self.user!r}, permissions={self.permissions!r})"
+
+
+GLOBAL_ACCOUNT = "$G"  # the account of users given outside `accounts` (and of everyone without accounts)
+SYSTEM_ACCOUNT = "$SYS"  # nats-server's default system account
+RESPONSE_TYPES = ("singleton", "stream", "chunked")
+
+
+@dataclass(frozen=True)
+class Export:
+    """A subject an account offers to others: a service (requests in, replies back) or a stream."""
+
+    subject: str
+    service: bool
+    accounts: tuple[str, ...] | None = None  # None: public; else the accounts that may import it
+    response_type: str = "singleton"  # services: how many replies a request may get (RESPONSE_TYPES)
+    response_threshold: float = 120.0  # services: how long replies beyond the first are awaited
+
+    def allows(self, account: str, subject: str) -> bool:
+        return (self.accounts is None or account in self.accounts) and is_subset(subject, self.subject)
+
+
+@dataclass(frozen=True)
+class Import:
+    """Another account's export seen under a local subject: `local` is `subject` after `prefix`/`to`,
+    with the same wildcards in the same order."""
+
+    account: str  # the exporting account
+    subject: str  # in the exporting account
+    local: str  # in the importing account
+    service: bool
+
+
+@dataclass(frozen=True)
+class AccountSettings:
+    name: str
+    exports: tuple[Export, ...] = ()
+    imports: tuple[Import, ...] = ()
+    jetstream: AccountLimits | None = None  # None: no JetStream for this account
 
 
 @dataclass(frozen=True)
@@ -92,9 +131,11 @@ class AuthSettings:
     token: str | None = None
     user: str | None = None
     password: str | None = None
-    users: tuple[User, ...] = ()  # [[authorization.users]]: several users, each with its permissions
+    users: tuple[User, ...] = ()  # [[authorization.users]] and the accounts' users, each with its permissions
     timeout: float = 2.0  # seconds a client has to send CONNECT when auth is required
     operator: OperatorSettings | None = None  # operator mode: users are JWTs signed by the operator's accounts
+    accounts: tuple[AccountSettings, ...] = ()  # `accounts { ... }`; $G is implied
+    no_auth_user: str | None = None  # a client that gives no credentials is this user
 
     @property
     def required(self) -> bool:
@@ -177,7 +218,7 @@ _WS_REFUSED = {
                      "applies to websocket clients too",
     "authentication": "a websocket-only authorization block is not supported; the top-level authorization "
                       "applies to websocket clients too",
-    "no_auth_user": "jsbroker has no no_auth_user; give websocket clients credentials (or cookies)",
+    "no_auth_user": "a websocket-only no_auth_user is not supported; the top-level no_auth_user applies",
     "jwt_cookie": "user JWTs from a cookie are not supported yet; websocket clients send their JWT in CONNECT "
                   "(or use user_cookie/pass_cookie or token_cookie)",
     "ping_interval": "a websocket-only ping_interval is not supported; the top-level ping_interval applies",
@@ -555,9 +596,9 @@ def _user(entry: Node, what: str) -> User:
         except NkeyError as e:
             raise _fail(entry, f"{what}: {e}") from None
         return User(acc["nkey"], None, perms, public)
-    if "user" not in acc or "password" not in acc:
-        raise _fail(entry, f"{what}: user and password are required (or give nkey)")
-    return User(acc["user"], acc["password"], perms)
+    if "user" not in acc:
+        raise _fail(entry, f"{what}: user is required (or give nkey)")
+    return User(acc["user"], acc.get("password", ""), perms)  # nats-server: no password is the empty one
 
 
 def _permissions(node: Node, acc: Acc, what: str) -> None:
@@ -621,16 +662,30 @@ _USER: tuple[Setting, ...] = (
     _refused("allowed_connection_types", "connection_types", "clients",
              why="jsbroker serves one connection type (NATS clients); remove it"),
     _refused("proxy_required", why="jsbroker has no trusted proxies; remove it"),
-    _refused("account", why="jsbroker has one account; remove it"),
+    _refused("account", why="give the user in its account's block instead: accounts { A: { users [...] } }"),
 )
+def _default_permissions(node: Node, acc: Acc, what: str) -> None:
+    perms: Acc = {}
+    _permissions(node, perms, what)
+    acc["default_permissions"] = perms["permissions"]
+
+
+def _with_defaults(acc: Acc) -> tuple[User, ...]:
+    """The block's users, those without permissions given its default_permissions (as nats-server does)."""
+    default = acc.pop("default_permissions", None)
+    users = acc.get("users", ())
+    return tuple(replace(u, permissions=default) if u.permissions is None else u for u in users) if default else users
+
+
 _AUTHORIZATION: tuple[Setting, ...] = (
     Setting(("user", "username"), _set("user", _str), "the one user's name"),
     Setting(("password", "pass"), _set("password", _secret), "its password (plain text; bcrypt is refused)"),
     Setting(("token",), _set("token", _secret), "a token instead"),
     Setting(("timeout",), _set("timeout", _duration), "time allowed between connect and CONNECT (default 2s)"),
     Setting(("users",), _users, "several users, each with permissions, or nkey users"),
-    _refused("default_permission", "default_permissions", "permissions",
-             why="no default permissions yet: give each user its permissions"),
+    Setting(("default_permissions", "default_permission"), _default_permissions,
+            "permissions of the users in this block that give none"),
+    _refused("permissions", why="give the permissions in each user (or default_permissions)"),
     _refused("auth_callout", "auth_hook", why="no auth callout: use users with permissions"),
     _refused("proxy_required", why="jsbroker has no trusted proxies; remove it"),
 )
@@ -639,6 +694,11 @@ _AUTHORIZATION: tuple[Setting, ...] = (
 def _authorization(node: Node, acc: Acc, what: str) -> None:
     auth: Acc = {}
     _walk(_block(node, what), _AUTHORIZATION, auth, what + ".")
+    if "default_permissions" in auth and "users" not in auth:
+        raise _fail(node, "authorization.default_permissions: jsbroker applies it to the users of a users array "
+                          "only; give the permissions in users [...]")
+    if "users" in auth:
+        auth["users"] = _with_defaults(auth)
     if "token" in auth and ("user" in auth or "password" in auth):
         raise _fail(node, "authorization: cannot have a user/pass and token (nats-server refuses it too)")
     if "users" in auth and ("user" in auth or "token" in auth):
@@ -727,6 +787,9 @@ def operator_settings(mode: Acc, others: Acc) -> OperatorSettings | None:
     """OperatorSettings from the block's settings, checked as nats-server's validateTrustedOperators
     (`others`: the file's other settings)."""
     if "operator" not in mode:
+        if set(mode) == {"system_account"}:
+            raise ConfigError("system_account: jsbroker has no system account services ($SYS.REQ...) outside "
+                              "operator mode yet; remove it")
         if mode:
             raise ConfigError(f"{', '.join(sorted(mode))} given without operator: give the operator JWT too")
         return None
@@ -756,6 +819,202 @@ def _operator_mode(apply: Apply) -> Apply:
         apply(node, acc.setdefault("operator_mode", {}), what)
     return gather
 
+
+
+# -- accounts { A: { users, exports, imports, jetstream } } -----------------------------------------------
+
+def _response_type(node: Node, acc: Acc, what: str) -> None:
+    word = _str(node, what).lower()
+    if word not in RESPONSE_TYPES:
+        raise _fail(node, f'Unknown response type: "{node.value}" (use Singleton, Stream or Chunked)')
+    acc["response_type"] = word
+
+
+def _export_subject(service: bool) -> Apply:
+    def apply(node: Node, acc: Acc, what: str) -> None:
+        subject = _str(node, what)
+        if not is_valid_subject(subject):
+            raise _fail(node, f"{what}: {subject!r} is not a valid subject")
+        acc["subject"], acc["service"] = subject, service
+    return apply
+
+
+def _names(node: Node, acc: Acc, what: str) -> None:
+    items = node.value if isinstance(node.value, list) else None
+    if items is None or not all(isinstance(i.value, str) for i in items):
+        raise _fail(node, f"{what} must be an array of account names")
+    acc["accounts"] = tuple((i.value, i) for i in items)
+
+
+_EXPORT: tuple[Setting, ...] = (
+    Setting(("stream",), _export_subject(False), "a stream export's subject (wildcards allowed)"),
+    Setting(("service",), _export_subject(True), "a service export's subject (wildcards allowed)"),
+    Setting(("accounts",), _names, "the accounts that may import it (default: every account)"),
+    Setting(("response_type", "response"), _response_type, "services: Singleton (default), Stream or Chunked"),
+    Setting(("response_threshold", "threshold"), _set("response_threshold", _duration),
+            "services: how long replies after the first are awaited (default 2m)"),
+    _refused("latency", "allow_trace", "account_token_position", "advertise",
+             why="jsbroker has no service latency tracking, message tracing or JWT export tokens; remove it"),
+)
+
+
+def _import_source(service: bool) -> Apply:
+    def apply(node: Node, acc: Acc, what: str) -> None:
+        src: Acc = {}
+        _walk(_block(node, what), (Setting(("account",), _set("account", _str), "exporting account"),
+                                   Setting(("subject",), _set("subject", _str), "its subject")), src, what + ".")
+        if "account" not in src or "subject" not in src:
+            raise _fail(node, f"{what}: give both account and subject")
+        if not is_valid_subject(src["subject"]):
+            raise _fail(node, f"{what}.subject: {src['subject']!r} is not a valid subject")
+        acc["source"], acc["service"], acc["source_node"] = src, service, node
+    return apply
+
+
+def _import_subject(field_name: str) -> Apply:
+    def apply(node: Node, acc: Acc, what: str) -> None:
+        subject = _str(node, what)
+        if not is_valid_subject(subject):
+            raise _fail(node, f"{what}: {subject!r} is not a valid subject")
+        acc[field_name] = subject
+    return apply
+
+
+_IMPORT: tuple[Setting, ...] = (
+    Setting(("stream",), _import_source(False), "{account, subject}: another account's stream"),
+    Setting(("service",), _import_source(True), "{account, subject}: another account's service"),
+    Setting(("prefix",), _import_subject("prefix"), "streams: the local subject is prefix.subject"),
+    Setting(("to",), _import_subject("to"), "the local subject (same wildcards as the imported one)"),
+    _refused("share", "allow_trace", why="jsbroker has no service latency tracking or message tracing; remove it"),
+)
+
+
+def _exports(node: Node, acc: Acc, what: str) -> None:
+    if not isinstance(node.value, list):
+        raise _fail(node, f"{what} must be an array of exports")
+    exports = []
+    for i, entry in enumerate(node.value):
+        e: Acc = {}
+        _walk(_block(entry, f"{what}[{i}]"), _EXPORT, e, f"{what}[{i}].")
+        if "subject" not in e:
+            raise _fail(entry, f"{what}[{i}]: give stream or service")
+        if not e["service"] and ("response_type" in e or "response_threshold" in e):
+            raise _fail(entry, f"{what}[{i}]: response_type and response_threshold are for service exports")
+        exports.append(e)
+    acc["exports"] = exports
+
+
+def _imports(node: Node, acc: Acc, what: str) -> None:
+    if not isinstance(node.value, list):
+        raise _fail(node, f"{what} must be an array of imports")
+    imports = []
+    for i, entry in enumerate(node.value):
+        m: Acc = {}
+        _walk(_block(entry, f"{what}[{i}]"), _IMPORT, m, f"{what}[{i}].")
+        if "source" not in m:
+            raise _fail(entry, f"{what}[{i}]: give stream or service")
+        if "prefix" in m and "to" in m:
+            raise _fail(entry, "Stream import can not have a 'prefix' and a 'to' property")
+        if "prefix" in m and m["service"]:
+            raise _fail(entry, f"{what}[{i}]: prefix is for stream imports; a service import takes to")
+        subject = m["source"]["subject"]
+        local = f"{m['prefix']}.{subject}" if "prefix" in m else m.get("to", subject)
+        if "to" in m and _wildcards(local) != _wildcards(subject):
+            raise _fail(entry, f"{what}[{i}]: to {local!r} must have the wildcards of {subject!r}, in the same order")
+        imports.append((Import(m["source"]["account"], subject, local, m["service"]), m["source_node"]))
+    acc["imports"] = imports
+
+
+def _leads_back(accounts: list[AccountSettings], origin: tuple[str, Import], at: Import,
+                seen: set[tuple[str, Import]]) -> bool:
+    """Whether following the import `at` into its exporter, then that account's imports of the same kind whose
+    local subject overlaps what it imports, and so on, comes back to the import `origin` (nats-server:
+    "import forms a cycle")."""
+    exporter = next(a for a in accounts if a.name == at.account)
+    for nxt in exporter.imports:
+        if nxt.service != at.service or not subjects_overlap(nxt.local, at.subject):
+            continue
+        if (exporter.name, nxt) == origin:
+            return True
+        if (exporter.name, nxt) not in seen:
+            seen.add((exporter.name, nxt))
+            if _leads_back(accounts, origin, nxt, seen):
+                return True
+    return False
+
+
+def _wildcards(subject: str) -> list[str]:
+    return [t for t in subject.split(".") if t in ("*", ">")]
+
+
+def _account_jetstream(node: Node, acc: Acc, what: str) -> None:
+    if isinstance(node.value, (bool, str)):
+        word = str(node.value).lower()
+        if word not in ("true", "false", "enabled", "enable", "disabled", "disable"):
+            raise _fail(node, f"{what}: expected 'enabled', 'disabled' or a block of limits, got {node.value!r}")
+        acc["jetstream"] = AccountLimits() if word in ("true", "enabled", "enable") else None
+        return
+    _account(node, acc, what)
+    acc["jetstream"] = acc.pop("account")
+
+
+_ACCOUNT_BLOCK: tuple[Setting, ...] = (
+    Setting(("users",), _users, "the account's users (user/password or nkey, with permissions)"),
+    Setting(("exports",), _exports, "subjects other accounts may import: [{stream|service, accounts, ...}]"),
+    Setting(("imports",), _imports, "other accounts' exports: [{stream|service: {account, subject}, prefix|to}]"),
+    Setting(("jetstream",), _account_jetstream, "enabled/disabled, or the account's JetStream limits"),
+    _refused("nkey", why="an account's public key belongs to operator mode, where accounts come from the "
+                         "resolver; remove it"),
+    _refused("mappings", "maps", why="no subject mappings: publish to the subjects themselves"),
+    Setting(("default_permissions", "default_permission"), _default_permissions,
+            "permissions of the account's users that give none"),
+    _refused("limits", why="no per-account connection/subscription limits; remove it"),
+    _refused("msg_trace", "trace_dest", why="no message tracing; remove it"),
+)
+
+
+def _accounts(node: Node, acc: Acc, what: str) -> None:
+    """Every account's settings and users; imports checked against the exports, as nats-server does."""
+    parsed: dict[str, Acc] = {}
+    for name, entry in _block(node, what).items():
+        if name in (GLOBAL_ACCOUNT,):
+            raise _fail(entry, f"{what}.{name}: {GLOBAL_ACCOUNT} is the global account; give its users in "
+                               "authorization { users: [...] }")
+        a: Acc = {}
+        _walk(_block(entry, f"{what}.{name}"), _ACCOUNT_BLOCK, a, f"{what}.{name}.")
+        parsed[name] = a
+    accounts, users = [], []
+    for name, a in parsed.items():
+        exports = []
+        for e in a.get("exports", []):
+            for other, other_node in e.get("accounts", ()):
+                if other not in parsed:
+                    kind = "service" if e["service"] else "stream"
+                    raise _fail(node, f'"{other}" account not defined for {kind} export')
+            names = tuple(n for n, _ in e["accounts"]) if "accounts" in e else None
+            exports.append(Export(e["subject"], e["service"], names, e.get("response_type", "singleton"),
+                                  e.get("response_threshold", 120.0)))
+        parsed[name]["exports_done"] = tuple(exports)
+    for name, a in parsed.items():
+        imports = []
+        for imp, imp_node in a.get("imports", []):
+            kind = "service" if imp.service else "stream"
+            if imp.account not in parsed:
+                raise _fail(node, f'"{imp.account}" account not defined for {kind} import')
+            if not any(e.service == imp.service and e.allows(name, imp.subject)
+                       for e in parsed[imp.account]["exports_done"]):
+                raise _fail(node, f'Error adding {kind} import "{imp.subject}": {kind} import not authorized '
+                                  f"(account {imp.account} exports no {kind} covering it to {name})")
+            imports.append(imp)
+        accounts.append(AccountSettings(name, a["exports_done"], tuple(imports), a.get("jetstream")))
+        users += [replace(u, account=name) for u in _with_defaults(a)]
+    for account in accounts:
+        for imp in account.imports:
+            if _leads_back(accounts, (account.name, imp), imp, set()):
+                kind = "service" if imp.service else "stream"
+                raise _fail(node, f'Error adding {kind} import "{imp.subject}": import forms a cycle')
+    acc["accounts"] = tuple(accounts)
+    acc["account_users"] = (tuple(users), node)
 
 # -- tls { ... } -------------------------------------------------------------------------------------------
 
@@ -831,7 +1090,8 @@ _ACCOUNT_COUNTS = ("max_streams", "max_consumers", "max_ack_pending")
 _ACCOUNT: tuple[Setting, ...] = (
     *(Setting((k,), _set(k, _size), "bytes, -1: unlimited") for k in _ACCOUNT_SIZES),
     *(Setting((k,), _set(k, _int), "-1: unlimited") for k in _ACCOUNT_COUNTS),
-    Setting(("max_bytes_required",), _set("max_bytes_required", _bool), "every stream must set max_bytes"),
+    Setting(("max_bytes_required", "max_stream_bytes"), _set("max_bytes_required", _bool),
+            "every stream must set max_bytes"),
 )
 
 
@@ -931,8 +1191,8 @@ def _lame_duck(field_name: str) -> Apply:
 
 
 _CLUSTER = "jsbroker is a single server: run nats-server for clusters, superclusters and leaf nodes"
-_ACCOUNTS = ("jsbroker has one account: use authorization { users [...] }, or operator mode (operator, resolver) "
-             "with one account")
+_ACCOUNTS = ("jsbroker has no subject mappings, trusted keys, pinned accounts or resolver TLS: remove it "
+             "(accounts { A: { users: [...] } } and operator mode are supported)")
 _LOGGING = "jsbroker logs to stderr or log_file, without rotation or syslog: rotate with your log shipper"
 
 TOP_LEVEL: tuple[Setting, ...] = (
@@ -972,10 +1232,12 @@ TOP_LEVEL: tuple[Setting, ...] = (
     _refused("cluster", "gateway", "leaf", "leafnodes", "client_advertise", "connect_error_reports",
              "reconnect_error_reports", why=_CLUSTER),
     *(Setting(s.names, _operator_mode(s.apply), s.note) for s in OPERATOR_MODE if s.apply),
-    _refused("accounts", "mappings", "maps", "default_sentinel", "resolver_tls", "resolver_pinned_accounts",
-             "no_system_account", "no_system", "no_sys_acc", "trusted", "trusted_keys", "default_js_domain",
-             why=_ACCOUNTS),
-    _refused("no_auth_user", why="no default user: clients give their credentials"),
+    Setting(("accounts",), _accounts, "accounts, each with users, exports, imports and jetstream"),
+    Setting(("no_auth_user",), _set("no_auth_user", _str), "the user a client without credentials is"),
+    _refused("mappings", "maps", "default_sentinel", "resolver_tls", "resolver_pinned_accounts", "trusted",
+             "trusted_keys", "default_js_domain", why=_ACCOUNTS),
+    _refused("no_system_account", "no_system", "no_sys_acc",
+             why="jsbroker has no system account services ($SYS.REQ...) yet; remove it"),
     _refused("mqtt", why="MQTT is not supported: use NATS clients"),
     _refused("trace_verbose", "trace_headers", why="use trace: true"),
     _refused("syslog", "remote_syslog", "logfile_size_limit", "log_size_limit", "logfile_max_num",
@@ -1047,11 +1309,13 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
     if operator is not None:
+        if acc.get("accounts"):
+            raise ConfigError(f"{source}: operators do not allow Accounts to be configured directly")
         acc["auth"] = {**acc.get("auth", {}), "operator": operator}
-    auth = acc.pop("auth", None)
     js_on = acc.pop("jetstream_on", False if nats_format else None)  # None: as in `base`
     js_kw = acc.pop("js", {})
     try:  # BrokerConfig's own checks (max_payload <= max_pending, ...) name the file too
+        auth = _merge_accounts(acc.pop("auth", None), acc, js_kw)
         cfg = replace(base, **acc)
         if auth is not None:
             cfg = replace(cfg, auth=replace(cfg.auth, **auth))
@@ -1064,17 +1328,53 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
         raise ConfigError(f"{source}: {e}") from None
 
 
+def _merge_accounts(auth: Acc | None, acc: Acc, js_kw: Acc) -> Acc | None:
+    """The accounts' users join authorization's (bound to $G), checked as nats-server checks them (the
+    JetStream account's limits are applied at start: server.py)."""
+    accounts = acc.pop("accounts", ())
+    limits = [a.jetstream for a in accounts if a.jetstream is not None]
+    if len(limits) > 1:
+        names = ", ".join(a.name for a in accounts if a.jetstream is not None)
+        raise ConfigError(f"accounts {names} all enable jetstream: jsbroker serves JetStream for one account "
+                          "(per-account JetStream is not there yet); enable it in one account only")
+    if limits and "account" in js_kw:
+        raise ConfigError("give the JetStream account's limits in its accounts { A: { jetstream {...} } } block, "
+                          "not in jetstream.account")
+    account_users, node = acc.pop("account_users", ((), None))
+    no_auth_user = acc.pop("no_auth_user", None)
+    if not accounts and no_auth_user is None:
+        return auth
+    auth = dict(auth or {})
+    if account_users and "token" in auth:
+        raise ConfigError(f"{_where(node)}: Can not have a token and a users array")
+    if account_users and "user" in auth:
+        raise ConfigError(f"{_where(node)}: Can not have a single user/pass and a users array")
+    users = (*auth.get("users", ()), *account_users)
+    seen: set[str] = set()
+    for u in users:
+        if u.user in seen:
+            raise ConfigError(f'{_where(node)}: Duplicate user "{u.user}" detected')
+        seen.add(u.user)
+    if no_auth_user is not None and no_auth_user not in seen:
+        raise ConfigError(f'no_auth_user: "{no_auth_user}" not present as user or nkey in authorization block or '
+                          "account configuration")
+    auth.update(users=users, accounts=accounts, no_auth_user=no_auth_user)
+    return auth
+
+
 # Every block's table by its path in a file ("" is the top level): the README's settings table is made
 # from it (tests/broker/settings_table.py).
 BLOCKS: dict[str, tuple[Setting, ...]] = {
     "": TOP_LEVEL, "authorization.": _AUTHORIZATION, "authorization.users[].": _USER,
     "authorization.users[].permissions.": _PERMISSIONS, "tls.": _TLS, "jetstream.": _JETSTREAM,
-    "jetstream.account.": _ACCOUNT, "resolver.": _RESOLVER,
+    "jetstream.account.": _ACCOUNT, "resolver.": _RESOLVER, "accounts.<name>.": _ACCOUNT_BLOCK,
+    "accounts.<name>.exports[].": _EXPORT, "accounts.<name>.imports[].": _IMPORT,
 }
 
 
 __all__ = [
-    "VERSION", "AccountLimits", "AuthSettings", "OperatorSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "Permissions",
+    "VERSION", "GLOBAL_ACCOUNT", "SYSTEM_ACCOUNT", "AccountLimits", "AccountSettings", "Export", "Import",
+    "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "OperatorSettings", "Permissions",
     "BLOCKS", "Setting", "SubjectRules", "TOP_LEVEL", "TlsSettings", "User",
     "apply_settings", "load_file", "parse_duration", "parse_go_duration", "parse_size", "read_config",
 ]

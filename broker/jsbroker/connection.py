@@ -20,7 +20,7 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
-from .config import AuthSettings, OperatorSettings, Permissions
+from .config import AuthSettings, OperatorSettings, User
 from .internal import Origin
 from .listen import host_port, plain_ip
 from .nkeys import new_nonce, signed
@@ -92,6 +92,9 @@ class Connection(asyncio.Protocol):
         self.perms: PermissionChecker | None = None  # the user's permissions (users with none: None)
         self.jwt_user: JwtUser | None = None  # operator mode: who the user JWT says this is, in which account
         self._jwt_expiry: asyncio.TimerHandle | None = None  # closes the connection when the user JWT expires
+        self.account = broker.accounts.global_account  # the user's account, bound at CONNECT (accounts.py)
+        self.sublist = self.account.sublist  # its subject space: what this client publishes and subscribes in
+        self.user_name = ""  # the authenticated user's name (/connz?auth=true)
         self.nonce = new_nonce() if broker.config.auth.nkeys else ""  # INFO's, for nkey users to sign
         # Backpressure: publishers held because this connection is backed up, and vice versa.
         self.congested = False  # past the transport's high-water mark
@@ -109,6 +112,7 @@ class Connection(asyncio.Protocol):
         self.ponged = False  # answered a PING after CONNECT (the first such PONG is followed by an INFO)
         self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0  # messages and their header + payload bytes
         self.started = broker.loop.time()
+        self.rtt_ns = 0
         self.peer: tuple[str, int] = ("", 0)
         self._timer: asyncio.TimerHandle | None = None
         self._handshake: asyncio.Task[None] | None = None  # TLS: the upgrade after INFO
@@ -377,6 +381,8 @@ class Connection(asyncio.Protocol):
             sub.deny = self.perms.delivery_filter(text)
         self.subs[sid] = sub
         self.router.insert(sub)
+        if self.account.stream_imports:
+            self.account.add_shadows(sub, self.router)
         if self.verbose:
             self.send(OK)
 
@@ -419,12 +425,13 @@ class Connection(asyncio.Protocol):
         if auth.operator is not None and not self.connected:
             self._authenticate_jwt(auth.operator, opts)
         elif auth.required and not self.connected:
-            authorized, permissions = _authenticate(auth, opts, self.nonce)
+            authorized, user = _authenticate(auth, opts, self.nonce)
             if not authorized:
-                user = f' - User "{opts["user"]}"' if isinstance(opts.get("user"), str) else ""
-                self.broker.log.error(f"{self.who} - authentication error{user}", cid=self.cid)
+                name = f' - User "{opts["user"]}"' if isinstance(opts.get("user"), str) else ""
+                self.broker.log.error(f"{self.who} - authentication error{name}", cid=self.cid)
                 raise ProtocolError("Authorization Violation")
-            self.perms = PermissionChecker(permissions) if permissions is not None else None
+            if user is not None:
+                self._bind(user)
         proto = opts.get("protocol", 0)
         if not isinstance(proto, int) or not 0 <= proto <= 1:
             raise ProtocolError("invalid client protocol")
@@ -439,7 +446,9 @@ class Connection(asyncio.Protocol):
         self.lang = str(opts.get("lang", ""))
         self.version = str(opts.get("version", ""))
         self.protocol = proto  # 1: the client takes INFO updates (lame duck mode's)
-        self.origin = Origin(self.cid, self.headers)
+        if not self.connected:  # nats-server's rtt is its first PING's; jsbroker's is the INFO -> CONNECT time
+            self.rtt_ns = int((self.broker.loop.time() - self.started) * 1e9)
+        self.origin = Origin(self.cid, self.headers, self.no_responders, self.rtt_ns)
         fast = not self.verbose and not self.pedantic and self.perms is None
         self.parser.on_pub = partial(self.router.route, self) if fast else self.on_msg
         self.parser.on_empty_pubs = partial(self.router.route_empty, self) if fast else self.parser.each_empty_pub
@@ -486,6 +495,14 @@ class Connection(asyncio.Protocol):
         self.broker.log.debug(f"{self.who} - User Authentication Expired", cid=self.cid)
         self.close("User Authentication Expired")
 
+    def _bind(self, user: User) -> None:
+        """The authenticated user's permissions and account."""
+        self.perms = PermissionChecker(user.permissions) if user.permissions is not None else None
+        account = self.broker.accounts.lookup(user.account)
+        assert account is not None, user.account  # config.py checks every user's account exists
+        self.account, self.sublist = account, account.sublist
+        self.user_name = user.user
+
     def _violation(self, what: str, subject: str) -> None:
         """nats-server's answer to a denied PUB or SUB: an error line, and the connection stays."""
         self.broker.log.debug(f'{self.who} - Permissions Violation for {what} "{subject}"', cid=self.cid)
@@ -510,8 +527,14 @@ class Connection(asyncio.Protocol):
         self._timer = self.broker.loop.call_later(cfg.ping_interval, self._ping_timer)
 
 
-def _authenticate(auth: AuthSettings, opts: dict[str, Any], nonce: str) -> tuple[bool, Permissions | None]:
-    """Whether CONNECT's credentials are valid, and the permissions of the user they name."""
+_CREDENTIALS = ("user", "pass", "auth_token", "nkey", "jwt")
+
+
+def _authenticate(auth: AuthSettings, opts: dict[str, Any], nonce: str) -> tuple[bool, User | None]:
+    """Whether CONNECT's credentials are valid, and the user they name (None: the token, in $G).
+    A client that gives none is `no_auth_user`, when there is one."""
+    if auth.no_auth_user is not None and not any(opts.get(k) for k in _CREDENTIALS):
+        return True, next(u for u in auth.users if u.user == auth.no_auth_user)
     if auth.token is not None:
         given = opts.get("auth_token")
         return isinstance(given, str) and hmac.compare_digest(given.encode(), auth.token.encode()), None
@@ -519,16 +542,16 @@ def _authenticate(auth: AuthSettings, opts: dict[str, Any], nonce: str) -> tuple
     if isinstance(nkey, str) and isinstance(signature, str) and nonce:
         for entry in auth.users:
             if entry.nkey is not None and entry.user == nkey:
-                return signed(entry.nkey, nonce, signature), entry.permissions
+                return signed(entry.nkey, nonce, signature), entry
         return False, None
     user, password = opts.get("user"), opts.get("pass")
     if not isinstance(user, str) or not isinstance(password, str):
         return False, None
     if auth.user is not None and auth.password is not None and _same(user, auth.user) & _same(password, auth.password):
-        return True, None
+        return True, User(auth.user, auth.password)
     for entry in auth.users:
         if entry.password is not None and _same(user, entry.user) & _same(password, entry.password):
-            return True, entry.permissions
+            return True, entry
     return False, None
 
 

@@ -21,7 +21,6 @@ from .nkeys import curve_public_key
 PROTO = 1
 API_LEVEL = 5  # JetStream API level (nats-server 2.15's), sent with and without JetStream as nats-server does
 RUNTIME = f"{platform.python_implementation().lower()}{platform.python_version()}"
-GLOBAL_ACCOUNT = "$G"  # the account every client of a server without accounts is bound to
 
 
 def server_fields(*, server_id: str, server_name: str, version: str, host: str, port: int, auth_required: bool,
@@ -43,7 +42,7 @@ def new_xkey() -> str:
 
 
 def info_line(head: dict[str, Any], *, client_id: int, client_ip: str, nonce: str, domain: str | None, xkey: str,
-              ldm: bool = False, connect_info: bool = False, account: str = GLOBAL_ACCOUNT) -> bytes:
+              ldm: bool = False, connect_info: bool = False, account: str = "") -> bytes:
     """`INFO {...} \\r\\n` for one client: `head` (server_fields), then the client's and the later fields."""
     info = dict(head, client_id=client_id, client_ip=client_ip)
     if nonce and not (ldm or connect_info):  # the first INFO only: that is the one the client signs

@@ -28,6 +28,8 @@ class Origin:
 
     client_id: int
     headers: bool  # the client negotiated headers (HMSG) support
+    no_responders: bool = False  # it wants a 503 for a request nobody receives
+    rtt_ns: int = 0  # its round-trip time (nanoseconds, as nats-server's headers give it)
 
 
 # handler(subject, reply, hdr, payload, origin): hdr is the raw header block or b"".

@@ -85,7 +85,7 @@ class BrokerCollector(Collector):
         b, r, cfg = self.broker, self.broker.router, self.broker.config
         values = {
             "connections": len(b.clients), "total_connections": b.total_connections,
-            "subscriptions": r.sublist.count, "slow_consumers": r.slow_consumers,
+            "subscriptions": b.accounts.subscriptions(), "slow_consumers": r.slow_consumers,
             **b.traffic(),
             "mem": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "max_payload": cfg.max_payload, "max_pending": cfg.max_pending,

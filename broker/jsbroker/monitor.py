@@ -153,7 +153,7 @@ class Monitor:
             **b.traffic(),
             slow_consumers=r.slow_consumers,
             slow_consumer_stats={"clients": r.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0},
-            subscriptions=r.sublist.count,
+            subscriptions=b.accounts.subscriptions(),
             http_req_stats=dict(self.requests),
         )
         return self._json(request, body)
@@ -161,6 +161,7 @@ class Monitor:
     def connz(self, request: Request) -> Response:
         b = self.broker
         want_subs = request.query.get("subs", "") in ("1", "true", "detail")
+        want_auth = request.query.get("auth", "") in ("1", "true")
         offset = int(request.query.get("offset", 0) or 0)
         limit = int(request.query.get("limit", 1024) or 1024)
         conns = sorted(b.clients.values(), key=lambda c: c.cid)
@@ -189,6 +190,10 @@ class Monitor:
             for key in ("name", "lang", "version"):
                 if getattr(c, key):
                     item[key] = getattr(c, key)
+            if want_auth and c.user_name:  # nats-server names the user, and its account unless it is $G
+                item["authorized_user"] = c.user_name
+                if c.account is not b.accounts.global_account:
+                    item["account"] = c.account.name
             if want_subs and c.subs:
                 item["subscriptions_list"] = sorted(s.subject for s in c.subs.values())
             out.append(item)

@@ -35,7 +35,7 @@ class Router:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
         self.sublist = Sublist()
-        self._cache_get = self.sublist.cache.get  # the match cache, looked up inline on the hot path
+        self._cache_get = self.sublist.cache.get  # JetStream account's match cache (deliveries' hot path)
         self.pending: list[Connection] = []  # connections with output to flush
         self.reading: Connection | None = None  # the connection whose read is being parsed
         self._flush_scheduled = False
@@ -48,17 +48,25 @@ class Router:
 
     # -- subscriptions ------------------------------------------------------------------------------
 
-    def insert(self, sub: Subscription) -> None:
-        self.sublist.insert(sub)
-        if self._watches:
+    def insert(self, sub: Subscription, sublist: Sublist | None = None) -> None:
+        """Into `sublist`, else its client's account's (internal subscriptions: JetStream's account's)."""
+        if sublist is None:
+            sublist = self.sublist if sub.client is None else sub.client.sublist
+        sub.sublist = sublist
+        sublist.insert(sub)
+        if self._watches and sublist is self.sublist:
             self._check_watches(sub.subject)
 
     def remove(self, sub: Subscription) -> None:
         if sub.closed:
             return
         sub.closed = True
-        self.sublist.remove(sub)
-        if self._watches:
+        sublist = sub.sublist or self.sublist
+        sublist.remove(sub)
+        if sub.shadows is not None:
+            for shadow in sub.shadows:
+                self.remove(shadow)
+        if self._watches and sublist is self.sublist:
             self._check_watches(sub.subject)
 
     def watch(self, subject: str, listener: InterestListener, queue: str | None = None) -> "Watch":
@@ -107,15 +115,21 @@ class Router:
                 self.broker.log.exception("before-output callback failed")
         self._flush_scheduled = False
 
+    def route_into(self, sublist: Sublist, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> bool:
+        """An internal publish into an account's subject space (imports crossing accounts)."""
+        return self.route(None, subject, reply, hdr_len, data, None, sublist)
+
     def route(
         self, pub: Connection | None, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes,
-        target: bytes | None = None,
+        target: bytes | None = None, into: Sublist | None = None,
     ) -> bool:
         """Deliver one message; `data` is header block + payload + CRLF. True if anyone received it.
         `target`, when given, is matched instead of `subject`, which the MSG line still shows
-        (JetStream deliveries carry the message's original subject)."""
+        (JetStream deliveries carry the message's original subject). A client's message is matched in its
+        account's sublist, an internal one in `into` (default: JetStream's account's)."""
         key = target or subject
-        result = self._cache_get(key) or self.sublist.match(key)
+        sublist = pub.sublist if pub is not None else into if into is not None else self.sublist
+        result = sublist.cache.get(key) or sublist.match(key)
         if pub is not None:  # a client's message: counted as nats-server does, header and payload bytes
             pub.in_msgs += 1
             pub.in_bytes += len(data) - 2
@@ -137,6 +151,10 @@ class Router:
                 delivered += self._internal(sub, pub, subject, reply, hdr_len, data)
                 continue
             if not c.echo and c is pub:
+                continue
+            if sub.rename is not None:  # a stream import's shadow: its own MSG line, under the local subject
+                self._deliver_renamed(sub, sub.rename(subject), pub, reply, hdr_len, data)
+                delivered += 1
                 continue
             if c.perms is not None and not self._permitted(c, sub, subject, reply):
                 continue
@@ -173,11 +191,31 @@ class Router:
             self._no_responders(pub, subject, reply)
         return delivered > 0
 
+    def _deliver_renamed(self, sub: Subscription, subject: bytes, pub: Connection | None, reply: bytes | None,
+                         hdr_len: int, data: bytes) -> None:
+        c = sub.client
+        if (not c.echo and c is pub) or (c.perms is not None and not self._permitted(c, sub, subject, reply)):
+            return
+        size = len(data) - 2
+        r = b" " + reply if reply else b""
+        if hdr_len >= 0 and c.headers:
+            c.out.extend((b"HMSG ", subject, sub.head, b"%s %d %d\r\n" % (r, hdr_len, size), data))
+            c.out_bytes += size
+        else:
+            body = data[hdr_len:] if hdr_len >= 0 else data
+            c.out.extend((b"MSG ", subject, sub.head, b"%s %d\r\n" % (r, len(body) - 2), body))
+            c.out_bytes += len(body) - 2
+        if not c.dirty:
+            c.dirty = True
+            self.pending.append(c)
+        c.out_msgs += 1
+        sub.delivered += 1
+
     def route_empty(self, pub: Connection, subjects: list[bytes]) -> None:
         """PUBs without reply or payload, in order (the parser's runs; a consumer's acks, mostly). One
         that goes to a single batched internal subscription (a consumer's ack subscription) is queued
         for it right here; anything else takes `route`."""
-        cache_get, match = self._cache_get, self.sublist.match
+        cache_get, match = pub.sublist.cache.get, pub.sublist.match
         origin = pub.origin
         queued = 0
         for subject in subjects:
@@ -201,7 +239,8 @@ class Router:
         headers take `route`, one message at a time, for their exact rules."""
         result = self._cache_get(target) or self.sublist.match(target)
         plain, groups = result
-        if groups or any(s.client is None or s.max_msgs or not s.client.headers or s.client.perms for s in plain):
+        if groups or any(s.client is None or s.max_msgs or not s.client.headers or s.client.perms or s.rename
+                         for s in plain):
             delivered = False
             for subject, reply, hdr, data in msgs:
                 hl = len(hdr) if hdr else -1
@@ -313,7 +352,7 @@ class Router:
             self.remove(sub)
 
     def _no_responders(self, pub: Connection, subject: bytes, reply: bytes) -> None:
-        plain, groups = self.sublist.match(reply)
+        plain, groups = pub.sublist.match(reply)
         for sub in (*plain, *(s for g in groups for s in g)):
             if sub.client is pub:
                 hdr = b"NATS/1.0 503\r\nNats-Subject: " + subject + b"\r\n\r\n"

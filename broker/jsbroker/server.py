@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from . import __version__, info, lameduck
+from .accounts import Accounts
 from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
@@ -69,6 +70,7 @@ class Broker:
         self.log: Logger = get_logger("jsbroker", server=self.server_name[:8])
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.router = Router(self)
+        self.accounts = Accounts(config.auth, self.router, self._call_later, self.router.sublist)
         self.clients: dict[int, Connection] = {}
         self.port = 0
         self.http_port: int | None = None  # the monitoring listener's port, HTTP or (monitor_tls) HTTPS
@@ -271,6 +273,9 @@ class Broker:
                 raise  # a broken JetStream must fail loudly, not silently turn into core-only
             self.log.warning("jetstream service not installed, running core only")
             return
+        limits = self.accounts.jetstream_limits()
+        if limits is not None:  # the account's `jetstream { ... }` block (jetstream.account in TOML files)
+            js = replace(js, account=limits)
         if js.store_dir is None:
             import tempfile
 
@@ -284,6 +289,7 @@ class Broker:
         self._log_jetstream(js)
         self.jetstream = JetStream(self, js)
         await self.jetstream.start()
+        self.accounts.refuse_jetstream(self.jetstream.refusal)
         usage = self.jetstream.info()
         if usage["streams"]:
             self.log.info(f"  Recovered {usage['streams']} streams, {usage['consumers']} consumers, "
@@ -420,6 +426,9 @@ class Broker:
             if not self._draining:
                 self._drained.set()
 
+    def _call_later(self, seconds: float, callback: Callable[[], None]) -> Callable[[], None]:
+        return self.loop.call_later(seconds, callback).cancel
+
     # -- connections --------------------------------------------------------------------------------
 
     def _new_connection(self) -> Connection:
@@ -475,7 +484,7 @@ class Broker:
         return info.info_line(head, client_id=conn.cid, client_ip=conn.peer[0] or "127.0.0.1",
                               nonce=conn.nonce, domain=js.domain if js is not None and head.get("jetstream") else None,
                               xkey=self.xkey, ldm=ldm, connect_info=connect_info,
-                              **({"account": conn.jwt_user.account} if conn.jwt_user is not None else {}))
+                              account=conn.jwt_user.account if conn.jwt_user is not None else conn.account.name)
 
     # -- InternalBus --------------------------------------------------------------------------------
 

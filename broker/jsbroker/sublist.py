@@ -22,7 +22,7 @@ class Subscription:
     """One SUB (client is the owning connection) or internal subscription (handler is set)."""
 
     __slots__ = ("client", "handler", "subject", "queue", "sid", "head", "max_msgs", "delivered", "closed", "batch",
-                 "deny")
+                 "deny", "rename", "sublist", "shadows")
 
     def __init__(
         self, client: Any, subject: str, queue: str | None, sid: bytes, handler: Callable[..., None] | None = None
@@ -38,6 +38,10 @@ class Subscription:
         self.closed = False
         self.batch: list[Any] | None = None  # a batched internal handler's held messages (router.py)
         self.deny: Callable[[bytes], bool] | None = None  # subjects its user may not receive (permissions.py)
+        # a stream import's shadow subscription shows its deliveries under the importer's subject (accounts.py)
+        self.rename: Callable[[bytes], bytes] | None = None
+        self.sublist: Sublist | None = None  # the account's sublist it is in (router.py)
+        self.shadows: list[Subscription] | None = None  # its shadow subscriptions in exporting accounts
 
 
 class Result(NamedTuple):

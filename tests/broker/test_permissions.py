@@ -150,7 +150,7 @@ def test_wrong_password_is_refused_and_secrets_stay_out_of_logs_and_varz(tmp_pat
 
 
 @pytest.mark.parametrize("users,message", [
-    ([{"user": "a"}], "users.json:1:30: authorization.users[0]: user and password are required"),
+    ([{"password": "p"}], "users.json:1:30: authorization.users[0]: user is required"),
     ([{"user": "a", "password": "p", "permissions": {"publish": {"allow": ["bad..subject"]}}}],
      "authorization.users[0].permissions.publish.allow: a subject or an array of valid subjects"),
     ([{"user": "a", "password": "p", "permissions": {"pubish": ["x"]}}], "unknown setting 'authorization.users[0].permissions.pubish'"),

@@ -110,16 +110,13 @@ async def _more_scenario(url: str) -> list[Any]:
 
 
 def test_more_account_limits_like_nats_server(tmp_path: Path) -> None:
-    """max_ack_pending, max_bytes_required and the memory / store max stream bytes of the account."""
-    ours = tmp_path / "jsbroker.toml"
-    ours.write_text("[authorization]\nuser = \"a\"\npassword = \"a\"\n\n[jetstream.account]\n"
-                    + "".join(f"{k} = {json.dumps(v)}\n" for k, v in MORE_LIMITS.items()))
-    theirs = tmp_path / "nats-server.json"
-    theirs.write_text(json.dumps({"accounts": {"A": {"jetstream": MORE_LIMITS, "users": [{"user": "a", "password": "a"}]}}}))
-    configs = {JSBROKER: ours, NATS_SERVER: theirs}
+    """max_ack_pending, max_bytes_required and the memory / store max stream bytes of the account; both servers
+    read one nats-server config (the account's `jetstream` block: jsbroker serves JetStream in that account)."""
+    config = tmp_path / "nats-server.json"
+    config.write_text(json.dumps({"accounts": {"A": {"jetstream": MORE_LIMITS, "users": [{"user": "a", "password": "a"}]}}}))
 
     def run(kind: str) -> list[Any]:
-        with launch(kind, extra_args=["-c", str(configs[kind])]) as handle:
+        with launch(kind, extra_args=["-c", str(config)]) as handle:
             return asyncio.run(_more_scenario(handle.url))
 
     out = {kind: run(kind) for kind in KINDS}

@@ -160,6 +160,14 @@ class ApiRouter:
         body = {"type": TYPE_PREFIX + endpoint.response_type, "error": err.to_dict(), **endpoint.error_fields}
         self._bus.publish(reply, None, b"", dumps(body))
 
+    def refusal(self, subject: str) -> bytes | None:
+        """The answer to a request in an account without JetStream (10039), None for a subject nobody handles."""
+        endpoint = self._match(subject)
+        if endpoint is None:
+            return None
+        err = errors.NOT_ENABLED_FOR_ACCOUNT().to_dict()
+        return dumps({"type": TYPE_PREFIX + endpoint.response_type, "error": err, **endpoint.error_fields})
+
     def _match(self, subject: str) -> Endpoint | None:
         for endpoint in self._endpoints:
             if subjects.subject_matches(endpoint.pattern, subject):

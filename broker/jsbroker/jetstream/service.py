@@ -173,6 +173,10 @@ class JetStream:
             for consumer in stream.consumers.values():
                 consumer.pulls.release_for_shutdown(tell)
 
+    def refusal(self, subject: str) -> bytes | None:
+        """What an account without JetStream is answered on this API subject (nats-server's 10039)."""
+        return self._router.refusal(subject)
+
     async def stop(self) -> None:
         self._router.stop()
         if self._sync_handle is not None:
