@@ -345,12 +345,12 @@ def test_claims_requests_answered_as_nats_server_answers_them(tmp_path: Path, al
     (tmp_path / "ref").mkdir()
     handle = launch(NATS_SERVER, jetstream=False, extra_args=["-c", str(_full_config(tmp_path / "ref", allow_delete))])
     sys_creds = m.write_creds(tmp_path, "sys", m.user_jwt(SYS, SYS_USER, "sys"), SYS_USER)
+    requests = _claims_requests()  # made once: a JWT's `iat` is the second it was made in, and LOOKUP returns it
 
     async def ask(url: str) -> list[Any]:
         nc = await nats.connect(url, user_credentials=str(sys_creds))
         try:
-            return [_normal((await nc.request(subject, payload, timeout=2)).data)
-                    for subject, payload in _claims_requests()]
+            return [_normal((await nc.request(subject, payload, timeout=2)).data) for subject, payload in requests]
         finally:
             await nc.close()
 
@@ -364,7 +364,7 @@ def test_claims_requests_answered_as_nats_server_answers_them(tmp_path: Path, al
     resolver.store(SYS.public, m.account_jwt(OP, SYS, "SYS"))  # resolver_preload's
     keys = OperatorKeys(OP.public, frozenset({OP.public, OP_SIGNER.public}), system_account=SYS.public)
     ours = [_normal(claims_request(resolver, keys, subject, payload, {}).payload or b"")
-            for subject, payload in _claims_requests()]
+            for subject, payload in requests]
     assert ours == expected
     assert sorted(p.name for p in (tmp_path / "ours" / "jwt").iterdir()) == sorted(
         p.name for p in (tmp_path / "ref" / "jwt").iterdir())
