@@ -35,6 +35,7 @@ OPERATOR_PURE = (
     "jsoperator.buckets",
     "jsoperator.connections",
     "jsoperator.features",
+    "jsoperator.ownership",
 )
 
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 
 from pydantic.alias_generators import to_camel
 
-from jsoperator import buckets, mapping, units
+from jsoperator import buckets, mapping, ownership, units
 from jsoperator.models import ConnectionSpec, ConsumerSpec, DeletionPolicy, KeyValueSpec, ObjectStoreSpec, StreamSpec
 
 API_VERSION = "jsoperator.io/v1alpha1"
@@ -269,7 +269,8 @@ def spec_fields(model: type[BaseModel], config: Mapping[str, Any]) -> dict[str, 
     """The fields of ``model`` (camelCase, as users write them) that ``config`` sets to a non-zero value.
 
     Zero values are left out: the server treats them as unset (Go's ``omitempty``). Server-managed
-    metadata (``_nats.*``) is not part of a spec. Raises Unrepresentable for a non-zero server field the
+    metadata (``_nats.*``) and ownership marks (``jsoperator.io/*``: the imported resource writes its own) are
+    not part of a spec. Raises Unrepresentable for a non-zero server field the
     model has no field for (leaving it out would reset it at the operator's next update)."""
     spec: dict[str, Any] = {}
     known = set(_IDENTITY_KEYS) - set(model.model_fields)
@@ -280,7 +281,7 @@ def spec_fields(model: type[BaseModel], config: Mapping[str, Any]) -> dict[str, 
         known.add(key)
         value = config.get(key)
         if key == "metadata":  # an empty value is still a key: only an empty map is unset
-            value = {k: v for k, v in (value or {}).items() if not k.startswith("_nats.")} or None
+            value = ownership.user_metadata(value) or None
         if value is None or (key != "metadata" and _is_zero(value)):
             continue
         nested = mapping.nested_models(info.annotation)
