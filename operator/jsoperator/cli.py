@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -25,6 +26,9 @@ def _connection_flags(p: argparse.ArgumentParser) -> None:
     _nats_flags(p)
     p.add_argument("--namespace", dest="namespaces", action="append", default=[], metavar="NS",
                    help="watch this namespace (repeatable; env JSOPERATOR_NAMESPACES; default all)")
+    p.add_argument("--cluster-name", metavar="NAME",
+                   help="this Kubernetes cluster's name in the ownership marks on server objects "
+                   "(env JSOPERATOR_CLUSTER_NAME; default the uid of its kube-system namespace)")
 
 
 def _nats_flags(p: argparse.ArgumentParser) -> None:
@@ -113,8 +117,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "release":
         from . import release
 
-        return asyncio.run(release.release(settings, stop=args.stop, force=args.force, out=sys.stdout))
-    return asyncio.run(run(settings))
+        return asyncio.run(_named(release.release, settings, stop=args.stop, force=args.force, out=sys.stdout))
+    return asyncio.run(_named(run, settings))
+
+
+async def _named(command: Any, settings: settings_mod.Settings, **kw: Any) -> int:
+    """Run `command(settings, **kw)` with the cluster's name for the ownership marks (--cluster-name, else the uid
+    of the kube-system namespace: unique, and the same for every operator of the cluster)."""
+    from . import kubeapi
+
+    if not settings.cluster_name:
+        try:
+            settings = dataclasses.replace(settings, cluster_name=await kubeapi.cluster_uid())
+        except kubeapi.ApiException as exc:
+            print(f"jsoperator: cannot read the kube-system namespace to name this cluster in the ownership marks "
+                  f"({exc.status} {exc.reason}): grant get on namespaces or pass --cluster-name", file=sys.stderr)
+            return 2
+    result: int = await command(settings, **kw)
+    return result
 
 
 def _import_parser(sub: Any) -> None:

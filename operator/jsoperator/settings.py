@@ -54,6 +54,9 @@ class Settings:
     """Serve ClusterJetStreamConnections (status, finalizer, watch); False: only read them when resources name
     them. Exactly one operator per cluster should serve them: kopf strips its finalizer from an object in any
     other operator process whose handlers do not match it."""
+    cluster_name: str = ""
+    """This Kubernetes cluster's name in the ownership marks on server objects (ownership.py); empty: the uid of
+    its kube-system namespace, read at start."""
     metrics_port: int | None = 8080
     health_port: int | None = 8081
     log_level: str = "INFO"
@@ -113,6 +116,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "finalizers": ("JSOPERATOR_FINALIZERS", parse_bool),
     "cluster_connections": ("JSOPERATOR_CLUSTER_CONNECTIONS", parse_bool),
     "read_only": ("JSOPERATOR_READ_ONLY", parse_bool),
+    "cluster_name": ("JSOPERATOR_CLUSTER_NAME", str),
     "metrics_port": ("JSOPERATOR_METRICS_PORT", int),
     "health_port": ("JSOPERATOR_HEALTH_PORT", int),
     "log_level": ("JSOPERATOR_LOG_LEVEL", str),
