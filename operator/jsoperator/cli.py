@@ -26,6 +26,10 @@ def _connection_flags(p: argparse.ArgumentParser) -> None:
     _nats_flags(p)
     p.add_argument("--namespace", dest="namespaces", action="append", default=[], metavar="NS",
                    help="watch this namespace (repeatable; env JSOPERATOR_NAMESPACES; default all)")
+    p.add_argument("--instance", metavar="NAME",
+                   help="this operator's name among several in one cluster: its own finalizer, and the "
+                   "ClusterJetStreamConnections labelled jsoperator.io/instance=NAME (env JSOPERATOR_INSTANCE; "
+                   "default none: the unlabelled ones)")
     p.add_argument("--cluster-name", metavar="NAME",
                    help="this Kubernetes cluster's name in the ownership marks on server objects "
                    "(env JSOPERATOR_CLUSTER_NAME; default the uid of its kube-system namespace)")
@@ -68,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="observe only: report drift in status, never change or delete anything on the server "
                      "(env JSOPERATOR_READ_ONLY=true)")
     run.add_argument("--no-cluster-connections", dest="cluster_connections", action="store_const", const=False,
-                     help="leave ClusterJetStreamConnections to another operator of the cluster: read them only "
+                     help="serve and watch no ClusterJetStreamConnection, only read them when resources name them "
                      "(env JSOPERATOR_CLUSTER_CONNECTIONS=false)")
     run.add_argument("--metrics-port", type=int, metavar="PORT",
                      help="Prometheus /metrics port, 0 = off (env JSOPERATOR_METRICS_PORT; default 8080)")

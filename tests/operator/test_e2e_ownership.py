@@ -1,22 +1,30 @@
-"""End to end: ownership marks on the server object.
+"""End to end: ownership marks on the server object and several operators in one cluster.
 
-Two operators stand for two Kubernetes clusters (`--cluster-name east` / `west`, each with its own namespaces)
-against one JetStream server: the marks a stream, consumer or bucket carries name its owner;
+Two operators stand for two Kubernetes clusters (`--cluster-name east` / `west`, each with its own namespaces
+and `--instance`) against one JetStream server: the marks a stream, consumer or bucket carries name its owner;
 the other cluster's resource of the same server name follows its adoptionPolicy (Stalled, reason OwnedElsewhere,
 naming the owner; `adopt` takes it over and the former owner stops); a retained object loses its marks on
 deletion (by the operator or `jsoperator release`); a stale mark (its resource gone) is adopted by a resource of
-the same cluster."""
+the same cluster. The two operators also each serve the ClusterJetStreamConnections labelled for them, and
+neither takes the other's finalizer off (watched, event by event)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import kubernetes.client
+import kubernetes.watch
 import pytest
 
-from tests.operator.conftest import DRIFT_INTERVAL, Kube, Operator, _namespace, _serving, condition
+from tests.operator.conftest import (
+    DRIFT_INTERVAL, GROUP, VERSION, Kube, Operator, _namespace, _serving, condition, poll,
+)
+from tests.operator.test_e2e_connections import CLUSTER, ClusterConnections
 from tests.operator.test_e2e_policies import release
 
 pytestmark = [pytest.mark.xdist_group("kube"), pytest.mark.kube, pytest.mark.timeout(240)]
@@ -28,7 +36,7 @@ MARKS = ("jsoperator.io/cluster", "jsoperator.io/kind", "jsoperator.io/namespace
 def _operator(envtest: Any, tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Operator]:
     log = tmp_path_factory.mktemp(f"jsoperator-{name}") / "operator.log"
     yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, f"jsown-{name}-",
-                                 ("--cluster-name", name, "--no-cluster-connections")))
+                                 ("--cluster-name", name, "--instance", name)))
 
 
 @pytest.fixture(scope="module")
@@ -191,10 +199,87 @@ def test_a_retained_object_loses_its_marks_by_operator_and_by_release(envtest, e
     east_operator.stop()
     try:
         east.delete("Stream", "released")  # held by east's finalizer, nobody there to remove it
-        proc = release(envtest, "--namespace", east.namespace, "--cluster-name", "east")
+        proc = release(envtest, "--namespace", east.namespace, "--instance", "east", "--cluster-name", "east")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "(its ownership marks were removed)" in proc.stdout
         east.wait_gone("Stream", "released", timeout=5)
     finally:
         east_operator.start()
     assert marks(server_config(broker.url, "STREAM.INFO.RELEASED")) == {}
+
+
+class FinalizerWatch:
+    """Every finalizer list each ClusterJetStreamConnection had, event by event, from a watch of the kind (on a
+    client of its own, closed by stop())."""
+
+    def __init__(self, envtest: Any) -> None:
+        self.seen: dict[str, list[list[str]]] = {}
+        self._client = envtest.api_client()
+        self._watch = kubernetes.watch.Watch()
+        self._stopped = threading.Event()
+        self.error: BaseException | None = None
+        api = kubernetes.client.CustomObjectsApi(self._client)
+        self._events = self._watch.stream(api.list_cluster_custom_object, GROUP, VERSION, CLUSTER, timeout_seconds=200)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for event in self._events:
+                meta = event["object"]["metadata"]
+                self.seen.setdefault(meta["name"], []).append(list(meta.get("finalizers") or []))
+        except Exception as exc:  # the connection closed by stop(), or a real failure
+            if not self._stopped.is_set():
+                self.error = exc
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._watch.stop()
+        self._client.close()
+        self._thread.join(10)
+        assert self.error is None, f"the watch failed: {self.error!r}"
+
+
+def test_two_operators_serve_their_own_cluster_connections_without_fighting(envtest, east, west, broker):
+    """Both connections grant every namespace, so both operators may serve both: before --instance, the one whose
+    handlers did not match took the other's finalizer off at every event, and that one put it back."""
+    conns = ClusterConnections(east.api)
+    watch = FinalizerWatch(envtest)
+    names = {}
+    try:
+        for side, kube in (("east", east), ("west", west)):
+            name = f"jsown-{side}-{uuid.uuid4().hex[:8]}"
+            east.api.create_cluster_custom_object(GROUP, VERSION, CLUSTER, {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterJetStreamConnection",
+                "metadata": {"name": name, "labels": {"jsoperator.io/instance": side}},
+                "spec": {"servers": [broker.url], "allowedNamespaces": ["*"]}})
+            conns.names.append(name)
+            names[side] = name
+            kube.create("Stream", f"via-{side}", {"subjects": [f"{side}.>"], "storage": "memory",
+                                                  "connectionRef": {"kind": "ClusterJetStreamConnection",
+                                                                    "name": name}})
+        for side, kube in (("east", east), ("west", west)):
+            kube.wait_condition("Stream", f"via-{side}", "Ready")
+            poll(lambda n=names[side], s=side: (conns.get(n) or {}).get("metadata", {}).get("finalizers") == [
+                f"jsoperator.io/finalizer.{s}"] and (conns.get(n)["status"] or {}).get("referencedBy") == 1,
+                timeout=30, what=f"{side}'s connection held and counted by {side}'s operator")
+        for side in names:  # a spec change each: both operators see both events
+            conns.patch(names[side], {"allowedNamespaces": ["*", "spare"]})
+        for side in names:
+            poll(lambda n=names[side]: (conns.get(n).get("status") or {}).get("observedGeneration") == 2,
+                 timeout=30, what="the spec change handled")
+    finally:
+        east.release_all()
+        west.release_all()
+        for name in conns.names:
+            conns.delete(name)
+        for name in conns.names:
+            poll(lambda n=name: conns.get(n) is None, timeout=30, what=f"ClusterJetStreamConnection {name} deleted")
+        watch.stop()
+    for side, name in names.items():
+        history = watch.seen[name]
+        ours = [f"jsoperator.io/finalizer.{side}"]
+        held = history.index(ours)  # from the first time it is held ...
+        released = len(history) - 1 - history[::-1].index(ours)  # ... to the release at deletion
+        assert history[held:released + 1] == [ours] * (released - held + 1), history  # never taken off meanwhile
+        assert all(f in ([], ours) for f in history), history  # and never another operator's
