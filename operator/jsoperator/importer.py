@@ -82,6 +82,7 @@ def import_server(
     consumer_names = resource_names({(s, c): f"{s}-{c}" for s, cs in durables.items() for c in cs}, "consumer")
     for stream in sorted(streams):
         config = streams[stream]["config"]
+        _note_owner(out, f"stream {stream}", config)
         if stream in as_buckets:
             out.manifests.append(as_buckets[stream])
         elif _add(out, f"stream {stream}", stream_manifest, config, stream_names[stream], options) and (
@@ -89,6 +90,7 @@ def import_server(
             out.notes.append(f"bucket {_bucket(stream)} imported as the Stream {stream_names[stream]}, which adopts "
                              f"it with no change: as a {kinds[stream]}, {not_buckets[stream]}")
         for consumer in durables.get(stream, []):
+            _note_owner(out, f"consumer {consumer} of stream {stream}", consumers[stream][consumer]["config"])
             _add(out, f"consumer {consumer} of stream {stream}", consumer_manifest,
                  consumers[stream][consumer]["config"], stream, config, consumer_names[stream, consumer], options, now)
     return out
@@ -126,6 +128,15 @@ def _durables(
                 out.notes.append(f"consumer {consumer} of stream {stream} skipped: it is ephemeral (no durable name), "
                                  "the server removes it once idle")
     return durables
+
+
+def _note_owner(out: Imported, what: str, config: Mapping[str, Any]) -> None:
+    """A server object another resource's ownership marks name: applying the import takes it over."""
+    owner = ownership.read(config)
+    if owner is not None:
+        out.notes.append(f"{what} belongs to {owner.describe()}: the imported resource (adoptionPolicy: adopt) "
+                         "takes it over once applied and that one stops changing it; delete that resource with "
+                         "deletionPolicy: retain first to hand it over cleanly")
 
 
 def _add(out: Imported, what: str, build: Callable[..., dict[str, Any]], *args: Any) -> bool:

@@ -95,9 +95,10 @@ Metadata = Annotated[
         "type": "object",
         "additionalProperties": {"type": "string"},
         "x-kubernetes-validations": [{
-            "rule": f"self.all(key, !key.startsWith('{ownership.SERVER_PREFIX}') && !key.startsWith('{ownership.PREFIX}'))",
-            "message": f"metadata keys starting with {ownership.SERVER_PREFIX} (the server's) or {ownership.PREFIX} (the "
-                       "operator's ownership marks) are reserved; rename them",
+            "rule": f"self.all(key, !key.startsWith('{ownership.SERVER_PREFIX}') && "
+                    f"!key.startsWith('{ownership.PREFIX}'))",
+            "message": f"metadata keys starting with {ownership.SERVER_PREFIX} (the server's) or {ownership.PREFIX} "
+                       "(the operator's ownership marks) are reserved; rename them",
         }],
     }),
 ]

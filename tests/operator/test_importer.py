@@ -147,6 +147,12 @@ def test_ownership_marks_are_not_imported() -> None:
     fields = importer.spec_fields(StreamSpec, {"name": "S", "metadata": {**marks, "team": "a"}})
     assert fields == {"name": "S", "metadata": {"team": "a"}}
     assert importer.spec_fields(ConsumerSpec, {"durable_name": "C", "metadata": marks}) == {"durableName": "C"}
+    owner = {**marks, "jsoperator.io/kind": "Stream", "jsoperator.io/namespace": "shop"}
+    out = importer.import_server({"S": _stream("S", metadata={**owner, "team": "a"})}, {}, importer.Options(), NOW)
+    assert out.notes == ["stream S belongs to Stream shop/orders (uid u1) of cluster east: the imported resource "
+                         "(adoptionPolicy: adopt) takes it over once applied and that one stops changing it; delete "
+                         "that resource with deletionPolicy: retain first to hand it over cleanly"]
+    assert out.manifests[0]["spec"]["metadata"] == {"team": "a"}
 
 
 def test_a_server_field_no_spec_can_hold_is_refused_not_dropped() -> None:
