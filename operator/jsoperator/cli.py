@@ -127,16 +127,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def _named(command: Any, settings: settings_mod.Settings, **kw: Any) -> int:
     """Run `command(settings, **kw)` with the cluster's name for the ownership marks (--cluster-name, else the uid
-    of the kube-system namespace: unique, and the same for every operator of the cluster)."""
+    of the kube-system namespace: unique, and the same for every operator of the cluster). An operator that may
+    not read it runs unnamed: its marks then name no cluster, so no mark is ever judged stale (never adopted
+    as the mark of a resource gone)."""
     from . import kubeapi
 
     if not settings.cluster_name:
         try:
             settings = dataclasses.replace(settings, cluster_name=await kubeapi.cluster_uid())
         except kubeapi.ApiException as exc:
-            print(f"jsoperator: cannot read the kube-system namespace to name this cluster in the ownership marks "
-                  f"({exc.status} {exc.reason}): grant get on namespaces or pass --cluster-name", file=sys.stderr)
-            return 2
+            logging.getLogger("jsoperator").warning(
+                f"cannot read the kube-system namespace to name this cluster in the ownership marks ({exc.status} "
+                f"{exc.reason}): marks left by deleted resources are not recognised as such; pass --cluster-name "
+                "or grant get on namespaces")
     result: int = await command(settings, **kw)
     return result
 
