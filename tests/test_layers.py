@@ -36,6 +36,7 @@ OPERATOR_PURE = (
     "jsoperator.connections",
     "jsoperator.features",
     "jsoperator.nack",
+    "jsoperator.ownership",
 )
 
 # jsbroker layers. Patterns are module names; `x.*` is every module below package `x`.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -25,6 +26,13 @@ def _connection_flags(p: argparse.ArgumentParser) -> None:
     _nats_flags(p)
     p.add_argument("--namespace", dest="namespaces", action="append", default=[], metavar="NS",
                    help="watch this namespace (repeatable; env JSOPERATOR_NAMESPACES; default all)")
+    p.add_argument("--instance", metavar="NAME",
+                   help="this operator's name among several in one cluster: its own finalizer, and the "
+                   "ClusterJetStreamConnections labelled jsoperator.io/instance=NAME (env JSOPERATOR_INSTANCE; "
+                   "default none: the unlabelled ones)")
+    p.add_argument("--cluster-name", metavar="NAME",
+                   help="this Kubernetes cluster's name in the ownership marks on server objects "
+                   "(env JSOPERATOR_CLUSTER_NAME; default the uid of its kube-system namespace)")
 
 
 def _nats_flags(p: argparse.ArgumentParser) -> None:
@@ -64,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="observe only: report drift in status, never change or delete anything on the server "
                      "(env JSOPERATOR_READ_ONLY=true)")
     run.add_argument("--no-cluster-connections", dest="cluster_connections", action="store_const", const=False,
-                     help="leave ClusterJetStreamConnections to another operator of the cluster: read them only "
+                     help="serve and watch no ClusterJetStreamConnection, only read them when resources name them "
                      "(env JSOPERATOR_CLUSTER_CONNECTIONS=false)")
     run.add_argument("--metrics-port", type=int, metavar="PORT",
                      help="Prometheus /metrics port, 0 = off (env JSOPERATOR_METRICS_PORT; default 8080)")
@@ -121,8 +129,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "release":
         from . import release
 
-        return asyncio.run(release.release(settings, stop=args.stop, force=args.force, out=sys.stdout))
-    return asyncio.run(run(settings))
+        return asyncio.run(_named(release.release, settings, stop=args.stop, force=args.force, out=sys.stdout))
+    return asyncio.run(_named(run, settings))
+
+
+async def _named(command: Any, settings: settings_mod.Settings, **kw: Any) -> int:
+    """Run `command(settings, **kw)` with the cluster's name for the ownership marks (--cluster-name, else the uid
+    of the kube-system namespace: unique, and the same for every operator of the cluster). An operator that may
+    not read it runs unnamed: its marks then name no cluster, so no mark is ever judged stale (never adopted
+    as the mark of a resource gone)."""
+    from . import kubeapi
+
+    if not settings.cluster_name:
+        try:
+            settings = dataclasses.replace(settings, cluster_name=await kubeapi.cluster_uid())
+        except kubeapi.ApiException as exc:
+            logging.getLogger("jsoperator").warning(
+                f"cannot read the kube-system namespace to name this cluster in the ownership marks ({exc.status} "
+                f"{exc.reason}): marks left by deleted resources are not recognised as such; pass --cluster-name "
+                "or grant get on namespaces")
+    result: int = await command(settings, **kw)
+    return result
 
 
 def _import_parser(sub: Any) -> None:

@@ -17,6 +17,8 @@ from . import models
 
 NAMESPACED, CLUSTER = "JetStreamConnection", "ClusterJetStreamConnection"
 KINDS = (NAMESPACED, CLUSTER)
+# On a ClusterJetStreamConnection: the --instance of the operator that serves it (several may run in a cluster).
+INSTANCE_LABEL = "jsoperator.io/instance"
 NOT_FOUND = "ConnectionNotFound"
 NOT_GRANTED = "ConnectionNotGranted"
 INVALID = "ConnectionInvalid"
@@ -65,6 +67,15 @@ def may_serve(patterns: Iterable[str], watched: Iterable[str]) -> bool:
     if not watched:
         return True
     return any(fnmatch.fnmatchcase(p, w) or fnmatch.fnmatchcase(w, p) for p in patterns for w in watched)
+
+
+def serves(instance: str, watched: Iterable[str], body: Mapping[str, Any]) -> bool:
+    """Does the operator `instance` (--instance; "" the default one) watching `watched` serve this cluster
+    connection (its status, finalizer and counts)? The one its label INSTANCE_LABEL names (none: the default
+    instance), if it may serve it at all: every other operator leaves it alone, so exactly one holds it."""
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    granted = (body.get("spec") or {}).get("allowedNamespaces") or []
+    return labels.get(INSTANCE_LABEL, "") == instance and may_serve(granted, watched)
 
 
 def usable(ref: Ref, body: Mapping[str, Any] | None, namespace: str | None) -> tuple[models.ConnectionSpec, str]:

@@ -114,6 +114,11 @@ class Server:
         return f"nats-server {self.version} (JetStream API level {self.api_level})"
 
 
+def honours_key(server: Server, scope: Literal["stream", "consumer"], key: str) -> bool:
+    """Does ``server`` keep the config key ``key`` (any value)? (The ownership marks need ``metadata``.)"""
+    return all(server.honours(f) for f in FEATURES if f.scope == scope and f.key == key and not f.values)
+
+
 @dataclasses.dataclass(frozen=True)
 class Refusal:
     """A feature the resource uses that the server cannot honour, named as the user wrote it."""

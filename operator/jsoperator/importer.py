@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 
 from pydantic.alias_generators import to_camel
 
-from jsoperator import buckets, mapping, units
+from jsoperator import buckets, mapping, ownership, units
 from jsoperator.models import ConnectionSpec, ConsumerSpec, DeletionPolicy, KeyValueSpec, ObjectStoreSpec, StreamSpec
 
 API_VERSION = "jsoperator.io/v1alpha1"
@@ -82,6 +82,7 @@ def import_server(
     consumer_names = resource_names({(s, c): f"{s}-{c}" for s, cs in durables.items() for c in cs}, "consumer")
     for stream in sorted(streams):
         config = streams[stream]["config"]
+        _note_owner(out, f"stream {stream}", config)
         if stream in as_buckets:
             out.manifests.append(as_buckets[stream])
         elif _add(out, f"stream {stream}", stream_manifest, config, stream_names[stream], options) and (
@@ -89,6 +90,7 @@ def import_server(
             out.notes.append(f"bucket {_bucket(stream)} imported as the Stream {stream_names[stream]}, which adopts "
                              f"it with no change: as a {kinds[stream]}, {not_buckets[stream]}")
         for consumer in durables.get(stream, []):
+            _note_owner(out, f"consumer {consumer} of stream {stream}", consumers[stream][consumer]["config"])
             _add(out, f"consumer {consumer} of stream {stream}", consumer_manifest,
                  consumers[stream][consumer]["config"], stream, config, consumer_names[stream, consumer], options, now)
     return out
@@ -126,6 +128,15 @@ def _durables(
                 out.notes.append(f"consumer {consumer} of stream {stream} skipped: it is ephemeral (no durable name), "
                                  "the server removes it once idle")
     return durables
+
+
+def _note_owner(out: Imported, what: str, config: Mapping[str, Any]) -> None:
+    """A server object another resource's ownership marks name: applying the import takes it over."""
+    owner = ownership.read(config)
+    if owner is not None:
+        out.notes.append(f"{what} belongs to {owner.describe()}: the imported resource (adoptionPolicy: adopt) "
+                         "takes it over once applied and that one stops changing it; delete that resource with "
+                         "deletionPolicy: retain first to hand it over cleanly")
 
 
 def _add(out: Imported, what: str, build: Callable[..., dict[str, Any]], *args: Any) -> bool:
@@ -269,7 +280,8 @@ def spec_fields(model: type[BaseModel], config: Mapping[str, Any]) -> dict[str, 
     """The fields of ``model`` (camelCase, as users write them) that ``config`` sets to a non-zero value.
 
     Zero values are left out: the server treats them as unset (Go's ``omitempty``). Server-managed
-    metadata (``_nats.*``) is not part of a spec. Raises Unrepresentable for a non-zero server field the
+    metadata (``_nats.*``) and ownership marks (``jsoperator.io/*``: the imported resource writes its own) are
+    not part of a spec. Raises Unrepresentable for a non-zero server field the
     model has no field for (leaving it out would reset it at the operator's next update)."""
     spec: dict[str, Any] = {}
     known = set(_IDENTITY_KEYS) - set(model.model_fields)
@@ -280,7 +292,7 @@ def spec_fields(model: type[BaseModel], config: Mapping[str, Any]) -> dict[str, 
         known.add(key)
         value = config.get(key)
         if key == "metadata":  # an empty value is still a key: only an empty map is unset
-            value = {k: v for k, v in (value or {}).items() if not k.startswith("_nats.")} or None
+            value = ownership.user_metadata(value) or None
         if value is None or (key != "metadata" and _is_zero(value)):
             continue
         nested = mapping.nested_models(info.annotation)

@@ -104,6 +104,13 @@ async def namespace_terminating(namespace: str) -> bool:
     return deleting or (ns.status is not None and ns.status.phase == "Terminating")
 
 
+async def cluster_uid() -> str:
+    """The uid of the kube-system namespace: a name for this Kubernetes cluster that no other cluster has."""
+    ns = await asyncio.to_thread(core().read_namespace, "kube-system")
+    assert ns.metadata is not None and ns.metadata.uid, "the apiserver sends every namespace's uid"
+    return str(ns.metadata.uid)
+
+
 async def list_resources(kind: str, namespace: str | None) -> list[dict[str, Any]]:
     """Every object of `kind` in `namespace` (None: all namespaces, or a cluster-scoped kind)."""
     api = custom()

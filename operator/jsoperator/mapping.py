@@ -6,7 +6,8 @@ Owns:
   applies its own defaults to the rest, so the CRDs need no ``default:``.
 - ``stream_drift`` / ``consumer_drift``: which spec fields the server's config no longer matches.
   Both sides are compared in effective values: server-side normal forms (0 vs -1 limits, ``_nats.*``
-  metadata, omitted-when-default keys, times in any zone, subject order) never count as drift, and a
+  metadata, omitted-when-default keys, times in any zone, subject order) and the operator's ownership marks
+  (ownership.py: reconcile writes and checks those) never count as drift, and a
   field the user left unset is compared against the server's fixed default, so a change made behind our
   back is noticed even there. Defaults the server derives from other fields (duplicate window, ack
   wait, max waiting, pin timeout, subjects) are derived the same way here; those that come from
@@ -24,7 +25,7 @@ from typing import Any, get_args
 from pydantic import BaseModel, BeforeValidator
 from pydantic.alias_generators import to_camel
 
-from jsoperator import units
+from jsoperator import ownership, units
 from jsoperator.models import ConsumerSpec, StreamSpec, format_time
 
 Config = dict[str, Any]
@@ -363,7 +364,7 @@ def _normal(key: str, value: Any) -> Any:
     if key in _TIME_FIELDS and isinstance(value, str):
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     if key == "metadata" and isinstance(value, Mapping):
-        return {k: v for k, v in value.items() if not k.startswith("_nats.")}
+        return ownership.user_metadata(value)
     if key in _UNORDERED_LISTS and isinstance(value, list):
         return sorted(value)
     if isinstance(value, Mapping):

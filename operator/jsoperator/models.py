@@ -34,7 +34,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-from jsoperator import units
+from jsoperator import ownership, units
 
 # -- field types ------------------------------------------------------------------------------------
 
@@ -81,9 +81,10 @@ Count = Annotated[int, Field(ge=0)]
 
 
 def _no_reserved_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
-    reserved = sorted(key for key in value or {} if key.startswith("_nats."))
+    reserved = sorted(key for key in value or {} if ownership.reserved(key))
     if reserved:
-        raise ValueError(f"metadata keys {reserved} are reserved for the server (prefix _nats.); rename them")
+        raise ValueError(f"metadata keys {reserved} are reserved (prefix {ownership.SERVER_PREFIX} for the server, "
+                         f"{ownership.PREFIX} for the operator's ownership marks); rename them")
     return value
 
 
@@ -94,8 +95,10 @@ Metadata = Annotated[
         "type": "object",
         "additionalProperties": {"type": "string"},
         "x-kubernetes-validations": [{
-            "rule": "self.all(key, !key.startsWith('_nats.'))",
-            "message": "metadata keys starting with _nats. are reserved for the server; rename them",
+            "rule": f"self.all(key, !key.startsWith('{ownership.SERVER_PREFIX}') && "
+                    f"!key.startsWith('{ownership.PREFIX}'))",
+            "message": f"metadata keys starting with {ownership.SERVER_PREFIX} (the server's) or {ownership.PREFIX} "
+                       "(the operator's ownership marks) are reserved; rename them",
         }],
     }),
 ]
@@ -410,7 +413,8 @@ class StreamSpec(_Spec):
     persist_mode: Literal["default", "async"] | None = Field(
         None, description="async acknowledges before the write is flushed. Server default: default. Immutable."
     )
-    metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
+    metadata: Metadata | None = Field(
+        None, description="Free key/value metadata (keys _nats.* and jsoperator.io/* are reserved).")
     adoption_policy: AdoptionPolicy | None = _STREAM_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _STREAM_POLICIES[1]
     prevent_delete: bool | None = _STREAM_POLICIES[2]
@@ -529,7 +533,8 @@ class ConsumerSpec(_Spec):
         None, description="Replica count. Unset or 0: the stream's."
     )
     mem_storage: bool | None = Field(None, description="Keep consumer state in memory. Immutable.")
-    metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
+    metadata: Metadata | None = Field(
+        None, description="Free key/value metadata (keys _nats.* and jsoperator.io/* are reserved).")
     pause_until: Timestamp | None = Field(
         None, description="Pause delivery until this time (a time in the past means running)."
     )
@@ -619,7 +624,8 @@ class KeyValueSpec(_Spec):
         None,
         description="Leave a delete marker kept this long when a key expires (turns on allowMsgTtl).",
     )
-    metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
+    metadata: Metadata | None = Field(
+        None, description="Free key/value metadata (keys _nats.* and jsoperator.io/* are reserved).")
     adoption_policy: AdoptionPolicy | None = _BUCKET_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _BUCKET_POLICIES[1]
     terminal_policy: TerminalPolicy | None = _BUCKET_POLICIES[2]
@@ -652,7 +658,8 @@ class ObjectStoreSpec(_Spec):
     sealed: bool | None = Field(
         None, description="Seal the bucket (the clients' Seal): objects can be read, never put or deleted. Final."
     )
-    metadata: Metadata | None = Field(None, description="Free key/value metadata (keys _nats.* are reserved).")
+    metadata: Metadata | None = Field(
+        None, description="Free key/value metadata (keys _nats.* and jsoperator.io/* are reserved).")
     adoption_policy: AdoptionPolicy | None = _BUCKET_POLICIES[0]
     deletion_policy: DeletionPolicy | None = _BUCKET_POLICIES[1]
     terminal_policy: TerminalPolicy | None = _BUCKET_POLICIES[2]

@@ -154,11 +154,17 @@ def plan_stream(
         config = {key: value for key, value in desired.items() if key != "sealed"}
         return Plan("create", config, followup=sealed)
     result = _plan(desired, mapping.stream_diff(desired, observed), STREAM_IMMUTABLE, labels or {})
-    if observed.get("sealed") and result.action == "update":
-        # An update of a sealed stream must repeat what sealing forced (the server refuses "cancelling" them).
-        forced = {key: observed.get(key, mapping.STREAM_DEFAULTS[key]) for key in mapping.FORCED_BY_SEAL}
-        return dataclasses.replace(result, config={**result.config, **forced})
+    if result.action == "update":
+        return dataclasses.replace(result, config=stream_update(desired, observed))
     return result
+
+
+def stream_update(desired: Config, observed: Mapping[str, Any]) -> Config:
+    """The config to send as an update of the stream ``observed``: an update of a sealed stream must repeat what
+    sealing forced (the server refuses "cancelling" them)."""
+    if not observed.get("sealed"):
+        return dict(desired)
+    return {**desired, **{key: observed.get(key, mapping.STREAM_DEFAULTS[key]) for key in mapping.FORCED_BY_SEAL}}
 
 
 def plan_consumer(desired: Config, observed: Mapping[str, Any] | None, *, now: datetime | None = None) -> Plan:

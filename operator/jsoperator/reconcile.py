@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from . import annotations as annotation
 from . import (
-    buckets, connections, credentials, events, features, jsclient, mapping, metrics, models, plan, reset, status, unpin,
+    buckets, connections, credentials, events, features, jsclient, kubeapi, mapping, metrics, models, ownership, plan,
+    reset, status, unpin,
 )
 from .settings import Settings
 
@@ -36,6 +37,7 @@ class Resource:
     spec: Mapping[str, Any]
     annotations: Mapping[str, str]
     status: Mapping[str, Any]
+    uid: str = ""
 
     @classmethod
     def from_body(cls, kind: Kind, body: Mapping[str, Any]) -> Resource:
@@ -43,7 +45,7 @@ class Resource:
         return cls(
             kind=kind, namespace=meta["namespace"], name=meta["name"], generation=int(meta.get("generation") or 0),
             spec=dict(body.get("spec") or {}), annotations=dict(meta.get("annotations") or {}),
-            status=dict(body.get("status") or {}),
+            status=dict(body.get("status") or {}), uid=str(meta.get("uid") or ""),
         )
 
     def server_name(self) -> str:
@@ -87,6 +89,13 @@ class Runtime:
             spec, namespace = await credentials.referenced(ref, resource.namespace)
         settings = await credentials.resolve(spec, namespace, self.settings)
         return await self.pool.client(settings)
+
+    def owner(self, resource: Resource) -> ownership.Owner | None:
+        """The marks this resource's server object carries (None: a resource without a uid, as in unit tests)."""
+        if not resource.uid:
+            return None
+        return ownership.Owner(self.settings.cluster_name, resource.kind, resource.namespace, resource.name,
+                               resource.uid)
 
 
 def _now() -> datetime:
@@ -164,8 +173,9 @@ async def _reconcile_stream(resource: Resource, runtime: Runtime, trigger: Trigg
         return _failed(resource, status.unsupported_by_server(features.refusal_message(refused, server, noun)))
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "stream", desired["name"])
     policy = _Policy(runtime.settings.read_only, models.recreates(spec))
+    claim = _claim(runtime, resource, server, "stream")
     try:
-        done = await _converge_stream(client, desired, adoption, buckets.labels(resource.kind), noun, policy)
+        done = await _converge_stream(client, desired, adoption, buckets.labels(resource.kind), noun, policy, claim)
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
     except _ReadOnly as exc:
@@ -194,9 +204,10 @@ async def _reconcile_consumer(
     durable = desired["durable_name"]
     adoption = _Adoption(spec.adoption_policy or "adoptOrCreate", _owned(resource), "consumer", durable)
     read_only = runtime.settings.read_only
+    claim = _claim(runtime, resource, server, "consumer")
     try:
         done = await _converge_consumer(client, spec.stream_name, desired, adoption,
-                                        _Policy(read_only, models.recreates(spec)))
+                                        _Policy(read_only, models.recreates(spec)), claim)
     except _Blocked as exc:
         return _failed(resource, status.immutable_change(str(exc)))
     except _ReadOnly as exc:
@@ -252,7 +263,8 @@ def _change_events(
                              f"cannot change it in place ({changes}; recreateOnImmutableChange): {done.lost}")]
     if adopted:
         how = "it matches the spec" if done.action == "unchanged" else f"updated {', '.join(done.plan.drift)}"
-        return [events.Event("Normal", events.ADOPTED, f"adopted the existing {what}: {how}")]
+        previous = f"; {done.previous}" if done.previous else ""
+        return [events.Event("Normal", events.ADOPTED, f"adopted the existing {what}: {how}{previous}")]
     if done.action == "unchanged":
         return []
     if trigger in ("timer", "signal"):
@@ -273,6 +285,7 @@ class _Converged:
     info: dict[str, Any]  # StreamInfo / ConsumerInfo after the last call
     plan: plan.Plan
     lost: str = ""  # recreated: what the deletion lost
+    previous: str = ""  # whose ownership marks this reconciliation replaced
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,6 +328,55 @@ def _owned(resource: Resource) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Claim:
+    """The ownership marks of one reconciliation: this resource's (None without a uid) and whether to write them
+    (never read-only, never to a server without metadata)."""
+
+    me: ownership.Owner | None
+    write: bool
+
+    async def standing(self, observed: Mapping[str, Any] | None) -> tuple[ownership.Standing, ownership.Owner | None]:
+        mark = ownership.read(observed)
+        if self.me is None or mark is None:
+            return "unmarked", mark
+        alive = mark.uid != self.me.uid and await _alive(mark, self.me)
+        return ownership.standing(mark, self.me, alive), mark
+
+    def stamp(self, config: mapping.Config) -> mapping.Config:
+        return ownership.marked(config, self.me) if self.write and self.me is not None else config
+
+    def missing(self, observed: Mapping[str, Any]) -> bool:
+        return self.write and self.me is not None and not ownership.carries(observed, self.me)
+
+
+def _claim(runtime: Runtime, resource: Resource, server: features.Server, scope: Literal["stream", "consumer"]
+           ) -> _Claim:
+    write = not runtime.settings.read_only and features.honours_key(server, scope, "metadata")
+    return _Claim(runtime.owner(resource), write)
+
+
+async def _alive(mark: ownership.Owner, me: ownership.Owner) -> bool:
+    """Does the resource a mark names still exist? Only this cluster's can be looked up; any other, or one this
+    operator cannot read, counts as alive: what may still be owned is never taken over unasked."""
+    if not ownership.same_cluster(mark, me) or mark.kind not in kubeapi.PLURALS:
+        return True
+    try:
+        body = await kubeapi.get_resource(mark.kind, mark.namespace, mark.name)
+    except kubeapi.ApiException:
+        return True
+    return body is not None and body["metadata"].get("uid") == mark.uid
+
+
+def _replaced(standing: ownership.Standing, mark: ownership.Owner | None) -> str:
+    """What an Adopted Event says about the marks it replaced."""
+    if mark is None or standing not in ("stale", "foreign"):
+        return ""
+    if standing == "stale":
+        return f"its marks named {mark.describe()}, which no longer exists"
+    return f"taken over from {mark.describe()} (adoptionPolicy: adopt)"
+
+
+@dataclasses.dataclass(frozen=True)
 class _Adoption:
     """spec.adoptionPolicy applied to a server object this resource does not own yet."""
 
@@ -323,8 +385,11 @@ class _Adoption:
     kind: str
     name: str
 
-    def check(self, exists: bool) -> None:
-        if self.owned:
+    def check(self, exists: bool, standing: ownership.Standing, mark: ownership.Owner | None) -> None:
+        if standing == "foreign" and (self.owned or self.policy != "adopt"):
+            assert mark is not None
+            raise _Unadoptable(status.stalled(status.OWNED_ELSEWHERE, self._elsewhere(mark)))
+        if self.owned or standing == "ours":
             return
         if exists and self.policy == "never":
             raise _Unadoptable(status.stalled(status.ADOPTION_REFUSED, 
@@ -336,6 +401,15 @@ class _Adoption:
                 f"{self.kind} {self.name} does not exist on the server; adoptionPolicy is adopt, so it is taken "
                 "over once it exists and never created (set adoptOrCreate to create it)"))
 
+    def _elsewhere(self, mark: ownership.Owner) -> str:
+        where = f"{self.kind} {self.name} belongs to {mark.describe()} (the {ownership.PREFIX} marks in its metadata)"
+        if self.owned:
+            return (f"{where}: that resource took it over, so this one changes nothing and leaves it on the server "
+                    "when deleted. Delete one of the two resources (deleting that one hands it back)")
+        return (f"{where}; adoptionPolicy is {self.policy}, so nothing was changed. Delete that resource first, "
+                f"give this one another name on the server, or set adoptionPolicy: adopt to take the {self.kind} "
+                "over (that resource then stops changing it)")
+
     def adopted(self, done: _Converged) -> bool | None:
         """The Adopted condition's new value: True (taken over), False (created), None (owned already)."""
         return None if self.owned else done.action != "created"
@@ -343,35 +417,40 @@ class _Adoption:
 
 async def _converge_stream(
     client: jsclient.JetStreamClient, desired: mapping.Config, adoption: _Adoption, labels: Mapping[str, str],
-    noun: str, policy: _Policy,
+    noun: str, policy: _Policy, claim: _Claim,
 ) -> _Converged:
     info = await client.stream_info(desired["name"])
-    adoption.check(info is not None)
-    p = plan.plan_stream(desired, info["config"] if info else None, labels)
+    observed = info["config"] if info else None
+    standing, mark = await claim.standing(observed)
+    adoption.check(info is not None, standing, mark)
+    previous = _replaced(standing, mark)
+    p = plan.plan_stream(desired, observed, labels)
     if p.blocked and (policy.read_only or not policy.recreate):
         raise _Blocked(p.message(noun))
     if policy.read_only and p.action != "none":
         raise _ReadOnly(p, noun, desired["name"])
     if p.action == "none":
-        assert info is not None
-        return _Converged("unchanged", info, p)
+        assert info is not None and observed is not None
+        if claim.missing(observed):  # the spec holds, only the marks are to be written
+            info = await client.update_stream(claim.stamp(plan.stream_update(desired, observed)))
+        return _Converged("unchanged", info, p, previous=previous)
     if p.blocked:
         assert info is not None
         await client.delete_stream(desired["name"])
-        return _Converged("recreated", await _create_stream(client, desired, labels), p, _stream_loss(info))
+        return _Converged("recreated", await _create_stream(client, desired, labels, claim), p, _stream_loss(info))
     if p.action == "update":
-        return _Converged("updated", await client.update_stream(p.config), p)
-    return _Converged("created", await _create_stream(client, desired, labels), p)
+        return _Converged("updated", await client.update_stream(claim.stamp(p.config)), p, previous=previous)
+    return _Converged("created", await _create_stream(client, desired, labels, claim), p)
 
 
-async def _create_stream(client: jsclient.JetStreamClient, desired: mapping.Config, labels: Mapping[str, str]
-                         ) -> dict[str, Any]:
+async def _create_stream(client: jsclient.JetStreamClient, desired: mapping.Config, labels: Mapping[str, str],
+                         claim: _Claim) -> dict[str, Any]:
     created = plan.plan_stream(desired, None, labels)
-    info = await client.create_stream(created.config)
+    info = await client.create_stream(claim.stamp(created.config))
     if created.followup:  # sealed: the server only takes it as an update after the create
         second = plan.plan_stream(desired, info["config"], labels)
         if second.action == "update":
-            info = await client.update_stream(second.config)
+            info = await client.update_stream(claim.stamp(second.config))
     return info
 
 
@@ -391,33 +470,39 @@ def _consumer_loss(info: Mapping[str, Any]) -> str:
 
 async def _converge_consumer(
     client: jsclient.JetStreamClient, stream: str, desired: mapping.Config, adoption: _Adoption, policy: _Policy,
+    claim: _Claim,
 ) -> _Converged:
     info = await client.consumer_info(stream, desired["durable_name"])
-    adoption.check(info is not None)
+    observed = info["config"] if info else None
+    standing, mark = await claim.standing(observed)
+    adoption.check(info is not None, standing, mark)
+    previous = _replaced(standing, mark)
     if info is None and await client.stream_info(stream) is None:
         raise _StreamMissing(
             f"stream {stream} does not exist on the server; the consumer is created as soon as it does"
         )
-    p = plan.plan_consumer(desired, info["config"] if info else None)
+    p = plan.plan_consumer(desired, observed)
     if p.blocked and (policy.read_only or not policy.recreate):
         raise _Blocked(p.message("consumer"))
     if policy.read_only and p.action != "none":
         raise _ReadOnly(p, "consumer", desired["durable_name"])
     if p.action == "none":
-        assert info is not None
-        return _Converged("unchanged", info, p)
+        assert info is not None and observed is not None
+        if claim.missing(observed):  # the spec holds, only the marks are to be written
+            info = await client.put_consumer(stream, claim.stamp(p.config), "update")
+        return _Converged("unchanged", info, p, previous=previous)
     lost = ""
     if p.blocked:
         assert info is not None
         await client.delete_consumer(stream, desired["durable_name"])
         lost, info = _consumer_loss(info), None
-    info = await client.put_consumer(stream, p.config, "create" if info is None else "update")
+    info = await client.put_consumer(stream, claim.stamp(p.config), "create" if info is None else "update")
     if p.pause is not None:  # the server ignores pause_until on update: pause/resume is its own call
         await client.pause_consumer(stream, desired["durable_name"], p.pause)
         info = await client.consumer_info(stream, desired["durable_name"]) or info
     if lost:
         return _Converged("recreated", info, p, lost)
-    return _Converged("created" if p.action == "create" else "updated", info, p)
+    return _Converged("created" if p.action == "create" else "updated", info, p, previous=previous)
 
 
 # -- delete ---------------------------------------------------------------------------------------
@@ -436,6 +521,8 @@ async def delete(
     keep = f"it belongs to another resource: {conflict}" if conflict else _kept_because(resource)
     keep = keep or ("the operator runs read-only (--read-only)" if runtime.settings.read_only else "")
     if keep:
+        handed_back = not conflict and not runtime.settings.read_only and _retained(resource)
+        keep += await _unmark(resource, runtime) if handed_back else ""
         return Result({}, [events.Event("Normal", events.LEFT_ON_SERVER, f"{kind} left on the server: {keep}")])
     if consumers_left:
         message = (
@@ -446,10 +533,11 @@ async def delete(
         evs = [events.Event("Normal", events.DELETE_BLOCKED, message)]
         return Result(_patch(resource, outcome), evs, retry=True, done=False, message=message)
     try:
-        conn = models.ConnectionSpec.model_validate(resource.spec.get("connection") or {})
-        ref = models.ConnectionRef.model_validate(resource.spec["connectionRef"]) if resource.spec.get(
-            "connectionRef") else None
-        client = await runtime.client(resource, conn, ref)
+        client = await _client_of(resource, runtime)
+        owner = await _other_owner(resource, runtime, client)
+        if owner is not None:
+            message = f"{kind} left on the server: it belongs to {owner.describe()} (the marks in its metadata)"
+            return Result({}, [events.Event("Normal", events.LEFT_ON_SERVER, message)], message=message)
         if buckets.is_stream_kind(resource.kind):
             existed = await client.delete_stream(resource.stream_name())
         else:
@@ -476,6 +564,63 @@ async def delete(
         return Result(_patch(resource, outcome), evs, retry=True, done=False, message=outcome.message)
     what = "deleted from" if existed else "was already gone from"
     return Result({}, [events.Event("Normal", events.DELETED, f"{kind} {resource.server_name()} {what} the server")])
+
+
+async def _client_of(resource: Resource, runtime: Runtime) -> jsclient.JetStreamClient:
+    """The connection a deletion uses, from the spec as it stands (not validated again)."""
+    conn = models.ConnectionSpec.model_validate(resource.spec.get("connection") or {})
+    ref = models.ConnectionRef.model_validate(resource.spec["connectionRef"]) if resource.spec.get(
+        "connectionRef") else None
+    return await runtime.client(resource, conn, ref)
+
+
+async def _observed(resource: Resource, client: jsclient.JetStreamClient) -> dict[str, Any] | None:
+    """The server config of the resource's stream or consumer, None when it does not exist."""
+    if buckets.is_stream_kind(resource.kind):
+        info = await client.stream_info(resource.stream_name())
+    else:
+        info = await client.consumer_info(resource.stream_name(), resource.server_name())
+    return info["config"] if info else None
+
+
+async def _other_owner(resource: Resource, runtime: Runtime, client: jsclient.JetStreamClient
+                       ) -> ownership.Owner | None:
+    """The owner another resource's marks name on the server object (taken over, or never this one's): a deletion
+    leaves such an object alone."""
+    me, mark = runtime.owner(resource), ownership.read(await _observed(resource, client))
+    return mark if me is not None and mark is not None and mark.uid != me.uid else None
+
+
+async def _unmark(resource: Resource, runtime: Runtime) -> str:
+    """A retained server object loses this resource's marks (another resource, or cluster, may then adopt it as
+    unowned); best effort: marks left behind by a failure count as stale wherever the uid can be looked up."""
+    me = runtime.owner(resource)
+    if me is None:
+        return ""
+    try:
+        client = await _client_of(resource, runtime)
+        observed = await _observed(resource, client)
+        mark = ownership.read(observed)
+        if observed is None or mark is None or mark.uid != me.uid:
+            return ""
+        if buckets.is_stream_kind(resource.kind):
+            await client.update_stream(ownership.unmarked(observed))
+        else:
+            await client.put_consumer(resource.stream_name(), ownership.unmarked(observed), "update")
+    except (connections.Unusable, credentials.CredentialsError, jsclient.BrokerUnavailable, jsclient.ApiError,
+            ValueError) as exc:  # ValueError: a connection spec pydantic refuses
+        return f" (its ownership marks stay: {exc})"
+    return " (its ownership marks were removed)"
+
+
+def _retained(resource: Resource) -> bool:
+    """Is the server object kept only because the spec says so (deletionPolicy retain, or preventDelete)?"""
+    try:
+        managed = annotation.is_managed(resource.annotations) and not annotation.is_paused(resource.annotations)
+    except annotation.AnnotationError:
+        return False
+    policy, prevent = resource.spec.get("deletionPolicy"), resource.spec.get("preventDelete")
+    return managed and models.effective_deletion_policy(policy, prevent) == "retain"
 
 
 def _kept_because(resource: Resource) -> str:

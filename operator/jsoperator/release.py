@@ -15,15 +15,15 @@ import fnmatch
 from typing import Any
 
 from . import connections, jsclient, kubeapi, reconcile
-from .settings import FINALIZER, Settings
+from .settings import Settings
 
 STOP_TIMEOUT = 120.0
 
 
-def _selected(body: dict[str, Any], patterns: tuple[str, ...]) -> bool:
-    namespace = body["metadata"].get("namespace")
-    if namespace is None:  # a cluster connection: the one an operator watching `patterns` serves
-        return connections.may_serve((body.get("spec") or {}).get("allowedNamespaces") or [], patterns)
+def _selected(body: dict[str, Any], settings: Settings) -> bool:
+    namespace, patterns = body["metadata"].get("namespace"), settings.namespaces
+    if namespace is None:  # a cluster connection: the one this operator instance watching `patterns` serves
+        return connections.serves(settings.instance, patterns, body)
     return not patterns or any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
 
 
@@ -51,15 +51,16 @@ async def release(settings: Settings, *, stop: str | None, force: bool, out: Any
         kinds: tuple[reconcile.Kind, ...] = ("Consumer", "Stream", "KeyValue", "ObjectStore")
         for kind in kinds:  # consumers first: a stream's deletion waits for none of them here
             for body in await _listed(kind, settings.namespaces):
-                if FINALIZER in (body["metadata"].get("finalizers") or []) and _selected(body, settings.namespaces):
+                if settings.finalizer in (body["metadata"].get("finalizers") or []) and _selected(body, settings):
                     released = await _release_one(kind, body, runtime, force, out)
                     held += not released
                     if not (released and body["metadata"].get("deletionTimestamp")):
                         _note_user(users, kind, body)
         for connection_kind in connections.KINDS:
             for body in await _listed(connection_kind, settings.namespaces):
-                if FINALIZER in (body["metadata"].get("finalizers") or []) and _selected(body, settings.namespaces):
-                    held += not await _release_connection(connection_kind, body, users, force, out)
+                if settings.finalizer in (body["metadata"].get("finalizers") or []) and _selected(body, settings):
+                    held += not await _release_connection(connection_kind, body, users, settings.finalizer, force,
+                                                          out)
     finally:
         await pool.close()
     return 1 if held else 0
@@ -72,15 +73,15 @@ def _note_user(users: dict[connections.Ref, list[str]], kind: str, body: dict[st
         users.setdefault(ref, []).append(f"{kind} {meta['namespace']}/{meta['name']}")
 
 
-async def _release_connection(kind: str, body: dict[str, Any], users: dict[connections.Ref, list[str]], force: bool,
-                              out: Any) -> bool:
+async def _release_connection(kind: str, body: dict[str, Any], users: dict[connections.Ref, list[str]],
+                              finalizer: str, force: bool, out: Any) -> bool:
     ref = connections.ref_of_body(kind, body)
     named_by = sorted(users.get(ref, []))
     if body["metadata"].get("deletionTimestamp") and named_by and not force:
         print(f"{connections.describe(ref)}: kept, being deleted while {', '.join(named_by)} still name it (delete "
               "those or point them elsewhere, or run again with --force)", file=out)
         return False
-    await kubeapi.remove_finalizer(kind, body, FINALIZER)
+    await kubeapi.remove_finalizer(kind, body, finalizer)
     print(f"{connections.describe(ref)}: released", file=out)
     return True
 
@@ -100,6 +101,6 @@ async def _release_one(kind: reconcile.Kind, body: dict[str, Any], runtime: reco
         what = "; ".join(event.message for event in result.events)
     else:
         what = "server object kept, resource kept"
-    await kubeapi.remove_finalizer(kind, body, FINALIZER)
+    await kubeapi.remove_finalizer(kind, body, runtime.settings.finalizer)
     print(f"{where}: released ({what})", file=out)
     return True

@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
 
 from . import annotations as annotation
 
 FINALIZER = annotation.PREFIX + "finalizer"
+_INSTANCE = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?")
 
 
 class SettingsError(ValueError):
@@ -51,9 +53,16 @@ class Settings:
     """Observe only: report drift and missing server objects in status, never create, update or delete one,
     never run a reset or unpin annotation."""
     cluster_connections: bool = True
-    """Serve ClusterJetStreamConnections (status, finalizer, watch); False: only read them when resources name
-    them. Exactly one operator per cluster should serve them: kopf strips its finalizer from an object in any
-    other operator process whose handlers do not match it."""
+    """Serve the ClusterJetStreamConnections labelled for this instance (status, finalizer, counts); False: serve
+    and watch none, only read them when resources name them."""
+    instance: str = ""
+    """This operator's name among several in one cluster: it serves the ClusterJetStreamConnections labelled
+    `jsoperator.io/instance: <instance>` (empty: the unlabelled ones) and holds its resources with its own
+    finalizer, so one operator never strips another's (kopf takes its finalizer off every object of a kind it
+    handles that its handlers do not match)."""
+    cluster_name: str = ""
+    """This Kubernetes cluster's name in the ownership marks on server objects (ownership.py); empty: the uid of
+    its kube-system namespace, read at start."""
     metrics_port: int | None = 8080
     health_port: int | None = 8081
     log_level: str = "INFO"
@@ -78,6 +87,14 @@ class Settings:
             raise SettingsError("give either --creds or --creds-secret, not both")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise SettingsError("--tls-cert and --tls-key go together")
+        if self.instance and not _INSTANCE.fullmatch(self.instance):
+            raise SettingsError(f"--instance {self.instance!r} must be 1-40 lowercase letters, digits or '-', "
+                                "starting and ending with a letter or digit (it names a label value and a finalizer)")
+
+    @property
+    def finalizer(self) -> str:
+        """The finalizer this operator puts on what it serves: its instance's own."""
+        return f"{FINALIZER}.{self.instance}" if self.instance else FINALIZER
 
 
 def parse_bool(value: str) -> bool:
@@ -112,7 +129,9 @@ _ENV: dict[str, tuple[str, Callable[[str], object]]] = {
     "leader_election": ("JSOPERATOR_LEADER_ELECTION", str),
     "finalizers": ("JSOPERATOR_FINALIZERS", parse_bool),
     "cluster_connections": ("JSOPERATOR_CLUSTER_CONNECTIONS", parse_bool),
+    "instance": ("JSOPERATOR_INSTANCE", str),
     "read_only": ("JSOPERATOR_READ_ONLY", parse_bool),
+    "cluster_name": ("JSOPERATOR_CLUSTER_NAME", str),
     "metrics_port": ("JSOPERATOR_METRICS_PORT", int),
     "health_port": ("JSOPERATOR_HEALTH_PORT", int),
     "log_level": ("JSOPERATOR_LOG_LEVEL", str),

@@ -359,3 +359,18 @@ def test_uninstall_hook_releases_the_finalizers_and_stays_out_of_templates_witho
     [operator] = one(render(helm_bin, ["operator.finalizers=false"]), "Deployment")["spec"]["template"]["spec"][
         "containers"]
     assert env(operator)["JSOPERATOR_FINALIZERS"] == "false"
+
+
+def test_instance_and_cluster_name_reach_the_operator_and_its_release_hook(helm_bin):
+    """Several operators in one cluster: the hook must release with the operator's own finalizer."""
+    docs = render(helm_bin, ["operator.instance=team-a", "operator.clusterName=east"])
+    [operator] = one(docs, "Deployment", "jk-jetstream-kopf-operator")["spec"]["template"]["spec"]["containers"]
+    [hook] = one(docs, "Job", "jk-jetstream-kopf-operator-release")["spec"]["template"]["spec"]["containers"]
+    for container in (operator, hook):
+        assert env(container)["JSOPERATOR_INSTANCE"] == "team-a"
+        assert env(container)["JSOPERATOR_CLUSTER_NAME"] == "east"
+    [plain] = one(render(helm_bin, []), "Deployment", "jk-jetstream-kopf-operator")["spec"]["template"]["spec"][
+        "containers"]
+    assert "JSOPERATOR_INSTANCE" not in env(plain) and "JSOPERATOR_CLUSTER_NAME" not in env(plain)
+    refused = run_helm(helm_bin, "template", "jk", str(CHART), "--set", "operator.instance=Team_A")
+    assert refused.returncode != 0 and "/operator/instance': 'Team_A' does not match" in refused.stderr

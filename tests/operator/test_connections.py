@@ -67,6 +67,18 @@ def test_an_operator_serves_cluster_connections_granting_a_namespace_it_watches(
     assert connections.may_serve(allowed, watched) is served
 
 
+@pytest.mark.parametrize(("labels", "instance", "served"), [
+    ({}, "", True), ({}, "east", False), ({"jsoperator.io/instance": "east"}, "east", True),
+    ({"jsoperator.io/instance": "east"}, "", False), ({"jsoperator.io/instance": "east"}, "west", False),
+])
+def test_exactly_the_instance_its_label_names_serves_a_cluster_connection(
+    labels: dict[str, str], instance: str, served: bool
+) -> None:
+    connection = {"metadata": {"name": "c", "labels": labels}, "spec": {"allowedNamespaces": ["*"]}}
+    assert connections.serves(instance, ("team-*",), connection) is served
+    assert connections.serves(instance, ("team-*",), {**connection, "spec": {"allowedNamespaces": ["x"]}}) is False
+
+
 def test_connection_and_connection_ref_are_exclusive() -> None:
     with pytest.raises(models.SpecError, match="set spec.connection or spec.connectionRef, not both"):
         models.parse_spec(models.StreamSpec, {"connection": {}, "connectionRef": {"name": "c"}})

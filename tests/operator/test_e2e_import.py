@@ -7,8 +7,9 @@ a paused consumer, KeyValue and ObjectStore buckets, an ephemeral consumer that 
 client (`nats kv add`, `nats object add`: natscli, nats.go) -> `jsoperator import -o DIR/` -> created
 through the Kubernetes API -> every resource Ready and Adopted ("it matches the spec"), no
 Updated/Created/DriftRepaired Event -> the server's stream and consumer configs byte for byte as before
-(JSON-normalised) -> deleting the resources (deletionPolicy retain, the import's default) leaves the server
-objects and their messages.
+(JSON-normalised), but for the ownership marks each resource wrote into its object's metadata -> deleting the
+resources (deletionPolicy retain, the import's default) leaves the server objects and their messages, their
+marks removed: byte for byte as before.
 """
 
 from __future__ import annotations
@@ -99,8 +100,15 @@ async def _populate(js: Any) -> None:
         "ack_policy": "explicit", "inactive_threshold": 600 * NS}})
 
 
-def _snapshot(url: str) -> dict[str, Any]:
-    """Every stream's config and message count, every consumer's config, by name (JSON-normalised)."""
+def _snapshot(url: str, *, marks: bool = True) -> dict[str, Any]:
+    """Every stream's config and message count, every consumer's config, by name (JSON-normalised); `marks`
+    False leaves the ownership marks out of the metadata."""
+
+    def shown(config: dict[str, Any]) -> str:
+        if not marks:
+            kept = {k: v for k, v in (config.get("metadata") or {}).items() if not k.startswith("jsoperator.io/")}
+            config = {**config, "metadata": kept}
+        return json.dumps(config, sort_keys=True)
 
     async def read(js: Any) -> dict[str, Any]:
         streams = (await _api(js, "STREAM.LIST", {}))["streams"]
@@ -108,8 +116,8 @@ def _snapshot(url: str) -> dict[str, Any]:
         for info in streams:
             name = info["config"]["name"]
             consumers = (await _api(js, f"CONSUMER.LIST.{name}", {}))["consumers"]
-            out[name] = {"config": json.dumps(info["config"], sort_keys=True), "messages": info["state"]["messages"],
-                         "consumers": {c["name"]: json.dumps(c["config"], sort_keys=True) for c in consumers}}
+            out[name] = {"config": shown(info["config"]), "messages": info["state"]["messages"],
+                         "consumers": {c["name"]: shown(c["config"]) for c in consumers}}
         return out
 
     return on_broker(url, read)
@@ -184,7 +192,9 @@ def test_import_apply_adopts_with_no_change(kube, broker, tmp_path: Path) -> Non
     for doc in docs.values():
         reasons = {event.reason for event in kube.events(doc["metadata"]["name"])}
         assert not reasons & {"Updated", "Created", "DriftRepaired", "ReconcileFailed"}, (doc["metadata"], reasons)
-    assert _snapshot(broker.url) == before
+    assert _snapshot(broker.url, marks=False) == before
+    marked = json.loads(_snapshot(broker.url)["ORDERS"]["config"])["metadata"]
+    assert marked["jsoperator.io/name"] == "orders" and marked["jsoperator.io/namespace"] == kube.namespace
 
     for doc in docs.values():
         kube.delete(doc["kind"], doc["metadata"]["name"])

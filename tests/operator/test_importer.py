@@ -141,6 +141,20 @@ def test_server_metadata_is_not_imported_and_an_empty_value_is() -> None:
     assert importer.spec_fields(StreamSpec, {"name": "S", "metadata": {"_nats.level": "1"}}) == {"name": "S"}
 
 
+def test_ownership_marks_are_not_imported() -> None:
+    """The imported resource writes its own marks when it adopts the object: another's are no spec metadata."""
+    marks = {"jsoperator.io/cluster": "east", "jsoperator.io/uid": "u1", "jsoperator.io/name": "orders"}
+    fields = importer.spec_fields(StreamSpec, {"name": "S", "metadata": {**marks, "team": "a"}})
+    assert fields == {"name": "S", "metadata": {"team": "a"}}
+    assert importer.spec_fields(ConsumerSpec, {"durable_name": "C", "metadata": marks}) == {"durableName": "C"}
+    owner = {**marks, "jsoperator.io/kind": "Stream", "jsoperator.io/namespace": "shop"}
+    out = importer.import_server({"S": _stream("S", metadata={**owner, "team": "a"})}, {}, importer.Options(), NOW)
+    assert out.notes == ["stream S belongs to Stream shop/orders (uid u1) of cluster east: the imported resource "
+                         "(adoptionPolicy: adopt) takes it over once applied and that one stops changing it; delete "
+                         "that resource with deletionPolicy: retain first to hand it over cleanly"]
+    assert out.manifests[0]["spec"]["metadata"] == {"team": "a"}
+
+
 def test_a_server_field_no_spec_can_hold_is_refused_not_dropped() -> None:
     with pytest.raises(importer.Unrepresentable, match=r"the server sets allow_future_thing=true, which"):
         importer.spec_fields(StreamSpec, {"name": "S", "allow_future_thing": True, "new_zero": 0})

@@ -456,6 +456,7 @@ def _consumer_subjects(spec: dict[str, Any], index: int) -> dict[str, Any]:
         ({"retention": "forever"}, "retention"),
         ({"name": "a.b"}, "name"),
         ({"metadata": {"_nats.ver": "1"}}, "reserved"),
+        ({"metadata": {"jsoperator.io/uid": "1"}}, "reserved"),
         ({"mirror": {"name": "O"}, "subjects": ["x"]}, "a mirror cannot also set"),
         ({"denyPurge": True, "allowRollupHdrs": True}, "allowRollupHdrs needs purges"),
         ({"subjectDeleteMarkerTtl": "1m", "denyPurge": True}, "subjectDeleteMarkerTtl needs roll-ups"),

@@ -60,6 +60,8 @@ def test_env_then_flags_precedence():
         ({"log_level": "LOUD"}, {}, "is not a logging level"),
         ({"creds_file": "a.creds", "creds_secret": "ns/s"}, {}, "either --creds or --creds-secret"),
         ({"tls_cert_file": "c.pem"}, {}, "--tls-cert and --tls-key go together"),
+        ({"instance": "Team_A"}, {}, "--instance 'Team_A' must be 1-40 lowercase letters"),
+        ({}, {"JSOPERATOR_INSTANCE": "-a"}, "--instance '-a' must be"),
     ],
 )
 def test_invalid_settings_say_what_to_fix(flags, env, message):
@@ -74,6 +76,14 @@ def test_kopf_state_lives_under_its_own_prefix_not_the_users_annotations():
     assert ks.persistence.progress_storage.prefix == "state.jsoperator.io"
     assert isinstance(ks.persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
     assert ks.persistence.diffbase_storage.prefix == "state.jsoperator.io"
+
+
+def test_each_instance_has_its_own_finalizer():
+    """kopf takes its finalizer off every object of a watched kind its handlers do not match: two operators
+    sharing a finalizer name would take each other's off."""
+    assert handlers.kopf_settings(settings.load({"instance": "east"}, environ={})).persistence.finalizer == (
+        "jsoperator.io/finalizer.east")
+    assert settings.load({}, environ={"JSOPERATOR_INSTANCE": "team-b"}).finalizer == "jsoperator.io/finalizer.team-b"
 
 
 def test_cli_rejects_bad_settings_with_exit_code_2():

@@ -14,7 +14,7 @@ import kopf
 
 from .. import state_storage
 from . import common
-from ..settings import FINALIZER, Settings
+from ..settings import Settings
 
 
 def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
@@ -44,7 +44,7 @@ def kopf_settings(settings: Settings) -> kopf.OperatorSettings:
     """kopf's own settings: state under `state.jsoperator.io` annotations (so changes of the users'
     `jsoperator.io/` annotations are changes to kopf), Events only when we post them."""
     ks = kopf.OperatorSettings()
-    ks.persistence.finalizer = FINALIZER
+    ks.persistence.finalizer = settings.finalizer
     ks.persistence.progress_storage = state_storage.progress_storage()
     ks.persistence.diffbase_storage = state_storage.DiffBaseStorage()
     ks.posting.loggers = False

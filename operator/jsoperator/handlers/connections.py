@@ -42,12 +42,16 @@ def _referrer_status(names: list[str]) -> dict[str, Any]:
 class _Counts:
     """Writes a connection's referencedBy/referrers, one write at a time per connection, each computed from
     the indexes right before it is sent: the last write carries the newest count, whatever the order in
-    which the events that asked for them arrived."""
+    which the events that asked for them arrived. Only for the connections this operator serves (`served`,
+    kept by the connections' watch): another operator's cluster connection is its to count."""
 
     def __init__(self) -> None:
         self._locks: dict[connections.Ref, asyncio.Lock] = {}
+        self.served: set[connections.Ref] = set()
 
     async def write(self, ref: connections.Ref, indexes: Mapping[str, Any]) -> None:
+        if ref[0] == connections.CLUSTER and ref not in self.served:
+            return
         async with self._locks.setdefault(ref, asyncio.Lock()):
             with contextlib.suppress(kubeapi.ApiException):  # e.g. no access to cluster connections
                 await kubeapi.patch_status(*ref, _referrer_status(referrers(ref, indexes)))
@@ -77,8 +81,9 @@ def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
     for resource_kind in RESOURCE_KINDS:
         _register_users_index(registry, resource_kind, counts)
     for kind in connections.KINDS:
-        # Any operator process with handlers for a kind takes its finalizer off objects its handlers do not
-        # match (kopf), so only one operator per cluster may serve the cluster-scoped kind.
+        # kopf takes its finalizer off every object of a watched kind that none of its handlers needs it for (even
+        # a kind with event handlers only): an operator serving no cluster connection must not watch them, or it
+        # would strip the finalizer of the operator of the same --instance that serves them.
         if kind != connections.CLUSTER or settings.cluster_connections:
             _register_kind(registry, settings, kind, kubeapi.PLURALS[kind], counts)
 
@@ -115,8 +120,11 @@ def _register_kind(registry: kopf.OperatorRegistry, settings: Settings, kind: st
                    counts: _Counts) -> None:
     cluster = kind == connections.CLUSTER
 
-    def served(spec: Mapping[str, Any], **_: Any) -> bool:
-        return not cluster or connections.may_serve(spec.get("allowedNamespaces") or [], settings.namespaces)
+    def serves(body: Mapping[str, Any]) -> bool:
+        return not cluster or connections.serves(settings.instance, settings.namespaces, body)
+
+    def served(body: kopf.Body, **_: Any) -> bool:
+        return serves(body)
 
     resource: dict[str, Any] = dict(group=common.GROUP, version=common.VERSION, plural=plural, registry=registry,
                                     when=served)
@@ -124,6 +132,7 @@ def _register_kind(registry: kopf.OperatorRegistry, settings: Settings, kind: st
 
     async def check(*, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, retry: int, **kw: Any) -> None:
         ref = connections.ref_of_body(kind, body)
+        counts.served.add(ref)  # its `when` matched (the watch may not have seen it yet)
         outcome = await _check(kind, body, memo["settings"], memo["pool"])
         patch.status.update(status.build(body.get("status"), generation=int(body["metadata"].get("generation") or 0),
                                          outcome=outcome, now=datetime.now(timezone.utc)))
@@ -140,6 +149,10 @@ def _register_kind(registry: kopf.OperatorRegistry, settings: Settings, kind: st
         """A connection that appears, changes or goes wakes the resources naming it (not its status patches)."""
         raw = dict(event.get("object") or body)
         ref = connections.ref_of_body(kind, raw)
+        if event.get("type") != "DELETED" and serves(raw):
+            counts.served.add(ref)
+        else:
+            counts.served.discard(ref)
         generation = None if event.get("type") == "DELETED" else raw["metadata"].get("generation")
         if generations.get(ref) != generation:
             generations[ref] = generation
