@@ -3,8 +3,9 @@ field) on the envtest apiserver under NACK's own CRDs (tests/operator/nack/crds.
 in their defaults as in a cluster running NACK), their server objects made first as NACK makes them (jsm.go's
 templates and NACK's spec -> config rules for streams and consumers, nats.go through the `nats` CLI for
 buckets), then `jsoperator import --from-nack` from the cluster, the manifests applied, and the running
-operator: every resource Ready, Synced and Adopted ("it matches the spec"), no Created/Updated/DriftRepaired Event, the server's
-configs byte for byte as before (JSON-normalised) but for the ownership marks adoption writes, and the report on stdout lists exactly the unmapped fields.
+operator: every resource Ready, Synced and Adopted ("it matches the spec"), no Created/Updated/DriftRepaired
+Event, the server's configs byte for byte as before (JSON-normalised) but for the ownership marks adoption
+writes, and the report on stdout lists exactly the unmapped fields.
 Bad input (a Consumer whose stream is not imported, a Secret missing, a file of an unknown version) exits 2
 and writes nothing.
 """
