@@ -44,7 +44,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "protocol": ("jsbroker.protocol", "jsbroker.websocket"),
     "helpers": ("jsbroker.subjects", "jsbroker.natsconf", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys",
                 "jsbroker.slow_consumer", "jsbroker.claims", "jsbroker.creds", "jsbroker.resolvers",
-                "jsbroker.operator_auth"),
+                "jsbroker.operator_auth", "jsbroker.passwords"),
     "internal": ("jsbroker.internal",),
     "core": (
         "jsbroker",
@@ -127,6 +127,7 @@ PURE = frozenset(
         "jsbroker.config",  # settings dataclasses; reads a config file only when load_file() is called
         "jsbroker.natsconf",  # nats-server's config format; included files through a passed-in reader
         "jsbroker.nkeys",  # key decoding and signature checks
+        "jsbroker.passwords",  # configured secrets compared (bcrypt or constant time)
         "jsbroker.claims",  # NATS JWTs decoded and verified
         "jsbroker.creds",  # .creds and decorated JWT files, from their text
         "jsbroker.operator_auth",  # operator mode's CONNECT checks; the resolver is a passed-in fetch

@@ -566,10 +566,7 @@ def _refused(*names: str, why: str) -> Setting:
 # -- authorization { ... } ---------------------------------------------------------------------------------
 
 def _secret(node: Node, what: str) -> str:
-    text = _str(node, what)  # nats-server refuses a number here too
-    if text.startswith("$2"):
-        raise _fail(node, f"{what}: bcrypt-hashed secrets are not supported by jsbroker; give the secret itself")
-    return text
+    return _str(node, what)  # nats-server refuses a number here too; a bcrypt hash is compared as one (passwords.py)
 
 
 def _users(node: Node, acc: Acc, what: str) -> None:
@@ -656,7 +653,7 @@ _PERMISSIONS: tuple[Setting, ...] = (
 )
 _USER: tuple[Setting, ...] = (
     Setting(("user", "username"), _set("user", _str), "user name"),
-    Setting(("password", "pass"), _set("password", _secret), "password (plain text)"),
+    Setting(("password", "pass"), _set("password", _secret), "password (plain text, or a bcrypt hash)"),
     Setting(("nkey",), _set("nkey", _str), "an nkey user's public key"),
     Setting(("permissions", "permission", "authorization"), _permissions, "publish/subscribe permissions"),
     _refused("allowed_connection_types", "connection_types", "clients",
@@ -679,8 +676,8 @@ def _with_defaults(acc: Acc) -> tuple[User, ...]:
 
 _AUTHORIZATION: tuple[Setting, ...] = (
     Setting(("user", "username"), _set("user", _str), "the one user's name"),
-    Setting(("password", "pass"), _set("password", _secret), "its password (plain text; bcrypt is refused)"),
-    Setting(("token",), _set("token", _secret), "a token instead"),
+    Setting(("password", "pass"), _set("password", _secret), "its password (plain text, or a bcrypt hash)"),
+    Setting(("token",), _set("token", _secret), "a token instead (plain text, or a bcrypt hash)"),
     Setting(("timeout",), _set("timeout", _duration), "time allowed between connect and CONNECT (default 2s)"),
     Setting(("users",), _users, "several users, each with permissions, or nkey users"),
     Setting(("default_permissions", "default_permission"), _default_permissions,

@@ -20,6 +20,7 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
+from . import passwords
 from .config import AuthSettings, OperatorSettings, User
 from .internal import Origin
 from .listen import host_port, plain_ip
@@ -537,7 +538,7 @@ def _authenticate(auth: AuthSettings, opts: dict[str, Any], nonce: str) -> tuple
         return True, next(u for u in auth.users if u.user == auth.no_auth_user)
     if auth.token is not None:
         given = opts.get("auth_token")
-        return isinstance(given, str) and hmac.compare_digest(given.encode(), auth.token.encode()), None
+        return isinstance(given, str) and passwords.matches(given, auth.token), None
     nkey, signature = opts.get("nkey"), opts.get("sig")
     if isinstance(nkey, str) and isinstance(signature, str) and nonce:
         for entry in auth.users:
@@ -547,10 +548,11 @@ def _authenticate(auth: AuthSettings, opts: dict[str, Any], nonce: str) -> tuple
     user, password = opts.get("user"), opts.get("pass")
     if not isinstance(user, str) or not isinstance(password, str):
         return False, None
-    if auth.user is not None and auth.password is not None and _same(user, auth.user) & _same(password, auth.password):
+    if auth.user is not None and auth.password is not None and _same(user, auth.user) \
+            and passwords.matches(password, auth.password):
         return True, User(auth.user, auth.password)
     for entry in auth.users:
-        if entry.password is not None and _same(user, entry.user) & _same(password, entry.password):
+        if entry.password is not None and _same(user, entry.user) and passwords.matches(password, entry.password):
             return True, entry
     return False, None
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
-from . import __version__, info, lameduck
+from . import __version__, info, lameduck, passwords
 from .accounts import Accounts
 from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
 from .connection import Connection
@@ -246,6 +246,9 @@ class Broker:
         self.log.debug(f"  Python:   {info.RUNTIME}")
         self.log.info(f"  Name:     {self.server_name}", name=self.server_name)
         self.log.info(f"  ID:       {self.server_id}", id=self.server_id)
+        auth = self.config.auth
+        if passwords.plaintext([auth.password, *(u.password for u in auth.users if u.nkey is None)]):
+            self.log.warning("Plaintext passwords detected, use nkeys or bcrypt")
 
     def _log_jetstream(self, js: JetStreamSettings) -> None:
         """nats-server's JetStream block (its ASCII-art banner left out), with jsbroker's sync setting."""

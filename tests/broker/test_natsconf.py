@@ -144,6 +144,7 @@ def jsbroker_accepts(path: Path) -> tuple[bool, str]:
 
 
 BOTH_ACCEPT = [
+    "authorization { user: a, password: \"$2a$11$W2zko751KUvVy59mUTWmpOdWjpEm5qhcCZRd05GjI/sSOT.xtiHyG\" }\n",
     "port: 4333\nhost: 127.0.0.1\nserver_name: js-0\n",
     "listen: 127.0.0.1:-1\nhttp: 127.0.0.1:8222\n",
     "port: -1\nhttp_port: -1\n",
@@ -198,8 +199,6 @@ ONLY_NATS_SERVER = [  # settings nats-server has and jsbroker refuses, naming th
     ("mqtt { port: 1883 }\n", "mqtt:"),
     ("max_subscriptions: 10\n", "max_subscriptions:"),
     ("jetstream { cipher: aes }\n", "jetstream.cipher:"),
-    ("authorization { user: a, password: \"$2a$11$W2zko751KUvVy59mUTWmpOdWjpEm5qhcCZRd05GjI/sSOT.xtiHyG\" }\n",
-     "bcrypt-hashed secrets are not supported"),
     ("max_connections: 0\n", "jsbroker needs a positive limit"),
 ]
 
