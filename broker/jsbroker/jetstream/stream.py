@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from jsbroker import subjects
-from jsbroker.jetstream import advisories, api, atomic_batch, counters, errors, fast_batch, headers, requests, schedule, times
+from jsbroker.jetstream import advisories, atomic_batch, counters, errors, fast_batch, headers, requests, responses, schedule, times
 from jsbroker.jetstream.dedupe import MsgIdWindow
 from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform, short_hash
 from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
@@ -113,7 +113,7 @@ class Stream:
     - `acked(seq)`: a consumer calls it after an ack; with interest or workqueue retention the stream
       removes the message once no consumer still needs it.
     - `store`, `config`, `name`, `consumers` (name -> consumer), `directory` (None for memory streams;
-      the consumer registry in service.py keeps the consumers' directories under it), `bus` (the
+      the consumer registry in registry.py keeps the consumers' directories under it), `bus` (the
       InternalBus), `created_ns`.
     """
 
@@ -1280,7 +1280,7 @@ def _json_str(text: str) -> str:
 
 
 def _error_json(err: errors.ApiError) -> bytes:
-    return api.dumps(err.to_dict())
+    return responses.dumps(err.to_dict())
 
 
 def stored_ttl_ns(hdr: bytes) -> int:
