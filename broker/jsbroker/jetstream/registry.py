@@ -29,7 +29,8 @@ from jsbroker.config import JetStreamSettings
 from jsbroker.internal import InternalBus
 from jsbroker.jetstream import (advisories, atomic_batch, consumer_config, errors, fast_batch, snapshot, sourcing,
                                 stream_config, times)
-from jsbroker.jetstream.consumer import Consumer, consumer_meta, load_meta
+from jsbroker.jetstream.consumer import Consumer
+from jsbroker.jetstream.consumer_meta import consumer_meta, load_meta
 from jsbroker.jetstream.requests import API_LEVEL
 from jsbroker.jetstream.responses import ApiCounts
 from jsbroker.jetstream.sourcing import Sourcing
@@ -79,8 +80,9 @@ class ConsumerRegistry:
         memory = directory is None or cfg.mem_storage
         store = storage.open_consumer_store("memory" if memory else "file", None if memory else directory,
                                             self._sync)
-        return Consumer(stream, name, cfg, store, directory, created_ns,
-                        on_inactive=lambda consumer: self.delete(stream, consumer), sync=self._sync)
+        consumer = Consumer(stream, name, cfg, store, directory, created_ns,
+                            on_inactive=lambda: self.delete(stream, consumer), sync=self._sync)
+        return consumer
 
     def create(self, stream: Stream, name: str, cfg: ConsumerConfig, created_ns: int) -> Consumer:
         """A new consumer (its config checked by the caller): started, saved, attached, announced."""
