@@ -146,6 +146,7 @@ PURE = frozenset(
         "jsbroker.jetstream.subject_transform",
         "jsbroker.jetstream.requests",
         "jsbroker.jetstream.snapshot",  # the archive format: reads and writes only the file objects it is given
+        "jsbroker.jetstream.direct_get",  # DIRECT.GET's answer, from the store it is given
         "jsbroker.jetstream.s2",  # s2 / Snappy stream decoding, the same
         "jsbroker.store.base",
         "jsbroker.store.record",
