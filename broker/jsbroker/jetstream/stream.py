@@ -41,6 +41,7 @@ from jsbroker.jetstream import (advisories, atomic_batch, counters, direct_get, 
                                 responses, schedule, times)
 from jsbroker.jetstream.dedupe import MsgIdWindow
 from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform, short_hash
+from jsbroker.jetstream.timer import Timer
 from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
 
 if TYPE_CHECKING:
@@ -143,13 +144,13 @@ class Stream:
         self._subs: list[InternalSubscription] = []
         self._direct_subs: list[InternalSubscription] = []
         self._direct_names: list[str] = []  # the stream names whose DIRECT.GET this stream answers
-        self._expiry_handle: Any = None
-        self._expiry_at = 0
+        self._expiry_timer = Timer(bus.loop, self._expire)
+        self._expiry_at = 0  # the wall-clock deadline the expiry timer is armed for
         self._schedules: schedule.Table | None = None  # allow_msg_schedules: what the schedule timer waits on
-        self._schedule_handle: Any = None
-        self._schedule_at = 0
+        self._schedule_timer = Timer(bus.loop, self._fire_schedules)
+        self._schedule_at = 0  # the wall-clock deadline the schedule timer is armed for
         self._batches = atomic_batch.Batches(batches or atomic_batch.Inflight())  # open atomic batches
-        self._batch_handle: Any = None  # the timer dropping the batches whose time is up
+        self._batch_timer = Timer(bus.loop, self._expire_batches)  # drops the batches whose time is up
         self._closed = False
         self.counter_val = ""  # counter streams: the total the last stored message holds (its pub ack's "val")
         # File streams write the plain publishes of one read with one write(): their pub acks wait here
@@ -202,10 +203,8 @@ class Stream:
         self._subs.clear()
         self._direct_subs.clear()
         self._direct_names = []
-        for handle in (self._expiry_handle, self._schedule_handle, self._batch_handle):
-            if handle is not None:
-                handle.cancel()
-        self._expiry_handle = self._schedule_handle = self._batch_handle = None
+        for timer in (self._expiry_timer, self._schedule_timer, self._batch_timer):
+            timer.cancel()
         self._batches.clear()
         self._close_fast_batches()
         for consumer in list(self.consumers.values()):
@@ -519,16 +518,15 @@ class Stream:
                                                  len(msgs))
 
     def _arm_batches(self) -> None:
-        if self._closed or self._batch_handle is not None:
+        if self._closed or self._batch_timer.armed:
             return
         due = self._batches.next_deadline()
         if due is None:
             return
-        self._batch_handle = self.bus.loop.call_later(max(due - times.now_ns(), 0) / _NS, self._expire_batches)
+        self._batch_timer.arm(due - times.now_ns(), earliest=False)
 
     def _expire_batches(self) -> None:
         """An open batch without a message for atomic_batch.TIMEOUT_NS goes (no commit can follow)."""
-        self._batch_handle = None
         for batch_id in self._batches.expire(times.now_ns()):
             advisories.batch_abandoned(self.bus, self.name, self._domain, batch_id, atomic_batch.TIMEOUT)
         self._arm_batches()
@@ -838,18 +836,12 @@ class Stream:
     # -- expiry -----------------------------------------------------------------------------------------
 
     def _arm_expiry(self, at_ns: int | None) -> None:
-        if at_ns is None or self._closed:
-            return
-        if self._expiry_handle is not None:
-            if self._expiry_at <= at_ns:
-                return
-            self._expiry_handle.cancel()
+        if at_ns is None or self._closed or (self._expiry_timer.armed and self._expiry_at <= at_ns):
+            return  # the publish path's common case: armed already for an earlier deadline
         self._expiry_at = at_ns
-        delay = max(0.0, (at_ns - times.now_ns()) / _NS)
-        self._expiry_handle = self.bus.loop.call_later(delay, self._expire)
+        self._expiry_timer.arm(at_ns - times.now_ns(), earliest=False)
 
     def _expire(self) -> None:
-        self._expiry_handle = None
         if self._closed:
             return
         try:
@@ -919,18 +911,12 @@ class Stream:
 
     def _arm_schedules(self) -> None:
         due = self._schedules.next_due() if self._schedules is not None else None
-        if due is None or self._closed:
+        if due is None or self._closed or (self._schedule_timer.armed and self._schedule_at <= due):
             return
-        if self._schedule_handle is not None:
-            if self._schedule_at <= due:
-                return
-            self._schedule_handle.cancel()
         self._schedule_at = due
-        delay = max(due - times.now_ns(), schedule.MIN_DELAY_NS) / _NS
-        self._schedule_handle = self.bus.loop.call_later(delay, self._fire_schedules)
+        self._schedule_timer.arm(max(due - times.now_ns(), schedule.MIN_DELAY_NS), earliest=False)
 
     def _fire_schedules(self) -> None:
-        self._schedule_handle = None
         if self._closed or self._schedules is None:
             return
         now = times.now_ns()
