@@ -41,6 +41,7 @@ from jsbroker.jetstream import (advisories, atomic_batch, counters, direct_get, 
                                 responses, schedule, times)
 from jsbroker.jetstream.dedupe import MsgIdWindow
 from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform, short_hash
+from jsbroker.jetstream.stream_schedules import StreamSchedules
 from jsbroker.jetstream.timer import Timer
 from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
 
@@ -146,9 +147,7 @@ class Stream:
         self._direct_names: list[str] = []  # the stream names whose DIRECT.GET this stream answers
         self._expiry_timer = Timer(bus.loop, self._expire)
         self._expiry_at = 0  # the wall-clock deadline the expiry timer is armed for
-        self._schedules: schedule.Table | None = None  # allow_msg_schedules: what the schedule timer waits on
-        self._schedule_timer = Timer(bus.loop, self._fire_schedules)
-        self._schedule_at = 0  # the wall-clock deadline the schedule timer is armed for
+        self._schedules: StreamSchedules | None = None  # allow_msg_schedules: the schedules and their timer
         self._batches = atomic_batch.Batches(batches or atomic_batch.Inflight())  # open atomic batches
         self._batch_timer = Timer(bus.loop, self._expire_batches)  # drops the batches whose time is up
         self._closed = False
@@ -203,8 +202,10 @@ class Stream:
         self._subs.clear()
         self._direct_subs.clear()
         self._direct_names = []
-        for timer in (self._expiry_timer, self._schedule_timer, self._batch_timer):
+        for timer in (self._expiry_timer, self._batch_timer):
             timer.cancel()
+        if self._schedules is not None:
+            self._schedules.stop()
         self._batches.clear()
         self._close_fast_batches()
         for consumer in list(self.consumers.values()):
@@ -687,8 +688,7 @@ class Stream:
         if self._schedules is not None:
             if hdr and headers.SCHEDULE_NEEDLE in hdr:
                 self._purge_schedule(hdr)
-            self._schedules.track(seq, subject, hdr, ts, ts)
-            self._arm_schedules()
+            self._schedules.stored(seq, subject, hdr, ts)
         return seq, False
 
     def _republish_target(self, subject: str) -> tuple[str, int] | None:
@@ -903,48 +903,8 @@ class Stream:
         """A stream allowing schedules reads them back from its messages (so they survive any restart)."""
         if not self.config.allow_msg_schedules or self._schedules is not None:
             return
-        self._schedules = schedule.Table()
-        now = times.now_ns()
-        for msg in self.store.messages():
-            self._schedules.track(msg.seq, msg.subject, msg.hdr, msg.ts, now)
-        self._arm_schedules()
-
-    def _arm_schedules(self) -> None:
-        due = self._schedules.next_due() if self._schedules is not None else None
-        if due is None or self._closed or (self._schedule_timer.armed and self._schedule_at <= due):
-            return
-        self._schedule_at = due
-        self._schedule_timer.arm(max(due - times.now_ns(), schedule.MIN_DELAY_NS), earliest=False)
-
-    def _fire_schedules(self) -> None:
-        if self._closed or self._schedules is None:
-            return
-        now = times.now_ns()
-        for seq, subject, at in self._schedules.due(now):
-            self._fire(seq, subject, at, now)
-        self._arm_schedules()
-
-    def _fire(self, seq: int, subject: str, at: int, now: int) -> None:
-        """Publish what a due schedule produces through the stream's own publish path; storing it moves the
-        schedule on (or purges it). When that does not happen (refused, not stored) the schedule stops
-        until the next start, as nats-server keeps it in flight."""
-        assert self._schedules is not None
-        before = self._schedules.entries.get(subject)
-        msg = self.store.load_msg(seq)
-        try:
-            fire = schedule.next_fire(msg.hdr, at, now) if msg is not None else None
-            if msg is not None and fire is not None:
-                source = headers.get(msg.hdr, headers.SCHEDULE_SOURCE)
-                last = self.store.load_last_msg(source) if source else None
-                target, hdr, body = schedule.produce(subject, msg.hdr, msg.data,
-                                                     None if last is None else (last.hdr, last.data),
-                                                     fire[0] if fire[1] else None)
-                self.process(target, hdr, body, scheduled=True)
-        except (errors.ApiError, StoreError, OSError) as exc:
-            log.warning("scheduled message not stored", extra={"stream": self.name, "schedule": subject,
-                                                               "error": str(exc)})
-        if self._schedules.entries.get(subject) == before:
-            self._schedules.remove(subject)
+        self._schedules = StreamSchedules(self, self.bus.loop)
+        self._schedules.load()
 
     # -- admin operations (called by stream_api) -------------------------------------------------------
 
