@@ -159,9 +159,9 @@ class Consumer(DeliveryPass, AckProcessing, ConsumerTimers, ConsumerInfo, Consum
             seq = store.first_seq_at_or_after_time(cfg.opt_start_time_ns)
             if self.filters:  # nats-server skips ahead only to a filter's first message in the whole stream
                 firsts = [m.seq for f in self.filters if (m := store.load_next_msg(st.first_seq, f)) is not None]
-                nseq = min([st.last_seq, *(s for s in firsts if s >= seq)])
-                if seq < nseq < st.last_seq:
-                    seq = nseq
+                filter_seq = min([st.last_seq, *(s for s in firsts if s >= seq)])
+                if seq < filter_seq < st.last_seq:
+                    seq = filter_seq
         else:  # new
             seq = st.last_seq + 1
         if st.first_seq == 0 and not cfg.opt_start_seq:
@@ -234,9 +234,9 @@ class Consumer(DeliveryPass, AckProcessing, ConsumerTimers, ConsumerInfo, Consum
         floor moves on."""
         p = self.delivery.pending.get(seq)
         if p is not None and not self.closed:
-            dc = self.delivery.redelivered.get(seq, 0) + 1
+            delivery_count = self.delivery.redelivered.get(seq, 0) + 1
             self._ack(seq, p[0])
-            advisories.terminated(self.bus, self.stream.name, self.name, seq, p[0], dc, TERM_REMOVED)
+            advisories.terminated(self.bus, self.stream.name, self.name, seq, p[0], delivery_count, TERM_REMOVED)
 
     def recount_pending(self, first_seq: int) -> None:
         """Messages went in a batch (a purge): count again, forget redeliveries of what is below the stream."""
@@ -252,10 +252,10 @@ class Consumer(DeliveryPass, AckProcessing, ConsumerTimers, ConsumerInfo, Consum
         leaves it unset). nats-server keeps the highest one it computed; this one is not remembered."""
         self._settle_acks()
         store = self.stream.store
-        asflr, last = self.store.floors()[3], store.state().last_seq
-        if asflr > last:
+        floor_stream_seq, last = self.store.floors()[3], store.state().last_seq
+        if floor_stream_seq > last:
             return 0
-        nxt = store.load_next_msgs(asflr + 1, self.filters or None, 1)
+        nxt = store.load_next_msgs(floor_stream_seq + 1, self.filters or None, 1)
         return nxt[0].seq if nxt else last + 1
 
     def purges_with(self, subject: str) -> tuple[bool, bool]:
@@ -288,8 +288,8 @@ class Consumer(DeliveryPass, AckProcessing, ConsumerTimers, ConsumerInfo, Consum
         an ack-all one moves the stored floor up to it), then the whole state, which the store refuses as
         outdated when its delivered consumer seq or ack floor stream seq is below the stored one. INFO shows
         the stored floors, so after such a purge they can differ from the ones the consumer works with."""
-        for dseq, seq in acked:
-            self.store.update_acks(dseq, seq, ack_all=self._ack_all)
-        delivered_dseq, _, _, floor_sseq = self.store.floors()
-        if state.delivered_consumer_seq >= delivered_dseq and state.ack_floor_stream_seq >= floor_sseq:
+        for delivery_seq, seq in acked:
+            self.store.update_acks(delivery_seq, seq, ack_all=self._ack_all)
+        delivered_consumer_seq, _, _, floor_stream_seq = self.store.floors()
+        if state.delivered_consumer_seq >= delivered_consumer_seq and state.ack_floor_stream_seq >= floor_stream_seq:
             self.store.reset(state)

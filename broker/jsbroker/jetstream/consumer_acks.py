@@ -72,54 +72,55 @@ class AckProcessing(ConsumerBase):
                 if (target := parse(subject)) is not None and target[1] < below:
                     self._ack(target[1], target[2], target[0])
             return
-        pending, release, next_sseq = self.delivery.pending, self.delivery.release, below
+        pending, release, next_stream_seq = self.delivery.pending, self.delivery.release, below
         freed = self.max_ack_pending > 0 and len(pending) >= self.max_ack_pending
         acked: list[tuple[int, int]] = []
         offered: list[int] = []  # every valid ack, pending or not, for the stream (`_ack_single`)
         for subject in subjects:
             target = parse(subject)
-            if target is None or not 0 < target[1] < next_sseq:
+            if target is None or not 0 < target[1] < next_stream_seq:
                 continue
-            sseq = target[1]
-            offered.append(sseq)
-            p = release(sseq)
+            stream_seq = target[1]
+            offered.append(stream_seq)
+            p = release(stream_seq)
             if p is not None:
-                acked.append((p[0], sseq))
+                acked.append((p[0], stream_seq))
         if not offered:
             return
         self.last_acked_ns = now_ns()
         if acked:
             self.store.update_acks_many(acked)
         if self._interest_retention:
-            for sseq in offered:
-                self.stream.acked(sseq)
+            for stream_seq in offered:
+                self.stream.acked(stream_seq)
         if freed:
             self._kick()
 
     def _on_ack(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
         if self.closed:
             return
-        dc, sseq, dseq = ack.parse_subject(subject) or (0, 0, 0)
+        delivery_count, stream_seq, delivery_seq = ack.parse_subject(subject) or (0, 0, 0)
         body = ack.parse_body(payload)
-        answer = sseq != 0
+        answer = stream_seq != 0
         kind = body.kind
         if kind is ack.AckKind.ACK:
-            answer = self._ack(sseq, dseq, dc) and answer
+            answer = self._ack(stream_seq, delivery_seq, delivery_count) and answer
         elif kind is ack.AckKind.NEXT:
-            self._ack(sseq, dseq, dc)
+            self._ack(stream_seq, delivery_seq, delivery_count)
             if reply:
                 self.pulls.request(reply, b"", body.next_request)
             answer = False
         elif kind is ack.AckKind.NAK:
-            self._nak(sseq, dseq, dc, body.delay_ns)
+            self._nak(stream_seq, delivery_seq, delivery_count, body.delay_ns)
         elif kind is ack.AckKind.PROGRESS:
-            p = self.delivery.pending.get(sseq)
+            p = self.delivery.pending.get(stream_seq)
             if p is not None:
                 p[1] = self.last_delivered_ns = now_ns()  # nats-server counts progress as delivery activity
-                self.store.update_delivered(p[0], sseq, 1, p[1])
+                self.store.update_delivered(p[0], stream_seq, 1, p[1])
         elif kind is ack.AckKind.TERM:
-            answer = self._ack(sseq, dseq) and answer
-            advisories.terminated(self.bus, self.stream.name, self.name, sseq, dseq, dc, body.reason)
+            answer = self._ack(stream_seq, delivery_seq) and answer
+            advisories.terminated(self.bus, self.stream.name, self.name, stream_seq, delivery_seq, delivery_count,
+                                  body.reason)
         if reply and answer:
             self._replies.append(reply)
             self._arm_persist()
@@ -154,23 +155,23 @@ class AckProcessing(ConsumerBase):
             for reply in replies:
                 self.bus.publish(reply, None, b"", b"")
 
-    def _ack(self, sseq: int, dseq: int, dc: int = 0) -> bool:
-        """Process an ack; returns whether nats-server would answer an ack_sync reply. `dc`: the delivery
+    def _ack(self, stream_seq: int, delivery_seq: int, delivery_count: int = 0) -> bool:
+        """Process an ack; returns whether nats-server would answer an ack_sync reply. `delivery_count`: the delivery
         count of the ack subject, given for the acks nats-server samples (`sample_freq`)."""
-        if sseq == 0 or sseq >= self.delivery.next_seq:
+        if stream_seq == 0 or stream_seq >= self.delivery.next_seq:
             return False
         if self._ack_none:
             return self._interest_retention
         freed = self.max_ack_pending > 0 and len(self.delivery.pending) >= self.max_ack_pending
         if self._ack_all:
-            if dseq <= self.delivery.ack_floor_delivery_seq or sseq <= self.delivery.ack_floor_seq:
+            if delivery_seq <= self.delivery.ack_floor_delivery_seq or stream_seq <= self.delivery.ack_floor_seq:
                 return True
-            self._ack_up_to(sseq, dseq)
+            self._ack_up_to(stream_seq, delivery_seq)
         else:
-            if dc and self._sample and sseq in self.delivery.pending and self._sampled():
-                advisories.ack_metric(self.bus, self.stream.name, self.name, sseq, dseq, dc,
-                                      now_ns() - self.delivery.pending[sseq][1])
-            self._ack_single(sseq, dseq)
+            if delivery_count and self._sample and stream_seq in self.delivery.pending and self._sampled():
+                advisories.ack_metric(self.bus, self.stream.name, self.name, stream_seq, delivery_seq, delivery_count,
+                                      now_ns() - self.delivery.pending[stream_seq][1])
+            self._ack_single(stream_seq, delivery_seq)
         self.last_acked_ns = now_ns()
         if freed:
             self._kick()
@@ -180,36 +181,36 @@ class AckProcessing(ConsumerBase):
         """nats-server's draw: every ack at 100% or more, else when a number below 100 is <= the percentage."""
         return self._sample >= 100 or random.randrange(100) <= self._sample
 
-    def _ack_single(self, sseq: int, dseq: int) -> None:
+    def _ack_single(self, stream_seq: int, delivery_seq: int) -> None:
         d = self.delivery
-        redelivered = sseq in d.redelivered
-        first = d.ack(sseq)
+        redelivered = stream_seq in d.redelivered
+        first = d.ack(stream_seq)
         if first is not None:
-            self.store.update_acks(first, sseq)
+            self.store.update_acks(first, stream_seq)
         elif redelivered:
-            self.store.update_acks(dseq, sseq)  # clears the stored redelivery count
+            self.store.update_acks(delivery_seq, stream_seq)  # clears the stored redelivery count
         # a no-op unless interest/workqueue retention; nats-server offers the acked message to the stream even
         # when it was not pending (a delivery from before a RESET: it goes if nobody needs it)
-        self.stream.acked(sseq)
+        self.stream.acked(stream_seq)
 
-    def _ack_up_to(self, sseq: int, dseq: int) -> None:
-        """AckAll: everything up to `sseq` is acknowledged."""
-        was_pending = sseq in self.delivery.pending
-        acked = self.delivery.ack_up_to(sseq, dseq)
+    def _ack_up_to(self, stream_seq: int, delivery_seq: int) -> None:
+        """AckAll: everything up to `stream_seq` is acknowledged."""
+        was_pending = stream_seq in self.delivery.pending
+        acked = self.delivery.ack_up_to(stream_seq, delivery_seq)
         if was_pending:  # the store moves its floor only for a pending seq
-            self.store.update_acks(dseq, sseq, ack_all=True)
-        for seq in acked if was_pending else [sseq, *acked]:  # the acked seq is offered even when not pending
+            self.store.update_acks(delivery_seq, stream_seq, ack_all=True)
+        for seq in acked if was_pending else [stream_seq, *acked]:  # the acked seq is offered even when not pending
             self.stream.acked(seq)  # a no-op unless interest/workqueue retention
 
-    def _nak(self, sseq: int, dseq: int, dc: int, delay_ns: int | None) -> None:
+    def _nak(self, stream_seq: int, delivery_seq: int, delivery_count: int, delay_ns: int | None) -> None:
         # a delayed NAK counts the delivery as made so that its ack wait runs out after the delay
         backdated = None if delay_ns is None else now_ns() - self.cfg.ack_wait + delay_ns
-        p = self.delivery.nak(sseq, dseq, backdated)
+        p = self.delivery.nak(stream_seq, delivery_seq, backdated)
         if p is None:
             return
-        advisories.nak(self.bus, self.stream.name, self.name, sseq, dseq, dc)
+        advisories.nak(self.bus, self.stream.name, self.name, stream_seq, delivery_seq, delivery_count)
         if backdated is not None:
-            self.store.update_delivered(p[0], sseq, dc, p[1])
+            self.store.update_delivered(p[0], stream_seq, delivery_count, p[1])
             self._t_ack.arm(10_000_000)
         else:
             self._kick()

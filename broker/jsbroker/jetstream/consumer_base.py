@@ -123,7 +123,7 @@ class ConsumerBase(ABC):
         self.flow = push.FlowControl() if cfg.flow_control else None
         self._last_out = 0  # mono ns of the last delivery (push idle heartbeat)
         self._kicked = False
-        self._stall = ""  # why the last pass stopped: "eof", "maxp" or "gone" (a skip list's message)
+        self._stall = ""  # why the last pass stopped: "eof", "max_ack_pending" or "gone" (a skip list's message)
         self._ahead: deque[StoredMsg] = deque()  # new messages read ahead in this delivery pass
         self._ahead_n = READ_AHEAD_FIRST  # how many the next read-ahead asks for
         self._out: list[Delivery] = []  # deliveries of this pass to `_out_target`, sent as one batch
@@ -143,15 +143,15 @@ class ConsumerBase(ABC):
         self._t_pause = Timer(self.loop, self._kick)
         self._t_hold = Timer(self.loop, self._kick)
         self.pins = Pins(self, self._kick)
-        self.pulls = PullRequests(self, self._publish, self._kick, lambda: self._stall == "maxp")
+        self.pulls = PullRequests(self, self._publish, self._kick, lambda: self._stall == "max_ack_pending")
 
     def _configure(self) -> None:
         cfg = self.cfg
         self.filters = cfg.filters
         self._filter_set = frozenset(f for f in self.filters if subjects.is_literal(f))
         self._wild_filters = [f for f in self.filters if not subjects.is_literal(f)]
-        self.max_deliver = max(cfg.max_deliver, 0)  # maxdc: 0 is no limit
-        self.max_ack_pending = cfg.max_ack_pending  # maxp
+        self.max_deliver = max(cfg.max_deliver, 0)  # 0 is no limit
+        self.max_ack_pending = cfg.max_ack_pending
         self._ack_none = cfg.ack_policy == "none"
         self._ack_all = cfg.ack_policy in ("all", "flow_control")
         self._fc_acks = cfg.ack_policy == "flow_control"  # acked by flow control responses only
@@ -210,7 +210,7 @@ class ConsumerBase(ABC):
         """Apply the plain acks waiting for a delivery pass (consumer_acks.py)."""
 
     @abstractmethod
-    def _ack(self, sseq: int, dseq: int, dc: int = 0) -> bool:
+    def _ack(self, stream_seq: int, delivery_seq: int, delivery_count: int = 0) -> bool:
         """Process an ack (consumer_acks.py)."""
 
     @abstractmethod

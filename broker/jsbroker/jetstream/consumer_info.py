@@ -22,15 +22,15 @@ class ConsumerInfo(ConsumerBase):
         num_pending = self._checked_pending()
         if self.waiting is not None:
             self.pulls.sweep(end_of_stream=False)
-        delivered_dseq, delivered_sseq, floor_dseq, floor_sseq = self.store.floors()
+        delivered_consumer_seq, delivered_stream_seq, floor_consumer_seq, floor_stream_seq = self.store.floors()
         stored = self.store.has_state()  # else the live position, moved by passes that found nothing (`_at_end`)
         delivered: dict[str, Any] = {
-            "consumer_seq": delivered_dseq if stored else self.delivery.next_delivery_seq - 1,
-            "stream_seq": delivered_sseq if stored else self.delivery.next_seq - 1,
+            "consumer_seq": delivered_consumer_seq if stored else self.delivery.next_delivery_seq - 1,
+            "stream_seq": delivered_stream_seq if stored else self.delivery.next_seq - 1,
         }
         if self.last_delivered_ns:
             delivered["last_active"] = rfc3339(self.last_delivered_ns)
-        ack_floor: dict[str, Any] = {"consumer_seq": floor_dseq, "stream_seq": floor_sseq}
+        ack_floor: dict[str, Any] = {"consumer_seq": floor_consumer_seq, "stream_seq": floor_stream_seq}
         if self.last_acked_ns:
             ack_floor["last_active"] = rfc3339(self.last_acked_ns)
         out: dict[str, Any] = {

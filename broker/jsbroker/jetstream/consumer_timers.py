@@ -62,9 +62,9 @@ class ConsumerTimers(ConsumerBase):
         if self.closed or self.flow is None or not self.flow.answered(subject):
             return
         if self._fc_acks:  # ack_policy flow_control: the response names what its receiver stored
-            sseq = _header_int(hdr, headers.LAST_STREAM)
-            if sseq > 0:
-                self._ack(sseq, max(_header_int(hdr, headers.LAST_CONSUMER), 0))
+            stream_seq = _header_int(hdr, headers.LAST_STREAM)
+            if stream_seq > 0:
+                self._ack(stream_seq, max(_header_int(hdr, headers.LAST_CONSUMER), 0))
         self._kick()
 
     # ---- inactivity and pause ----------------------------------------------------------------------

@@ -61,7 +61,7 @@ class DeliveryPass(ConsumerBase):
                 self._kick()  # budget used up: continue on the next loop turn
                 return
         if not self.cfg.is_push:
-            self.pulls.sweep(end_of_stream=self._stall != "maxp" and not self._congested)
+            self.pulls.sweep(end_of_stream=self._stall != "max_ack_pending" and not self._congested)
 
     def _deliver_all(self) -> bool:
         """Deliver every message this pass can; False when the budget ran out first."""
@@ -90,14 +90,15 @@ class DeliveryPass(ConsumerBase):
             got = self._next_msg()
             if got is None:
                 return True
-            msg, dc = got
-            if dc == 1:
+            msg, delivery_count = got
+            if delivery_count == 1:
                 self.delivery.num_pending -= 1
             if self._holds and self._must_hold(msg):
-                self.delivery.put_back(msg.seq, dc, saved)
+                self.delivery.put_back(msg.seq, delivery_count, saved)
                 return True
             d = self.delivery
-            reply = ack.reply_subject(self._ack_prefix, dc, msg.seq, d.next_delivery_seq, msg.ts, max(d.num_pending, 0))
+            reply = ack.reply_subject(self._ack_prefix, delivery_count, msg.seq, d.next_delivery_seq, msg.ts,
+                                      max(d.num_pending, 0))
             hdr, data = msg.hdr, msg.data
             if self._headers_only:
                 hdr, data = headers.append(hdr, [(headers.MSG_SIZE, str(len(data)))]), b""
@@ -109,7 +110,7 @@ class DeliveryPass(ConsumerBase):
             else:
                 w = self.pulls.next(msg.subject, reply, hdr, data, alive, self._pass_served, self._pass_mono, self._pass_ns)
                 if w is None:
-                    self.delivery.put_back(msg.seq, dc, saved)
+                    self.delivery.put_back(msg.seq, delivery_count, saved)
                     return True
                 self._pass_served = w
                 target, left_n, left_b = w.reply, w.n, w.b
@@ -117,7 +118,7 @@ class DeliveryPass(ConsumerBase):
                     w.next_heartbeat = self._pass_mono + w.heartbeat
                 if (pin := self.priority.header()) is not None:
                     hdr = headers.append(hdr, [(priority.PIN_ID, pin)])
-            self._deliver(target, reply, msg.seq, msg.subject, hdr, data, dc, size)
+            self._deliver(target, reply, msg.seq, msg.subject, hdr, data, delivery_count, size)
             if left_n <= 0 and left_b > 0:
                 self._publish(target, None, pull.batch_completed(left_n, left_b), b"")
         return False
@@ -171,16 +172,16 @@ class DeliveryPass(ConsumerBase):
             if isinstance(taken, Dropped):
                 self._dropped(taken)
                 continue
-            seq, dc = taken
+            seq, delivery_count = taken
             msg = store.load_msg(seq)
             if msg is None:  # gone from the stream: acknowledged internally
                 d.untake_redelivery(seq, requeue=False)
                 if (p := d.release(seq)) is not None:
                     self.store.update_acks(p[0], seq)
                 continue
-            return msg, dc
+            return msg, delivery_count
         if self.max_ack_pending > 0 and len(self.delivery.pending) >= self.max_ack_pending:
-            self._stall = "maxp"
+            self._stall = "max_ack_pending"
             return None
         if self.delivery.last_per_subject:
             seq = self.delivery.last_per_subject.popleft()
@@ -244,7 +245,7 @@ class DeliveryPass(ConsumerBase):
             self._t_hold.arm(delay, earliest=False)
         return delay > 0
 
-    def _deliver(self, target: str, reply: str, seq: int, subject: str, hdr: bytes, data: bytes, dc: int,
+    def _deliver(self, target: str, reply: str, seq: int, subject: str, hdr: bytes, data: bytes, delivery_count: int,
                  size: int) -> None:
         """Account one delivery and queue it; `_end_pass` sends the queue and settles the per-pass state."""
         self._pass_sent += 1
@@ -252,8 +253,8 @@ class DeliveryPass(ConsumerBase):
             self.delivery.delivered_unacked(seq)
         else:
             ts = self._pass_ns
-            self.store.update_delivered(self.delivery.delivered(seq, ts), seq, dc, ts)
-            if dc > 1 or not self._pass_wait:  # new deliveries in a pass share the first one's wait
+            self.store.update_delivered(self.delivery.delivered(seq, ts), seq, delivery_count, ts)
+            if delivery_count > 1 or not self._pass_wait:  # new deliveries in a pass share the first one's wait
                 wait = self._ack_wait_for(seq)
                 if not self._pass_wait or wait < self._pass_wait:
                     self._pass_wait = wait
