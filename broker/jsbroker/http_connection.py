@@ -11,14 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 import h11
 
-from .http_server import Request, Response
-
-if TYPE_CHECKING:
-    from .http_server import HttpServer
+from .http_messages import Handler, Request, Response
+from .logs import Logger
 
 IDLE_TIMEOUT = 60.0  # seconds a connection may wait for (the rest of) its next request
 
@@ -28,8 +26,10 @@ def plain(status: int, text: str) -> Response:
 
 
 class HttpConnection(asyncio.Protocol):
-    def __init__(self, server: HttpServer) -> None:
-        self.server = server
+    def __init__(self, routes: Mapping[str, Handler], log: Logger, connections: set[HttpConnection]) -> None:
+        self.routes = routes
+        self.log = log
+        self.connections = connections  # the server's open connections, which it closes when it stops
         self.http = h11.Connection(h11.SERVER)
         self.transport: asyncio.Transport | None = None
         self.request: h11.Request | None = None
@@ -38,7 +38,7 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.server.connections.add(self)
+        self.connections.add(self)
         self._wait_for_request()
 
     def data_received(self, data: bytes) -> None:
@@ -56,7 +56,7 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        self.server.connections.discard(self)
+        self.connections.discard(self)
         if self.idle is not None:
             self.idle.cancel()
 
@@ -102,14 +102,14 @@ class HttpConnection(asyncio.Protocol):
     def _answer(self, event: h11.Request) -> None:
         method = event.method.decode("ascii")
         request = Request(method, event.target.decode("ascii"))
-        handler = self.server.routes.get(request.path)
+        handler = self.routes.get(request.path)
         if handler is None:
             response = plain(404, "404 page not found")
         else:  # any method, as nats-server's monitoring answers any
             try:
                 response = handler(request)
             except Exception:
-                self.server.log.exception("monitoring request failed", path=request.path)
+                self.log.exception("monitoring request failed", path=request.path)
                 response = plain(500, "500 internal server error")
         self._send(response, head=method == "HEAD", routed=handler is not None)
         if self.http.our_state is h11.MUST_CLOSE:

@@ -11,37 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, unquote, urlsplit
 
+from .http_messages import Handler, Request, Response
 from .listen import dual_stack_socket
 from .logs import Logger
 
 if TYPE_CHECKING:
     from .http_connection import HttpConnection
 
-
-class Request:
-    __slots__ = ("method", "path", "query")
-
-    def __init__(self, method: str, target: str) -> None:
-        parts = urlsplit(target)
-        self.method = method
-        self.path = unquote(parts.path)
-        self.query: dict[str, str] = dict(parse_qsl(parts.query, keep_blank_values=True))
-
-
-class Response:
-    __slots__ = ("status", "body", "content_type")
-
-    def __init__(self, body: bytes, status: int = 200, content_type: str = "application/json") -> None:
-        self.status = status
-        self.body = body
-        self.content_type = content_type
-
-
-Handler = Callable[[Request], Response]
+__all__ = ["Handler", "HttpServer", "Request", "Response"]  # the monitor's routes are written with these
 
 
 class HttpServer:
@@ -67,7 +47,7 @@ class HttpServer:
     def _connection(self) -> asyncio.Protocol:
         from .http_connection import HttpConnection  # with h11: paid by the first request, not by the start
 
-        return HttpConnection(self)
+        return HttpConnection(self.routes, self.log, self.connections)
 
     async def close(self) -> None:
         """Stop listening and close every connection (an idle keep-alive one too)."""

@@ -50,8 +50,8 @@ def reply_prefix(stream: str, consumer: str) -> str:
     return f"{PREFIX}{stream}.{consumer}."
 
 
-def reply_subject(prefix: str, dc: int, sseq: int, dseq: int, ts: int, pending: int) -> str:
-    return f"{prefix}{dc}.{sseq}.{dseq}.{ts}.{pending}"
+def reply_subject(prefix: str, delivery_count: int, stream_seq: int, delivery_seq: int, ts: int, pending: int) -> str:
+    return f"{prefix}{delivery_count}.{stream_seq}.{delivery_seq}.{ts}.{pending}"
 
 
 def subscription_subject(stream: str, consumer: str) -> str:
@@ -71,12 +71,12 @@ def parse_subject(subject: str) -> AckTarget | None:
     else:
         return None
     try:
-        dc, sseq, dseq = int(toks[i]), int(toks[i + 1]), int(toks[i + 2])
+        delivery_count, stream_seq, delivery_seq = int(toks[i]), int(toks[i + 1]), int(toks[i + 2])
     except ValueError:
         return None
-    if dc < 0 or sseq < 0 or dseq < 0:
+    if delivery_count < 0 or stream_seq < 0 or delivery_seq < 0:
         return None
-    return dc, sseq, dseq
+    return delivery_count, stream_seq, delivery_seq
 
 
 def parse_body(body: bytes) -> AckBody:

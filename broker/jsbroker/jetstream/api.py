@@ -17,7 +17,6 @@ answers those two cases itself; streams and consumers subscribe their DIRECT.GET
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -25,22 +24,22 @@ from typing import TYPE_CHECKING, Any, Callable
 from jsbroker import subjects
 from jsbroker.jetstream import errors
 from jsbroker.jetstream.requests import api_level_supported, parse_json
+from jsbroker.jetstream.responses import TYPE_PREFIX, ApiCounts, dumps
 
 if TYPE_CHECKING:
     from jsbroker.internal import InternalBus, InternalSubscription, Origin
-    from jsbroker.jetstream.service import JetStream
+    from jsbroker.jetstream.registry import StreamRegistry
 
 log = logging.getLogger(__name__)
 
 API_PREFIX = "$JS.API."
-TYPE_PREFIX = "io.nats.jetstream.api.v1."
 
 
 @dataclass(slots=True)
 class Request:
     """One API request as a handler sees it. `subject` is always the `$JS.API.` form (domain mapped)."""
 
-    js: JetStream
+    js: StreamRegistry
     subject: str
     reply: str | None
     hdr: bytes
@@ -92,21 +91,17 @@ class Endpoint:
     own_api_level: bool = False  # the handler checks Nats-Required-Api-Level itself (after deciding to answer)
 
 
-def dumps(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 class ApiRouter:
     """Subscribes the API subjects, dispatches requests to the handler table and sends the answers."""
 
-    def __init__(self, js: JetStream, bus: InternalBus, endpoints: list[Endpoint], domain: str | None) -> None:
+    def __init__(self, js: StreamRegistry, bus: InternalBus, endpoints: list[Endpoint], domain: str | None,
+                 counts: ApiCounts) -> None:
         self._js = js
         self._bus = bus
         self._endpoints = endpoints
         self._domain_prefix = f"$JS.{domain}.API." if domain else None
         self._subs: list[InternalSubscription] = []
-        self.total = 0
-        self.errors = 0
+        self._counts = counts
 
     def start(self) -> None:
         self._subs.append(self._bus.subscribe_internal(API_PREFIX + ">", self._on_request))
@@ -149,14 +144,14 @@ class ApiRouter:
         if failure is not None:
             self._send_error(endpoint, request.reply, failure)
             return
-        self.total += 1
+        self._counts.total += 1
         if body is not None:
             self._bus.publish(request.reply, None, request.response_hdr,
                               dumps({"type": TYPE_PREFIX + endpoint.response_type, **body}))
 
     def _send_error(self, endpoint: Endpoint, reply: str, err: errors.ApiError) -> None:
-        self.total += 1
-        self.errors += 1
+        self._counts.total += 1
+        self._counts.errors += 1
         body = {"type": TYPE_PREFIX + endpoint.response_type, "error": err.to_dict(), **endpoint.error_fields}
         self._bus.publish(reply, None, b"", dumps(body))
 

@@ -22,7 +22,7 @@ from .consumer_config import ConsumerConfig, StreamFacts
 from .times import ZERO_TIME, now_ns
 
 if TYPE_CHECKING:
-    from .service import JetStream
+    from .registry import StreamRegistry
     from .stream import Stream
 
 MAX_DURATION = 2**63 - 1  # Go's time.Duration saturates here
@@ -89,7 +89,7 @@ def consumer_create(req: Request) -> dict[str, Any]:
         raise errors.CONSUMER_CREATE_FILTER_SUBJECT_MISMATCH()
     if cfg.num_replicas > 1:
         raise errors.STREAM_REPLICAS_NOT_SUPPORTED()
-    js: JetStream = req.js
+    js: StreamRegistry = req.js
     stream = js.lookup(stream_name)
     existing = stream.consumers.get(cfg.durable_name or cfg.name) if (cfg.durable_name or cfg.name) else None
     if isinstance(existing, Consumer):
@@ -98,7 +98,7 @@ def consumer_create(req: Request) -> dict[str, Any]:
     return consumer.info()
 
 
-def add_consumer(js: JetStream, stream: Stream, cfg: ConsumerConfig, action: str = "", pedantic: bool = False) -> Consumer:
+def add_consumer(js: StreamRegistry, stream: Stream, cfg: ConsumerConfig, action: str = "", pedantic: bool = False) -> Consumer:
     """Create, or update in place, a consumer from a request config (nats-server's rules and order)."""
     facts = stream_facts(stream, js.max_ack_pending)
     consumer_config.set_static_metadata(cfg)

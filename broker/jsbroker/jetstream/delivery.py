@@ -144,28 +144,28 @@ class DeliveryState:
     def delivered(self, seq: int, ts: int) -> int:
         """A delivery of `seq` that awaits an ack (a redelivery keeps its first consumer seq); returns the
         consumer seq this delivery carries."""
-        dseq = self.next_delivery_seq
-        self.next_delivery_seq = dseq + 1
+        delivery_seq = self.next_delivery_seq
+        self.next_delivery_seq = delivery_seq + 1
         p = self.pending.get(seq)
         if p is None:
-            self.pending[seq] = [dseq, ts]
+            self.pending[seq] = [delivery_seq, ts]
         else:
             p[1] = ts
-        return dseq
+        return delivery_seq
 
     def delivered_unacked(self, seq: int) -> int:
         """A delivery that needs no ack (ack none): the floor moves with it. Returns its consumer seq."""
-        dseq = self.next_delivery_seq
-        self.next_delivery_seq = dseq + 1
-        self.ack_floor_delivery_seq, self.ack_floor_seq = dseq, seq
-        return dseq
+        delivery_seq = self.next_delivery_seq
+        self.next_delivery_seq = delivery_seq + 1
+        self.ack_floor_delivery_seq, self.ack_floor_seq = delivery_seq, seq
+        return delivery_seq
 
-    def move_ack_floor(self, dseq: int, seq: int) -> None:
-        """`seq` (delivered as `dseq`) left ack-pending: the floor moves when it was the oldest."""
+    def move_ack_floor(self, delivery_seq: int, seq: int) -> None:
+        """`seq` (delivered as `delivery_seq`) left ack-pending: the floor moves when it was the oldest."""
         if not self.pending:
             self.caught_up()
-        elif dseq == self.ack_floor_delivery_seq + 1:
-            self.ack_floor_delivery_seq, self.ack_floor_seq = dseq, seq
+        elif delivery_seq == self.ack_floor_delivery_seq + 1:
+            self.ack_floor_delivery_seq, self.ack_floor_seq = delivery_seq, seq
             nxt = next_pending(self.pending, seq, self.next_seq)
             if nxt:
                 self.ack_floor_delivery_seq, self.ack_floor_seq = self.pending[nxt][0] - 1, nxt - 1
@@ -186,9 +186,9 @@ class DeliveryState:
             self.redeliver_queue.remove(seq)
         return None if p is None else p[0]
 
-    def ack_up_to(self, seq: int, dseq: int) -> list[int]:
+    def ack_up_to(self, seq: int, delivery_seq: int) -> list[int]:
         """AckAll: everything up to `seq` is acknowledged. Returns the pending seqs it acked."""
-        self.ack_floor_delivery_seq, self.ack_floor_seq = dseq, seq
+        self.ack_floor_delivery_seq, self.ack_floor_seq = delivery_seq, seq
         acked = [s for s in self.pending if s <= seq]
         for s in acked:
             del self.pending[s]
@@ -224,10 +224,10 @@ class DeliveryState:
         """Where new deliveries stand, for `put_back`."""
         return self.next_seq, self.num_pending, self.last_per_subject[0] if self.last_per_subject else None
 
-    def put_back(self, seq: int, dc: int, saved: tuple[int, int, int | None]) -> None:
-        """A message taken (delivery count `dc`) that could not be delivered now: a new one puts the
+    def put_back(self, seq: int, delivery_count: int, saved: tuple[int, int, int | None]) -> None:
+        """A message taken (delivery count `delivery_count`) that could not be delivered now: a new one puts the
         position back as `position` saved it, a redelivery goes back to the head of its queue."""
-        if dc > 1:
+        if delivery_count > 1:
             self.untake_redelivery(seq, requeue=True)
             return
         self.next_seq, self.num_pending, lss_head = saved
@@ -237,11 +237,11 @@ class DeliveryState:
                 self.last_per_subject = lss = deque()
             lss.appendleft(lss_head)
 
-    def nak(self, seq: int, dseq: int, backdated: int | None) -> list[int] | None:
-        """A NAK of `seq` delivered as `dseq`: queued for redelivery now, or with `backdated` (a delayed
+    def nak(self, seq: int, delivery_seq: int, backdated: int | None) -> list[int] | None:
+        """A NAK of `seq` delivered as `delivery_seq`: queued for redelivery now, or with `backdated` (a delayed
         NAK) its delivery counts as made at that time instead. Returns its pending entry, None when the
         NAK does not count."""
-        if dseq <= self.ack_floor_delivery_seq or dseq > self.next_delivery_seq:
+        if delivery_seq <= self.ack_floor_delivery_seq or delivery_seq > self.next_delivery_seq:
             return None
         p = self.pending.get(seq)
         if p is None:
@@ -299,9 +299,10 @@ class DeliveryState:
     def _at_max_deliver(self, seq: int, max_deliver: int, dropped: list[Dropped]) -> bool:
         if not max_deliver:
             return False
-        dc = self.redelivered.get(seq, 0) or 1  # nats-server's deliveryCount: the redelivery count, at least 1
-        if dc < max_deliver:
+        # nats-server's deliveryCount: the redelivery count, at least 1
+        delivery_count = self.redelivered.get(seq, 0) or 1
+        if delivery_count < max_deliver:
             return False
-        self.redelivered[seq] = dc
+        self.redelivered[seq] = delivery_count
         dropped.append(self.drop(seq))
         return True

@@ -122,12 +122,12 @@ class _Batch:
     max_msgs: int  # the client's flow: the ack interval never grows past it
     msgs: int  # the current ack interval
     deadline_ns: int
-    lseq: int = 0  # highest batch sequence taken
-    pseq: int = 0  # highest batch sequence persisted (or skipped)
-    fseq: int = 0  # batch sequence of the last flow ack
-    sseq: int = 0  # last stream sequence stored for the batch
+    taken_seq: int = 0  # highest batch sequence taken
+    persisted_seq: int = 0  # highest batch sequence persisted (or skipped)
+    flow_acked_seq: int = 0  # batch sequence of the last flow ack
+    last_stream_seq: int = 0  # last stream sequence stored for the batch
     pending: int = 0  # messages handed to the store and not reported back
-    committing: bool = False  # ended; the closing pub ack waits for pseq to reach lseq
+    committing: bool = False  # ended; the closing pub ack waits for persisted_seq to reach taken_seq
 
 
 @dataclass(slots=True)
@@ -188,18 +188,18 @@ class Batches:
             return self._ping(ref, batch), False
         if batch.committing:  # the client waits for the pub ack; nothing more is taken
             return [], False
-        batch.lseq += 1
+        batch.taken_seq += 1
         out: list[Answer] = []
-        if batch.lseq != ref.seq:
-            out.append(Answer("gap", batch.lseq, ref.seq))
-            if not (batch.gap_ok and ref.seq > batch.lseq):
-                batch.lseq -= 1
+        if batch.taken_seq != ref.seq:
+            out.append(Answer("gap", batch.taken_seq, ref.seq))
+            if not (batch.gap_ok and ref.seq > batch.taken_seq):
+                batch.taken_seq -= 1
                 return out + self._commit(ref.id, batch), False
-            batch.lseq = ref.seq
+            batch.taken_seq = ref.seq
         if ref.op == EOB:
-            batch.lseq -= 1
+            batch.taken_seq -= 1
             if batch.pending == 0:
-                batch.pseq = batch.lseq
+                batch.persisted_seq = batch.taken_seq
             return out + self._commit(ref.id, batch), False
         if ref.op == COMMIT:
             out += self._commit(ref.id, batch)  # the pub ack once this message is stored
@@ -226,26 +226,26 @@ class Batches:
     def _ping(self, ref: Ref, batch: _Batch) -> list[Answer]:
         """A ping names the highest sequence the client sent: a gap up to it is reported (and ends a `fail`
         batch); otherwise the last flow ack is sent again."""
-        if ref.seq <= batch.lseq:
-            return [Answer("flow", batch.fseq, batch.msgs)]
-        out = [Answer("gap", batch.lseq + 1, ref.seq + 1)]
+        if ref.seq <= batch.taken_seq:
+            return [Answer("flow", batch.flow_acked_seq, batch.msgs)]
+        out = [Answer("gap", batch.taken_seq + 1, ref.seq + 1)]
         if not batch.gap_ok:
             return out + self._commit(ref.id, batch)
-        batch.lseq = ref.seq
+        batch.taken_seq = ref.seq
         if batch.pending == 0:
-            batch.pseq = batch.lseq
+            batch.persisted_seq = batch.taken_seq
         flow = self._flow(batch)
-        return out + (flow or [Answer("flow", batch.fseq, batch.msgs)])
+        return out + (flow or [Answer("flow", batch.flow_acked_seq, batch.msgs)])
 
     def _commit(self, batch_id: str, batch: _Batch) -> list[Answer]:
         """End the batch: the closing pub ack once every message taken was persisted (at once unless a
         message is still to be stored, or one was refused while storing: then never, as on nats-server)."""
         batch.committing = True
         batch.deadline_ns = _NEVER
-        if batch.pseq != batch.lseq:
+        if batch.persisted_seq != batch.taken_seq:
             return []
         self._drop(batch_id)
-        return [Answer("ack", batch.sseq, batch.lseq)]
+        return [Answer("ack", batch.last_stream_seq, batch.taken_seq)]
 
     def stored(self, ref: Ref, stream_seq: int) -> list[Answer]:
         """The message `receive` let through was stored (or skipped for lack of interest) at `stream_seq`."""
@@ -253,11 +253,11 @@ class Batches:
         if batch is None:
             return []
         batch.pending = max(0, batch.pending - 1)
-        batch.sseq = stream_seq
-        batch.pseq = batch.lseq if batch.pending == 0 else ref.seq
-        if batch.committing and batch.pseq == batch.lseq:
+        batch.last_stream_seq = stream_seq
+        batch.persisted_seq = batch.taken_seq if batch.pending == 0 else ref.seq
+        if batch.committing and batch.persisted_seq == batch.taken_seq:
             self._drop(ref.id)
-            return [Answer("ack", batch.sseq, batch.lseq)]
+            return [Answer("ack", batch.last_stream_seq, batch.taken_seq)]
         return self._flow(batch)
 
     def duplicate(self, ref: Ref, original_seq: int) -> list[Answer]:
@@ -269,11 +269,11 @@ class Batches:
         batch.pending -= 1
         out: list[Answer] = []
         if batch.pending == 0:
-            batch.pseq = ref.seq
+            batch.persisted_seq = ref.seq
             out = self._flow(batch)
         if ref.op != COMMIT:
             return out
-        if not batch.gap_ok and batch.lseq == 1:
+        if not batch.gap_ok and batch.taken_seq == 1:
             self._drop(ref.id)
             return out + [Answer("dup", original_seq, ref.seq)]
         return out + self._commit(ref.id, batch)
@@ -289,26 +289,26 @@ class Batches:
         if late:
             return [Answer("error", error=error, needs_acks=True)]
         batch.pending -= 1
-        if not batch.gap_ok and batch.lseq == 1:
+        if not batch.gap_ok and batch.taken_seq == 1:
             self._drop(ref.id)
             return [Answer("error", error=error)]
         out = [Answer("err", ref.seq, error=error)]
         if batch.gap_ok and ref.op != COMMIT:
             return out
-        batch.lseq -= 1
+        batch.taken_seq -= 1
         if batch.pending == 0:
-            batch.pseq = batch.lseq
+            batch.persisted_seq = batch.taken_seq
         return out + self._commit(ref.id, batch)
 
     def _flow(self, batch: _Batch) -> list[Answer]:
         """A flow ack when `msgs` more were handled since the last one (only the latest of several), with the
         interval moved towards 500 / open batches (at most the client's flow)."""
-        if batch.pseq < batch.fseq + batch.msgs:
+        if batch.persisted_seq < batch.flow_acked_seq + batch.msgs:
             return []
-        batch.fseq += (batch.pseq - batch.fseq) // batch.msgs * batch.msgs
+        batch.flow_acked_seq += (batch.persisted_seq - batch.flow_acked_seq) // batch.msgs * batch.msgs
         target = min(max(1, _MAX_ACK_INTERVAL // len(self._open)), batch.max_msgs)
         if batch.msgs < target:
             batch.msgs = min(batch.msgs * 2, target)
         elif batch.msgs > target:
             batch.msgs = max(batch.msgs // 2, target)
-        return [Answer("flow", batch.fseq, batch.msgs)]
+        return [Answer("flow", batch.flow_acked_seq, batch.msgs)]

@@ -4,22 +4,43 @@ TTL timer and the pinned / unpinned advisories."""
 from __future__ import annotations
 
 from time import monotonic_ns as mono
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from . import advisories, priority
 from .timer import Timer
 
 if TYPE_CHECKING:
-    from .consumer import Consumer
+    from jsbroker.internal import InternalBus
+
+
+class AdvisedStream(Protocol):
+    """The stream a pin advisory names."""
+
+    name: str
+
+    @property
+    def domain(self) -> str | None: ...
+
+
+class PinnedConsumer(Protocol):
+    """What the pins use of their consumer (consumer.py's `Consumer`)."""
+
+    name: str
+    closed: bool
+    bus: InternalBus
+    priority: priority.Priority
+
+    @property
+    def stream(self) -> AdvisedStream: ...
 
 
 class Pins:
     """Gives and takes back one consumer's pin (`consumer.priority` holds it)."""
 
-    def __init__(self, consumer: Consumer, kick: Callable[[], None]) -> None:
+    def __init__(self, consumer: PinnedConsumer, kick: Callable[[], None]) -> None:
         self.consumer = consumer
         self._kick = kick  # a delivery pass: the next request of the group may take the pin
-        self._timer = Timer(consumer.loop, self._on_timer)
+        self._timer = Timer(consumer.bus.loop, self._on_timer)
 
     def _advise_unpinned(self, group: str, reason: str) -> None:
         c = self.consumer

@@ -5,16 +5,31 @@ sweeping expired or abandoned ones, and choosing the request each delivery goes 
 from __future__ import annotations
 
 from time import monotonic_ns as mono
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from . import headers, priority, pull
+from .consumer_config import ConsumerConfig
+from .delivery import DeliveryState
+from .pins import Pins
 from .requests import api_level_supported
 from .timer import Timer
 
 if TYPE_CHECKING:
-    from .consumer import Consumer
+    from jsbroker.internal import InternalBus
 
 Publish = Callable[[str, "str | None", bytes, bytes], None]
+
+
+class RequestedConsumer(Protocol):
+    """What the pull requests use of their consumer (consumer.py's `Consumer`): its state, read live."""
+
+    closed: bool
+    bus: InternalBus
+    cfg: ConsumerConfig
+    delivery: DeliveryState
+    waiting: pull.WaitQueue | None
+    priority: priority.Priority
+    pins: Pins
 
 
 class PullRequests:
@@ -23,13 +38,13 @@ class PullRequests:
     `at_max_pending` tells whether the last pass stopped at max_ack_pending (then no request is told
     the stream has ended)."""
 
-    def __init__(self, consumer: Consumer, publish: Publish, kick: Callable[[], None],
+    def __init__(self, consumer: RequestedConsumer, publish: Publish, kick: Callable[[], None],
                  at_max_pending: Callable[[], bool]) -> None:
         self.consumer = consumer
         self._publish = publish
         self._kick = kick
         self._at_max_pending = at_max_pending
-        self._timer = Timer(consumer.loop, self._on_timer)
+        self._timer = Timer(consumer.bus.loop, self._on_timer)
 
     def request(self, reply: str, hdr: bytes, payload: bytes) -> None:
         """Handle one MSG.NEXT (or the request part of `+NXT`)."""

@@ -25,7 +25,8 @@ from typing import IO, TYPE_CHECKING, Any, Coroutine, Iterator
 
 from jsbroker import subjects
 from jsbroker.jetstream import errors, snapshot, stream_config, times
-from jsbroker.jetstream.api import TYPE_PREFIX, Endpoint, Request, dumps
+from jsbroker.jetstream.api import Endpoint, Request
+from jsbroker.jetstream.responses import TYPE_PREFIX, dumps
 from jsbroker.jetstream.consumer import Consumer
 from jsbroker.jetstream.requests import get_bool, get_int, get_object, get_str, parse_json
 from jsbroker.jetstream.stream_api import stream_info
@@ -33,7 +34,7 @@ from jsbroker.store.base import StoredMsg, StoreError
 
 if TYPE_CHECKING:
     from jsbroker.internal import InternalBus, InternalSubscription, Origin
-    from jsbroker.jetstream.service import JetStream
+    from jsbroker.jetstream.registry import StreamRegistry
     from jsbroker.jetstream.stream import Stream
 
 log = logging.getLogger(__name__)
@@ -226,7 +227,7 @@ def stream_restore(req: Request) -> dict[str, Any]:
 class Receiver:
     """Takes one restore's chunks into a staging file and restores the stream at the closing request."""
 
-    def __init__(self, js: JetStream, cfg: stream_config.StreamConfig) -> None:
+    def __init__(self, js: StreamRegistry, cfg: stream_config.StreamConfig) -> None:
         self.js, self.cfg, self.bus = js, cfg, js.bus
         self.subject = f"$JS.SNAPSHOT.RESTORE.{cfg.name}.{_id()}"
         self.file: IO[bytes] = js.staging_file()

@@ -125,10 +125,10 @@ def parse_delivery(reply: str) -> tuple[int, int, int, int, int] | None:
     if len(toks) != 9:
         return None
     try:
-        dc, sseq, dseq, ts, pending = (int(t) for t in toks[4:])
+        delivery_count, stream_seq, delivery_seq, ts, pending = (int(t) for t in toks[4:])
     except ValueError:
         return None
-    return dc, sseq, dseq, ts, pending
+    return delivery_count, stream_seq, delivery_seq, ts, pending
 
 
 class Link:
@@ -156,7 +156,7 @@ class Link:
         self.durable = spec.consumer is not None
         self.consumer: Consumer | None = None
         self.sub: InternalSubscription | None = None
-        self.dseq = 0
+        self.delivery_seq = 0
         self.acks = ""  # the ack reply prefix of the consumer's deliveries
 
     def wants(self, subject: str) -> bool:
@@ -294,7 +294,7 @@ class Sourcing:
             link.error = (errors.MIRROR_CONSUMER_REQUIRES_ACK_FC if link.is_mirror
                           else errors.SOURCE_CONSUMER_REQUIRES_ACK_FC)()
             return
-        link.error, link.stalled, link.dseq, link.lag = None, False, 0, 0
+        link.error, link.stalled, link.delivery_seq, link.lag = None, False, 0, 0
         ident = origin.identity()
         if link.ident and link.ident != ident and not link.is_mirror:
             link.seq = 0  # a recreated origin: its sequences start again
@@ -334,22 +334,22 @@ class Sourcing:
         delivery = parse_delivery(reply)
         if delivery is None or delivery[0] > 1 or link.stalled:
             return  # a redelivery: the link is set up again instead, as nats-server does
-        _, sseq, dseq, ts, pending = delivery
-        if sseq <= link.seq:  # held already (a reset redelivers from the ack floor)
-            if dseq == link.dseq + 1:
-                link.dseq = dseq
+        _, stream_seq, delivery_seq, ts, pending = delivery
+        if stream_seq <= link.seq:  # held already (a reset redelivers from the ack floor)
+            if delivery_seq == link.delivery_seq + 1:
+                link.delivery_seq = delivery_seq
             return
-        if dseq != link.dseq + 1 and not (link.is_mirror and sseq == link.seq + 1):
+        if delivery_seq != link.delivery_seq + 1 and not (link.is_mirror and stream_seq == link.seq + 1):
             self._again(link)  # a delivery was missed
             return
         self._write_soon()
         try:
-            self._store(link, StoredMsg(sseq, subject, hdr, payload, ts))
+            self._store(link, StoredMsg(stream_seq, subject, hdr, payload, ts))
         except (errors.ApiError, StoreError, OSError) as exc:
-            self._refused(link, sseq, exc)
+            self._refused(link, stream_seq, exc)
             link.stalled = True  # set up again on the next health tick, from the consumer's ack floor
             return
-        link.dseq, link.seq = dseq, sseq
+        link.delivery_seq, link.seq = delivery_seq, stream_seq
         link.lag = max(pending - 1, 0)
 
     def _on_control(self, link: Link, reply: str | None, hdr: bytes) -> None:
@@ -357,11 +357,12 @@ class Sourcing:
         heartbeat naming another last delivery means one was missed."""
         if reply:
             self._write()  # the copies are on disk before the origin may drop them
-            answer = headers.build(((headers.LAST_CONSUMER, str(link.dseq)), (headers.LAST_STREAM, str(link.seq))))
+            answer = headers.build(((headers.LAST_CONSUMER, str(link.delivery_seq)),
+                                    (headers.LAST_STREAM, str(link.seq))))
             self._bus.publish(reply, None, answer, b"")
             return
         last = headers.get(hdr, headers.LAST_CONSUMER)
-        if last and last.isdigit() and int(last) > 0 and int(last) != link.dseq:
+        if last and last.isdigit() and int(last) > 0 and int(last) != link.delivery_seq:
             self._again(link)
         elif stalled := headers.get(hdr, headers.CONSUMER_STALLED):
             self._bus.publish(stalled, None, b"", b"")

@@ -3,7 +3,8 @@
 Owns: the internal subscriptions on the stream's subjects (a stream is just a subscriber, so a subject no
 stream covers falls through to the core's 503), the header checks of a publish in nats-server's order,
 the duplicate window, discard-new decisions, rollups, per-message TTL, interest/workqueue retention, the
-max_age/TTL expiry timer, pub acks (byte templates, no JSON encoder on the hot path) and DIRECT.GET.
+max_age/TTL expiry timer, pub acks (byte templates, no JSON encoder on the hot path) and the DIRECT.GET
+subscriptions (direct_get.py answers them).
 It talks to storage only through `jsbroker.store.base.StreamStore`.
 
 Batch publishes come first, as nats-server dispatches them before any other check: a reply subject ending in
@@ -32,14 +33,16 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from jsbroker import subjects
-from jsbroker.jetstream import advisories, api, atomic_batch, counters, errors, fast_batch, headers, requests, schedule, times
+from jsbroker.jetstream import (advisories, atomic_batch, counters, direct_get, errors, fast_batch, headers, requests,
+                                responses, schedule, times)
 from jsbroker.jetstream.dedupe import MsgIdWindow
 from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform, short_hash
+from jsbroker.jetstream.stream_schedules import StreamSchedules
+from jsbroker.jetstream.timer import Timer
 from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
 
 if TYPE_CHECKING:
@@ -113,7 +116,7 @@ class Stream:
     - `acked(seq)`: a consumer calls it after an ack; with interest or workqueue retention the stream
       removes the message once no consumer still needs it.
     - `store`, `config`, `name`, `consumers` (name -> consumer), `directory` (None for memory streams;
-      the consumer registry in service.py keeps the consumers' directories under it), `bus` (the
+      the consumer registry in registry.py keeps the consumers' directories under it), `bus` (the
       InternalBus), `created_ns`.
     """
 
@@ -142,13 +145,11 @@ class Stream:
         self._subs: list[InternalSubscription] = []
         self._direct_subs: list[InternalSubscription] = []
         self._direct_names: list[str] = []  # the stream names whose DIRECT.GET this stream answers
-        self._expiry_handle: Any = None
-        self._expiry_at = 0
-        self._schedules: schedule.Table | None = None  # allow_msg_schedules: what the schedule timer waits on
-        self._schedule_handle: Any = None
-        self._schedule_at = 0
+        self._expiry_timer = Timer(bus.loop, self._expire)
+        self._expiry_at = 0  # the wall-clock deadline the expiry timer is armed for
+        self._schedules: StreamSchedules | None = None  # allow_msg_schedules: the schedules and their timer
         self._batches = atomic_batch.Batches(batches or atomic_batch.Inflight())  # open atomic batches
-        self._batch_handle: Any = None  # the timer dropping the batches whose time is up
+        self._batch_timer = Timer(bus.loop, self._expire_batches)  # drops the batches whose time is up
         self._closed = False
         self.counter_val = ""  # counter streams: the total the last stored message holds (its pub ack's "val")
         # File streams write the plain publishes of one read with one write(): their pub acks wait here
@@ -201,10 +202,10 @@ class Stream:
         self._subs.clear()
         self._direct_subs.clear()
         self._direct_names = []
-        for handle in (self._expiry_handle, self._schedule_handle, self._batch_handle):
-            if handle is not None:
-                handle.cancel()
-        self._expiry_handle = self._schedule_handle = self._batch_handle = None
+        for timer in (self._expiry_timer, self._batch_timer):
+            timer.cancel()
+        if self._schedules is not None:
+            self._schedules.stop()
         self._batches.clear()
         self._close_fast_batches()
         for consumer in list(self.consumers.values()):
@@ -518,16 +519,15 @@ class Stream:
                                                  len(msgs))
 
     def _arm_batches(self) -> None:
-        if self._closed or self._batch_handle is not None:
+        if self._closed or self._batch_timer.armed:
             return
         due = self._batches.next_deadline()
         if due is None:
             return
-        self._batch_handle = self.bus.loop.call_later(max(due - times.now_ns(), 0) / _NS, self._expire_batches)
+        self._batch_timer.arm(due - times.now_ns(), earliest=False)
 
     def _expire_batches(self) -> None:
         """An open batch without a message for atomic_batch.TIMEOUT_NS goes (no commit can follow)."""
-        self._batch_handle = None
         for batch_id in self._batches.expire(times.now_ns()):
             advisories.batch_abandoned(self.bus, self.name, self._domain, batch_id, atomic_batch.TIMEOUT)
         self._arm_batches()
@@ -688,8 +688,7 @@ class Stream:
         if self._schedules is not None:
             if hdr and headers.SCHEDULE_NEEDLE in hdr:
                 self._purge_schedule(hdr)
-            self._schedules.track(seq, subject, hdr, ts, ts)
-            self._arm_schedules()
+            self._schedules.stored(seq, subject, hdr, ts)
         return seq, False
 
     def _republish_target(self, subject: str) -> tuple[str, int] | None:
@@ -837,18 +836,12 @@ class Stream:
     # -- expiry -----------------------------------------------------------------------------------------
 
     def _arm_expiry(self, at_ns: int | None) -> None:
-        if at_ns is None or self._closed:
-            return
-        if self._expiry_handle is not None:
-            if self._expiry_at <= at_ns:
-                return
-            self._expiry_handle.cancel()
+        if at_ns is None or self._closed or (self._expiry_timer.armed and self._expiry_at <= at_ns):
+            return  # the publish path's common case: armed already for an earlier deadline
         self._expiry_at = at_ns
-        delay = max(0.0, (at_ns - times.now_ns()) / _NS)
-        self._expiry_handle = self.bus.loop.call_later(delay, self._expire)
+        self._expiry_timer.arm(at_ns - times.now_ns(), earliest=False)
 
     def _expire(self) -> None:
-        self._expiry_handle = None
         if self._closed:
             return
         try:
@@ -910,54 +903,8 @@ class Stream:
         """A stream allowing schedules reads them back from its messages (so they survive any restart)."""
         if not self.config.allow_msg_schedules or self._schedules is not None:
             return
-        self._schedules = schedule.Table()
-        now = times.now_ns()
-        for msg in self.store.messages():
-            self._schedules.track(msg.seq, msg.subject, msg.hdr, msg.ts, now)
-        self._arm_schedules()
-
-    def _arm_schedules(self) -> None:
-        due = self._schedules.next_due() if self._schedules is not None else None
-        if due is None or self._closed:
-            return
-        if self._schedule_handle is not None:
-            if self._schedule_at <= due:
-                return
-            self._schedule_handle.cancel()
-        self._schedule_at = due
-        delay = max(due - times.now_ns(), schedule.MIN_DELAY_NS) / _NS
-        self._schedule_handle = self.bus.loop.call_later(delay, self._fire_schedules)
-
-    def _fire_schedules(self) -> None:
-        self._schedule_handle = None
-        if self._closed or self._schedules is None:
-            return
-        now = times.now_ns()
-        for seq, subject, at in self._schedules.due(now):
-            self._fire(seq, subject, at, now)
-        self._arm_schedules()
-
-    def _fire(self, seq: int, subject: str, at: int, now: int) -> None:
-        """Publish what a due schedule produces through the stream's own publish path; storing it moves the
-        schedule on (or purges it). When that does not happen (refused, not stored) the schedule stops
-        until the next start, as nats-server keeps it in flight."""
-        assert self._schedules is not None
-        before = self._schedules.entries.get(subject)
-        msg = self.store.load_msg(seq)
-        try:
-            fire = schedule.next_fire(msg.hdr, at, now) if msg is not None else None
-            if msg is not None and fire is not None:
-                source = headers.get(msg.hdr, headers.SCHEDULE_SOURCE)
-                last = self.store.load_last_msg(source) if source else None
-                target, hdr, body = schedule.produce(subject, msg.hdr, msg.data,
-                                                     None if last is None else (last.hdr, last.data),
-                                                     fire[0] if fire[1] else None)
-                self.process(target, hdr, body, scheduled=True)
-        except (errors.ApiError, StoreError, OSError) as exc:
-            log.warning("scheduled message not stored", extra={"stream": self.name, "schedule": subject,
-                                                               "error": str(exc)})
-        if self._schedules.entries.get(subject) == before:
-            self._schedules.remove(subject)
+        self._schedules = StreamSchedules(self, self.bus.loop)
+        self._schedules.load()
 
     # -- admin operations (called by stream_api) -------------------------------------------------------
 
@@ -1058,13 +1005,13 @@ class Stream:
 
     def _on_direct_get(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
         if reply:
-            for out_hdr, data in direct_get(self, hdr, payload, None):
+            for out_hdr, data in direct_get.answer(self.name, self.store, hdr, payload, None):
                 self.bus.publish(reply, None, out_hdr, data)
 
     def _on_direct_get_last(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
         if reply:
             key = subject.split(".", 5)[5] if subject.count(".") >= 5 else ""
-            for out_hdr, data in direct_get(self, hdr, payload, key):
+            for out_hdr, data in direct_get.answer(self.name, self.store, hdr, payload, key):
                 self.bus.publish(reply, None, out_hdr, data)
 
 
@@ -1099,176 +1046,6 @@ class _BatchView:
         return self._store.accounted_size(subject, hdr, payload)
 
 
-_STATUS_408_EMPTY = b"NATS/1.0 408 Empty Request\r\n\r\n"
-_STATUS_408_MALFORMED = b"NATS/1.0 408 Malformed Request\r\n\r\n"
-_STATUS_408_BAD = b"NATS/1.0 408 Bad Request\r\n\r\n"
-_STATUS_404 = b"NATS/1.0 404 Message Not Found\r\n\r\n"
-_STATUS_404_NO_RESULTS = b"NATS/1.0 404 No Results\r\n\r\n"
-_MAX_MULTI_RESULTS = 1024
-_DIRECT_MAX_BYTES = 64 * 1024 * 1024  # nats-server's default max_pending bounds one answer
-
-
-def direct_get(stream: Stream, hdr: bytes, payload: bytes, last_for: str | None) -> list[tuple[bytes, bytes]]:
-    """The DIRECT.GET answer (ADR-31) as (header block, payload) messages. `last_for` is the subject of
-    the `DIRECT.GET.<stream>.<subject>` form (None for the JSON form)."""
-    if not requests.api_level_supported(hdr):
-        return [(headers.API_LEVEL_TOO_HIGH, b"")]
-    if last_for is not None:
-        return _direct_last_for(stream, payload, last_for)
-    if not payload:
-        return [(_STATUS_408_EMPTY, b"")]
-    try:
-        req = _DirectRequest.parse(requests.parse_json(payload))
-    except errors.ApiError:
-        return [(_STATUS_408_MALFORMED, b"")]
-    if not (req.seq or req.last_by_subj or req.next_by_subj or req.multi_last or req.start_time is not None):
-        return [(_STATUS_408_EMPTY, b"")]
-    if req.conflicts():
-        return [(_STATUS_408_BAD, b"")]
-    if req.multi_last:
-        return _direct_multi_last(stream, req)
-    return _direct_batch(stream, req)
-
-
-@dataclass(slots=True)
-class _DirectRequest:
-    seq: int = 0
-    last_by_subj: str = ""
-    next_by_subj: str = ""
-    start_time: int | None = None
-    batch: int = 0
-    max_bytes: int = 0
-    multi_last: list[str] | None = None
-    up_to_seq: int = 0
-    up_to_time: int | None = None
-    no_hdr: bool = False
-
-    @classmethod
-    def parse(cls, raw: dict[str, Any]) -> _DirectRequest:
-            return cls(seq=requests.get_int(raw, "seq", kind="uint64"), last_by_subj=requests.get_str(raw, "last_by_subj"),
-                   next_by_subj=requests.get_str(raw, "next_by_subj"), start_time=requests.get_time(raw, "start_time"),
-                   batch=requests.get_int(raw, "batch"), max_bytes=requests.get_int(raw, "max_bytes"),
-                   multi_last=requests.get_str_list(raw, "multi_last") or None,
-                   up_to_seq=requests.get_int(raw, "up_to_seq", kind="uint64"), up_to_time=requests.get_time(raw, "up_to_time"),
-                   no_hdr=requests.get_bool(raw, "no_hdr"))
-
-    def conflicts(self) -> bool:
-        last, nxt, multi = bool(self.last_by_subj), bool(self.next_by_subj), bool(self.multi_last)
-        timed = self.start_time is not None
-        return ((self.seq > 0 and (last or timed)) or (timed and last) or (last and (nxt or self.batch > 0 or multi))
-                or (nxt and multi) or (self.up_to_seq > 0 and self.up_to_time is not None))
-
-
-def _direct_last_for(stream: Stream, payload: bytes, subject: str) -> list[tuple[bytes, bytes]]:
-    req = _DirectRequest()
-    if payload:
-        try:
-            req = _DirectRequest.parse(requests.parse_json(payload))
-        except errors.ApiError:
-            return [(_STATUS_408_MALFORMED, b"")]
-    if not subject or (req.last_by_subj or req.next_by_subj or req.multi_last or req.seq or req.batch
-                       or req.start_time is not None or req.up_to_seq or req.up_to_time is not None):
-        return [(_STATUS_408_BAD, b"")]
-    req.last_by_subj = subject
-    return _direct_batch(stream, req)
-
-
-def _direct_headers(stream: Stream, msg: StoredMsg, extra: tuple[tuple[str, str], ...] = ()) -> bytes:
-    return headers.append(msg.hdr, ((headers.STREAM, stream.name), (headers.SUBJECT, msg.subject),
-                                    (headers.SEQUENCE, str(msg.seq)), (headers.TIME_STAMP, times.rfc3339(msg.ts)),
-                                    *extra))
-
-
-def _direct_batch(stream: Stream, req: _DirectRequest) -> list[tuple[bytes, bytes]]:
-    store = stream.store
-    seq = store.first_seq_at_or_after_time(req.start_time) if req.start_time is not None else req.seq
-    is_batch = req.batch > 0
-    pending = store.num_pending(seq, [req.next_by_subj] if req.next_by_subj else None) if is_batch else 0
-    limit = req.max_bytes or _DIRECT_MAX_BYTES
-    out: list[tuple[bytes, bytes]] = []
-    sent_bytes = prev_seq = 0
-    for i in range(max(req.batch, 1)):
-        if seq > 0 and not req.next_by_subj:
-            msg = store.load_msg(seq) if i == 0 and not is_batch else store.load_next_msg(seq)
-        elif req.next_by_subj:
-            msg = store.load_next_msg(seq, req.next_by_subj)
-        else:
-            msg = store.load_last_msg(req.last_by_subj)
-        if msg is None:
-            if i > 0:
-                break
-            return [(_STATUS_404, b"")]
-        seq = msg.seq + 1
-        if req.no_hdr:
-            out_hdr = b""
-        elif is_batch:
-            pending = max(pending - 1, 0)
-            out_hdr = _direct_headers(stream, msg, ((headers.NUM_PENDING, str(pending)),
-                                                    (headers.LAST_SEQUENCE, str(prev_seq))))
-        else:
-            out_hdr = _direct_headers(stream, msg)
-        prev_seq = msg.seq
-        out.append((out_hdr, msg.data))
-        sent_bytes += len(msg.subject) + len(msg.hdr) + len(msg.data)
-        if sent_bytes >= limit:
-            break
-    if is_batch:
-        pending = store.num_pending(seq, [req.next_by_subj] if req.next_by_subj else None)
-        out.append((headers.build(((headers.NUM_PENDING, str(pending)), (headers.LAST_SEQUENCE, str(prev_seq))),
-                                  status=204, description="EOB"), b""))
-    return out
-
-
-def _direct_multi_last(stream: Stream, req: _DirectRequest) -> list[tuple[bytes, bytes]]:
-    store = stream.store
-    state = store.state()
-    up_to = req.up_to_seq
-    if req.up_to_time is not None:
-        up_to = store.first_seq_at_or_after_time(req.up_to_time)
-        if up_to <= state.first_seq:
-            return [(_STATUS_404_NO_RESULTS, b"")]
-        up_to -= 1
-    up_to = up_to or state.last_seq
-    found: dict[str, StoredMsg] = {}
-    for subject_filter in req.multi_last or ():
-        for subject in store.subjects_state(subject_filter):
-            msg = _last_at_or_before(store, subject, up_to, req.seq)
-            if msg is not None:
-                found[msg.subject] = msg
-    if len(found) > _MAX_MULTI_RESULTS:
-        return [(b"NATS/1.0 413 Too Many Results\r\n\r\n", b"")]
-    if not found:
-        return [(_STATUS_404_NO_RESULTS, b"")]
-    msgs = sorted(found.values(), key=lambda m: m.seq)
-    limit = req.max_bytes or _DIRECT_MAX_BYTES
-    out: list[tuple[bytes, bytes]] = []
-    sent_bytes = prev_seq = 0
-    for i, msg in enumerate(msgs):
-        pending = len(msgs) - i - 1
-        out.append((_direct_headers(stream, msg, ((headers.NUM_PENDING, str(pending)),
-                                                  (headers.LAST_SEQUENCE, str(prev_seq)))), msg.data))
-        prev_seq = msg.seq
-        sent_bytes += len(msg.subject) + len(msg.hdr) + len(msg.data)
-        if sent_bytes >= limit or (req.batch > 0 and i + 1 >= req.batch):
-            break
-    remaining = len(msgs) - len(out)
-    out.append((headers.build(((headers.NUM_PENDING, str(remaining)), (headers.LAST_SEQUENCE, str(prev_seq)),
-                               (headers.UP_TO_SEQUENCE, str(up_to))), status=204, description="EOB"), b""))
-    return out
-
-
-def _last_at_or_before(store: StreamStore, subject: str, up_to: int, start: int) -> StoredMsg | None:
-    last = store.load_last_msg(subject)
-    if last is None or last.seq <= up_to:
-        return last if last is not None and last.seq >= start else None
-    best = None
-    msg = store.load_next_msg(start, subject)
-    while msg is not None and msg.seq <= up_to:
-        best = msg
-        msg = store.load_next_msg(msg.seq + 1, subject)
-    return best
-
-
 def _is_marker(hdr: bytes) -> bool:
     """A subject delete marker, or a KV purge (which stands for one): replaced by nothing when it expires."""
     return bool(hdr) and (bool(headers.get(hdr, headers.MARKER_REASON))
@@ -1280,7 +1057,7 @@ def _json_str(text: str) -> str:
 
 
 def _error_json(err: errors.ApiError) -> bytes:
-    return api.dumps(err.to_dict())
+    return responses.dumps(err.to_dict())
 
 
 def stored_ttl_ns(hdr: bytes) -> int:

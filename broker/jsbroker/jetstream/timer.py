@@ -1,5 +1,5 @@
 """One re-armable loop timer: a consumer keeps one per concern (ack wait, pull requests, heartbeats, the pin,
-...), never one per message."""
+...), a stream one for expiry, one for schedules and one for atomic batches; never one per message."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ class Timer:
     fire: Callable[[], None]
     handle: asyncio.TimerHandle | None = None
     at: float = 0.0
+
+    @property
+    def armed(self) -> bool:
+        return self.handle is not None
 
     def arm(self, delay_ns: int, earliest: bool = True) -> None:
         when = self.loop.time() + max(delay_ns, 0) / 1e9
