@@ -90,6 +90,11 @@ class Consumer(DeliveryPass, AckProcessing, ConsumerTimers, ConsumerInfo, Consum
             self._subs.watch = None
         self.store.close()
 
+    def release_waiting_pulls(self, tell: bool) -> None:
+        """The server stops: waiting pulls are dropped, told `409 Server Shutdown` if `tell` (not the
+        `Consumer Deleted` of `stop`, which clients take as final)."""
+        self.pulls.release_for_shutdown(tell)
+
     def delete(self, on_error: Callable[[OSError], None] | None = None) -> None:
         """Stop for good (waiting pulls get `409 Consumer Deleted`); the stored state goes (`on_error`: its
         removal failed in the syncer's thread)."""

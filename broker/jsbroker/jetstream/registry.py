@@ -166,6 +166,13 @@ class StreamRegistry:
         self._origins_changed()  # a source restored before its origin finds it now
         self._sync_handle = self.bus.loop.call_later(self._tick_interval(), self._sync_tick)
 
+    def release_waiting_pulls(self, tell: bool) -> None:
+        """The server is stopping: every waiting pull request is dropped, and told `409 Server Shutdown`
+        (`tell`) while its client is still connected."""
+        for stream in self.streams.values():
+            for consumer in stream.consumers.values():
+                consumer.release_waiting_pulls(tell)
+
     async def stop(self) -> None:
         if self._sync_handle is not None:
             self._sync_handle.cancel()

@@ -27,14 +27,6 @@ class JetStream(StreamRegistry):
         await super().start()
         self._router.start()
 
-    def release_waiting_pulls(self, tell: bool) -> None:
-        """The server is stopping: every waiting pull request is dropped, and told `409 Server Shutdown`
-        (`tell`) while its client is still connected; never `409 Consumer Deleted`, which the consumers'
-        own stop would send and clients take as final."""
-        for stream in self.streams.values():
-            for consumer in stream.consumers.values():
-                consumer.pulls.release_for_shutdown(tell)
-
     def refusal(self, subject: str) -> bytes | None:
         """What an account without JetStream is answered on this API subject (nats-server's 10039)."""
         return self._router.refusal(subject)
