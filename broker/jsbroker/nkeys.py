@@ -10,7 +10,6 @@ import binascii
 import os
 
 _PREFIX_USER = 20 << 3  # the "U" of a user's public key
-_CRC16_POLY = 0x1021
 
 
 class NkeyError(ValueError):
@@ -18,13 +17,9 @@ class NkeyError(ValueError):
 
 
 def _crc16(data: bytes) -> int:
-    """CRC-16/XMODEM, the checksum NATS appends to encoded keys."""
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ _CRC16_POLY if crc & 0x8000 else crc << 1) & 0xFFFF
-    return crc
+    """CRC-16/XMODEM, the checksum NATS appends to encoded keys: binascii's CRC-CCITT from 0 (in C; the
+    bitwise loop in Python cost every Broker() ~0.5 ms for its xkey)."""
+    return binascii.crc_hqx(data, 0)
 
 
 def user_public_key(text: str) -> bytes:
