@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Sourced by scripts/test.sh and scripts/e2e-kind.sh (from the repository root): builds (or reuses) the
 # project's own virtual environment in .venv/, installs the project and its test extras there (editable,
-# jsbroker's hot path compiled by mypyc next to its sources: setup.py; JSBROKER_PURE=1 for the pure-Python
+# jsbroker's hot path compiled by mypyc next to its sources: broker/setup.py; JSBROKER_PURE=1 for the pure-Python
 # build), and puts it first on PATH, so nothing installed elsewhere on the machine is used.
 # JETSTREAM_KOPF_VENV=DIR picks another venv folder.
 unset PYTHONPATH PYTHONHOME  # the venv alone decides what is importable

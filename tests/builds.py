@@ -1,4 +1,4 @@
-"""The two builds of jsbroker (setup.py): its hot path compiled by mypyc, or the same modules as Python."""
+"""The two builds of jsbroker (broker/setup.py): its hot path compiled by mypyc, or the same modules as Python."""
 
 from __future__ import annotations
 

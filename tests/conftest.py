@@ -20,7 +20,7 @@ from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """An edited source whose compiled module (setup.py) is older would not be what runs: stop at once."""
+    """An edited source whose compiled module (broker/setup.py) is older would not be what runs: stop at once."""
     stale = stale_compiled_modules()
     if stale:
         pytest.exit(f"compiled modules older than their source: {', '.join(stale)}; rebuild them with "

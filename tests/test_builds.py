@@ -1,4 +1,4 @@
-"""Both builds of jsbroker (setup.py): the suite runs on the compiled hot path, and a fixed subset of the
+"""Both builds of jsbroker (broker/setup.py): the suite runs on the compiled hot path, and a fixed subset of the
 differential suites (core protocol, routing, JetStream publish and pull delivery, store records) runs again
 here on the pure-Python modules: their sources copied without the compiled files, first on PYTHONPATH, so
 the test process and every jsbroker it starts import them. CI thus tests the build a machine without a C
@@ -28,11 +28,11 @@ PURE_SUBSET = (
 
 
 def setup_compiled() -> list[str]:
-    """The modules setup.py compiles (its COMPILED list), as module names."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
+    """The modules broker/setup.py compiles (its COMPILED list), as module names."""
+    tree = ast.parse((ROOT / "broker" / "setup.py").read_text())
     [paths] = [ast.literal_eval(node.value) for node in tree.body
                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMPILED"]
-    return sorted(".".join(pathlib.Path(p).relative_to("broker/jsbroker").with_suffix("").parts) for p in paths)
+    return sorted(".".join(pathlib.Path(p).relative_to("jsbroker").with_suffix("").parts) for p in paths)
 
 
 def test_the_suite_runs_on_the_compiled_hot_path() -> None:

@@ -45,7 +45,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "protocol": ("jsbroker.protocol", "jsbroker.websocket"),
     "helpers": ("jsbroker.subjects", "jsbroker.natsconf", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys",
                 "jsbroker.slow_consumer", "jsbroker.claims", "jsbroker.creds", "jsbroker.resolvers",
-                "jsbroker.operator_auth", "jsbroker.passwords"),
+                "jsbroker.operator_auth", "jsbroker.passwords",
+                "jsbroker._version"),
     "internal": ("jsbroker.internal",),
     "core": (
         "jsbroker",
@@ -72,8 +73,10 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "jetstream": ("jsbroker.jetstream", "jsbroker.jetstream.*"),
     "store": ("jsbroker.store", "jsbroker.store.*"),
+    # what test suites use: brokers in a test's loop or as processes, and the pytest plugin's fixtures
+    "testing": ("jsbroker.testing", "jsbroker.pytest_plugin"),
     # jsoperator: pure model -> I/O edges (NATS, Kubernetes API, metrics) -> reconcile core -> the kopf layer.
-    "op-model": ("jsoperator", *OPERATOR_PURE, "jsoperator.settings"),
+    "op-model": ("jsoperator", "jsoperator._version", *OPERATOR_PURE, "jsoperator.settings"),
     "op-io": (
         "jsoperator.jsclient", "jsoperator.kubeapi", "jsoperator.credentials", "jsoperator.metrics", "jsoperator.leader",
     ),
@@ -100,6 +103,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "core": frozenset({"protocol", "helpers", "internal"}),
     "jetstream": frozenset({"helpers", "internal", "store"}),  # the core only through jsbroker.internal
     "store": frozenset({"helpers"}),  # reports upward only through callbacks
+    "testing": frozenset({"core", "helpers"}),  # the Broker, from outside
     "op-model": frozenset(),
     "op-io": frozenset({"op-model"}),
     "op-core": frozenset({"op-model", "op-io"}),  # knows nothing of kopf: the handlers apply its Results
@@ -134,6 +138,7 @@ PURE = frozenset(
         "jsbroker.creds",  # .creds and decorated JWT files, from their text
         "jsbroker.operator_auth",  # operator mode's CONNECT checks; the resolver is a passed-in fetch
         "jsbroker.slow_consumer",  # nats-server's slow-consumer numbers
+        "jsbroker._version",
         "jsbroker.jetstream.ack",
         "jsbroker.jetstream.delivery",
         "jsbroker.jetstream.push",

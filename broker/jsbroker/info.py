@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import platform
+import sys
 from typing import Any
 
 from .nkeys import curve_public_key
 
 PROTO = 1
 API_LEVEL = 5  # JetStream API level (nats-server 2.15's), sent with and without JetStream as nats-server does
-RUNTIME = f"{platform.python_implementation().lower()}{platform.python_version()}"
+RUNTIME = f"{sys.implementation.name}{sys.version.split()[0]}"  # as platform's two calls (its import: ~3 ms a start)
 
 
 def server_fields(*, server_id: str, server_name: str, version: str, host: str, port: int, auth_required: bool,

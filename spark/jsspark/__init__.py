@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._version import __version__ as __version__
+
 __all__ = ["JetStreamDataSource"]
 
 

@@ -15,16 +15,14 @@ pytestmark = pytest.mark.xdist_group("broker-embedded")
 
 
 @pytest.fixture
-async def broker(tmp_path):
-    async with Broker(port=0, store_dir=tmp_path) as b:
-        yield b
+def broker(jsbroker):
+    """The `Broker` that jsbroker's pytest plugin runs in the test's loop (JetStream in tmp_path)."""
+    return jsbroker.running
 
 
 @pytest.fixture
-async def nc(broker):
-    client = await nats.connect(broker.client_url)
-    yield client
-    await client.close()
+def nc(nats_client):
+    return nats_client
 
 
 async def test_embedded_broker_serves_nats_py(broker, nc):

@@ -74,14 +74,12 @@ async def _fsyncs_while_publishing(broker: Any, name: str, persist_mode: str, n:
         await nc.close()
 
 
-async def test_sync_always_leaves_async_streams_to_the_interval(tmp_path):
+@pytest.mark.jsbroker(sync_always=True)  # jsbroker's pytest plugin
+async def test_sync_always_leaves_async_streams_to_the_interval(jsbroker):
     """Under `sync: always` a default stream fsyncs every publish; an async one none (the interval timer
     and a clean stop do), as nats-server turns SyncAlways off for it."""
-    from jsbroker.server import Broker
-
-    async with Broker(port=0, store_dir=tmp_path, sync_always=True) as broker:
-        assert await _fsyncs_while_publishing(broker, "SYNCED", "default", 20) >= 20
-        assert await _fsyncs_while_publishing(broker, "ASYNC", "async", 20) == 0
+    assert await _fsyncs_while_publishing(jsbroker.running, "SYNCED", "default", 20) >= 20
+    assert await _fsyncs_while_publishing(jsbroker.running, "ASYNC", "async", 20) == 0
 
 
 async def test_acknowledged_messages_of_an_async_stream_survive_kill(server_factory):

@@ -57,31 +57,32 @@ async def test_restart_restores_file_streams_like_nats_server(server_factory):
     assert ours[-1] == ("direct", 7, b"new")  # id3 was deleted, so it is no longer a duplicate after restart
 
 
-async def _duplicates(store_dir, ids: list[str]) -> list[bool]:
-    from jsbroker.server import Broker
-
-    async with Broker(port=0, store_dir=store_dir) as broker:
-        nc = await nats.connect(broker.client_url)
-        js = nc.jetstream()
-        await js.add_stream(name="D", subjects=["d.>"])
-        acks = [await js.publish("d.x", b"x", headers={"Nats-Msg-Id": i}) for i in ids]
-        await nc.close()
+async def _duplicates(url: str, ids: list[str]) -> list[bool]:
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await js.add_stream(name="D", subjects=["d.>"])
+    acks = [await js.publish("d.x", b"x", headers={"Nats-Msg-Id": i}) for i in ids]
+    await nc.close()
     return [ack.duplicate or False for ack in acks]
 
 
-async def test_a_clean_stop_saves_the_msg_id_window_and_a_stale_one_is_not_used(tmp_path):
+async def test_a_clean_stop_saves_the_msg_id_window_and_a_stale_one_is_not_used(jsbroker):
     """The window is saved at a clean stop and taken (then removed) at the next start, instead of re-reading
-    every message; one that no longer matches the store (here: made stale by hand) falls back to re-reading."""
+    every message; one that no longer matches the store (here: made stale by hand) falls back to re-reading.
+    (jsbroker's pytest plugin: `down()` stops the broker for the block and starts it again on its store.)"""
     from jsbroker import store as storage
 
-    saved = storage.stream_dir(tmp_path, "D") / storage.DEDUPE
-    assert await _duplicates(tmp_path, ["a", "b", "c"]) == [False, False, False]
-    assert saved.exists()
-    assert await _duplicates(tmp_path, ["b", "d"]) == [True, False]
-    stale = json.loads(saved.read_text())
-    stale["last_seq"], stale["ids"] = 1, []
-    saved.write_text(json.dumps(stale))
-    assert await _duplicates(tmp_path, ["d", "a", "e"]) == [True, True, False]  # re-read from the messages
+    saved = storage.stream_dir(jsbroker.store_dir, "D") / storage.DEDUPE
+    assert await _duplicates(jsbroker.client_url, ["a", "b", "c"]) == [False, False, False]
+    async with jsbroker.down():
+        assert saved.exists()
+    assert not saved.exists()  # taken at the start
+    assert await _duplicates(jsbroker.client_url, ["b", "d"]) == [True, False]
+    async with jsbroker.down():
+        stale = json.loads(saved.read_text())
+        stale["last_seq"], stale["ids"] = 1, []
+        saved.write_text(json.dumps(stale))
+    assert await _duplicates(jsbroker.client_url, ["d", "a", "e"]) == [True, True, False]  # re-read from the messages
 
 
 async def _after_a_crash(handle) -> list:

@@ -3,29 +3,22 @@ fsync is not visible on the wire, so this looks at the stores' own "written, not
 
 import asyncio
 
-import nats
 import pytest
-
-from jsbroker.server import Broker
 
 pytestmark = pytest.mark.xdist_group("stream-sync")
 
 
-async def test_interval_sync_covers_consumer_stores(tmp_path):
-    async with Broker(port=0, store_dir=tmp_path, sync_interval=0.05) as broker:
-        nc = await nats.connect(broker.client_url)
-        try:
-            js = nc.jetstream()
-            await js.add_stream(name="SYNC", subjects=["sync.>"], storage="file")
-            sub = await js.pull_subscribe("sync.>", durable="D", stream="SYNC")
-            await js.publish("sync.a", b"1")
-            msg = (await sub.fetch(1, timeout=2))[0]
-            await msg.ack_sync()
-            stream = broker.jetstream.streams["SYNC"]
-            consumer_store = stream.consumers["D"].store
-            deadline = asyncio.get_running_loop().time() + 5
-            while (consumer_store._dirty or stream.store._dirty) and asyncio.get_running_loop().time() < deadline:
-                await asyncio.sleep(0.02)  # poll interval while the service's sync timer runs
-            assert (consumer_store._dirty, stream.store._dirty) == (False, False)
-        finally:
-            await nc.close()
+@pytest.mark.jsbroker(sync_interval=0.05)  # jsbroker's pytest plugin (broker/README.md, "In a test suite")
+async def test_interval_sync_covers_consumer_stores(jsbroker, nats_client):
+    js = nats_client.jetstream()
+    await js.add_stream(name="SYNC", subjects=["sync.>"], storage="file")
+    sub = await js.pull_subscribe("sync.>", durable="D", stream="SYNC")
+    await js.publish("sync.a", b"1")
+    msg = (await sub.fetch(1, timeout=2))[0]
+    await msg.ack_sync()
+    stream = jsbroker.running.jetstream.streams["SYNC"]
+    consumer_store = stream.consumers["D"].store
+    deadline = asyncio.get_running_loop().time() + 5
+    while (consumer_store._dirty or stream.store._dirty) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)  # poll interval while the service's sync timer runs
+    assert (consumer_store._dirty, stream.store._dirty) == (False, False)

@@ -1,0 +1,1 @@
+../../broker/jsbroker/_version.py
