@@ -30,6 +30,10 @@ class StoreClosed(StoreError):
     """The store was closed or deleted."""
 
 
+class StoreFull(StoreError):
+    """No room for a new message: the volume is down to its reserve (disk_room.py). Nothing was stored."""
+
+
 class StoredMsg(NamedTuple):  # a NamedTuple: built once per delivered message, 3x cheaper than a dataclass
     seq: int
     subject: str
