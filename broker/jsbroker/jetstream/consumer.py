@@ -58,6 +58,7 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024
 ACK_REPLY_TAIL = 30
 RUN_BUDGET = 4096  # messages per delivery pass before yielding the loop
 READ_AHEAD_FIRST, READ_AHEAD_MAX = 8, 256  # new messages read per store call in a pass: doubling up to max
+READ_AHEAD_BYTES = 1 << 20  # and at most this many bytes of them (one message at least): large messages
 # Deliveries handed to the core at once: 8, then doubling up to 128 within a pass. The core writes each
 # batch at once, so the client starts on the first messages while the pass goes on.
 OUT_FIRST, OUT_MAX = 8, 128
@@ -662,7 +663,7 @@ class Consumer:
         if self.max_ack_pending > 0:
             n = min(n, max(self.max_ack_pending - len(self.delivery.pending), 1))
         self._ahead_n = min(self._ahead_n * 2, READ_AHEAD_MAX)
-        got = store.load_next_msgs(self.delivery.next_seq, self.filters or None, n)
+        got = store.load_next_msgs(self.delivery.next_seq, self.filters or None, n, READ_AHEAD_BYTES)
         if not got:
             return None
         ahead.extend(got)
