@@ -32,6 +32,7 @@ from tests.servers import JSBROKER, KINDS, launch
 VOLUME = 32 << 20
 FILLER = 24 << 20  # 8 MiB stay free: nats-server takes 6 MiB of it as its limit, jsbroker keeps 1.6 MiB back
 SIZE = 4096
+BATCH = 8  # 1 MB messages: more than the room either server leaves
 
 
 @contextlib.contextmanager
@@ -110,6 +111,41 @@ async def test_a_full_volume_refuses_publishes_serves_reads_and_loses_nothing(ki
                 assert (await js.get_msg("S", seq)).data == (seq - 1).to_bytes(4, "big") * (SIZE // 4), seq
             assert (await js.consumer_info("S", "C")).ack_floor.stream_seq == 10
             assert (await js.publish("s", b"after restart", timeout=5)).seq == len(acked) + 1
+            await nc.close()
+        finally:
+            server.close()
+
+
+async def commit_batch(nc: nats.NATS, count: int) -> bytes:
+    """Send an atomic batch of `count` 1 MB messages to "b"; the commit's answer."""
+    for seq in range(1, count + 1):
+        commit = {"Nats-Batch-Commit": "1"} if seq == count else {}
+        reply = await nc.request("b", b"b" * 1_000_000, headers={"Nats-Batch-Id": "big",
+                                 "Nats-Batch-Sequence": str(seq), **commit}, timeout=5)
+    return reply.data
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_atomic_batch_larger_than_the_room_left_is_refused_whole(kind, tmp_path):
+    """jsbroker checks the room for the whole batch before storing any of it: 10023, nothing stored, the
+    stream goes on. nats-server 2.15.1 does not check a batch against its limit: it writes until the
+    volume is full and the commit gets no answer (its log: "Critical write error")."""
+    with small_volume(tmp_path / "volume") as volume:
+        (volume / "filler").write_bytes(b"\0" * FILLER)
+        server = launch(kind, store_dir=volume / "store")
+        try:
+            nc = await nats.connect(server.url)
+            js = nc.jetstream()
+            await js.add_stream(name="B", subjects=["b"], allow_atomic=True)
+            if kind == JSBROKER:
+                error = json.loads(await commit_batch(nc, BATCH))["error"]
+                assert (error["code"], error["err_code"]) == (503, 10023)
+                assert (await js.publish("b", b"small", timeout=5)).seq == 1
+            else:
+                with pytest.raises(nats.errors.TimeoutError):
+                    await commit_batch(nc, BATCH)
+                assert "Critical write error" in server.log_path.read_text()
+            assert (await js.stream_info("B")).state.messages == (1 if kind == JSBROKER else 0)
             await nc.close()
         finally:
             server.close()

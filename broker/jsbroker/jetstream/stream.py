@@ -518,7 +518,9 @@ class Stream:
         if msgs is None:
             self._arm_batches()
             return b""
-        for msg in atomic_batch.check_commit(msgs, _BatchView(self), now):
+        committed = atomic_batch.check_commit(msgs, _BatchView(self), now)
+        self.store.check_room(sum(self.store.accounted_size(m.subject, m.hdr, m.payload) for m in committed))
+        for msg in committed:
             self.process(msg.subject, msg.hdr, msg.payload, checked=True)
         self.store.flush()
         return b'%s%d,"batch":%s,"count":%d}' % (self._ack_prefix, self.last_seq, _json_str(batch_id).encode(),

@@ -134,6 +134,10 @@ class StreamStore(Protocol):
         """The bytes this message would add to `state().bytes` (nats-server's file and memory stores
         account differently); for discard-new max_bytes checks."""
 
+    def check_room(self, size: int) -> None:
+        """Raise StoreFull when `size` more bytes of messages would not fit (a file store's volume down to
+        its reserve: disk_room.py); for a group of messages that must be stored all or none."""
+
     def skip_msgs(self, next_seq: int, stamp: bool = True) -> None:
         """Advance the sequence so the next stored message gets `next_seq` (interest retention with no
         interest); last_ts becomes now, as nats-server's SkipMsg does, unless `stamp` is False (a restore

@@ -384,11 +384,14 @@ class FileStore(IndexedStore):
     # ---- IndexedStore hooks -------------------------------------------------------------------------
     def _put(self, seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> int:
         rec = record.encode_msg(seq, ts, ttl, subject, hdr, data)
-        if not self._room.take(len(rec)):  # before anything changed: the message is simply not stored
-            raise StoreFull(f"no room for message {seq} of {len(rec)} bytes on the volume of {self._dir}")
+        self.check_room(len(rec))  # before anything changed: a message refused is simply not stored
         blk, offset = self._queue(rec)
         blk.add(seq, len(rec))
         return (_HDR_FLAG if hdr else 0) | blk.no << _LOC_SHIFT | offset
+
+    def check_room(self, size: int) -> None:
+        if not self._room.take(size):
+            raise StoreFull(f"no room for {size} bytes of messages on the volume of {self._dir}")
 
     def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
         no, offset = _block_of(loc), loc & _OFFSET_MASK

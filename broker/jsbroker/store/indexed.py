@@ -483,6 +483,9 @@ class IndexedStore:
     def accounted_size(self, subject: str, hdr: bytes, data: bytes) -> int:
         return self._account(len(subject.encode()), len(hdr), len(data))
 
+    def check_room(self, size: int) -> None:
+        """Memory needs no room check (max_memory_store is the stream layer's)."""
+
     def skip_msgs(self, next_seq: int, stamp: bool = True) -> None:
         self._check_open()
         if next_seq <= self._last + 1:
