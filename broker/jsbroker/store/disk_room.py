@@ -30,26 +30,23 @@ def reserve_for(total: int) -> int:
 
 
 class DiskRoom:
-    """The room left for new messages on the volume of `path`."""
+    """The room left for new messages on the volume of `path`; the store counts its appends against what
+    `grant` returned (a plain int on its hot path) and asks again when that runs out."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._room = 0  # bytes that may be appended before the OS is asked again
         self.full = False  # the last answer was "no room" (logged once per change)
 
-    def take(self, size: int) -> bool:
-        """Whether `size` more bytes of messages fit; if so they are counted as written."""
-        if size <= self._room:
-            self._room -= size
-            return True
+    def grant(self, size: int) -> int:
+        """The bytes that may be appended from now on, at least `size`; -1 when `size` does not fit."""
         try:
             st = os.statvfs(self._path)
         except OSError:
-            return True  # nothing to go by: the write itself will tell
+            return max(size, RESERVE_MIN)  # nothing to go by: the write itself will tell
         total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
         reserve = reserve_for(total)
         fits = free - reserve >= size
-        if fits != (not self.full):
+        if fits == self.full:
             self.full = not fits
             if fits:
                 log.warning(f"free space is back on the volume of {self._path} ({free} bytes free): "
@@ -58,5 +55,4 @@ class DiskRoom:
                 log.error(f"JetStream file resource limits exceeded for server: the volume of {self._path} has "
                           f"{free} bytes free, {reserve} are kept for acks and removals; publishes to its file "
                           "streams are refused until space is freed (purge or delete messages, or grow the volume)")
-        self._room = min(free - reserve, max(reserve // 4, size)) - size if fits else 0
-        return fits
+        return min(free - reserve, max(reserve // 4, size)) if fits else -1

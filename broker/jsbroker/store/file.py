@@ -202,6 +202,7 @@ class FileStore(IndexedStore):
         self._checkpointed: tuple[int, int, int] | None = None  # (active block, its size, blocks) at the last
         self._msgs_dir.mkdir(parents=True, exist_ok=True)
         self._room = DiskRoom(self._msgs_dir)
+        self._room_left = 0  # bytes of messages that may still be appended before the room is asked again
         self._recover()
 
     # ---- blocks and writes --------------------------------------------------------------------------
@@ -390,8 +391,13 @@ class FileStore(IndexedStore):
         return (_HDR_FLAG if hdr else 0) | blk.no << _LOC_SHIFT | offset
 
     def check_room(self, size: int) -> None:
-        if not self._room.take(size):
-            raise StoreFull(f"no room for {size} bytes of messages on the volume of {self._dir}")
+        if size > self._room_left:
+            left = self._room.grant(size)
+            if left < 0:
+                self._room_left = 0
+                raise StoreFull(f"no room for {size} bytes of messages on the volume of {self._dir}")
+            self._room_left = left
+        self._room_left -= size
 
     def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
         no, offset = _block_of(loc), loc & _OFFSET_MASK
