@@ -227,3 +227,15 @@ def fill_stream(port: int, subject: str, n: int, size: int = 128, window: int = 
                 assert b'"error"' not in chunk, chunk[-300:]
                 acks += chunk.count(b'"seq"')
                 tail = chunk[-4:]  # too short to hold a whole '"seq"': one split across reads counts once
+
+
+def stalled_fetch(port: int, stream: str, consumer: str) -> socket.socket:
+    """A raw connection that asks the durable `consumer` of `stream` for everything (a pull request of
+    10,000) and then never reads (a small receive buffer): memory tests and bench/memory.py."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.recv(4096)
+    sock.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _STALLED 1\r\n'
+                 b'PUB $JS.API.CONSUMER.MSG.NEXT.%s.%s _STALLED 15\r\n{"batch":10000}\r\n'
+                 % (stream.encode(), consumer.encode()))
+    return sock

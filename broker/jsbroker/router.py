@@ -417,6 +417,8 @@ class Router:
         plain, groups = self.sublist.match(subject)
         for sub in (*plain, *(s for g in groups for s in g)):
             c = sub.client
+            if c is not None and c.out and not c.congested and not c.closed:
+                self._write(c)  # what the producer queued so far: the transport's backlog tells (not only at the read's end)
             if c is not None and c.congested and not c.closed:
                 c.drain_callbacks.append(callback)
                 return True

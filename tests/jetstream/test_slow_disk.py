@@ -95,6 +95,9 @@ async def test_a_failing_fsync_is_answered_with_the_api_error_and_nothing_acked_
             await js.publish("a", b"not durable")
         assert (publish.value.code, publish.value.err_code) == (503, 10077)
         assert "Input/output error" in publish.value.description
+        # the stopped store still answers (STREAM.INFO was a 500) and serves what reached the disk
+        assert (await js.stream_info("A")).state.first_seq == 1
+        assert (await js.get_msg("A", 1)).data == b"kept"
         with pytest.raises(APIError) as create:
             await js.add_stream(StreamConfig(name="B", subjects=["b"], storage=StorageType.FILE))
         assert (create.value.code, create.value.err_code) == (500, 10049)

@@ -173,7 +173,7 @@ def test_random_garbage_block_in_the_middle_still_opens(tmp_path):
     store.close()
 
 
-def test_a_write_error_stops_the_store_and_a_restart_recovers(tmp_path):
+def test_a_write_error_stops_the_store_s_writes_reads_go_on_and_a_restart_recovers(tmp_path):
     from jsbroker.store.base import StoreError
 
     directory = tmp_path / "stream"
@@ -183,8 +183,11 @@ def test_a_write_error_stops_the_store_and_a_restart_recovers(tmp_path):
     store._wfd = os.open(os.devnull, os.O_RDONLY)  # writes now fail with EBADF
     with pytest.raises(StoreError, match="restart the server"):
         store.store_msg("a", b"", b"2")
-    with pytest.raises(StoreError):
-        store.load_msg(1)  # stopped: the index may be ahead of the disk
+    with pytest.raises(StoreError, match="restart the server"):
+        store.store_msg("a", b"", b"3")  # stopped: the index may be ahead of the disk
+    assert store.load_msg(1).data == b"1"  # what reached the disk is still served (STREAM.INFO, fetches)
+    assert store.load_msg(2) is None  # the message that never reached it reads as absent
+    assert store.state().first_seq == 1
     store.close()
     store = open_store(directory)
     assert [(m.seq, m.data) for m in store.messages()] == [(1, b"1")]

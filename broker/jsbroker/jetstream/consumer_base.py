@@ -50,6 +50,7 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024
 ACK_REPLY_TAIL = 30
 RUN_BUDGET = 4096  # messages per delivery pass before yielding the loop
 READ_AHEAD_FIRST, READ_AHEAD_MAX = 8, 256  # new messages read per store call in a pass: doubling up to max
+READ_AHEAD_BYTES = 1 << 20  # and at most this many bytes of them (one message at least): large messages
 # Deliveries handed to the core at once: 8, then doubling up to 128 within a pass. The core writes each
 # batch at once, so the client starts on the first messages while the pass goes on.
 OUT_FIRST, OUT_MAX = 8, 128

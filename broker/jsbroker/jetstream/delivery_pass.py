@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from jsbroker.store.base import StoredMsg, StreamStore
 
 from . import ack, headers, priority, pull
-from .consumer_base import (ACK_REPLY_TAIL, OUT_BYTES, OUT_FIRST, OUT_MAX, READ_AHEAD_FIRST, READ_AHEAD_MAX,
-                            RUN_BUDGET, ConsumerBase)
+from .consumer_base import (ACK_REPLY_TAIL, OUT_BYTES, OUT_FIRST, OUT_MAX, READ_AHEAD_BYTES, READ_AHEAD_FIRST,
+                            READ_AHEAD_MAX, RUN_BUDGET, ConsumerBase)
 from .delivery import Dropped
 from .times import now_ns
 
@@ -230,7 +230,7 @@ class DeliveryPass(ConsumerBase):
         if self.max_ack_pending > 0:
             n = min(n, max(self.max_ack_pending - len(self.delivery.pending), 1))
         self._ahead_n = min(self._ahead_n * 2, READ_AHEAD_MAX)
-        got = store.load_next_msgs(self.delivery.next_seq, self.filters or None, n)
+        got = store.load_next_msgs(self.delivery.next_seq, self.filters or None, n, READ_AHEAD_BYTES)
         if not got:
             return None
         ahead.extend(got)

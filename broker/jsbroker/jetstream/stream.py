@@ -43,7 +43,7 @@ from jsbroker.jetstream.dedupe import MsgIdWindow
 from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform, short_hash
 from jsbroker.jetstream.stream_schedules import StreamSchedules
 from jsbroker.jetstream.timer import Timer
-from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StreamStore
+from jsbroker.store.base import ConsumerStore, StoreClosed, StoredMsg, StoreError, StoreFull, StreamStore
 
 if TYPE_CHECKING:
     from jsbroker.internal import InternalBus, InternalSubscription, Origin
@@ -453,8 +453,7 @@ class Stream:
         except errors.ApiError as err:
             ack = b'{"error":' + _error_json(err) + self._err_suffix
         except (StoreError, OSError) as exc:  # disk full, I/O error: the publisher hears of it, no timeout
-            log.error("stream store failed", extra={"stream": self.name, "error": str(exc)})
-            ack = b'{"error":' + _error_json(errors.STREAM_STORE_FAILED(err=str(exc))) + self._err_suffix
+            ack = b'{"error":' + _error_json(self._store_failure(exc)) + self._err_suffix
         if reply and self._acks:  # an atomic batch's staged message gets an empty reply
             if self._held is None:
                 self.bus.publish(reply, None, b"", ack)
@@ -463,6 +462,14 @@ class Stream:
                 if not self._release_armed:
                     self._release_armed = True
                     self.bus.before_output(self._release)
+
+    def _store_failure(self, exc: StoreError | OSError) -> errors.ApiError:
+        """The publish error for a store that refused or failed (a full volume is nats-server's 10023 and
+        was logged by the store)."""
+        if isinstance(exc, StoreFull):
+            return errors.INSUFFICIENT_RESOURCES()
+        log.error("stream store failed", extra={"stream": self.name, "error": str(exc)})
+        return errors.STREAM_STORE_FAILED(err=str(exc))
 
     def _store_plain(self, subject: str, payload: bytes) -> int:
         """Store a message no check can refuse (`_plain_ok`, no headers); file streams write it, with the
@@ -514,7 +521,9 @@ class Stream:
         if msgs is None:
             self._arm_batches()
             return b""
-        for msg in atomic_batch.check_commit(msgs, _BatchView(self), now):
+        committed = atomic_batch.check_commit(msgs, _BatchView(self), now)
+        self.store.check_room(sum(self.store.accounted_size(m.subject, m.hdr, m.payload) for m in committed))
+        for msg in committed:
             self.process(msg.subject, msg.hdr, msg.payload, checked=True)
         self.store.flush()
         return b'%s%d,"batch":%s,"count":%d}' % (self._ack_prefix, self.last_seq, _json_str(batch_id).encode(),
@@ -578,8 +587,7 @@ class Stream:
         except errors.ApiError as err:
             answers = self._fast.refused(ref, err, err.kind in _LATE_BATCH_ERRORS)
         except (StoreError, OSError) as exc:
-            log.error("stream store failed", extra={"stream": self.name, "error": str(exc)})
-            answers = self._fast.refused(ref, errors.STREAM_STORE_FAILED(err=str(exc)), True)
+            answers = self._fast.refused(ref, self._store_failure(exc), True)
         else:
             answers = self._fast.duplicate(ref, seq) if duplicate else self._fast.stored(ref, seq)
         self._answer_batch(reply, ref, answers)

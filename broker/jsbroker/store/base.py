@@ -30,6 +30,10 @@ class StoreClosed(StoreError):
     """The store was closed or deleted."""
 
 
+class StoreFull(StoreError):
+    """No room for a new message: the volume is down to its reserve (disk_room.py). Nothing was stored."""
+
+
 class StoredMsg(NamedTuple):  # a NamedTuple: built once per delivered message, 3x cheaper than a dataclass
     seq: int
     subject: str
@@ -129,6 +133,10 @@ class StreamStore(Protocol):
     def accounted_size(self, subject: str, hdr: bytes, data: bytes) -> int:
         """The bytes this message would add to `state().bytes` (nats-server's file and memory stores
         account differently); for discard-new max_bytes checks."""
+
+    def check_room(self, size: int) -> None:
+        """Raise StoreFull when `size` more bytes of messages would not fit (a file store's volume down to
+        its reserve: disk_room.py); for a group of messages that must be stored all or none."""
 
     def skip_msgs(self, next_seq: int, stamp: bool = True) -> None:
         """Advance the sequence so the next stored message gets `next_seq` (interest retention with no

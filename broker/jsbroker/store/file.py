@@ -57,7 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import index_snapshot, record
-from .base import StoreError, StoreLimits
+from .base import StoreError, StoreFull, StoreLimits
+from .disk_room import DiskRoom
 from .durable import fsync_dir, replace_file
 from .indexed import IndexedStore
 from .syncer import SyncPolicy
@@ -200,6 +201,8 @@ class FileStore(IndexedStore):
         self._damaged = False  # a read found a record other than the index says: no snapshot at close
         self._checkpointed: tuple[int, int, int] | None = None  # (active block, its size, blocks) at the last
         self._msgs_dir.mkdir(parents=True, exist_ok=True)
+        self._room = DiskRoom(self._msgs_dir)
+        self._room_left = 0  # bytes of messages that may still be appended before the room is asked again
         self._recover()
 
     # ---- blocks and writes --------------------------------------------------------------------------
@@ -382,9 +385,19 @@ class FileStore(IndexedStore):
     # ---- IndexedStore hooks -------------------------------------------------------------------------
     def _put(self, seq: int, ts: int, ttl: int, subject: bytes, hdr: bytes, data: bytes) -> int:
         rec = record.encode_msg(seq, ts, ttl, subject, hdr, data)
+        self.check_room(len(rec))  # before anything changed: a message refused is simply not stored
         blk, offset = self._queue(rec)
         blk.add(seq, len(rec))
         return (_HDR_FLAG if hdr else 0) | blk.no << _LOC_SHIFT | offset
+
+    def check_room(self, size: int) -> None:
+        if size > self._room_left:
+            left = self._room.grant(size)
+            if left < 0:
+                self._room_left = 0
+                raise StoreFull(f"no room for {size} bytes of messages on the volume of {self._dir}")
+            self._room_left = left
+        self._room_left -= size
 
     def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
         no, offset = _block_of(loc), loc & _OFFSET_MASK
@@ -580,7 +593,7 @@ class FileStore(IndexedStore):
     def header_seqs(self, start_seq: int) -> Iterator[int]:
         """Live messages from `start_seq` whose record has headers: the index's flag says, nothing is read
         (a restart rebuilds the Nats-Msg-Id window from these alone)."""
-        self._check_open()
+        self._check_readable()
         base, sids = self._base, self._sids
         first = max(start_seq - base, 0)
         for i, loc in enumerate(self._locs[first:], first):

@@ -104,6 +104,12 @@ class IndexedStore:
         """Make everything logged since the last commit reach the OS (and the disk per sync policy)."""
 
     # ---- index primitives ---------------------------------------------------------------------------
+    def _check_readable(self) -> None:
+        """Reads go on after a write error stopped the store (what reached the disk is served; STREAM.INFO
+        answers): only a closed store refuses them."""
+        if self._closed:
+            raise StoreClosed("the store is closed")
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosed("the store is closed")
@@ -477,6 +483,9 @@ class IndexedStore:
     def accounted_size(self, subject: str, hdr: bytes, data: bytes) -> int:
         return self._account(len(subject.encode()), len(hdr), len(data))
 
+    def check_room(self, size: int) -> None:
+        """Memory needs no room check (max_memory_store is the stream layer's)."""
+
     def skip_msgs(self, next_seq: int, stamp: bool = True) -> None:
         self._check_open()
         if next_seq <= self._last + 1:
@@ -492,8 +501,8 @@ class IndexedStore:
         self._commit()
 
     def load_msg(self, seq: int) -> StoredMsg | None:
-        if self._closed or self._failed is not None:
-            self._check_open()
+        if self._closed:
+            self._check_readable()
         i = seq - self._base
         if i < 0 or i >= len(self._sids) or not self._sids[i]:
             return None
@@ -513,7 +522,7 @@ class IndexedStore:
         return self._next_matching(start, subject_filter)  # type: ignore[arg-type]
 
     def load_next_msg(self, start_seq: int, subject_filter: str | None = None) -> StoredMsg | None:
-        self._check_open()
+        self._check_readable()
         while self._msgs:
             seq = self._next_seq(start_seq, subject_filter)
             if not seq:
@@ -526,8 +535,8 @@ class IndexedStore:
 
     def load_next_msgs(self, start_seq: int, subject_filters: list[str] | None, max_count: int,
                        max_bytes: int = 0) -> list[StoredMsg]:
-        if self._closed or self._failed is not None:
-            self._check_open()
+        if self._closed:
+            self._check_readable()
         start = max(start_seq, self._first)
         if not self._msgs or start > self._last or max_count <= 0:
             return []
@@ -626,7 +635,7 @@ class IndexedStore:
         return self.load_msg(seq) if seq else None
 
     def last_seq(self, subject_filter: str) -> int:
-        self._check_open()
+        self._check_readable()
         if self._msgs == 0:
             return 0
         if is_all(subject_filter):
@@ -634,7 +643,7 @@ class IndexedStore:
         return max((e.last for e in self._subjects.matching(subject_filter)), default=0)
 
     def first_seq_at_or_after_time(self, ts: int) -> int:
-        self._check_open()
+        self._check_readable()
         if self._msgs == 0:
             return self._last + 1
         i = bisect_left(self._ts, ts, self._first - self._base)
@@ -674,7 +683,7 @@ class IndexedStore:
         return removed
 
     def state(self, deleted_details: bool = False) -> StoreState:
-        self._check_open()
+        self._check_readable()
         st = StoreState(
             msgs=self._msgs,
             bytes=self._bytes,
@@ -700,11 +709,11 @@ class IndexedStore:
         return self._last + 1 if self._last or self._first_set else 0
 
     def subjects_state(self, subject_filter: str) -> dict[str, int]:
-        self._check_open()
+        self._check_readable()
         return {e.subject: e.count for e in self._subjects.matching(subject_filter)}
 
     def num_pending(self, start_seq: int, subject_filters: list[str] | None, last_per_subject: bool = False) -> int:
-        self._check_open()
+        self._check_readable()
         if self._msgs == 0:
             return 0
         start = max(start_seq, self._first)
@@ -727,25 +736,25 @@ class IndexedStore:
 
     def header_seqs(self, start_seq: int) -> Iterator[int]:
         """Every live seq from `start_seq`: a backend that knows which messages have headers says less."""
-        self._check_open()
+        self._check_readable()
         yield from self._each_live(start_seq)
 
     def messages(self, start_seq: int = 0) -> Iterator[StoredMsg]:
-        self._check_open()
+        self._check_readable()
         for seq in self._each_live(start_seq):
             msg = self.load_msg(seq)
             if msg is not None:
                 yield msg
 
     def subject_of(self, seq: int) -> str | None:
-        self._check_open()
+        self._check_readable()
         i = seq - self._base
         if i < 0 or i >= len(self._sids) or not self._sids[i]:
             return None
         return self._subjects.by_sid(self._sids[i]).subject
 
     def seqs(self, start_seq: int = 0) -> Iterator[tuple[int, str]]:
-        self._check_open()
+        self._check_readable()
         if not self._msgs:
             return
         base, by_sid = self._base, self._subjects.by_sid
@@ -785,7 +794,7 @@ class IndexedStore:
         return sorted(due)
 
     def next_expiry(self) -> int | None:
-        self._check_open()
+        self._check_readable()
         while self._ttl and not self._live(self._ttl[0][1]):
             heapq.heappop(self._ttl)
         due = [self._ttl[0][0]] if self._ttl else []
