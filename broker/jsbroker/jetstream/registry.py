@@ -644,18 +644,21 @@ def _fill(store: StreamStore, archive: IO[bytes], cfg: StreamConfig) -> snapshot
         store.purge(up_to_seq=first)  # as a stream created with first_seq
     elif not state.get("last_seq"):
         store.purge()  # a never-used stream comes back purged, first_seq 1 (as nats-server's restore)
-    last, now = max(first - 1, 0), times.now_ns()
-    for n, m in enumerate(reader.messages(), 1):
-        if m.seq <= last:
-            raise snapshot.ArchiveError(f"the archive is corrupt (sequence {m.seq} out of order): {snapshot.RETAKE}")
-        ttl = stored_ttl_ns(m.hdr) if m.hdr and cfg.allow_msg_ttl else 0
-        if ttl > 0 and m.ts + ttl < now:
-            continue
-        if m.seq > last + 1:
-            store.skip_msgs(m.seq, stamp=False)
-        last, _ = store.store_deferred(m.subject, m.hdr, m.data, ttl, ts_ns=m.ts)
-        if n % 4096 == 0:
+    last, now, unflushed = max(first - 1, 0), times.now_ns(), 0
+    for batch in reader.batches():
+        for m in batch:
+            if m.seq <= last:
+                raise snapshot.ArchiveError(f"the archive is corrupt (sequence {m.seq} out of order): {snapshot.RETAKE}")
+            ttl = stored_ttl_ns(m.hdr) if m.hdr and cfg.allow_msg_ttl else 0
+            if ttl > 0 and m.ts + ttl < now:
+                continue
+            if m.seq > last + 1:
+                store.skip_msgs(m.seq, stamp=False)
+            last, _ = store.store_deferred(m.subject, m.hdr, m.data, ttl, ts_ns=m.ts)
+        unflushed += len(batch)
+        if unflushed >= 4096:
             store.flush()
+            unflushed = 0
     store.flush()
     end = int(state.get("last_seq") or 0)
     if end > store.state().last_seq:

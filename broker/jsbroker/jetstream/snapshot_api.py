@@ -108,7 +108,7 @@ async def _snapshot(stream: Stream, reply: str, deliver: str, chunk: int, slots:
     consumers = [snapshot.ConsumerSnapshot(c.name, c.cfg.to_json(), c.snapshot_state())
                  for c in stream.consumers.values() if with_consumers and isinstance(c, Consumer)]
     head = snapshot.header_bytes(snapshot.Header(state, consumers), times.now_ns())
-    frames = snapshot.write(head, _messages(stream, state["last_seq"]))
+    frames = snapshot.write(head, _batches(stream, state["last_seq"]))
     respond({"config": stream.config.to_json(dynamic_metadata=False), "state": state})
     await Sender(bus, stream.name, deliver, chunk, slots).run(frames)
 
@@ -121,19 +121,16 @@ def _health_check(stream: Stream) -> int:
 
 
 def _batches(stream: Stream, last_seq: int) -> Iterator[list[StoredMsg]]:
+    """The messages up to the snapshot's last sequence (later ones are not part of it), in batches."""
     seq = 1
     while seq <= last_seq:
-        batch = [m for m in stream.store.load_next_msgs(seq, None, _READ_BATCH) if m.seq <= last_seq]
+        batch = stream.store.load_next_msgs(seq, None, _READ_BATCH)
+        if batch and batch[-1].seq > last_seq:
+            batch = [m for m in batch if m.seq <= last_seq]
         if not batch:
             return
         yield batch
         seq = batch[-1].seq + 1
-
-
-def _messages(stream: Stream, last_seq: int) -> Iterator[StoredMsg]:
-    """The messages up to the snapshot's last sequence; later ones are not part of it."""
-    for batch in _batches(stream, last_seq):
-        yield from batch
 
 
 class Sender:
