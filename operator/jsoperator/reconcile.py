@@ -431,8 +431,9 @@ async def _converge_stream(
         raise _ReadOnly(p, noun, desired["name"])
     if p.action == "none":
         assert info is not None and observed is not None
-        if claim.missing(observed):  # the spec holds, only the marks are to be written
-            info = await client.update_stream(claim.stamp(plan.stream_update(desired, observed)))
+        if claim.missing(observed):  # the spec holds, only the marks are to be written: onto the server's own
+            # config, so what the spec leaves open (a republish's headers_only, say) stays as the server has it
+            info = await client.update_stream(claim.stamp(dict(observed)))
         return _Converged("unchanged", info, p, previous=previous)
     if p.blocked:
         assert info is not None
@@ -488,8 +489,8 @@ async def _converge_consumer(
         raise _ReadOnly(p, "consumer", desired["durable_name"])
     if p.action == "none":
         assert info is not None and observed is not None
-        if claim.missing(observed):  # the spec holds, only the marks are to be written
-            info = await client.put_consumer(stream, claim.stamp(p.config), "update")
+        if claim.missing(observed):  # the spec holds, only the marks are to be written (onto the server's config)
+            info = await client.put_consumer(stream, claim.stamp(dict(observed)), "update")
         return _Converged("unchanged", info, p, previous=previous)
     lost = ""
     if p.blocked:
