@@ -42,3 +42,27 @@ async def test_memory_limit_matches_nats_server(server_factory, tmp_path):
     ours = await limits_transcript(server_factory(JSBROKER, extra_args=["-c", str(ours_cfg)]))
     assert ours == theirs
     assert ours[0]["error"]["err_code"] == 10028 and ours[13]["error"]["err_code"] == 10023
+
+
+async def _thousand_and_one_consumers(nc, name: str) -> list:
+    """A stream with no max_consumers (and an account without a limit) takes 1000 consumers, not 1001; one that
+    sets its own limit past 1000 takes more; either way STREAM.INFO still says what the config said."""
+    out = []
+    for stream, limit in ((name, None), (f"{name}_own", 1001)):
+        config = {"name": stream, "subjects": [f"{stream}.>"], **({"max_consumers": limit} if limit else {})}
+        await request(nc, f"$JS.API.STREAM.CREATE.{stream}", json.dumps(config))
+        answers = [await request(nc, f"$JS.API.CONSUMER.CREATE.{stream}.c{i}", json.dumps(
+            {"stream_name": stream, "config": {"durable_name": f"c{i}", "mem_storage": True}})) for i in range(1001)]
+        refused = [(i, a["error"]) for i, a in enumerate(answers) if "error" in a]
+        info = await request(nc, f"$JS.API.STREAM.INFO.{stream}", "")
+        out.append((refused, info["config"]["max_consumers"], info["state"]["consumer_count"]))
+        await request(nc, f"$JS.API.STREAM.DELETE.{stream}", "")
+    return out
+
+
+@pytest.mark.slow
+async def test_a_stream_takes_a_thousand_consumers_by_default(on_both):
+    ours, theirs = await on_both(_thousand_and_one_consumers, "MC")
+    assert ours == theirs
+    error = {"code": 400, "err_code": 10026, "description": "maximum consumers limit reached"}
+    assert ours == [([(1000, error)], -1, 1000), ([], 1001, 1001)]

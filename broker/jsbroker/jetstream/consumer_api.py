@@ -98,6 +98,10 @@ def consumer_create(req: Request) -> dict[str, Any]:
     return consumer.info()
 
 
+# A stream's consumers when neither it nor the account sets a limit: nats-server 2.15 refuses the 1001st
+# (while its STREAM.INFO and $JS.API.INFO still say -1).
+DEFAULT_MAX_CONSUMERS = 1000
+
 def add_consumer(js: StreamRegistry, stream: Stream, cfg: ConsumerConfig, action: str = "", pedantic: bool = False) -> Consumer:
     """Create, or update in place, a consumer from a request config (nats-server's rules and order)."""
     facts = stream_facts(stream, js.max_ack_pending)
@@ -112,7 +116,7 @@ def add_consumer(js: StreamRegistry, stream: Stream, cfg: ConsumerConfig, action
     if action == "update":
         raise errors.CONSUMER_DOES_NOT_EXIST()
     limits = [n for n in (stream.config.max_consumers, js.max_consumers) if n > 0]
-    if limits and min(limits) <= len(stream.consumers):
+    if (min(limits) if limits else DEFAULT_MAX_CONSUMERS) <= len(stream.consumers):
         raise errors.MAXIMUM_CONSUMERS_LIMIT()
     if stream.config.retention == "workqueue":
         consumer_config.check_workqueue(cfg, _other_filters(stream, wanted))
