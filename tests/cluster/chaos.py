@@ -210,7 +210,10 @@ class Driver:
 
     def start(self) -> None:
         with (self.work / "driver.log").open("ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "tests.cluster.chaos_driver", self.url, self.token,
+            # Spark gives the Python worker that runs a streaming source 10 s (fixed) to connect back at a
+            # query's start: on a loaded machine the imports alone take longer, and the query fails.
+            self.proc = subprocess.Popen(["nice", "-n", "-10", sys.executable, "-m", "tests.cluster.chaos_driver",
+                                          self.url, self.token,
                                           str(self.work)], cwd=e2e.REPO, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -525,7 +528,8 @@ def run(target: e2e.Target, crictl: Crictl, image: str, helm: Path, workdir: Pat
     worker.start()
     driver.start()
     try:
-        poll(lambda: all(driver.commits()), timeout=STARTUP, interval=0.5, what="the Spark queries' first batches")
+        poll(lambda: driver.supervise() or all(driver.commits()), timeout=RECOVERY * 2, interval=0.5,
+             what="the Spark queries' first batches")
         started = time.monotonic()
         done: list[Done] = []
         for step in schedule(seed, gap):

@@ -43,11 +43,14 @@ def start(spark: SparkSession, servers: str, token: str, work: Path) -> list:  #
 
 def main(servers: str, token: str, work: str) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # local[2,4]: two task threads, a task retried up to 4 times (a publish refused while the broker
     # restarts is retried with the same message ids, which the stream de-duplicates).
     spark = (SparkSession.builder.master("local[2,4]").appName("chaos-orders").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.memory", "768m").getOrCreate())
+             .config("spark.driver.memory", "768m")
+             # Python workers connecting back to the JVM: 15 s by default, too short on a loaded machine.
+             .config("spark.python.authenticate.socketTimeout", "120s").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(JetStreamDataSource)
     start(spark, servers, token, Path(work))
