@@ -31,6 +31,10 @@ def start(spark: SparkSession, servers: str, token: str, work: Path) -> list:  #
                   .writeStream.format("jetstream").option("servers", servers).options(**connection)
                   .option("checkpointLocation", str(checkpoints / "processing")).trigger(processingTime=TRIGGER)
                   .queryName("processing").start())
+    # One query at a time through its start: two sources starting at once had their Python workers time
+    # out connecting back to the JVM.
+    while processing.lastProgress is None and not processing.awaitTermination(1):
+        pass
     archive = (spark.readStream.format("jetstream").option("servers", servers).option("stream", jobs.STREAM)
                .option("subjects", f"{jobs.STREAM}.processed,{jobs.STREAM}.rejected")
                .option("maxOffsetsPerTrigger", MAX_PER_TRIGGER).options(**connection).load()
