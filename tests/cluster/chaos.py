@@ -67,7 +67,7 @@ NAMESPACE = "jk-chaos"
 FAULTS = ("broker-delete", "broker-kill", "broker-oom", "operator-delete", "operator-kill", "spark-kill")
 ACTIONS = ("reset", "pause", "apply")
 RECOVERY = 300.0  # seconds a fault may take to recover on the loaded 2-core machine
-DRAIN = 600.0  # seconds for the pipeline to catch up at the end
+DRAIN = 900.0  # seconds for the pipeline to catch up at the end (Spark batches take minutes on a loaded machine)
 DURABLES = {"new": "NEW", "dispatch": "DISPATCH", "monitor": "MONITOR"}
 Crictl = Callable[..., subprocess.CompletedProcess[str]]
 

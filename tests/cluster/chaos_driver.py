@@ -21,7 +21,7 @@ from jsspark import JetStreamDataSource
 from jsspark.pipeline import jobs
 
 TRIGGER = "1 second"
-MAX_PER_TRIGGER = "500"
+MAX_PER_TRIGGER = "5000"
 
 
 def start(spark: SparkSession, servers: str, token: str, work: Path) -> list:  # type: ignore[type-arg]

@@ -22,7 +22,7 @@ def test_the_orders_pipeline_survives_a_round_of_every_fault(cluster: Cluster, e
     target = Target(cluster.kubeconfig, cluster.load_docker_image, NODE_IP)
     with diagnosed(target, chaos.NAMESPACE):
         report = chaos.run(target, cluster.crictl, e2e_image, helm, tmp_path, SEED, faults=len(chaos.FAULTS),
-                           gap=(2.0, 5.0))
+                           gap=(2.0, 5.0), rate=2.0)
     print(report.text())
     assert sorted(done.step.fault for done in report.steps) == sorted(chaos.FAULTS)
     assert (report.lost, report.twice) == (0, 0) and report.orders > 0
