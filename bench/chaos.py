@@ -19,12 +19,15 @@ from pathlib import Path
 
 import common  # noqa: F401  (puts the repository on sys.path)
 
-from tests.chart import go_tools
-from tests.cluster import assets, chaos
-from tests.cluster.cluster import NODE_IP, Cluster
-from tests.cluster.e2e import Target
-from tests.image import build, docker_engine
-from tests.kube import assets as envtest_assets
+# bench/websocket.py would shadow the websocket package the kubernetes client imports.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from tests.chart import go_tools  # noqa: E402
+from tests.cluster import assets, chaos  # noqa: E402
+from tests.cluster.cluster import NODE_IP, Cluster  # noqa: E402
+from tests.cluster.e2e import Target  # noqa: E402
+from tests.image import build, docker_engine  # noqa: E402
+from tests.kube import assets as envtest_assets  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
