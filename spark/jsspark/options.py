@@ -145,7 +145,7 @@ _ALIASES = {
 }
 
 
-SPARKS_OWN = frozenset({"path", "checkpointlocation"})  # options Spark passes to every source and sink
+SPARKS_OWN = frozenset({"path", "checkpointlocation", "queryname"})  # options Spark passes to sources and sinks
 CLIENT_PREFIX = "nats."
 _INTERNAL = frozenset({"client_options"})  # fields no Spark option sets directly
 

@@ -58,6 +58,21 @@ def test_a_streaming_copy_from_one_stream_to_another(spark, server, unique, tmp_
     assert len({msg_id for _, _, msg_id in copied}) == 15
 
 
+def test_a_named_streaming_query_writes(spark, server, unique, tmp_path):
+    """Spark passes a streaming query's name to the sink as option `queryName`: it is Spark's, not an
+    unknown option (the chaos run's named queries failed to start)."""
+    source, target = unique("SKN"), unique("SKM")
+    make_stream(server.url, source, 3)
+    make_stream(server.url, target, 0)
+    named = (spark.readStream.format("jetstream").option("servers", server.url).option("stream", source).load()
+             .selectExpr(f"'{target}.copy' AS subject", "data")
+             .writeStream.format("jetstream").option("servers", server.url).queryName(f"copy_{target}")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    named.awaitTermination(300)
+    assert named.exception() is None
+    assert sorted(data for _, data, _ in stored(server.url, target)) == [b"m0", b"m1", b"m2"]
+
+
 def test_an_unacknowledged_publish_fails_the_job(spark, server, unique):
     df = spark.createDataFrame([(f"{unique('nostream')}.x", b"lost?")], "subject STRING, data BINARY")
     with pytest.raises(Exception, match="was not acknowledged"):

@@ -14,9 +14,9 @@ PROCESSED_SCHEMA = ORDER_SCHEMA + ", tier STRING, total_with_tax DOUBLE"
 TAX = 1.2
 
 
-def _source(spark: SparkSession, servers: str, subjects: str) -> DataFrame:
+def _source(spark: SparkSession, servers: str, subjects: str, options: dict[str, str]) -> DataFrame:
     return (spark.readStream.format("jetstream").option("servers", servers).option("stream", STREAM)
-            .option("subjects", subjects).load())
+            .option("subjects", subjects).options(**options).load())
 
 
 def _run(frame: DataFrame, servers: str, checkpoint: str) -> None:
@@ -30,7 +30,13 @@ def _run(frame: DataFrame, servers: str, checkpoint: str) -> None:
 
 def processing(spark: SparkSession, servers: str, checkpoint: str) -> None:
     """ORDERS.received -> ORDERS.processed (valid, enriched) or ORDERS.rejected (as received)."""
-    orders = _source(spark, servers, f"{STREAM}.received").select(
+    _run(processed_orders(spark, servers), servers, checkpoint)
+
+
+def processed_orders(spark: SparkSession, servers: str, **options: str) -> DataFrame:
+    """The processing stage as a streaming frame for the sink: `subject` (ORDERS.processed or
+    ORDERS.rejected), `data` and `msgId` (processed:<order id>); `options` go to the source (e.g. token)."""
+    orders = _source(spark, servers, f"{STREAM}.received", options).select(
         F.col("data"), F.from_json(F.col("data").cast("string"), ORDER_SCHEMA).alias("o"))
     valid = (F.col("o.id").isNotNull() & (F.col("o.amount") > 0) & (F.col("o.items") > 0)
              & (F.length(F.coalesce(F.col("o.customer"), F.lit(""))) > 0))
@@ -42,12 +48,12 @@ def processing(spark: SparkSession, servers: str, checkpoint: str) -> None:
         F.when(valid, enriched.cast("binary")).otherwise(F.col("data")).alias("data"),
         # the same order always gets the same id: a replay is de-duplicated by the stream
         F.concat(F.lit("processed:"), F.coalesce(F.col("o.id").cast("string"), F.sha2(F.col("data"), 256))).alias("msgId"))
-    _run(out, servers, checkpoint)
+    return out
 
 
 def completion(spark: SparkSession, servers: str, checkpoint: str) -> None:
     """ORDERS.processed -> ORDERS.completed."""
-    processed = _source(spark, servers, f"{STREAM}.processed").select(
+    processed = _source(spark, servers, f"{STREAM}.processed", {}).select(
         F.from_json(F.col("data").cast("string"), PROCESSED_SCHEMA).alias("o"))
     out = processed.select(
         F.lit(f"{STREAM}.completed").alias("subject"),
