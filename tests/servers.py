@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from jsbroker.testing import free_port, read_info  # the pytest plugin's, shared
+from jsbroker.testing import ServerProcess, free_port, read_info  # the pytest plugin's, shared
 
 NATS_SERVER = "nats-server"
 JSBROKER = "jsbroker"
@@ -40,7 +38,7 @@ def nats_server_binary() -> str:
 
 
 @dataclass
-class ServerHandle:
+class ServerHandle(ServerProcess):
     kind: str
     port: int
     store_dir: Path | None
@@ -62,9 +60,8 @@ class ServerHandle:
         return f"http://127.0.0.1:{self.http_port}" if self.http_port is not None else None
 
     @property
-    def pid(self) -> int:
-        assert self.proc is not None, "server is not running"
-        return self.proc.pid
+    def name(self) -> str:  # type: ignore[override]  # the base's class attribute, a field's value here
+        return self.kind
 
     def command(self) -> list[str]:
         args = ["-a", self.address, "-p", str(self.port)]
@@ -94,47 +91,6 @@ class ServerHandle:
         self.spawn()
         self.wait_ready(timeout)
         return self
-
-    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        delay = 0.01
-        while True:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                read_info(self.port, timeout=1.0, address=self.address)
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise TimeoutError(f"{self.kind} not ready on port {self.port}:\n{self.log_tail()}") from None
-            time.sleep(delay)  # polling interval between readiness probes, not synchronisation
-            delay = min(delay * 2, 0.2)
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def kill(self) -> None:
-        """SIGKILL (a crash) and reap."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self, timeout: float = 15.0) -> int:
-        """SIGTERM and wait for a graceful exit; returns the exit code (SIGKILL if it hangs)."""
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.proc.returncode
 
     def restart(self, timeout: float = READY_TIMEOUT) -> "ServerHandle":
         """Stop (gracefully) if running, then start again on the same port and store dir."""

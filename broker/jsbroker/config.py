@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from . import natsconf
 from .natsconf import Node
@@ -886,38 +886,40 @@ _IMPORT: tuple[Setting, ...] = (
 )
 
 
-def _exports(node: Node, acc: Acc, what: str) -> None:
+def _entries(node: Node, table: tuple[Setting, ...], what: str, kind: str) -> Iterator[tuple[Node, str, Acc]]:
+    """Each entry of an exports or imports array with its settings (`kind`: "exports" or "imports")."""
     if not isinstance(node.value, list):
-        raise _fail(node, f"{what} must be an array of exports")
-    exports = []
+        raise _fail(node, f"{what} must be an array of {kind}")
     for i, entry in enumerate(node.value):
-        e: Acc = {}
-        _walk(_block(entry, f"{what}[{i}]"), _EXPORT, e, f"{what}[{i}].")
+        settings: Acc = {}
+        _walk(_block(entry, f"{what}[{i}]"), table, settings, f"{what}[{i}].")
+        yield entry, f"{what}[{i}]", settings
+
+
+def _exports(node: Node, acc: Acc, what: str) -> None:
+    exports = []
+    for entry, where, e in _entries(node, _EXPORT, what, "exports"):
         if "subject" not in e:
-            raise _fail(entry, f"{what}[{i}]: give stream or service")
+            raise _fail(entry, f"{where}: give stream or service")
         if not e["service"] and ("response_type" in e or "response_threshold" in e):
-            raise _fail(entry, f"{what}[{i}]: response_type and response_threshold are for service exports")
+            raise _fail(entry, f"{where}: response_type and response_threshold are for service exports")
         exports.append(e)
     acc["exports"] = exports
 
 
 def _imports(node: Node, acc: Acc, what: str) -> None:
-    if not isinstance(node.value, list):
-        raise _fail(node, f"{what} must be an array of imports")
     imports = []
-    for i, entry in enumerate(node.value):
-        m: Acc = {}
-        _walk(_block(entry, f"{what}[{i}]"), _IMPORT, m, f"{what}[{i}].")
+    for entry, where, m in _entries(node, _IMPORT, what, "imports"):
         if "source" not in m:
-            raise _fail(entry, f"{what}[{i}]: give stream or service")
+            raise _fail(entry, f"{where}: give stream or service")
         if "prefix" in m and "to" in m:
             raise _fail(entry, "Stream import can not have a 'prefix' and a 'to' property")
         if "prefix" in m and m["service"]:
-            raise _fail(entry, f"{what}[{i}]: prefix is for stream imports; a service import takes to")
+            raise _fail(entry, f"{where}: prefix is for stream imports; a service import takes to")
         subject = m["source"]["subject"]
         local = f"{m['prefix']}.{subject}" if "prefix" in m else m.get("to", subject)
         if "to" in m and _wildcards(local) != _wildcards(subject):
-            raise _fail(entry, f"{what}[{i}]: to {local!r} must have the wildcards of {subject!r}, in the same order")
+            raise _fail(entry, f"{where}: to {local!r} must have the wildcards of {subject!r}, in the same order")
         imports.append((Import(m["source"]["account"], subject, local, m["service"]), m["source_node"]))
     acc["imports"] = imports
 

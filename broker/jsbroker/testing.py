@@ -129,37 +129,22 @@ class EmbeddedBroker:
         await self.stop()
 
 
-class BrokerProcess:
-    """`python -m jsbroker` (or `command`) on a free 127.0.0.1 port with JetStream in `store_dir`, started when it reads
-    INFO. `kill()` is kill -9; `restart()` starts it again on its port with its store; `frozen()` stops it
-    with SIGSTOP (connects hang, nothing is answered) until the block ends. Its output goes to `log_path`."""
+class ServerProcess:
+    """A NATS server process (jsbroker, or nats-server for a comparison): its output in `log_path`, ready
+    once its port sends INFO, stopped with SIGTERM or killed with kill -9 by its process id. Subclasses set
+    `port`, `log_path` and `proc` (and `address`, `name` if not jsbroker on 127.0.0.1)."""
 
-    def __init__(self, store_dir: Path, args: Sequence[str] = (), *, command: Sequence[str] = ()) -> None:
-        self.store_dir = store_dir
-        self.args = tuple(args)
-        self.program = tuple(command) or (sys.executable, "-m", "jsbroker")  # or nats-server's, with "-js"
-        self.port = free_port()
-        self.log_path = store_dir.parent / f"{store_dir.name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def client_url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+    name = "jsbroker"
+    address = "127.0.0.1"
+    port: int
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None
 
     @property
     def pid(self) -> int:
         if self.proc is None:
-            raise RuntimeError("the broker process was never started")
+            raise RuntimeError(f"the {self.name} process was never started")
         return self.proc.pid
-
-    def argv(self) -> list[str]:
-        return [*self.program, "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store_dir), *self.args]
-
-    def start(self, timeout: float = READY_TIMEOUT) -> "BrokerProcess":
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.wait_ready(timeout)
-        return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
@@ -167,14 +152,14 @@ class BrokerProcess:
         while True:
             if self.proc is None or self.proc.poll() is not None:
                 code = None if self.proc is None else self.proc.returncode
-                raise RuntimeError(f"jsbroker exited with {code}:\n{self.log_tail()}")
+                raise RuntimeError(f"{self.name} exited with {code}:\n{self.log_tail()}")
             try:
-                read_info(self.port)
+                read_info(self.port, address=self.address)
                 return
             except OSError:
                 if time.monotonic() > deadline:
                     self.kill()
-                    raise TimeoutError(f"jsbroker not ready on port {self.port}:\n{self.log_tail()}") from None
+                    raise TimeoutError(f"{self.name} not ready on port {self.port}:\n{self.log_tail()}") from None
             time.sleep(delay)  # the interval between readiness probes
             delay = min(delay * 2, 0.1)
 
@@ -202,6 +187,33 @@ class BrokerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         return self.proc.returncode
+
+
+class BrokerProcess(ServerProcess):
+    """`python -m jsbroker` (or `command`) on a free 127.0.0.1 port with JetStream in `store_dir`, started when it reads
+    INFO. `kill()` is kill -9; `restart()` starts it again on its port with its store; `frozen()` stops it
+    with SIGSTOP (connects hang, nothing is answered) until the block ends. Its output goes to `log_path`."""
+
+    def __init__(self, store_dir: Path, args: Sequence[str] = (), *, command: Sequence[str] = ()) -> None:
+        self.store_dir = store_dir
+        self.args = tuple(args)
+        self.program = tuple(command) or (sys.executable, "-m", "jsbroker")  # or nats-server's, with "-js"
+        self.port = free_port()
+        self.log_path = store_dir.parent / f"{store_dir.name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def client_url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def argv(self) -> list[str]:
+        return [*self.program, "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store_dir), *self.args]
+
+    def start(self, timeout: float = READY_TIMEOUT) -> "BrokerProcess":
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.wait_ready(timeout)
+        return self
 
     def restart(self, *, crash: bool = False) -> None:
         """Stop (kill -9 with `crash`), then start again on the same port with the same store."""
@@ -244,4 +256,4 @@ def config_for_test(store_dir: Path, **kw: Any) -> BrokerConfig:
     return BrokerConfig.build(**kw)
 
 
-__all__ = ["BrokerProcess", "EmbeddedBroker", "config_for_test", "free_port", "read_info", "self_signed_tls"]
+__all__ = ["BrokerProcess", "EmbeddedBroker", "ServerProcess", "config_for_test", "free_port", "read_info", "self_signed_tls"]
