@@ -385,11 +385,15 @@ def kube(envtest: Any, operator: Operator) -> Iterator[Kube]:
     yield from _namespace(envtest, operator)
 
 
+def _with_flag(envtest: Any, tmp_path_factory: pytest.TempPathFactory, flag: str, prefix: str) -> Iterator[Operator]:
+    """An operator run with `flag` (and the short drift interval) serving the namespaces named `prefix*`."""
+    log = tmp_path_factory.mktemp(f"jsoperator-{prefix}") / "operator.log"
+    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, prefix, (flag, "--no-cluster-connections")))
+
+
 @pytest.fixture(scope="session")
 def nofinalizer_operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    log = tmp_path_factory.mktemp("jsoperator-nofin") / "operator.log"
-    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, NOFINALIZER_NAMESPACE_PREFIX,
-                                 ("--no-finalizers", "--no-cluster-connections")))
+    yield from _with_flag(envtest, tmp_path_factory, "--no-finalizers", NOFINALIZER_NAMESPACE_PREFIX)
 
 
 @pytest.fixture
@@ -400,9 +404,7 @@ def nofinalizer_kube(envtest: Any, nofinalizer_operator: Operator) -> Iterator[K
 
 @pytest.fixture(scope="session")
 def read_only_operator(envtest: Any, crds: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    log = tmp_path_factory.mktemp("jsoperator-ro") / "operator.log"
-    yield from _serving(Operator(envtest, log, DRIFT_INTERVAL, READ_ONLY_NAMESPACE_PREFIX,
-                                 ("--read-only", "--no-cluster-connections")))
+    yield from _with_flag(envtest, tmp_path_factory, "--read-only", READ_ONLY_NAMESPACE_PREFIX)
 
 
 @pytest.fixture
