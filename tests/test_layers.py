@@ -45,7 +45,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "protocol": ("jsbroker.protocol", "jsbroker.websocket"),
     "helpers": ("jsbroker.subjects", "jsbroker.natsconf", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys",
                 "jsbroker.slow_consumer", "jsbroker.claims", "jsbroker.creds", "jsbroker.resolvers",
-                "jsbroker.operator_auth", "jsbroker.passwords",
+                "jsbroker.operator_auth", "jsbroker.passwords", "jsbroker.monitor_options",
                 "jsbroker._version"),
     "internal": ("jsbroker.internal",),
     "core": (
@@ -70,6 +70,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.listen",
         "jsbroker.flags",
         "jsbroker.ws_transport",
+        "jsbroker.system_account",
     ),
     "jetstream": ("jsbroker.jetstream", "jsbroker.jetstream.*"),
     "store": ("jsbroker.store", "jsbroker.store.*"),
@@ -135,6 +136,7 @@ PURE = frozenset(
         "jsbroker.nkeys",  # key decoding and signature checks
         "jsbroker.passwords",  # configured secrets compared (bcrypt or constant time)
         "jsbroker.claims",  # NATS JWTs decoded and verified
+        "jsbroker.monitor_options",  # /connz query strings and CONNZ request bodies as options
         "jsbroker.creds",  # .creds and decorated JWT files, from their text
         "jsbroker.operator_auth",  # operator mode's CONNECT checks; the resolver is a passed-in fetch
         "jsbroker.slow_consumer",  # nats-server's slow-consumer numbers

@@ -167,6 +167,11 @@ class Accounts:
             account = self.by_name[settings.name] = Account(settings.name, sublist, settings)
             account.jetstream = settings.name == js_name
         self.global_account = self.by_name[GLOBAL_ACCOUNT]
+        # The system account (system_account.py): made when the config does not define it, as nats-server does
+        system = auth.system_account
+        if system is not None and system not in self.by_name:
+            self.by_name[system] = Account(system, Sublist())
+        self.system = self.by_name[system] if system is not None else None
         for account in self.by_name.values():
             for imp in account.settings.imports:
                 exporter = self.by_name[imp.account]

@@ -136,6 +136,7 @@ class AuthSettings:
     operator: OperatorSettings | None = None  # operator mode: users are JWTs signed by the operator's accounts
     accounts: tuple[AccountSettings, ...] = ()  # `accounts { ... }`; $G is implied
     no_auth_user: str | None = None  # a client that gives no credentials is this user
+    system_account: str | None = SYSTEM_ACCOUNT  # its services (system_account.py); None: no_system_account
 
     @property
     def required(self) -> bool:
@@ -719,13 +720,6 @@ def _operator(node: Node, acc: Acc, what: str) -> None:
         raise _fail(node, f"{what}: {text[:40]} is not an operator JWT: {e}") from None
 
 
-def _account_key(node: Node, what: str) -> str:
-    key = _str(node, what)
-    if not is_public_key(key, "account"):
-        raise _fail(node, f"{what}: {key!r} is not an account public key (A...)")
-    return key
-
-
 def _resolver(node: Node, acc: Acc, what: str) -> None:
     if isinstance(node.value, str):
         if node.value.upper() != "MEMORY":
@@ -773,7 +767,9 @@ _RESOLVER: tuple[Setting, ...] = (
 OPERATOR_MODE: tuple[Setting, ...] = (
     Setting(("operator", "operators", "root", "roots", "root_operators", "root_operator"), _operator,
             "the operator JWT (inline or a file) whose accounts clients' user JWTs belong to"),
-    Setting(("system_account", "system"), _set("system_account", _account_key), "the system account's public key"),
+    Setting(("system_account", "system"), _set("system_account", _str),
+            "the system account ($SYS.REQ... services and events): an account's name (default $SYS, made when "
+            "not configured), in operator mode its public key"),
     Setting(("resolver", "account_resolver", "accounts_resolver"), _resolver,
             "MEMORY, or { type: full, dir: ..., allow_delete: ... }"),
     Setting(("resolver_preload",), _preload, "account JWTs by public key (the MEMORY resolver's accounts)"),
@@ -784,10 +780,7 @@ def operator_settings(mode: Acc, others: Acc) -> OperatorSettings | None:
     """OperatorSettings from the block's settings, checked as nats-server's validateTrustedOperators
     (`others`: the file's other settings)."""
     if "operator" not in mode:
-        if set(mode) == {"system_account"}:
-            raise ConfigError("system_account: jsbroker has no system account services ($SYS.REQ...) outside "
-                              "operator mode yet; remove it")
-        if mode:
+        if set(mode) - {"system_account"}:
             raise ConfigError(f"{', '.join(sorted(mode))} given without operator: give the operator JWT too")
         return None
     op: OperatorClaims = mode["operator"]
@@ -796,6 +789,8 @@ def operator_settings(mode: Acc, others: Acc) -> OperatorSettings | None:
     if (others.get("auth") or {}).get("users"):
         raise ConfigError("operators do not allow users to be configured directly")
     system = mode.get("system_account", "")
+    if system and not is_public_key(system, "account"):
+        raise ConfigError(f"system_account: {system!r} is not an account public key (A...), as operator mode needs")
     if system and op.system_account and system != op.system_account:
         raise ConfigError("system_account in config and operator JWT must be identical")
     system = system or op.system_account
@@ -1235,8 +1230,8 @@ TOP_LEVEL: tuple[Setting, ...] = (
     Setting(("no_auth_user",), _set("no_auth_user", _str), "the user a client without credentials is"),
     _refused("mappings", "maps", "default_sentinel", "resolver_tls", "resolver_pinned_accounts", "trusted",
              "trusted_keys", "default_js_domain", why=_ACCOUNTS),
-    _refused("no_system_account", "no_system", "no_sys_acc",
-             why="jsbroker has no system account services ($SYS.REQ...) yet; remove it"),
+    Setting(("no_system_account", "no_system", "no_sys_acc"), _set("no_system_account", _bool),
+            "no system account: no $SYS.REQ... services, no events"),
     _refused("mqtt", why="MQTT is not supported: use NATS clients"),
     _refused("trace_verbose", "trace_headers", why="use trace: true"),
     _refused("syslog", "remote_syslog", "logfile_size_limit", "log_size_limit", "logfile_max_num",
@@ -1303,10 +1298,14 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
     trace, debug = acc.pop("trace", False), acc.pop("debug", False)
     if (trace or debug) and "log_level" not in acc:
         acc["log_level"] = "trace" if trace else "debug"
+    mode = acc.pop("operator_mode", {})
     try:
-        operator = operator_settings(acc.pop("operator_mode", {}), acc)
+        operator = operator_settings(mode, acc)
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
+    system = operator.system_account or None if operator else mode.get("system_account", SYSTEM_ACCOUNT)
+    if acc.pop("no_system_account", False):
+        system = None
     if operator is not None:
         if acc.get("accounts"):
             raise ConfigError(f"{source}: operators do not allow Accounts to be configured directly")
@@ -1318,6 +1317,7 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
         cfg = replace(base, **acc)
         if auth is not None:
             cfg = replace(cfg, auth=replace(cfg.auth, **auth))
+        cfg = replace(cfg, auth=replace(cfg.auth, system_account=_system_account(system, cfg.auth)))
         if js_on is False:
             return replace(cfg, jetstream=None)
         if js_on or js_kw:
@@ -1325,6 +1325,17 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
         return cfg
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
+
+
+def _system_account(name: str | None, auth: AuthSettings) -> str | None:
+    """The system account named in the config must be one of its accounts; $SYS (the default) is made when it
+    is not (nats-server: an account without users, which nobody can log in to)."""
+    if name is None or name == SYSTEM_ACCOUNT or auth.operator is not None:
+        return name
+    if name == GLOBAL_ACCOUNT or name not in (a.name for a in auth.accounts):
+        raise ConfigError(f"error resolving system account: account missing: system_account {name!r} is not "
+                          f"in accounts {{...}}; define it there, or leave system_account out for {SYSTEM_ACCOUNT}")
+    return name
 
 
 def _merge_accounts(auth: Acc | None, acc: Acc, js_kw: Acc) -> Acc | None:

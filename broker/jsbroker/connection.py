@@ -459,6 +459,7 @@ class Connection(asyncio.Protocol):
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = self.broker.loop.call_later(self.broker.config.ping_interval, self._ping_timer)
+            self.broker.client_connected(self)
         if self.verbose:
             self.send(OK)
 

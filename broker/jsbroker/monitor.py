@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import VERSION
 from .http_server import HttpServer, Request, Response
+from .monitor_options import ConnzOptions
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -46,6 +47,15 @@ def go_duration(seconds: float) -> str:
     return out + f"{s}s"
 
 
+def _unavailable(error: str) -> dict[str, Any]:
+    return {"status": "unavailable", "status_code": 503, "error": error}
+
+
+# nats-server's connz sorts (largest first, ties by cid) by the fields of the listed connection
+_SORTS = {"subs": "subscriptions", "msgs_to": "out_msgs", "msgs_from": "in_msgs", "bytes_to": "out_bytes",
+          "bytes_from": "in_bytes", "pending": "pending_bytes"}
+
+
 class Monitor:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
@@ -68,19 +78,22 @@ class Monitor:
     # -- endpoints ----------------------------------------------------------------------------------
 
     def healthz(self, request: Request) -> Response:
+        body = self.healthz_body()
+        if body["status"] == "ok":
+            del body["status_code"]  # the HTTP status says it; the $SYS answer has it in the body
+        return self._json(request, body, status=body.get("status_code", 200))
+
+    def healthz_body(self) -> dict[str, Any]:
         # 503 (nats-server's error shape) until the client listener accepts connections: while the store
         # is recovered, and in the moment after. JetStream is in-process and has no separate failure
         # state, so `js-enabled-only` / `js-server-only` answer the same.
         if self.broker.recovering:
-            return self._unavailable(request, "JetStream is recovering its store")
+            return _unavailable("JetStream is recovering its store")
         if self.broker.lame_duck_mode:
-            return self._unavailable(request, "the server is in lame duck mode: clients are being let go")
+            return _unavailable("the server is in lame duck mode: clients are being let go")
         if not self.broker.serving:
-            return self._unavailable(request, "the server is starting: clients are not accepted yet")
-        return self._json(request, {"status": "ok"})
-
-    def _unavailable(self, request: Request, error: str) -> Response:
-        return self._json(request, {"status": "unavailable", "status_code": 503, "error": error}, status=503)
+            return _unavailable("the server is starting: clients are not accepted yet")
+        return {"status": "ok", "status_code": 200}
 
     def metrics(self, request: Request) -> Response:
         import prometheus_client
@@ -93,6 +106,9 @@ class Monitor:
         return Response(prometheus_client.generate_latest(self._metrics), content_type=prometheus_client.CONTENT_TYPE_LATEST)
 
     def varz(self, request: Request) -> Response:
+        return self._json(request, self.varz_body())
+
+    def varz_body(self) -> dict[str, Any]:
         b, cfg, r = self.broker, self.broker.config, self.broker.router
         usage = resource.getrusage(resource.RUSAGE_SELF)
         body: dict[str, Any] = {
@@ -156,19 +172,25 @@ class Monitor:
             subscriptions=b.accounts.subscriptions(),
             http_req_stats=dict(self.requests),
         )
-        return self._json(request, body)
+        return body
 
     def connz(self, request: Request) -> Response:
+        q = request.query
+        options = ConnzOptions(subscriptions=q.get("subs", "") in ("1", "true", "detail"),
+                               auth=q.get("auth", "") in ("1", "true"), offset=int(q.get("offset", 0) or 0),
+                               limit=int(q.get("limit", 1024) or 1024))
+        return self._json(request, self.connz_body(options))
+
+    def connz_body(self, options: ConnzOptions) -> dict[str, Any]:
+        """/connz, and the system account's CONNZ requests (an account's or a connection's)."""
         b = self.broker
-        want_subs = request.query.get("subs", "") in ("1", "true", "detail")
-        want_auth = request.query.get("auth", "") in ("1", "true")
-        offset = int(request.query.get("offset", 0) or 0)
-        limit = int(request.query.get("limit", 1024) or 1024)
-        conns = sorted(b.clients.values(), key=lambda c: c.cid)
+        want_subs, want_auth, offset, limit = options.subscriptions, options.auth, options.offset, options.limit
+        conns = sorted((c for c in b.clients.values() if options.matches(c.account.name, c.cid)),
+                       key=lambda c: c.cid)
         now = time.time()
         mono = b.loop.time()
         out = []
-        for c in conns[offset : offset + limit]:
+        for c in conns:
             started = now - (mono - c.started)
             item: dict[str, Any] = {
                 "cid": c.cid,
@@ -197,6 +219,10 @@ class Monitor:
             if want_subs and c.subs:
                 item["subscriptions_list"] = sorted(s.subject for s in c.subs.values())
             out.append(item)
+        field = _SORTS.get(options.sort)
+        if field is not None:
+            out.sort(key=lambda item: item[field], reverse=True)
+        out = out[offset : offset + limit]
         body = {
             "server_id": b.server_id,
             "now": rfc3339(now),
@@ -206,9 +232,12 @@ class Monitor:
             "limit": limit,
             "connections": out,
         }
-        return self._json(request, body)
+        return body
 
     def jsz(self, request: Request) -> Response:
+        return self._json(request, self.jsz_body())
+
+    def jsz_body(self) -> dict[str, Any]:
         b = self.broker
         base: dict[str, Any] = {
             "memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0, "accounts": 0, "ha_assets": 0,
@@ -219,10 +248,9 @@ class Monitor:
         if b.jetstream is None:
             base.update(disabled=True, config={"max_memory": 0, "max_storage": 0})
             base.update(streams=0, consumers=0, messages=0, bytes=0, total=0)
-            return self._json(request, base)
+            return base
         info = self._js_info()
-        body = {**base, **info, "server_id": b.server_id, "now": base["now"]}
-        return self._json(request, body)
+        return {**base, **info, "server_id": b.server_id, "now": base["now"]}
 
     def _websocket_varz(self) -> dict[str, Any]:
         """nats-server's /varz websocket section: its settings, empty ones left out (Go's omitempty)."""

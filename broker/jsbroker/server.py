@@ -12,6 +12,7 @@ import base64
 import json
 import math
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
@@ -26,6 +27,7 @@ from .logs import Logger, get_logger
 from .resolvers import resolver_for
 from .router import Router, Watch
 from .sublist import Subscription
+from .system_account import SystemServices, disconnect_reason
 
 if TYPE_CHECKING:  # imported at start with TLS on: the ssl context code is on no other path
     import ssl
@@ -92,6 +94,9 @@ class Broker:
         self.ws_headers = ""  # websocket.headers, as response header lines
         self.ws_handshakes: set[asyncio.Transport] = set()  # websocket sockets not upgraded yet
         self._monitor: Any = None
+        self._views: Any = None  # monitor.py's builders for the system account when no monitoring port is open
+        self.system: SystemServices | None = None  # the system account's services (system_account.py)
+        self._stopping = False
         self._tmp_store: str | None = None
         self._info_base: dict[str, Any] = {}
         self._ws_info_base: dict[str, Any] = {}  # websocket clients': the websocket port's address and TLS
@@ -166,6 +171,10 @@ class Broker:
         self.recovering = True
         await self._start_jetstream()
         self.recovering = False
+        if self.accounts.system is not None:
+            self.system = SystemServices(self, self.accounts.system, self.accounts.by_name, self.router,
+                                         self._call_later)
+            self.system.start()
         # /healthz turns 200 only once clients can connect.
         self._info_base = self._info_fields()
         if cfg.websocket is not None:
@@ -362,6 +371,10 @@ class Broker:
     async def stop(self) -> None:
         """Lame-duck style: stop accepting, flush pending output, close connections, stop services."""
         self.log.info("Initiating Shutdown...")
+        self._stopping = True
+        if self.system is not None:
+            self.system.stop()
+            self.system = None
         for watch in self._tls_watches:
             watch.cancel()
         self._tls_watches = []
@@ -456,6 +469,37 @@ class Broker:
         for sub in list(conn.subs.values()):
             self.router.remove(sub)
         conn.subs.clear()
+        if self.system is not None and conn.connected:
+            self.system.disconnected(conn, disconnect_reason(conn.close_error, conn.slow, self._stopping))
+
+    def client_connected(self, conn: Connection) -> None:
+        """`conn` finished its first CONNECT: the system account's CONNECT event."""
+        if self.system is not None:
+            self.system.connected(conn)
+
+    # -- what the system account's services read (system_account.SystemHost) ------------------------
+
+    def views(self) -> Any:
+        if self._monitor is not None:
+            return self._monitor
+        if self._views is None:  # the builders without their HTTP listener
+            from .monitor import Monitor
+
+            self._views = Monitor(self)
+            self._views.started = self.wall_time(self.start_time)
+        return self._views
+
+    def listen_host(self) -> str:
+        return self.config.host
+
+    def jetstream_domain(self) -> str | None:
+        return None if self.jetstream is None or self.js_settings is None else self.js_settings.domain or ""
+
+    def started_at(self) -> float:
+        return self.wall_time(self.start_time)
+
+    def wall_time(self, loop_time: float) -> float:
+        return time.time() - (self.loop.time() - loop_time)
 
     def traffic(self) -> dict[str, int]:
         """Messages and bytes (headers + payloads) from and to clients since the start, closed ones too."""

@@ -165,6 +165,9 @@ BOTH_ACCEPT = [
     "jetstream: false\nstore_dir: /tmp/x\n",
     "PORT: 4444\nport: $PORT\n",  # a key used as a variable is not an unknown setting
     "pid_file: /tmp/jsbroker-conf-test.pid\nlog_file: /tmp/jsbroker-conf-test.log\n",
+    "accounts { SYS { users: [ {user: a, password: b} ] } }\nsystem_account: SYS\n",
+    'system_account: "$SYS"\n',
+    "no_system_account: true\n",
 ]
 BOTH_REFUSE = [
     ("foo: 1\n", "1:1: unknown setting 'foo'"),
@@ -194,7 +197,6 @@ ONLY_NATS_SERVER = [  # settings nats-server has and jsbroker refuses, naming th
     ("cluster { port: 6222 }\n", "1:1: cluster: nats-server's setting is not supported by jsbroker"),
     ("gateway { name: x }\n", "gateway:"),
     ("leafnodes { port: 7422 }\n", "leafnodes:"),
-    ("accounts { SYS { users: [ {user: a, password: b} ] } }\nsystem_account: SYS\n", "system_account:"),
     ("accounts { A { nkey: ABEAOWSZPZZBUFLOFYDZTXS4YDCTETOG47VPDTOUMJIINDWFGIK53HL3 } }\n", "accounts.A.nkey:"),
     ("mqtt { port: 1883 }\n", "mqtt:"),
     ("max_subscriptions: 10\n", "max_subscriptions:"),

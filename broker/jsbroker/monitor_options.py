@@ -1,0 +1,54 @@
+"""The options of the monitoring views: what /connz's query string and a system account CONNZ request's JSON
+body (system_account.py) both become, checked as nats-server decodes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# ConnzOptions' JSON keys in nats-server and the values jsbroker takes for them: the ones it has no view for
+# are accepted only at their defaults (natscli sends every key), anything else is refused by name.
+_CONNZ_DEFAULTS: dict[str, Any] = {"subscriptions_detail": False, "state": 0, "mqtt_client": "", "filter_subject": "",
+                                   "user": ""}
+_CONNZ_SORTS = ("", "cid", "start", "subs", "pending", "msgs_to", "msgs_from", "bytes_to", "bytes_from")
+
+
+@dataclass(frozen=True)
+class ConnzOptions:
+    """Which connections /connz (or a CONNZ request) shows, and how much of each."""
+
+    subscriptions: bool = False
+    auth: bool = False
+    offset: int = 0
+    limit: int = 1024
+    account: str = ""  # only this account's ("": every account's)
+    cid: int = 0
+    sort: str = ""  # nats-server's sort options ("": by cid)
+
+    def matches(self, account: str, cid: int) -> bool:
+        return (not self.account or account == self.account) and (not self.cid or cid == self.cid)
+
+
+def _typed(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"json: cannot unmarshal {type(value).__name__} into Go struct field {key} of type "
+                         f"{'bool' if kind is bool else 'int' if kind is int else 'string'}")
+    return value
+
+
+def connz_options(body: dict[str, Any], account: str = "") -> ConnzOptions:
+    """A CONNZ request's options (ValueError names the one that is wrong); `account` pins the account (an
+    account's own CONNZ request)."""
+    for key, default in _CONNZ_DEFAULTS.items():
+        if body.get(key, default) not in (default, None):
+            raise ValueError(f"{key}: jsbroker's CONNZ answers take it only at its default ({default!r})")
+    sort = _typed(body, "sort", str, "")
+    if sort not in _CONNZ_SORTS:
+        raise ValueError(f"invalid sorting option: {sort}")
+    limit = _typed(body, "limit", int, 0)
+    return ConnzOptions(subscriptions=_typed(body, "subscriptions", bool, False), auth=_typed(body, "auth", bool, False),
+                        offset=max(_typed(body, "offset", int, 0), 0), limit=limit if limit > 0 else 1024,
+                        account=account or _typed(body, "acc", str, ""), cid=_typed(body, "cid", int, 0), sort=sort)
