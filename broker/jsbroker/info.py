@@ -42,7 +42,7 @@ def new_xkey() -> str:
 
 
 def info_line(head: dict[str, Any], *, client_id: int, client_ip: str, nonce: str, domain: str | None, xkey: str,
-              ldm: bool = False, connect_info: bool = False, account: str = "") -> bytes:
+              ldm: bool = False, connect_info: bool = False, account: str = "", system: bool = False) -> bytes:
     """`INFO {...} \\r\\n` for one client: `head` (server_fields), then the client's and the later fields."""
     info = dict(head, client_id=client_id, client_ip=client_ip)
     if nonce and not (ldm or connect_info):  # the first INFO only: that is the one the client signs
@@ -54,6 +54,8 @@ def info_line(head: dict[str, Any], *, client_id: int, client_ip: str, nonce: st
     if connect_info:  # the INFO after the first PONG: which account the client is bound to
         info["connect_info"] = True
         info["remote_account"] = account
+        if system:  # the client is bound to the system account
+            info["acc_is_sys"] = True
     info["api_lvl"] = API_LEVEL
     info["xkey"] = xkey
     return b"INFO " + json.dumps(info, separators=(",", ":")).encode() + b" \r\n"

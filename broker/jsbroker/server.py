@@ -531,7 +531,8 @@ class Broker:
         return info.info_line(head, client_id=conn.cid, client_ip=conn.peer[0] or "127.0.0.1",
                               nonce=conn.nonce, domain=js.domain if js is not None and head.get("jetstream") else None,
                               xkey=self.xkey, ldm=ldm, connect_info=connect_info,
-                              account=conn.jwt_user.account if conn.jwt_user is not None else conn.account.name)
+                              account=conn.jwt_user.account if conn.jwt_user is not None else conn.account.name,
+                              system=conn.account is self.accounts.system)
 
     # -- InternalBus --------------------------------------------------------------------------------
 

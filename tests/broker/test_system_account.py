@@ -2,12 +2,14 @@
 an account A, JetStream in A), every `$SYS.REQ.SERVER...` and `$SYS.REQ.ACCOUNT...` request and the system
 imports every account has (`$SYS.REQ.USER.INFO`...), compared by their JSON keys and normalised values;
 connect/disconnect events and the STATSZ heartbeat seen by a system account subscriber; request bodies with
-options and bad ones; a user of another account subscribing to `$SYS.>` (its own account's subjects)."""
+options and bad ones; a user of another account subscribing to `$SYS.>` (its own account's subjects); and the
+Go `nats` CLI's `server` and `account` commands against both, compared after normalising ids, times and counts."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
 from jsbroker.config import ConfigError, load_file
+from tests.chart import go_tools
 from tests.differential import normalise
 from tests.polling import poll_async
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch, nats_server_binary
@@ -291,10 +294,17 @@ def test_account_statz_and_connz_through_the_system_imports(servers):
     assert got[JSBROKER]["statz"] == [("B", 2, 2)] and got[JSBROKER]["quiet"] is None
 
 
+def _sorted_lists(obj: Any) -> Any:
+    """Lists sorted (nats-server lists a user's permissions in its map's order, a random one)."""
+    if isinstance(obj, dict):
+        return {k: _sorted_lists(v) for k, v in obj.items()}
+    return sorted(obj) if isinstance(obj, list) else obj
+
+
 def test_user_info_answers_in_every_account(servers):
     for user in ("a", "b", "sys"):
         got = _both(servers, user, "$SYS.REQ.USER.INFO")
-        assert normalise(got[JSBROKER]["data"]) == normalise(got[NATS_SERVER]["data"]), user
+        assert _sorted_lists(got[JSBROKER]["data"]) == _sorted_lists(got[NATS_SERVER]["data"]), user
     assert got[JSBROKER]["data"] == {"user": "sys", "account": "SYS", "account_name": "SYS"}
 
 
@@ -413,3 +423,53 @@ def test_a_system_account_missing_from_the_accounts_is_refused(tmp_path: Path) -
     done = subprocess.run([nats_server_binary(), "-c", str(config), "-p", "-1"], capture_output=True,
                           text=True, timeout=20)
     assert done.returncode != 0 and "error resolving system account: account missing" in done.stderr + done.stdout
+
+
+# -- the nats CLI ----------------------------------------------------------------------------------------
+
+# What differs between the two servers and is no behaviour: ids, times, sizes (jsbroker's JetStream memory
+# default is unlimited, nats-server's 75% of the RAM), counts (jsbroker has fewer internal subscriptions), the
+# store directory, and lines only the Go server has values for.
+_VOLATILE = [(re.compile(p), r) for p, r in (
+    (r"(Storage Directory:).*", r"\1 <dir>"), (r"N[A-Z2-7]{55}", "<id>"), (r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S*", "<date>"), (r"127\.0\.0\.1:\d+", "<addr>"),
+    (r"[\d.,]+ ?(ns|µs|ms|s|m|h|d|B|KiB|MiB|GiB|TiB|EiB|%)(?=\W|$)", "<v>"), (r"(\d+[dhm])+\d+s", "<v>"),
+    (r"\d[\d,.]*", "<n>"), (r"─+", "-"), (r"[ \t]+", " "))]
+_GO_ONLY_LINES = ("Git Commit:", "Go Version:", "Configuration Digest:", "GOMAXPROCS:", "Maximum Subscriptions:",
+                  "Memory Limit:",
+                  "Strict API Parsing:")  # /varz's jetstream.config.strict: jsbroker's /varz does not have it yet
+
+
+def _plain_cli(text: str) -> list[str]:
+    rc, *rest = text.splitlines()
+    lines = [rc]  # the exit code as it is
+    for line in rest:
+        if any(line.strip().startswith(prefix) for prefix in _GO_ONLY_LINES):
+            continue
+        for pattern, replacement in _VOLATILE:
+            line = pattern.sub(replacement, line)
+        lines.append(line.strip())
+    return lines
+
+
+def _cli(server: ServerHandle, home: Path, user: str, *args: str) -> str:
+    cli = str(go_tools.NATS_CLI.for_test())
+    done = subprocess.run([cli, "--server", server.url, "--user", user, "--password", f"{user}-pw", "--timeout",
+                           "2s", *args], capture_output=True, text=True, timeout=60, env={"HOME": str(home)})
+    return f"rc={done.returncode}\n{done.stdout}{done.stderr}"
+
+
+@pytest.mark.parametrize(("user", "args"), [
+    ("sys", ("server", "ping")),
+    ("sys", ("server", "list")),
+    ("sys", ("server", "info")),
+    ("sys", ("server", "report", "connections")),
+    ("sys", ("server", "report", "accounts")),
+    ("sys", ("server", "report", "jetstream")),
+    ("a", ("account", "info")),
+    ("sys", ("account", "info")),
+    ("b", ("server", "ping")),  # not the system account: the 503 and the CLI's hint
+])
+def test_nats_cli_reads_both_alike(servers, tmp_path, user, args):
+    got = {kind: _plain_cli(_cli(servers[kind], tmp_path, user, *args)) for kind in KINDS}
+    assert got[JSBROKER] == got[NATS_SERVER]
+    assert got[JSBROKER][0] == ("rc=1" if user == "b" else "rc=0")
