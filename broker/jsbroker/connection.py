@@ -486,7 +486,11 @@ class Connection(asyncio.Protocol):
             raise ProtocolError("Authorization Violation")
         self.broker.log.debug(f"{self.who} - {result.log_line}", cid=self.cid)
         self.jwt_user = result
-        self.broker.served_account = result.account
+        system = self.broker.accounts.system
+        if system is not None and result.account == system.name:  # the system account has its own subjects
+            self.account, self.sublist = system, system.sublist
+        else:
+            self.broker.served_account = result.account
         self.perms = PermissionChecker(result.permissions) if result.permissions is not None else None
         if 0 < result.limits.payload < self.parser.max_payload:
             self.parser.max_payload = result.limits.payload

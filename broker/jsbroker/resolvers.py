@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from .claims import JwtError, decode_account, decode_generic
 from .config import OperatorSettings
@@ -173,6 +173,23 @@ def claims_request(resolver: DirResolver, operator: OperatorKeys, subject: str, 
     if len(tokens) == 5 and subject.startswith("$SYS.ACCOUNT.") and tokens[3:] == ["CLAIMS", "UPDATE"]:
         return _update(resolver, operator, tokens[2], text, server)
     return ClaimsReply(None, "debug", f"DirResolver - jwt update skipped due to bad subject {subject!r}")
+
+
+ClaimsAnswerer = Callable[[str, bytes, dict[str, Any]], ClaimsReply]  # (subject, payload, server info) -> reply
+
+
+def claims_answerer(settings: OperatorSettings, resolver: MemoryResolver | DirResolver) -> ClaimsAnswerer | None:
+    """The full resolver's `claims_request` for this operator (the system account wires it to CLAIMS_SUBJECTS);
+    None for the MEMORY resolver, which takes no pushes."""
+    if not isinstance(resolver, DirResolver):
+        return None
+    op = settings.operator
+    keys = OperatorKeys(op.subject, frozenset((op.subject, *op.signing_keys)), op.strict_signing_key_usage,
+                        settings.system_account)
+
+    def answer(subject: str, payload: bytes, server: dict[str, Any]) -> ClaimsReply:
+        return claims_request(resolver, keys, subject, payload, server)
+    return answer
 
 
 def _update(resolver: DirResolver, operator: OperatorKeys, account: str | None, text: str,

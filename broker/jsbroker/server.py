@@ -24,7 +24,7 @@ from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
 from .listen import advertised, dual_stack_socket, host_port
 from .logs import Logger, get_logger
-from .resolvers import resolver_for
+from .resolvers import claims_answerer, resolver_for
 from .router import Router, Watch
 from .sublist import Subscription
 from .system_account import SystemServices, disconnect_reason
@@ -172,8 +172,9 @@ class Broker:
         await self._start_jetstream()
         self.recovering = False
         if self.accounts.system is not None:
+            claims = claims_answerer(cfg.auth.operator, self.resolver) if cfg.auth.operator and self.resolver else None
             self.system = SystemServices(self, self.accounts.system, self.accounts.by_name, self.router,
-                                         self._call_later)
+                                         self._call_later, claims, self._system_log)
             self.system.start()
         # /healthz turns 200 only once clients can connect.
         self._info_base = self._info_fields()
@@ -471,6 +472,9 @@ class Broker:
         conn.subs.clear()
         if self.system is not None and conn.connected:
             self.system.disconnected(conn, disconnect_reason(conn.close_error, conn.slow, self._stopping))
+
+    def _system_log(self, level: str, line: str) -> None:
+        (self.log.error if level == "error" else self.log.debug)(line)
 
     def client_connected(self, conn: Connection) -> None:
         """`conn` finished its first CONNECT: the system account's CONNECT event."""

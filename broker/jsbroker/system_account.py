@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping, Protocol
 from .accounts import Account, Routes, Timer
 from .config import VERSION, Permissions
 from .internal import Origin
+from .resolvers import CLAIMS_SUBJECTS, ClaimsAnswerer
 from .monitor_options import ConnzOptions, connz_options
 from .subjects import subject_matches
 from .sublist import Subscription
@@ -79,6 +80,7 @@ class ClientView(Protocol):
     rtt_ns: int
     started: float  # the loop's clock when it connected
     perms: Any  # a PermissionChecker (its `permissions`), None for a user without permissions
+    jwt_user: Any  # operator mode: the user JWT's (its `account`), None otherwise
     connected: bool
     websocket: bool
     subs: dict[bytes, Subscription]
@@ -145,8 +147,10 @@ class _AccountTotals:
 
 class SystemServices:
     def __init__(self, host: SystemHost, system: Account, accounts: Mapping[str, Account], routes: Routes,
-                 timer: Timer) -> None:
+                 timer: Timer, claims: ClaimsAnswerer | None = None,
+                 log: Callable[[str, str], None] = lambda level, line: None) -> None:
         self.host, self.system, self.accounts, self.routes, self.timer = host, system, accounts, routes, timer
+        self.claims, self.log = claims, log  # the full resolver's answers (operator mode), and its log lines
         self.seq = 0
         self._totals: dict[str, _AccountTotals] = {}
         self._statsz_interval = STATSZ_FIRST
@@ -165,6 +169,9 @@ class SystemServices:
             self._subscribe(self.system, f"$SYS.REQ.ACCOUNT.*.{kind}", self._account_handler(kind))
         self._subscribe(self.system, "$SYS.REQ.USER.*.INFO", self._user_info_in(None))
         self._subscribe(self.system, "$SYS.REQ.USER.INFO", self._user_info_in(None))
+        if self.claims is not None:
+            for subject in CLAIMS_SUBJECTS:
+                self._subscribe(self.system, subject, self._claims_request)
         for account in self.accounts.values():
             if account is not self.system:
                 self._import_into(account)
@@ -485,6 +492,16 @@ class SystemServices:
         if isinstance(asked, dict) and asked.get("account", name) == name and self._account_stat(account)["conns"]:
             self._send_conns(account, (reply,))
 
+    def _claims_request(self, subject: str, reply: str | None, hdr: bytes, payload: bytes,
+                        origin: Origin | None) -> None:
+        """`nsc push` and the nats CLI's account pushes, lists, lookups and deletes (resolvers.py answers)."""
+        assert self.claims is not None
+        answer = self.claims(subject, payload, self._server())
+        if answer.log:
+            self.log(answer.log_level, answer.log)
+        if reply and answer.payload is not None:
+            self.routes.route_into(self.system.sublist, reply.encode(), None, -1, answer.payload + b"\r\n")
+
     # -- USER.INFO --------------------------------------------------------------------------------------
 
     def _user_info_in(self, account: Account | None) -> Callable[..., None]:
@@ -495,8 +512,11 @@ class SystemServices:
             if client is None:
                 body: dict[str, Any] = {"server": self._server(), "error": {"code": 400}}
             else:
-                acc = client.account.name
-                data: dict[str, Any] = {"user": client.user_name, "account": acc, "account_name": acc}
+                acc, jwt = _account_name(client), client.jwt_user
+                data: dict[str, Any] = {"user": jwt.user if jwt else client.user_name, "account": acc,
+                                        "account_name": jwt.account_name if jwt else acc}
+                if jwt is not None and jwt.name:  # operator mode: the user JWT's name
+                    data["user_name"] = jwt.name
                 permissions = _permissions(client)
                 if permissions:
                     data["permissions"] = permissions
@@ -507,7 +527,8 @@ class SystemServices:
     # -- events -----------------------------------------------------------------------------------------
 
     def _client_info(self, c: ClientView) -> dict[str, Any]:
-        info: dict[str, Any] = {"start": rfc3339(self.host.wall_time(c.started)), "host": c.peer[0], "id": c.cid, "acc": c.account.name}
+        info: dict[str, Any] = {"start": rfc3339(self.host.wall_time(c.started)), "host": c.peer[0], "id": c.cid,
+                                "acc": _account_name(c)}
         for key, value in (("user", c.user_name), ("name", c.name), ("lang", c.lang), ("ver", c.version)):
             if value:
                 info[key] = value
@@ -518,9 +539,9 @@ class SystemServices:
         totals = self._totals.setdefault(c.account.name, _AccountTotals())
         totals.total_conns += 1
         self._send_conns(c.account)
-        client = {**self._client_info(c), "name_tag": c.account.name, "kind": "Client",
+        client = {**self._client_info(c), "name_tag": _account_name(c), "kind": "Client",
                   "client_type": "websocket" if c.websocket else "nats"}
-        self._event(f"$SYS.ACCOUNT.{c.account.name}.CONNECT", "io.nats.server.advisory.v1.client_connect",
+        self._event(f"$SYS.ACCOUNT.{_account_name(c)}.CONNECT", "io.nats.server.advisory.v1.client_connect",
                     {"client": client})
 
     def disconnected(self, c: ClientView, reason: str) -> None:
@@ -531,9 +552,9 @@ class SystemServices:
         totals.out_msgs += c.out_msgs
         totals.out_bytes += c.out_bytes
         self._send_conns(c.account)
-        client = {**self._client_info(c), "rtt": c.rtt_ns, "stop": rfc3339(time.time()), "name_tag": c.account.name,
+        client = {**self._client_info(c), "rtt": c.rtt_ns, "stop": rfc3339(time.time()), "name_tag": _account_name(c),
                   "kind": "Client", "client_type": "websocket" if c.websocket else "nats"}
-        self._event(f"$SYS.ACCOUNT.{c.account.name}.DISCONNECT", "io.nats.server.advisory.v1.client_disconnect",
+        self._event(f"$SYS.ACCOUNT.{_account_name(c)}.DISCONNECT", "io.nats.server.advisory.v1.client_disconnect",
                     {"client": client, "sent": {"msgs": c.out_msgs, "bytes": c.out_bytes},
                      "received": {"msgs": c.in_msgs, "bytes": c.in_bytes}, "reason": reason})
 
@@ -555,6 +576,11 @@ class SystemServices:
         for subject in subjects or (f"$SYS.SERVER.ACCOUNT.{account.name}.CONNS",
                                     f"$SYS.ACCOUNT.{account.name}.SERVER.CONNS"):
             self._send(subject, None, {**body, "server": self._server(), **stat})
+
+
+def _account_name(c: ClientView) -> str:
+    """The client's account: in operator mode the user JWT's (jsbroker serves it in $G's subject space)."""
+    return str(c.jwt_user.account) if c.jwt_user is not None else c.account.name
 
 
 def disconnect_reason(error: str | None, slow: bool, stopping: bool) -> str:

@@ -339,11 +339,8 @@ def _normal(reply: bytes) -> Any:
 
 @pytest.mark.parametrize("allow_delete", [True, False])
 def test_claims_requests_answered_as_nats_server_answers_them(tmp_path: Path, allow_delete: bool) -> None:
-    """resolvers.claims_request (pure; wired to the system account later) against nats-server's full resolver."""
-    from jsbroker.resolvers import DirResolver, OperatorKeys, claims_request
-
-    (tmp_path / "ref").mkdir()
-    handle = launch(NATS_SERVER, jetstream=False, extra_args=["-c", str(_full_config(tmp_path / "ref", allow_delete))])
+    """nsc push's and the nats CLI's requests to the full resolver ($SYS.REQ.CLAIMS.*, an account's CLAIMS.UPDATE
+    and LOOKUP) from a system account user, against both servers: the same answers, the same JWT files left."""
     sys_creds = m.write_creds(tmp_path, "sys", m.user_jwt(SYS, SYS_USER, "sys"), SYS_USER)
     requests = _claims_requests()  # made once: a JWT's `iat` is the second it was made in, and LOOKUP returns it
 
@@ -354,25 +351,19 @@ def test_claims_requests_answered_as_nats_server_answers_them(tmp_path: Path, al
         finally:
             await nc.close()
 
-    try:
-        expected = asyncio.run(ask(handle.url))
-    finally:
-        handle.close()
-    (tmp_path / "ours").mkdir()
-    _full_config(tmp_path / "ours", allow_delete)
-    resolver = DirResolver(tmp_path / "ours" / "jwt", allow_delete=allow_delete)
-    resolver.store(SYS.public, m.account_jwt(OP, SYS, "SYS"))  # resolver_preload's
-    keys = OperatorKeys(OP.public, frozenset({OP.public, OP_SIGNER.public}), system_account=SYS.public)
-    ours = [_normal(claims_request(resolver, keys, subject, payload, {}).payload or b"")
-            for subject, payload in requests]
-    assert ours == expected
-    assert sorted(p.name for p in (tmp_path / "ours" / "jwt").iterdir()) == sorted(
-        p.name for p in (tmp_path / "ref" / "jwt").iterdir())
+    answers = {}
+    for kind in KINDS:
+        (tmp_path / kind).mkdir()
+        with launch(kind, jetstream=False, extra_args=["-c", str(_full_config(tmp_path / kind, allow_delete))]) as h:
+            answers[kind] = asyncio.run(ask(h.url))
+    assert answers[JSBROKER] == answers[NATS_SERVER]
+    assert sorted(p.name for p in (tmp_path / JSBROKER / "jwt").iterdir()) == sorted(
+        p.name for p in (tmp_path / NATS_SERVER / "jwt").iterdir())
 
 
 def test_jsbroker_serves_one_account_and_says_so(tmp_path: Path) -> None:
     """Until jsbroker has accounts, a second account's users are refused (nats-server admits them, each in its
-    own account), with a log line naming why; the system account's users are refused the same way."""
+    own account), with a log line naming why; the system account's users are admitted (its own subjects)."""
     config = _config(tmp_path)
     other_jwt = m.user_jwt(OTHER, USERS["other"], "other")
     config.write_text(config.read_text().replace("}\n", f"  {OTHER.public}: {m.account_jwt(OP, OTHER, 'OTHER')}\n}}\n"))
@@ -380,10 +371,8 @@ def test_jsbroker_serves_one_account_and_says_so(tmp_path: Path) -> None:
         outcomes = [_outcome(handle.port, "alice"), _outcome(handle.port, "other", jwt=other_jwt),
                     _outcome(handle.port, "sys", jwt=m.user_jwt(SYS, SYS_USER, "sys")), _outcome(handle.port, "no_perms")]
         log = handle.log_tail(200)
-    assert outcomes == ["admitted", "-ERR 'Authorization Violation' (closed)", "-ERR 'Authorization Violation' (closed)",
-                        "admitted"]
+    assert outcomes == ["admitted", "-ERR 'Authorization Violation' (closed)", "admitted", "admitted"]
     assert f"jsbroker serves one account in operator mode until it has accounts: {APP.public} is served" in log
-    assert "the system account's users cannot connect to jsbroker yet" in log
 
 
 def test_a_user_jwt_that_expires_closes_its_connection(servers: dict[str, ServerHandle]) -> None:
@@ -496,3 +485,25 @@ def test_generated_users_against_nats_server(tmp_path: Path) -> None:
     assert results[JSBROKER][0] == results[NATS_SERVER][0], f"seed {seed}"
     assert results[JSBROKER][1] == results[NATS_SERVER][1], f"seed {seed}"
     assert 0 < results[JSBROKER][0].count("admitted") < len(users)  # the mix admits some and refuses some
+
+
+def test_the_system_account_answers_its_users_in_operator_mode(tmp_path: Path) -> None:
+    """A system account user (its JWT signed by SYS) reaches the system account's services on both servers."""
+    sys_creds = m.write_creds(tmp_path, "sys", m.user_jwt(SYS, SYS_USER, "sys"), SYS_USER)
+
+    async def ask(url: str) -> list[Any]:
+        nc = await nats.connect(url, user_credentials=str(sys_creds))
+        try:
+            replies = [json.loads((await nc.request(subject, b"", timeout=2)).data)
+                       for subject in ("$SYS.REQ.SERVER.PING.HEALTHZ", "$SYS.REQ.USER.INFO", "$SYS.REQ.SERVER.PING")]
+            return [replies[0]["data"], replies[1]["data"], sorted(replies[2])]
+        finally:
+            await nc.close()
+
+    answers = {}
+    for kind in KINDS:
+        (tmp_path / kind).mkdir()
+        with launch(kind, jetstream=False, extra_args=["-c", str(_full_config(tmp_path / kind, False))]) as h:
+            answers[kind] = asyncio.run(ask(h.url))
+    assert answers[JSBROKER] == answers[NATS_SERVER]
+    assert answers[JSBROKER][1]["account"] == SYS.public
