@@ -349,6 +349,8 @@ class Broker:
         self.lame_duck_mode = True
         cfg = self.config
         self.log.info("Entering lame duck mode, stop accepting new clients")
+        if self.system is not None:
+            self.system.lame_duck()
         self._server.close()
         if self._ws_server is not None:
             self._ws_server.close()

@@ -10,7 +10,8 @@ In the system account (`system_account`, default `$SYS`):
 - Events: `$SYS.ACCOUNT.<account>.CONNECT` / `.DISCONNECT`, the account's connection counts on
   `$SYS.ACCOUNT.<account>.SERVER.CONNS` and `$SYS.SERVER.ACCOUNT.<account>.CONNS` (again every 30s while it has
   connections), and the `$SYS.SERVER.<id>.STATSZ` heartbeat (after 250ms, doubling up to every 10s, sent only
-  while someone listens), `$SYS.SERVER.<id>.SHUTDOWN` when the server stops.
+  while someone listens), `$SYS.SERVER.<id>.LAMEDUCK` in lame duck mode, `$SYS.SERVER.<id>.SHUTDOWN` when the
+  server stops.
 In every other account, as nats-server's system imports: `$SYS.REQ.USER.INFO` (who the requester is),
 `$SYS.REQ.ACCOUNT.PING.CONNZ` and `$SYS.REQ.SERVER.PING.CONNZ` (the account's connections) and
 `$SYS.REQ.ACCOUNT.PING.STATZ` (its counts), answered straight into the requester's account.
@@ -184,6 +185,10 @@ class SystemServices:
         self._subscribe(account, "$SYS.REQ.SERVER.PING.CONNZ", connz)
         self._subscribe(account, "$SYS.REQ.ACCOUNT.PING.STATZ", self._account_request(account, "STATZ"))
         self._subscribe(account, "$SYS.REQ.USER.INFO", self._user_info_in(account))
+
+    def lame_duck(self) -> None:
+        """The server enters lame duck mode: nats-server's LAMEDUCK event (the server info alone)."""
+        self._send(f"$SYS.SERVER.{self.host.server_id}.LAMEDUCK", None, self._server())
 
     def stop(self) -> None:
         """The server is stopping: nats-server's SHUTDOWN event, then no more timers."""

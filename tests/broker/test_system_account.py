@@ -8,8 +8,10 @@ Go `nats` CLI's `server` and `account` commands against both, compared after nor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -392,6 +394,37 @@ def test_a_user_of_another_account_subscribing_to_sys_sees_its_own_account_only(
 
     got = {kind: _run(scenario(servers[kind].port)) for kind in KINDS}
     assert got[JSBROKER] == got[NATS_SERVER] == {"ping": "503", "seen": ["$SYS.ACCOUNT.A.CONNECT"]}
+
+
+@pytest.mark.parametrize("signal_name", ["SIGUSR2", "SIGTERM"])
+def test_lame_duck_and_shutdown_events(tmp_path, signal_name):
+    """nats-server's `$SYS.SERVER.<id>.LAMEDUCK` (SIGUSR2) and `.SHUTDOWN` (SIGTERM): the server info alone."""
+    config = tmp_path / "sys.conf"
+    config.write_text(CONFIG)
+
+    async def watch(handle: ServerHandle) -> tuple[str, dict[str, Any]]:
+        nc = await _connect(handle.port, "sys")
+        sub = await nc.subscribe("$SYS.SERVER.*.*")  # no STATSZ: nobody asks for the heartbeat's subject alone
+        await nc.flush()
+        assert handle.proc is not None
+        handle.proc.send_signal(getattr(signal, signal_name))
+        while True:
+            msg = await sub.next_msg(timeout=5)
+            if not msg.subject.endswith(".STATSZ"):
+                break
+        with contextlib.suppress(Exception):
+            await nc.close()
+        return msg.subject.split(".", 3)[3], json.loads(msg.data)
+
+    got = {}
+    for kind in KINDS:
+        with launch(kind, jetstream=False, extra_args=["-c", str(config)]) as handle:
+            got[kind] = _run(watch(handle))
+            if signal_name == "SIGUSR2":
+                handle.kill()  # not the lame duck period's wait
+    assert got[JSBROKER][0] == got[NATS_SERVER][0] == ("LAMEDUCK" if signal_name == "SIGUSR2" else "SHUTDOWN")
+    assert _keys(got[JSBROKER][1]) == _keys(got[NATS_SERVER][1])
+    assert got[JSBROKER][1]["ver"] == "2.15.1" and got[JSBROKER][1]["jetstream"] is False
 
 
 # -- config ----------------------------------------------------------------------------------------------
