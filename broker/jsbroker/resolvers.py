@@ -48,6 +48,10 @@ class MemoryResolver:
     def accounts(self) -> list[str]:
         return sorted(self._jwts)
 
+    def update(self, account: str, token: str) -> None:
+        """A pushed JWT of an account in use: the connections that follow get its claims."""
+        self._jwts[account] = token
+
 
 class DirResolver:
     """`resolver { type: full, dir: ... }`: `<dir>/<account>.jwt`, written by claim updates."""
@@ -176,20 +180,47 @@ def claims_request(resolver: DirResolver, operator: OperatorKeys, subject: str, 
 
 
 ClaimsAnswerer = Callable[[str, bytes, dict[str, Any]], ClaimsReply]  # (subject, payload, server info) -> reply
+# the MEMORY resolver answers only an account's own update subjects (nats-server's accountClaimUpdate)
+MEMORY_CLAIMS_SUBJECTS = ("$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE", "$SYS.ACCOUNT.*.CLAIMS.UPDATE")
 
 
-def claims_answerer(settings: OperatorSettings, resolver: MemoryResolver | DirResolver) -> ClaimsAnswerer | None:
-    """The full resolver's `claims_request` for this operator (the system account wires it to CLAIMS_SUBJECTS);
-    None for the MEMORY resolver, which takes no pushes."""
-    if not isinstance(resolver, DirResolver):
-        return None
+def claims_answerer(settings: OperatorSettings, resolver: MemoryResolver | DirResolver,
+                    in_use: Callable[[str], bool]) -> tuple[tuple[str, ...], ClaimsAnswerer]:
+    """The subjects the system account answers claims requests on, and the answers: the full resolver's
+    `claims_request` for this operator; the MEMORY resolver's update of an account in use (`in_use`: a user of
+    it was admitted), as nats-server's accountClaimUpdate."""
+    if isinstance(resolver, MemoryResolver):
+        memory = resolver
+
+        def update(subject: str, payload: bytes, server: dict[str, Any]) -> ClaimsReply:
+            return _memory_update(memory, in_use, subject, payload, server)
+        return MEMORY_CLAIMS_SUBJECTS, update
     op = settings.operator
     keys = OperatorKeys(op.subject, frozenset((op.subject, *op.signing_keys)), op.strict_signing_key_usage,
                         settings.system_account)
 
     def answer(subject: str, payload: bytes, server: dict[str, Any]) -> ClaimsReply:
         return claims_request(resolver, keys, subject, payload, server)
-    return answer
+    return CLAIMS_SUBJECTS, answer
+
+
+def _memory_update(resolver: MemoryResolver, in_use: Callable[[str], bool], subject: str, payload: bytes,
+                   server: dict[str, Any]) -> ClaimsReply:
+    tokens = subject.split(".")
+    account = tokens[3] if subject.startswith(ACCOUNT_CLAIMS_PREFIX) else tokens[2]
+    if not payload:
+        return _update_reply(server, account, "jwt update error", "request body is empty")
+    text = payload.decode("utf-8", "replace")
+    try:
+        claims = decode_account(text)
+    except JwtError as e:
+        return _update_reply(server, account, "jwt update resulted in error", str(e))
+    if claims.subject != account:
+        return _update_reply(server, account, "jwt update resulted in error", "subject does not match jwt content")
+    if not in_use(account):
+        return _update_reply(server, account, "jwt update skipped", None)
+    resolver.update(account, text)
+    return _update_reply(server, account, "jwt updated", None)
 
 
 def _update(resolver: DirResolver, operator: OperatorKeys, account: str | None, text: str,

@@ -172,7 +172,8 @@ class Broker:
         await self._start_jetstream()
         self.recovering = False
         if self.accounts.system is not None:
-            claims = claims_answerer(cfg.auth.operator, self.resolver) if cfg.auth.operator and self.resolver else None
+            claims = (claims_answerer(cfg.auth.operator, self.resolver, self._account_in_use)
+                      if cfg.auth.operator and self.resolver else None)
             self.system = SystemServices(self, self.accounts.system, self.accounts.by_name, self.router,
                                          self._call_later, claims, self._system_log)
             self.system.start()
@@ -474,6 +475,10 @@ class Broker:
         conn.subs.clear()
         if self.system is not None and conn.connected:
             self.system.disconnected(conn, disconnect_reason(conn.close_error, conn.slow, self._stopping))
+
+    def _account_in_use(self, account: str) -> bool:
+        """Operator mode: whether a user of this account was admitted (nats-server has it loaded)."""
+        return account in (self.served_account, *(c.jwt_user.account for c in self.clients.values() if c.jwt_user))
 
     def _system_log(self, level: str, line: str) -> None:
         (self.log.error if level == "error" else self.log.debug)(line)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Protocol
 from .accounts import Account, Routes, Timer
 from .config import VERSION, Permissions
 from .internal import Origin
-from .resolvers import CLAIMS_SUBJECTS, ClaimsAnswerer
+from .resolvers import ClaimsAnswerer
 from .monitor_options import ConnzOptions, connz_options
 from .subjects import subject_matches
 from .sublist import Subscription
@@ -148,10 +148,10 @@ class _AccountTotals:
 
 class SystemServices:
     def __init__(self, host: SystemHost, system: Account, accounts: Mapping[str, Account], routes: Routes,
-                 timer: Timer, claims: ClaimsAnswerer | None = None,
+                 timer: Timer, claims: tuple[tuple[str, ...], ClaimsAnswerer] | None = None,
                  log: Callable[[str, str], None] = lambda level, line: None) -> None:
         self.host, self.system, self.accounts, self.routes, self.timer = host, system, accounts, routes, timer
-        self.claims, self.log = claims, log  # the full resolver's answers (operator mode), and its log lines
+        self.claims, self.log = claims, log  # operator mode: the resolver's subjects and answers; its log lines
         self.seq = 0
         self._totals: dict[str, _AccountTotals] = {}
         self._statsz_interval = STATSZ_FIRST
@@ -171,7 +171,7 @@ class SystemServices:
         self._subscribe(self.system, "$SYS.REQ.USER.*.INFO", self._user_info_in(None))
         self._subscribe(self.system, "$SYS.REQ.USER.INFO", self._user_info_in(None))
         if self.claims is not None:
-            for subject in CLAIMS_SUBJECTS:
+            for subject in self.claims[0]:
                 self._subscribe(self.system, subject, self._claims_request)
         for account in self.accounts.values():
             if account is not self.system:
@@ -501,7 +501,7 @@ class SystemServices:
                         origin: Origin | None) -> None:
         """`nsc push` and the nats CLI's account pushes, lists, lookups and deletes (resolvers.py answers)."""
         assert self.claims is not None
-        answer = self.claims(subject, payload, self._server())
+        answer = self.claims[1](subject, payload, self._server())
         if answer.log:
             self.log(answer.log_level, answer.log)
         if reply and answer.payload is not None:

@@ -507,3 +507,44 @@ def test_the_system_account_answers_its_users_in_operator_mode(tmp_path: Path) -
             answers[kind] = asyncio.run(ask(h.url))
     assert answers[JSBROKER] == answers[NATS_SERVER]
     assert answers[JSBROKER][1]["account"] == SYS.public
+
+
+def test_the_memory_resolver_takes_updates_of_accounts_in_use(tmp_path: Path) -> None:
+    """resolver: MEMORY answers only an account's own CLAIMS.UPDATE: skipped until a user of the account is
+    admitted, then updated (new connections get the pushed claims); the full resolver's other subjects have
+    no responders. The same answers from both servers."""
+    sys_creds = m.write_creds(tmp_path, "sys", m.user_jwt(SYS, SYS_USER, "sys"), SYS_USER)
+    alice = m.write_creds(tmp_path, "alice", JWTS["alice"], USERS["alice"])
+    app = m.account_jwt(OP_SIGNER, APP, "APP2", signing_keys=[APP_SIGNER.public]).encode()
+    update = f"$SYS.REQ.ACCOUNT.{APP.public}.CLAIMS.UPDATE"
+    before = [(update, app), ("$SYS.REQ.CLAIMS.UPDATE", app), ("$SYS.REQ.CLAIMS.LIST", b""),
+              (f"$SYS.REQ.ACCOUNT.{APP.public}.CLAIMS.LOOKUP", b"")]
+    after = [(update, app), (f"$SYS.ACCOUNT.{APP.public}.CLAIMS.UPDATE", app), (update, b""), (update, b"not a jwt"),
+             (update, m.account_jwt(OP, OTHER, "OTHER").encode())]
+
+    async def scenario(url: str) -> list[Any]:
+        nc = await nats.connect(url, user_credentials=str(sys_creds))
+
+        async def ask(subject: str, payload: bytes) -> Any:
+            try:
+                return _normal((await nc.request(subject, payload, timeout=2)).data)
+            except nats.errors.NoRespondersError:
+                return "no responders"
+        try:
+            out = [await ask(s, p) for s, p in before]
+            user = await nats.connect(url, user_credentials=str(alice))
+            out += [await ask(s, p) for s, p in after]
+            await user.close()
+            return out
+        finally:
+            await nc.close()
+
+    answers = {}
+    for kind in KINDS:
+        (tmp_path / kind).mkdir()
+        with launch(kind, jetstream=False, extra_args=["-c", str(_config(tmp_path / kind))]) as h:
+            answers[kind] = asyncio.run(scenario(h.url))
+    assert answers[JSBROKER] == answers[NATS_SERVER]
+    assert [a["data"]["message"] if isinstance(a, dict) and "data" in a else a for a in answers[JSBROKER][:2]] == [
+        "jwt update skipped", "no responders"]
+    assert answers[JSBROKER][4]["data"]["message"] == "jwt updated"
