@@ -66,7 +66,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("D", "debug"), "bool", "debug", "Enable debugging output"),
     Flag(("V", "trace"), "bool", "trace", "Trace the raw protocol",
          note="traces jsbroker's own events; protocol lines are not traced"),
-    Flag(("VV",), "bool", "trace_verbose", "Verbose trace (as -V: there is no system account to trace)"),
+    Flag(("VV",), "bool", "trace_verbose", "Verbose trace (as -V: the system account's internal traffic is not traced)"),
     Flag(("DV",), "bool", "debug_trace", "Debug and trace"),
     Flag(("DVV",), "bool", "debug_trace_verbose", "Debug and verbose trace (as -DV)"),
     Flag(("log_size_limit",), "int", "log_size_limit", "Logfile size limit", "refused",
