@@ -172,6 +172,8 @@ class Monitor:
             subscriptions=b.accounts.subscriptions(),
             http_req_stats=dict(self.requests),
         )
+        if b.accounts.system is not None:
+            body["system_account"] = b.accounts.system.name
         return body
 
     def connz(self, request: Request) -> Response:

@@ -49,6 +49,7 @@ def connz_options(body: dict[str, Any], account: str = "") -> ConnzOptions:
     if sort not in _CONNZ_SORTS:
         raise ValueError(f"invalid sorting option: {sort}")
     limit = _typed(body, "limit", int, 0)
-    return ConnzOptions(subscriptions=_typed(body, "subscriptions", bool, False), auth=_typed(body, "auth", bool, False),
+    return ConnzOptions(subscriptions=_typed(body, "subscriptions", bool, False),
+                        auth=_typed(body, "auth", bool, False),
                         offset=max(_typed(body, "offset", int, 0), 0), limit=limit if limit > 0 else 1024,
                         account=account or _typed(body, "acc", str, ""), cid=_typed(body, "cid", int, 0), sort=sort)
