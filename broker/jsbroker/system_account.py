@@ -136,13 +136,13 @@ class _Silent(Exception):
 
 @dataclass
 class _AccountTotals:
-    """An account's traffic by its closed connections (its open ones add theirs) and how many it had."""
+    """An account's traffic by its closed connections (its open ones add theirs) and how many are open."""
 
     in_msgs: int = 0
     in_bytes: int = 0
     out_msgs: int = 0
     out_bytes: int = 0
-    total_conns: int = 0
+    conns: int = 0
     conns_timer: Callable[[], None] | None = None
 
 
@@ -542,7 +542,7 @@ class SystemServices:
     def connected(self, c: ClientView) -> None:
         """A client finished its CONNECT: the account's counts, then the CONNECT event."""
         totals = self._totals.setdefault(c.account.name, _AccountTotals())
-        totals.total_conns += 1
+        totals.conns += 1
         self._send_conns(c.account)
         client = {**self._client_info(c), "name_tag": _account_name(c), "kind": "Client",
                   "client_type": "websocket" if c.websocket else "nats"}
@@ -552,6 +552,7 @@ class SystemServices:
     def disconnected(self, c: ClientView, reason: str) -> None:
         """A connected client is gone: its traffic joins the account's, the counts, the DISCONNECT event."""
         totals = self._totals.setdefault(c.account.name, _AccountTotals())
+        totals.conns -= 1
         totals.in_msgs += c.in_msgs
         totals.in_bytes += c.in_bytes
         totals.out_msgs += c.out_msgs
@@ -564,22 +565,27 @@ class SystemServices:
                      "received": {"msgs": c.in_msgs, "bytes": c.in_bytes}, "reason": reason})
 
     def _event(self, subject: str, kind: str, fields: dict[str, Any]) -> None:
+        if not self._has_interest(subject):  # nobody would see it: not built (a connect costs no JSON then)
+            return
         body = {"type": kind, "id": _event_id(), "timestamp": rfc3339(time.time()), "server": self._server(), **fields}
         self._send(subject, None, body)
 
     def _send_conns(self, account: Account, subjects: tuple[str, ...] = ()) -> None:
         """nats-server's account_connections event (both subjects), repeated every 30s while it has connections."""
         totals = self._totals.setdefault(account.name, _AccountTotals())
-        stat = self._account_stat(account)
         if totals.conns_timer is not None:
             totals.conns_timer()
             totals.conns_timer = None
-        if stat["conns"]:
+        if totals.conns:
             totals.conns_timer = self.timer(CONNS_EVERY, lambda: self._send_conns(account))
+        subjects = subjects or tuple(s for s in (f"$SYS.SERVER.ACCOUNT.{account.name}.CONNS",
+                                                 f"$SYS.ACCOUNT.{account.name}.SERVER.CONNS") if self._has_interest(s))
+        if not subjects:  # nobody listens: the counts (a walk over the clients) are not gathered
+            return
+        stat = self._account_stat(account)
         body = {"type": "io.nats.server.advisory.v1.account_connections", "id": _event_id(),
                 "timestamp": rfc3339(time.time())}
-        for subject in subjects or (f"$SYS.SERVER.ACCOUNT.{account.name}.CONNS",
-                                    f"$SYS.ACCOUNT.{account.name}.SERVER.CONNS"):
+        for subject in subjects:
             self._send(subject, None, {**body, "server": self._server(), **stat})
 
 
