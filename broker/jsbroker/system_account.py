@@ -300,6 +300,8 @@ class SystemServices:
             return {"server_id": h.server_id, "now": now, "outbound_gateways": {}, "inbound_gateways": {}}
         if kind == "LEAFZ":
             return {"server_id": h.server_id, "now": now, "leafnodes": 0, "leafs": []}
+        if kind == "RAFTZ":  # no Raft groups on a single server
+            return {}
         raise _Error(500, f"{kind} is not available from jsbroker (it is the Go runtime's or a cluster's)")
 
     def _connz(self, options: ConnzOptions) -> dict[str, Any]:
@@ -449,8 +451,8 @@ class SystemServices:
         }
         if imports:  # nats-server's order is its map's (random): sorted here
             info["imports"] = sorted(imports, key=lambda i: (i["local_subject"], i["subject"]))
-        exports = [{"subject": e.subject, "type": "service" if e.service else "stream"}
-                   for e in account.settings.exports]
+        exports = [{"subject": e.subject, "type": "service", "response_type": e.response_type.capitalize()}
+                   if e.service else {"subject": e.subject, "type": "stream"} for e in account.settings.exports]
         if exports:
             info["exports"] = exports
         info.update(name_tag=account.name, sublist_stats={"num_subscriptions": account.sublist.count, "num_cache": 0,

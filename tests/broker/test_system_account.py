@@ -119,7 +119,7 @@ async def _server_id(port: int) -> str:
 
 # Kinds whose data jsbroker builds in full as nats-server does (the same keys); VARZ, CONNZ and JSZ come
 # from the monitoring endpoints, which have keys only the Go server has (git_commit, gomaxprocs, ...).
-EXACT_KINDS = ("HEALTHZ", "ROUTEZ", "GATEWAYZ", "LEAFZ")
+EXACT_KINDS = ("HEALTHZ", "ROUTEZ", "GATEWAYZ", "LEAFZ", "RAFTZ")
 MONITOR_KINDS = ("VARZ", "CONNZ", "JSZ", "SUBSZ")
 # what nats-server's answers have that jsbroker's monitoring views do not have yet (omitted, never wrong)
 GO_ONLY = {"git_commit", "gomaxprocs", "config_load_time", "config_digest", "tls_timeout", "in_client_msgs",
@@ -154,6 +154,27 @@ def test_server_requests_answer_the_same_envelope_and_data(servers, kind, target
         assert normalise(js["data"]) == normalise(ns["data"])
     else:
         assert _missing(ns["data"], js["data"]) == []
+
+
+def test_accountz_lists_the_accounts_and_details_one(servers):
+    got = _both(servers, "sys", "$SYS.REQ.SERVER.PING.ACCOUNTZ")
+    assert sorted(got[JSBROKER]["data"]["accounts"]) == sorted(got[NATS_SERVER]["data"]["accounts"])
+    assert got[JSBROKER]["data"]["system_account"] == got[NATS_SERVER]["data"]["system_account"] == "SYS"
+    got = _both(servers, "sys", "$SYS.REQ.SERVER.PING.ACCOUNTZ", b'{"account": "A"}')
+    detail = {kind: got[kind]["data"]["account_detail"] for kind in KINDS}
+    assert set(detail[JSBROKER]) == set(detail[NATS_SERVER])
+    assert detail[JSBROKER]["exports"] == detail[NATS_SERVER]["exports"] == [
+        {"subject": "svc.>", "type": "service", "response_type": "Singleton"}]
+    got = _both(servers, "sys", "$SYS.REQ.SERVER.PING.ACCOUNTZ", b'{"account": "NOPE"}')
+    assert got[JSBROKER]["error"] == got[NATS_SERVER]["error"] and got[JSBROKER]["data"] is got[NATS_SERVER]["data"]
+
+
+@pytest.mark.parametrize("kind", ["EXPVARZ", "IPQUEUESZ"])
+def test_the_go_runtimes_kinds_are_an_error(servers, kind):
+    """nats-server's Go memory statistics and internal queues: jsbroker has neither and says so."""
+    got = _both(servers, "sys", f"$SYS.REQ.SERVER.PING.{kind}")
+    assert got[JSBROKER]["data"] is None and got[JSBROKER]["error"]["code"] == 500
+    assert kind in got[JSBROKER]["error"]["description"]
 
 
 def test_statsz_ping_and_idz(servers):
