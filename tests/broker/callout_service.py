@@ -66,16 +66,17 @@ def refuse(issuer: Key, request: dict[str, Any], error: str) -> str:
 
 class CalloutService:
     def __init__(self, url: str, user: str, password: str, decide: Decide, xkey: CurveKey | None = None,
-                 before: Callable[[dict[str, Any]], Awaitable[None]] | None = None) -> None:
-        """`before(request)` is awaited before answering (a test holds an answer with it)."""
+                 before: Callable[[dict[str, Any]], Awaitable[None]] | None = None, tls: Any = None) -> None:
+        """`before(request)` is awaited before answering (a test holds an answer with it); `tls`: an SSLContext."""
         self.url, self.user, self.password, self.decide, self.xkey = url, user, password, decide, xkey
-        self.before = before
+        self.before, self.tls = before, tls
         self.requests: list[dict[str, Any]] = []  # every request's claims, in order
         self.nc: Any = None
         self._answering: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> "CalloutService":
-        self.nc = await nats.connect(self.url, user=self.user, password=self.password, allow_reconnect=False)
+        self.nc = await nats.connect(self.url, user=self.user, password=self.password, allow_reconnect=False,
+                                     tls=self.tls)
         await self.nc.subscribe(SUBJECT, cb=self._answer)
         await self.nc.flush()
         return self

@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 
 from jsbroker import auth_callout
@@ -23,6 +25,7 @@ from jsbroker.claims import decode_operator
 from jsbroker.config import CalloutSettings, ConfigError, load_file
 from jsbroker.operator_auth import Refusal, authenticate_user
 from tests.broker import jwt_material as m
+from tests.broker.certs import Authority
 from tests.broker.callout_service import CalloutService, claims_of, grant, refuse, seal, unseal
 from tests.broker.raw import Raw
 from tests.broker.test_accounts import _nats_server_start_error
@@ -75,6 +78,8 @@ def decide(request: dict[str, Any]) -> str:
         token = claims_of(grant(ISSUER, other, "APP"))["nats"]["jwt"]
         return m.authorization_response(ISSUER, request["nats"]["user_nkey"], request["nats"]["server_id"]["id"],
                                         user_jwt=token)
+    if user == "expiring":
+        return grant(ISSUER, request, "APP", exp=int(time.time()) + 2)
     if user == "nowhere":
         return grant(ISSUER, request, "NOPE")
     if user == "garbage":
@@ -251,6 +256,34 @@ async def test_other_clients_are_served_while_an_answer_is_pending(servers):
         assert [r["nats"]["connect_opts"]["user"] for r in service.requests] == ["slow", "alice", "alice"], kind
 
 
+async def test_the_connection_ends_when_the_user_jwt_expires(servers):
+    ends = {}
+    for kind in KINDS:
+        handle = servers[kind, False]
+        async with CalloutService(handle.url, "auth", "pwd", decide):
+            with _connect(handle.port, "expiring") as raw:
+                admitted = await asyncio.to_thread(_answer, raw)
+                ends[kind] = admitted + await asyncio.to_thread(raw.read_to_close, 6)
+    assert ends["jsbroker"] == ends[NATS_SERVER]
+    assert ends["jsbroker"] == b"PONG\r\n[remote_account APP]-ERR 'User Authentication Expired'\r\n"
+
+
+async def test_allowed_accounts_limit_who_is_asked(tmp_path: Path):
+    """With allowed_accounts: [APP], a configured user of AUTH is admitted by its password alone; one of APP and
+    an unknown user go to the service."""
+    path = tmp_path / "allowed.conf"
+    path.write_text(_config(False).replace("account: AUTH", "account: AUTH\n    allowed_accounts: [APP]"))
+    outcomes = {}
+    for kind in KINDS:
+        with launch(kind, jetstream=False, extra_args=["-c", str(path)]) as handle:
+            async with CalloutService(handle.url, "auth", "pwd", decide) as service:
+                seen = {user: await asyncio.to_thread(_session, handle.port, user) for user in ("member", "direct",
+                                                                                                 "alice")}
+                outcomes[kind] = seen, [r["nats"]["connect_opts"]["user"] for r in service.requests]
+    assert outcomes["jsbroker"] == outcomes[NATS_SERVER]
+    assert outcomes["jsbroker"][1] == ["direct", "alice"]
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("auth_callout { auth_users: [auth] }", "Authorization callouts require an issuer to be specified"),
     ("auth_callout { issuer: ABC, auth_users: [auth] }", "Expected callout user to be a valid public account nkey"),
@@ -319,3 +352,25 @@ def test_a_sealed_answer_that_does_not_open_is_refused():
         auth_callout.check_response(bytes(tampered), keys=keys, settings=settings, user_nkey=user,
                                     accounts=("APP",), now=time.time())
     assert str(refused.value) == 'Error decrypting auth callout response on account "AUTH": could not decrypt message'
+
+
+async def test_a_tls_client_is_described_as_nats_server_does(tmp_path: Path):
+    """client_tls: the TLS version and suite (no certificates: neither server asks for one without verify)."""
+    authority = Authority(tmp_path / "ca")
+    server = authority.issue("server", server=True, names=("localhost", "127.0.0.1"))
+    path = tmp_path / "tls.conf"
+    path.write_text(_config(False) + f'tls {{ cert_file: "{server.cert}", key_file: "{server.key}" }}\n')
+    context = ssl.create_default_context(cafile=str(authority.ca))
+    described = {}
+    for kind in KINDS:
+        with launch(kind, jetstream=False, extra_args=["-c", str(path)]) as handle:
+            service = CalloutService(handle.url, "auth", "pwd", decide, tls=context)
+            async with service:
+                client = await nats.connect(handle.url, user="alice", password="pwd", tls=context,
+                                            allow_reconnect=False)
+                await client.close()
+            described[kind] = service.requests[0]["nats"]["client_tls"]
+    # the suite each server's TLS stack prefers differs (OpenSSL's AES-256, Go's AES-128): their names do not
+    assert {k: sorted(v) for k, v in described.items()} == {kind: ["cipher", "version"] for kind in KINDS}
+    assert {k: (v["version"], v["cipher"][:8]) for k, v in described.items()} == {
+        kind: ("1.3", "TLS_AES_") for kind in KINDS}
