@@ -42,6 +42,7 @@ def _config(xkey: bool) -> str:
 accounts {{
   AUTH: {{ users: [{{user: auth, password: pwd}}, {{user: member, password: pwd}}] }}
   APP: {{ users: [{{user: direct, password: pwd}}] }}
+  LIMITED: {{ default_permissions: {{ publish: "foo.>", subscribe: "foo.>" }} }}
 }}
 authorization {{
   auth_callout {{
@@ -59,6 +60,8 @@ def decide(request: dict[str, Any]) -> str:
     user = request["nats"]["connect_opts"].get("user", "")
     if user in ("alice", "direct", "slow"):
         return grant(ISSUER, request, "APP", PERMS)
+    if user == "defaulted":  # no permissions of its own: nats-server does not apply the account's defaults
+        return grant(ISSUER, request, "LIMITED")
     if user == "member":  # placed in the callout account itself
         return grant(ISSUER, request, "AUTH")
     if user == "wrong_key":  # the answer and the user signed by a key that is not the issuer
@@ -129,7 +132,7 @@ def _session(port: int, user: str) -> bytes:
         return answer + raw.read_until(b"PONG\r\n")
 
 
-USERS = ("alice", "direct", "member", "stranger", "wrong_key", "user_by_other", "wrong_audience", "expired",
+USERS = ("alice", "direct", "member", "defaulted", "stranger", "wrong_key", "user_by_other", "wrong_audience", "expired",
          "other_user", "nowhere", "garbage")
 _KEY = re.compile(r"\b[UANX][A-Z2-7]{55}\b")
 
@@ -154,7 +157,7 @@ async def _outcomes(handle: ServerHandle, xkey: bool, users: tuple[str, ...]) ->
         out = {user: await asyncio.to_thread(_session, handle.port, user) for user in users}
         asked = [r["nats"]["connect_opts"]["user"] for r in service.requests]
     assert asked == list(users), asked  # each CONNECT asked the service once
-    await poll_async(lambda: len(_callout_log(handle, start)) >= 2 * (len(users) - 3), timeout=5)
+    await poll_async(lambda: len(_callout_log(handle, start)) >= 2 * (len(users) - 4), timeout=5)
     return out, _callout_log(handle, start)
 
 
@@ -168,7 +171,8 @@ async def test_the_service_decides_as_in_nats_server(servers, xkey: bool):
                                  b"-ERR 'Permissions Violation for Publish to \"bar\"'\r\nPONG\r\n")
     assert outcomes["direct"] == outcomes["alice"]  # a configured user goes to the service too
     assert outcomes["member"].startswith(b"PONG\r\n[remote_account AUTH]MSG foo.a 1 2\r\n")
-    for user in USERS[3:]:
+    assert outcomes["defaulted"] == b"PONG\r\n[remote_account LIMITED]MSG foo.a 1 2\r\nhi\r\nPONG\r\n"
+    for user in USERS[4:]:
         assert outcomes[user] == b"-ERR 'Authorization Violation'\r\n", user
 
 
