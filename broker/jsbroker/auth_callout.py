@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Protocol
 
@@ -93,6 +94,17 @@ def raw_user(opts: dict[str, Any]) -> str:
         if isinstance(value, str) and value:
             return stand_in or value
     return ""
+
+
+def client_tls(tls: ssl.SSLObject) -> dict[str, Any]:
+    """The request's client_tls: the TLS version as nats-server names it ("1.3"), the suite, and the client's
+    certificate when it gave one (Python 3.11 has no verified chain to give as nats-server's verified_chains)."""
+    cipher = tls.cipher()
+    out: dict[str, Any] = {"version": (tls.version() or "").removeprefix("TLSv"), "cipher": cipher[0] if cipher else ""}
+    cert = tls.getpeercert(binary_form=True)
+    if cert:
+        out["certs"] = [ssl.DER_cert_to_PEM_cert(cert)]
+    return out
 
 
 def _str(opts: dict[str, Any], key: str) -> str:

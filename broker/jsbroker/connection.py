@@ -502,7 +502,7 @@ class Connection(asyncio.Protocol):
         user_nkey = auth_callout.new_user_nkey()
         tls = self.transport.get_extra_info("ssl_object") if self.transport is not None else None
         client = auth_callout.CalloutClient(self.peer[0], self.cid, opts, self.nonce, self.websocket,
-                                            _client_tls(tls) if isinstance(tls, ssl.SSLObject) else None)
+                                            auth_callout.client_tls(tls) if tls is not None else None)
         server = {"name": broker.server_name, "host": broker.config.host, "version": VERSION}
         message = auth_callout.request(keys, settings, user_nkey, server, client, time.time(), broker.config.auth.timeout)
         if self._timer is not None:  # the callout's own timeout (the same length) decides now
@@ -638,16 +638,6 @@ def _authenticate(auth: AuthSettings, opts: dict[str, Any], nonce: str) -> tuple
             return True, entry
     return False, None
 
-
-def _client_tls(tls: ssl.SSLObject) -> dict[str, Any]:
-    """The request's client_tls: nats-server's version and cipher names, and the client's certificate."""
-    version = (tls.version() or "").removeprefix("TLSv")
-    cipher = tls.cipher()
-    out: dict[str, Any] = {"version": version, "cipher": cipher[0] if cipher else ""}
-    cert = tls.getpeercert(binary_form=True)
-    if cert:
-        out["certs"] = [ssl.DER_cert_to_PEM_cert(cert)]
-    return out
 
 
 def _same(given: str, expected: str) -> bool:

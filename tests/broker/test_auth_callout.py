@@ -260,6 +260,25 @@ async def test_other_clients_are_served_while_an_answer_is_pending(servers):
         assert [r["nats"]["connect_opts"]["user"] for r in service.requests] == ["slow", "alice", "alice"], kind
 
 
+async def test_a_client_that_leaves_before_the_answer_costs_nothing(servers):
+    """The answer for a client that is gone goes nowhere; the server stays up and serves the next ones."""
+    for kind in KINDS:
+        handle = servers[kind, False]
+        release = asyncio.Event()
+
+        async def hold_slow(request: dict[str, Any]) -> None:
+            if request["nats"]["connect_opts"].get("user") == "slow":
+                await release.wait()
+
+        async with CalloutService(handle.url, "auth", "pwd", decide, before=hold_slow) as service:
+            slow = await asyncio.to_thread(_connect, handle.port, "slow")
+            await poll_async(lambda: len(service.requests) == 1, timeout=5)
+            slow.close()
+            release.set()
+            assert (await asyncio.to_thread(_session, handle.port, "alice")).startswith(
+                b"PONG\r\n[remote_account APP]MSG foo.a 1 2\r\n"), kind
+
+
 async def test_the_connection_ends_when_the_user_jwt_expires(servers):
     ends = {}
     for kind in KINDS:
@@ -305,6 +324,17 @@ def test_bad_callout_configs_are_refused_alike(tmp_path: Path, text: str, messag
     with pytest.raises(ConfigError) as refused:
         load_file(path, env={})
     assert message in str(refused.value)
+
+
+def test_a_config_callout_in_operator_mode_is_refused_by_name(tmp_path: Path):
+    operator, system = m.new_key("operator"), m.new_key("account")
+    path = tmp_path / "operator.conf"
+    path.write_text(f"operator: {m.operator_jwt(operator, system_account=system.public)}\nresolver: MEMORY\n"
+                    f"resolver_preload {{ {system.public}: {m.account_jwt(operator, system, 'SYS')} }}\n"
+                    f"authorization {{ auth_callout {{ issuer: {ISSUER.public}, auth_users: [auth] }} }}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_file(path, env={})
+    assert "in operator mode the account JWT's `authorization` sets up a callout" in str(refused.value)
 
 
 @pytest.mark.parametrize(("text", "message"), [
