@@ -30,7 +30,7 @@ from tests.broker.callout_service import CalloutService, claims_of, grant, refus
 from tests.broker.raw import Raw
 from tests.broker.test_accounts import _nats_server_start_error
 from tests.polling import poll_async
-from tests.servers import KINDS, NATS_SERVER, ServerHandle, launch
+from tests.servers import KINDS, NATS_SERVER, ServerHandle, free_port, launch
 
 ISSUER = m.new_key("account")
 XKEY = m.new_curve_key()
@@ -277,6 +277,26 @@ async def test_a_client_that_leaves_before_the_answer_costs_nothing(servers):
             release.set()
             assert (await asyncio.to_thread(_session, handle.port, "alice")).startswith(
                 b"PONG\r\n[remote_account APP]MSG foo.a 1 2\r\n"), kind
+
+
+async def test_a_websocket_client_goes_to_the_service_too(tmp_path: Path):
+    path = tmp_path / "ws.conf"
+    described = {}
+    for kind in KINDS:
+        ws_port = free_port()
+        path.write_text(_config(False) + f"websocket {{ host: 127.0.0.1, port: {ws_port}, no_tls: true }}\n")
+        with launch(kind, jetstream=False, extra_args=["-c", str(path)]) as handle:
+            async with CalloutService(handle.url, "auth", "pwd", decide) as service:
+                client = await nats.connect(f"ws://127.0.0.1:{ws_port}", user="alice", password="pwd",
+                                            allow_reconnect=False)
+                await client.close()
+                with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+                    await nats.connect(f"ws://127.0.0.1:{ws_port}", user="stranger", password="pwd",
+                                       allow_reconnect=False, max_reconnect_attempts=0)
+            described[kind] = [{k: v for k, v in r["nats"]["client_info"].items() if k != "id"}
+                               for r in service.requests]
+    assert described["jsbroker"] == described[NATS_SERVER]
+    assert [d["type"] for d in described["jsbroker"]] == ["websocket", "websocket"]
 
 
 async def test_the_connection_ends_when_the_user_jwt_expires(servers):
