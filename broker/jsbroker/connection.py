@@ -98,7 +98,7 @@ class Connection(asyncio.Protocol):
         self.user_name = ""  # the authenticated user's name (/connz?auth=true)
         self.nonce = new_nonce() if broker.config.auth.nkeys else ""  # INFO's, for nkey users to sign
         self.callout: auth_callout.PendingCallout | None = None  # CONNECT awaiting the auth callout's answer
-        self.held: list[bytes] | None = None  # what the client sent after that CONNECT: read once it is answered
+        self.held: list[bytes] | None = None  # what the client sent after that CONNECT: parsed once it is answered
         # Backpressure: publishers held because this connection is backed up, and vice versa.
         self.congested = False  # past the transport's high-water mark
         self.gated = False  # past the stall gate, holding publishers (`gate`)
@@ -507,7 +507,9 @@ class Connection(asyncio.Protocol):
         message = auth_callout.request(keys, settings, user_nkey, server, client, time.time(), broker.config.auth.timeout)
         if self._timer is not None:  # the callout's own timeout (the same length) decides now
             self._timer.cancel()
-        self.held = []
+        self.held = []  # the rest of this read; the socket is not read meanwhile (nats-server's read loop waits)
+        if self.transport is not None:
+            self.transport.pause_reading()
         self.callout = auth_callout.PendingCallout(broker.router, account.sublist, broker.loop,
                                                    broker.config.auth.timeout, message,
                                                    partial(self._callout_answered, settings, opts, user_nkey))
@@ -543,6 +545,8 @@ class Connection(asyncio.Protocol):
         held, self.held = self.held or [], None
         for data in held:
             self.data_received(data)
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
 
     def _authenticate_jwt(self, operator: OperatorSettings, opts: dict[str, Any]) -> None:
         """Operator mode: the user JWT and the nonce's signature (operator_auth.py); nats-server logs the
@@ -637,7 +641,6 @@ def _authenticate(auth: AuthSettings, opts: dict[str, Any], nonce: str) -> tuple
         if entry.password is not None and _same(user, entry.user) and passwords.matches(password, entry.password):
             return True, entry
     return False, None
-
 
 
 def _same(given: str, expected: str) -> bool:
