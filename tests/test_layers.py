@@ -52,6 +52,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker",
         "jsbroker.__main__",
         "jsbroker.connection",
+        "jsbroker.auth_callout",
         "jsbroker.router",
         "jsbroker.accounts",
         "jsbroker.sublist",

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .nkeys import NkeyError, public_key, verified
 
@@ -117,6 +118,7 @@ class AccountClaims(Claims):
     exports: tuple[dict[str, Any], ...] = ()
     imports: tuple[dict[str, Any], ...] = ()
     tags: tuple[str, ...] = ()
+    callout_users: tuple[str, ...] = ()  # `authorization.auth_users`: the account delegates to an auth callout
 
     @property
     def disallow_bearer(self) -> bool:
@@ -222,7 +224,7 @@ def _signing_keys(nats: dict[str, Any]) -> dict[str, UserScope | None]:
 
 _ISSUERS = {  # who may sign each kind of claims (nats-io/jwt v2's ExpectedPrefixes, in its order)
     "operator": ("operator",), "account": ("account", "operator"), "user": ("account",),
-    "activation": ("account", "operator"),
+    "activation": ("account", "operator"), "authorization_response": ("account",),
 }
 _SUBJECTS = {"operator": "operator", "account": "account", "user": "user"}
 
@@ -267,6 +269,22 @@ def _kind(payload: dict[str, Any]) -> str:
     return str(payload.get("type") or _obj(payload, "nats").get("type", ""))
 
 
+def encode(payload: dict[str, Any], sign: Callable[[bytes], bytes]) -> str:
+    """A version 2 NATS JWT of `payload` (its `nats` claims get the version): `jti` is the base32 SHA-512/256
+    of the claims with an empty jti, as nats-io/jwt makes it; `sign` is the issuer's Ed25519 signer."""
+    claims = {"jti": "", **payload}
+    claims["nats"] = {**claims.get("nats", {}), "version": 2}
+    digest = hashlib.new("sha512_256", json.dumps(claims, separators=(",", ":")).encode()).digest()
+    claims["jti"] = base64.b32encode(digest).decode().rstrip("=")
+    header = _b64url(json.dumps({"typ": "JWT", "alg": ALGORITHMS[0]}, separators=(",", ":")).encode())
+    body = _b64url(json.dumps(claims, separators=(",", ":")).encode())
+    return f"{header}.{body}.{_b64url(sign(f'{header}.{body}'.encode()))}"
+
+
+def _b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
 def decode_generic(token: str) -> dict[str, Any]:
     """Any NATS JWT's payload, its signature verified (nats-io/jwt's DecodeGeneric)."""
     return _verified_payload(token)
@@ -298,7 +316,7 @@ def decode(token: str, kind: str) -> Claims:
                              limits=_obj(nats, "limits"), default_permissions=_permission_limits(
                                  _obj(nats, "default_permissions")),
                              exports=tuple(nats.get("exports") or ()), imports=tuple(nats.get("imports") or ()),
-                             tags=_strs(nats, "tags"))
+                             tags=_strs(nats, "tags"), callout_users=_strs(_obj(nats, "authorization"), "auth_users"))
     if kind == "user":
         return UserClaims(**common, permissions=_permission_limits(nats),  # type: ignore[arg-type]
                           issuer_account=str(nats.get("issuer_account", "")), tags=_strs(nats, "tags"))

@@ -9,6 +9,7 @@ only in `load_file` (for the format's `$NAME` references).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -127,6 +128,18 @@ class AccountSettings:
 
 
 @dataclass(frozen=True)
+class CalloutSettings:
+    """`authorization { auth_callout { ... } }`: users not in `auth_users` are authorized by a service answering
+    `$SYS.REQ.USER.AUTH` in `account` with JWTs signed by `issuer` (auth_callout.py)."""
+
+    issuer: str  # the account public key that signs the service's responses and the users in them
+    auth_users: tuple[str, ...]  # users (names or nkeys) that bypass the callout: the service's own
+    account: str = "$G"  # where requests are published
+    xkey: str = ""  # the service's x25519 public key: requests are sealed to it ("": sent in the clear)
+    allowed_accounts: tuple[str, ...] = ()  # only users bound to these are delegated (empty: all)
+
+
+@dataclass(frozen=True)
 class AuthSettings:
     token: str | None = None
     user: str | None = None
@@ -137,6 +150,7 @@ class AuthSettings:
     accounts: tuple[AccountSettings, ...] = ()  # `accounts { ... }`; $G is implied
     no_auth_user: str | None = None  # a client that gives no credentials is this user
     system_account: str | None = SYSTEM_ACCOUNT  # its services (system_account.py); None: no_system_account
+    callout: CalloutSettings | None = None  # authorization.auth_callout
 
     @property
     def required(self) -> bool:
@@ -675,6 +689,45 @@ def _with_defaults(acc: Acc) -> tuple[User, ...]:
     return tuple(replace(u, permissions=default) if u.permissions is None else u for u in users) if default else users
 
 
+def _strings(node: Node, what: str) -> tuple[str, ...]:
+    if not isinstance(node.value, list):
+        raise _fail(node, f"{what} must be an array of strings, not {node.plain()!r}")
+    return tuple(_str(entry, f"{what}[{i}]") for i, entry in enumerate(node.value))
+
+
+def _public_key_of(kind: str, message: str) -> Callable[[Node, str], str]:
+    def convert(node: Node, what: str) -> str:
+        text = _str(node, what)
+        if not is_public_key(text, kind):
+            raise _fail(node, message % json.dumps(text))
+        return text
+    return convert
+
+
+_AUTH_CALLOUT: tuple[Setting, ...] = (
+    Setting(("issuer",), _set("issuer", _public_key_of(
+        "account", "Expected callout user to be a valid public account nkey, got %s")),
+        "the account public key the service signs its responses and users with"),
+    Setting(("account", "acc"), _set("account", _str), "the account requests are published in (default $G)"),
+    Setting(("auth_users", "users"), _set("auth_users", _strings), "users that bypass the callout (the service's)"),
+    Setting(("xkey", "key"), _set("xkey", _public_key_of("curve", "Expected callout xkey to be a valid public xkey, "
+                                                                  "got %s")),
+            "the service's x25519 public key: requests and responses are sealed"),
+    Setting(("allowed_accounts",), _set("allowed_accounts", _strings),
+            "only users bound to these accounts go to the service (default: all)"),
+)
+
+
+def _auth_callout(node: Node, acc: Acc, what: str) -> None:
+    callout: Acc = {}
+    _walk(_block(node, what), _AUTH_CALLOUT, callout, what + ".")
+    if "issuer" not in callout:
+        raise _fail(node, "Authorization callouts require an issuer to be specified")
+    if not callout.get("auth_users"):
+        raise _fail(node, "Authorization callouts require authorized users to be specified")
+    acc["callout"] = (CalloutSettings(**callout), node)
+
+
 _AUTHORIZATION: tuple[Setting, ...] = (
     Setting(("user", "username"), _set("user", _str), "the one user's name"),
     Setting(("password", "pass"), _set("password", _secret), "its password (plain text, or a bcrypt hash)"),
@@ -684,7 +737,8 @@ _AUTHORIZATION: tuple[Setting, ...] = (
     Setting(("default_permissions", "default_permission"), _default_permissions,
             "permissions of the users in this block that give none"),
     _refused("permissions", why="give the permissions in each user (or default_permissions)"),
-    _refused("auth_callout", "auth_hook", why="no auth callout: use users with permissions"),
+    Setting(("auth_callout", "auth_hook"), _auth_callout,
+            "users authorized by a service on $SYS.REQ.USER.AUTH (config mode, xkey encryption included)"),
     _refused("proxy_required", why="jsbroker has no trusted proxies; remove it"),
 )
 
@@ -1314,6 +1368,9 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
     js_kw = acc.pop("js", {})
     try:  # BrokerConfig's own checks (max_payload <= max_pending, ...) name the file too
         auth = _merge_accounts(acc.pop("auth", None), acc, js_kw)
+        if auth is not None and "callout" in auth:
+            callout, node = auth["callout"]
+            auth["callout"] = _checked_callout(callout, node, auth)
         cfg = replace(base, **acc)
         if auth is not None:
             cfg = replace(cfg, auth=replace(cfg.auth, **auth))
@@ -1372,11 +1429,31 @@ def _merge_accounts(auth: Acc | None, acc: Acc, js_kw: Acc) -> Acc | None:
     return auth
 
 
+def _checked_callout(callout: CalloutSettings, node: Node, auth: Acc) -> CalloutSettings:
+    """What nats-server logs as errors at start (and then fails every callout for) refused here, by name."""
+    if "operator" in auth:
+        raise _fail(node, "authorization.auth_callout is config mode's; in operator mode the account JWT's "
+                          "`authorization` sets up a callout, which jsbroker does not do yet: remove auth_callout")
+    accounts = {GLOBAL_ACCOUNT, *(a.name for a in auth.get("accounts", ()))}
+    if callout.account not in accounts:
+        raise _fail(node, f"Authorization callout account {json.dumps(callout.account)} not valid: "
+                          "name an account of the accounts block")
+    users = {u.user for u in auth.get("users", ())} | ({auth["user"]} if "user" in auth else set())
+    for name in callout.auth_users:
+        if name not in users:
+            raise _fail(node, f"Authorization callout user {json.dumps(name)} not valid: give it in a users array "
+                              "(it is the callout service's own user)")
+    for name in callout.allowed_accounts:
+        if name not in accounts - {GLOBAL_ACCOUNT}:
+            raise _fail(node, f"auth_callout allowed account {json.dumps(name)} not found in configured accounts")
+    return callout
+
+
 # Every block's table by its path in a file ("" is the top level): the README's settings table is made
 # from it (tests/broker/settings_table.py).
 BLOCKS: dict[str, tuple[Setting, ...]] = {
     "": TOP_LEVEL, "authorization.": _AUTHORIZATION, "authorization.users[].": _USER,
-    "authorization.users[].permissions.": _PERMISSIONS, "tls.": _TLS, "jetstream.": _JETSTREAM,
+    "authorization.users[].permissions.": _PERMISSIONS, "authorization.auth_callout.": _AUTH_CALLOUT, "tls.": _TLS, "jetstream.": _JETSTREAM,
     "jetstream.account.": _ACCOUNT, "resolver.": _RESOLVER, "accounts.<name>.": _ACCOUNT_BLOCK,
     "accounts.<name>.exports[].": _EXPORT, "accounts.<name>.imports[].": _IMPORT,
 }
@@ -1384,7 +1461,7 @@ BLOCKS: dict[str, tuple[Setting, ...]] = {
 
 __all__ = [
     "VERSION", "GLOBAL_ACCOUNT", "SYSTEM_ACCOUNT", "AccountLimits", "AccountSettings", "Export", "Import",
-    "AuthSettings", "BrokerConfig", "ConfigError", "JetStreamSettings", "OperatorSettings", "Permissions",
+    "AuthSettings", "BrokerConfig", "CalloutSettings", "ConfigError", "JetStreamSettings", "OperatorSettings", "Permissions",
     "BLOCKS", "Setting", "SubjectRules", "TOP_LEVEL", "TlsSettings", "User",
     "apply_settings", "load_file", "parse_duration", "parse_go_duration", "parse_size", "read_config",
 ]

@@ -20,8 +20,8 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import passwords
-from .config import AuthSettings, OperatorSettings, User
+from . import auth_callout, passwords
+from .config import VERSION, AuthSettings, CalloutSettings, OperatorSettings, User
 from .internal import Origin
 from .listen import host_port, plain_ip
 from .nkeys import new_nonce, signed
@@ -97,6 +97,8 @@ class Connection(asyncio.Protocol):
         self.sublist = self.account.sublist  # its subject space: what this client publishes and subscribes in
         self.user_name = ""  # the authenticated user's name (/connz?auth=true)
         self.nonce = new_nonce() if broker.config.auth.nkeys else ""  # INFO's, for nkey users to sign
+        self.callout: auth_callout.PendingCallout | None = None  # CONNECT awaiting the auth callout's answer
+        self.held: list[bytes] | None = None  # what the client sent after that CONNECT: parsed once it is answered
         # Backpressure: publishers held because this connection is backed up, and vice versa.
         self.congested = False  # past the transport's high-water mark
         self.gated = False  # past the stall gate, holding publishers (`gate`)
@@ -217,10 +219,16 @@ class Connection(asyncio.Protocol):
         if self._handshake is not None and not self._tls_up:
             self._before_tls(data)
             return
+        if self.held is not None:
+            self.held.append(data)
+            return
         router = self.router
         router.reading = self
         try:
-            self.parser.feed(data)
+            if self.parser.gate and self.broker.callout_keys is not None:
+                self._feed_connect_alone(data)
+            else:
+                self.parser.feed(data)
         except ProtocolError as e:
             if e.err != "Authorization Violation":  # logged as the authentication error it is
                 self.broker.log.error(f"{self.who} - Client parser ERROR: {e.err or 'malformed arguments'}", cid=self.cid)
@@ -231,6 +239,17 @@ class Connection(asyncio.Protocol):
         finally:
             router.reading = None
             router.flush(self, len(data))  # a read that fed a backed-up client holds this publisher briefly
+
+    def _feed_connect_alone(self, data: bytes) -> None:
+        """Before CONNECT with an auth callout: the CONNECT line is parsed alone, and what follows it waits for
+        the callout's answer (nats-server's read loop waits for it likewise)."""
+        end = data.find(b"\n") + 1
+        self.parser.feed(data[:end] if end else data)
+        if end and end < len(data):
+            if self.held is not None:
+                self.held.append(data[end:])
+            else:
+                self.parser.feed(data[end:])
 
     def _before_tls(self, data: bytes) -> None:
         """Bytes that arrive while the TLS upgrade is under way. Decrypted ones (the handshake finished but
@@ -251,6 +270,8 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self.out.clear()
         self._cancel_timers()
+        if self.callout is not None:
+            self.callout.cancel()
         self.broker.connection_gone(self)
         self.router.resume_publishers(self)
 
@@ -427,12 +448,19 @@ class Connection(asyncio.Protocol):
             self._authenticate_jwt(auth.operator, opts)
         elif auth.required and not self.connected:
             authorized, user = _authenticate(auth, opts, self.nonce)
+            bound = user.account if authorized and user is not None else "$G"
+            if auth.callout is not None and auth_callout.delegated(auth.callout, auth_callout.raw_user(opts), bound):
+                self._ask_callout(auth.callout, opts)
+                return
             if not authorized:
-                name = f' - User "{opts["user"]}"' if isinstance(opts.get("user"), str) else ""
-                self.broker.log.error(f"{self.who} - authentication error{name}", cid=self.cid)
+                self._authentication_error(opts)
                 raise ProtocolError("Authorization Violation")
             if user is not None:
                 self._bind(user)
+        self._apply_connect(opts)
+
+    def _apply_connect(self, opts: dict[str, Any]) -> None:
+        """CONNECT's options, once its credentials are accepted."""
         proto = opts.get("protocol", 0)
         if not isinstance(proto, int) or not 0 <= proto <= 1:
             raise ProtocolError("invalid client protocol")
@@ -462,6 +490,64 @@ class Connection(asyncio.Protocol):
             self.broker.client_connected(self)
         if self.verbose:
             self.send(OK)
+
+    def _authentication_error(self, opts: dict[str, Any]) -> None:
+        name = f' - User "{opts["user"]}"' if isinstance(opts.get("user"), str) else ""
+        self.broker.log.error(f"{self.who} - authentication error{name}", cid=self.cid)
+
+    def _ask_callout(self, settings: CalloutSettings, opts: dict[str, Any]) -> None:
+        """Publish the authorization request; the CONNECT is finished when the answer comes (or not)."""
+        keys, broker = self.broker.callout_keys, self.broker
+        account = broker.accounts.lookup(settings.account)
+        assert keys is not None and account is not None  # made for a callout; config.py checks the account
+        user_nkey = auth_callout.new_user_nkey()
+        tls = self.transport.get_extra_info("ssl_object") if self.transport is not None else None
+        client = auth_callout.CalloutClient(self.peer[0], self.cid, opts, self.nonce, self.websocket,
+                                            auth_callout.client_tls(tls) if tls is not None else None)
+        server = {"name": broker.server_name, "host": broker.config.host, "version": VERSION}
+        message = auth_callout.request(keys, settings, user_nkey, server, client, time.time(), broker.config.auth.timeout)
+        if self._timer is not None:  # the callout's own timeout (the same length) decides now
+            self._timer.cancel()
+        self.held = []  # the rest of this read; the socket is not read meanwhile (nats-server's read loop waits)
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self.callout = auth_callout.PendingCallout(broker.router, account.sublist, broker.loop,
+                                                   broker.config.auth.timeout, message,
+                                                   partial(self._callout_answered, settings, opts, user_nkey))
+
+    def _callout_answered(self, settings: CalloutSettings, opts: dict[str, Any], user_nkey: str,
+                          answer: bytes | None) -> None:
+        self.callout = None
+        if self.closed:
+            return
+        keys, log = self.broker.callout_keys, self.broker.log
+        assert keys is not None
+        if answer is None:
+            log.debug(f'Authorization callout response not received in time on account "{settings.account}"')
+            self._authentication_error(opts)
+            self.close("Authorization Violation")
+            return
+        try:
+            admitted = auth_callout.check_response(answer, keys=keys, settings=settings, user_nkey=user_nkey,
+                                                   accounts=self.broker.accounts.by_name, now=time.time())
+        except auth_callout.CalloutRefused as e:
+            self._authentication_error(opts)
+            self.close("Authorization Violation")
+            log.warning(str(e))
+            return
+        self._bind(User(admitted.name or auth_callout.raw_user(opts), None, admitted.permissions, None, admitted.account))
+        if admitted.expires:  # nats-server closes the connection when the user JWT expires
+            self._jwt_expiry = self.broker.loop.call_later(max(admitted.expires - time.time(), 0), self._jwt_expired)
+        try:
+            self._apply_connect(opts)
+        except ProtocolError as e:
+            self.close(e.err)
+            return
+        held, self.held = self.held or [], None
+        for data in held:
+            self.data_received(data)
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
 
     def _authenticate_jwt(self, operator: OperatorSettings, opts: dict[str, Any]) -> None:
         """Operator mode: the user JWT and the nonce's signature (operator_auth.py); nats-server logs the

@@ -4,9 +4,9 @@ the one after the first PONG (`connect_info`) and lame duck mode's (`ldm`).
 Two fields are jsbroker's own, honestly: `go` names the Python runtime that runs the server
 ("cpython3.11.9", the shape of Go's "go1.27.2": clients keep it as a string, none parses it; nats-core
 requires the key), and `git_commit` is left out (nats-server omits it when built without one too).
-`xkey` is an x25519 public key in NATS' encoding, fresh per start: nats-server's is the key auth callout
-requests are encrypted to; jsbroker has no auth callout, so it keeps no private half (generating a real
-pair costs ~0.2 s of `cryptography` import at every start) and nothing is ever encrypted to it.
+`xkey` is an x25519 public key in NATS' encoding, fresh per start: the key auth callout answers may be sealed
+to. With a callout configured it is the server's real key (auth_callout.ServerKeys); without one no private
+half is kept (generating a real pair costs an import of PyNaCl at every start) and nothing is sealed to it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ import binascii
 import os
 
 # The first byte of an encoded public key says whose key it is (the letter the base32 text starts with).
-PREFIXES = {"operator": 14 << 3, "account": 0, "user": 20 << 3}  # "O", "A", "U"
+PREFIXES = {"operator": 14 << 3, "account": 0, "user": 20 << 3, "server": 13 << 3, "curve": 23 << 3}  # O A U N X
+_LETTERS = "OAUNX"
 
 
 class NkeyError(ValueError):
@@ -26,8 +27,8 @@ def _crc16(data: bytes) -> int:
 def public_key(text: str, kind: str) -> bytes:
     """The raw 32-byte Ed25519 key of an operator's, account's or user's public nkey (`kind`), checked
     (prefix, length, checksum)."""
-    letter = "OAU"[tuple(PREFIXES).index(kind)]
-    what = f"{text[:8]}... is not {'a' if kind == 'user' else 'an'} {kind} nkey"
+    letter = _LETTERS[tuple(PREFIXES).index(kind)]
+    what = f"{text[:8]}... is not {'an' if kind in ('operator', 'account') else 'a'} {kind} nkey"
     try:
         raw = base64.b32decode(text + "=" * (-len(text) % 8))
     except (binascii.Error, ValueError):
@@ -79,10 +80,12 @@ def verified(key: bytes, data: bytes, signature: bytes) -> bool:
     return True
 
 
-_PREFIX_CURVE = 23 << 3  # the "X" of a curve (x25519) public key
+def encoded_public_key(raw: bytes, kind: str) -> str:
+    """A raw 32-byte public key in NATS' encoding: the kind's prefix byte, the key, the CRC16, in base32."""
+    body = bytes([PREFIXES[kind]]) + raw
+    return base64.b32encode(body + _crc16(body).to_bytes(2, "little")).decode().rstrip("=")
 
 
 def curve_public_key(raw: bytes) -> str:
     """A 32-byte x25519 public key in NATS' encoding ("X...", as nats-server's INFO `xkey`)."""
-    body = bytes([_PREFIX_CURVE]) + raw
-    return base64.b32encode(body + _crc16(body).to_bytes(2, "little")).decode().rstrip("=")
+    return encoded_public_key(raw, "curve")

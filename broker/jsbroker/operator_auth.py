@@ -180,6 +180,10 @@ def authenticate_user(operator: OperatorClaims, fetch: Callable[[str], str | Non
         return Refusal("Account JWT lookup error: account validation failed")
     if account.issuer not in trusted_keys(operator):
         return Refusal("Account JWT not signed by trusted operator")
+    if account.callout_users:
+        return Refusal(f"account {account.subject} delegates its users to an auth callout (its JWT's authorization), "
+                       "which jsbroker does not do in operator mode yet: remove it, or use a config-mode auth_callout",
+                       "error")
     signers = dict(account.signing_keys)
     if not operator.strict_signing_key_usage:
         signers[account.subject] = None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from . import __version__, info, lameduck, passwords
 from .accounts import Accounts
+from .auth_callout import ServerKeys
 from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
@@ -66,7 +67,9 @@ class Broker:
         elif kw:
             config = replace(config, **kw)
         self.config = config
-        self.server_id = new_server_id()
+        # with an auth callout the server id is the public half of the nkey that signs its requests
+        self.callout_keys = ServerKeys() if config.auth.callout is not None else None
+        self.server_id = self.callout_keys.server_id if self.callout_keys is not None else new_server_id()
         self.server_name = config.server_name or self.server_id
         self.max_payload = config.max_payload
         self.log: Logger = get_logger("jsbroker", server=self.server_name[:8])
@@ -100,7 +103,7 @@ class Broker:
         self._tmp_store: str | None = None
         self._info_base: dict[str, Any] = {}
         self._ws_info_base: dict[str, Any] = {}  # websocket clients': the websocket port's address and TLS
-        self.xkey = info.new_xkey()
+        self.xkey = self.callout_keys.xkey if self.callout_keys is not None else info.new_xkey()
         self._drained: asyncio.Event | None = None  # set during shutdown once all clients are gone
         self._draining: set[int] = set()
         self.tls: TlsContext | None = None  # loaded at start: ConfigError names a bad file

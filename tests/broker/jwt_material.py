@@ -115,3 +115,32 @@ def write_creds(directory: Path, name: str, token: str, user: Key) -> Path:
     path = directory / f"{name}.creds"
     path.write_text(creds(token, user))
     return path
+
+
+@dataclass(frozen=True)
+class CurveKey:
+    """An xkey (x25519) pair as nkeys makes it: `public` is the "X..." text configs and headers carry."""
+
+    private: Any  # nacl.public.PrivateKey
+    public: str
+
+
+def new_curve_key() -> CurveKey:
+    import nacl.public
+
+    from jsbroker.nkeys import curve_public_key
+
+    private = nacl.public.PrivateKey.generate()
+    return CurveKey(private, curve_public_key(bytes(private.public_key)))
+
+
+def authorization_response(signer: Key, user_nkey: str, server_id: str, *, user_jwt: str = "", error: str = "",
+                           **standard: Any) -> str:
+    """The auth callout service's answer (nats-io/jwt's AuthorizationResponseClaims): `sub` is the user key the
+    request named, `aud` the server's id, `nats.jwt` the user's claims or `nats.error` why not."""
+    body: dict[str, Any] = {"type": "authorization_response"}
+    if user_jwt:
+        body["jwt"] = user_jwt
+    if error:
+        body["error"] = error
+    return encode(signer, user_nkey, "", body, aud=server_id, **standard)
