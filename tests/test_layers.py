@@ -54,6 +54,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.connection",
         "jsbroker.router",
         "jsbroker.accounts",
+        "jsbroker.account_bus",
         "jsbroker.sublist",
         "jsbroker.server",
         "jsbroker.monitor",

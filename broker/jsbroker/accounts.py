@@ -11,7 +11,8 @@ subscribes in that account's `Sublist`. Imports cross accounts the way nats-serv
   subject `_R_.<account's id>.<request's id>` that the exporter's internal `_R_.<id>.>` subscription routes
   back to the requester's reply in the importer: the first answer (singleton) or every answer until
   `response_threshold` after the request (stream, chunked). A request nobody receives gets the 503.
-- JetStream answers in one account (config.py); the others get nats-server's 10039 refusal.
+- JetStream answers in every account that enables it (`$G` without accounts), each with its own streams
+  (server.py starts one service per account on an `AccountBus`); the others get nats-server's 10039 refusal.
 
 `Accounts.lookup(name)` is the one way to an account by name (users and, later, JWT claims name theirs).
 """
@@ -100,7 +101,7 @@ class Account:
         self.sublist = sublist
         self.settings = settings or AccountSettings(name)
         self.stream_imports: list[tuple[Import, Account]] = []
-        self.jetstream = False  # JetStream's API answers in this account
+        self.jetstream = False  # JetStream's API answers in this account (its own service)
         self.reply_prefix = f"{_REPLY_PREFIX}{_token()}."
         self._replies: dict[str, tuple[Account, bytes, str, Callable[[], None]]] = {}
         self._reply_sub: Subscription | None = None
@@ -156,16 +157,17 @@ class Account:
 class Accounts:
     """The accounts of a server: `$G`, the configured ones, and their imports wired up."""
 
-    def __init__(self, auth: AuthSettings, routes: Routes, timer: Timer, jetstream_sublist: Sublist) -> None:
+    def __init__(self, auth: AuthSettings, routes: Routes, timer: Timer, global_sublist: Sublist,
+                 global_limits: AccountLimits | None = None) -> None:
+        """`global_limits`: $G's JetStream limits (jsbroker's `[jetstream.account]`); JetStream answers in $G
+        without accounts, else in the accounts enabling it, as in nats-server."""
         self.routes, self.timer = routes, timer
-        # JetStream answers in $G without accounts, else in the one account enabling it (config.py), else in none
-        js_names = [a.name for a in auth.accounts if a.jetstream is not None]
-        js_name = js_names[0] if js_names else (GLOBAL_ACCOUNT if not auth.accounts else None)
         self.by_name: dict[str, Account] = {}
-        for settings in (AccountSettings(GLOBAL_ACCOUNT), *auth.accounts):
-            sublist = jetstream_sublist if settings.name == js_name else Sublist()
+        global_settings = AccountSettings(GLOBAL_ACCOUNT, jetstream=None if auth.accounts else global_limits or AccountLimits())
+        for settings in (global_settings, *auth.accounts):
+            sublist = global_sublist if settings.name == GLOBAL_ACCOUNT else Sublist()
             account = self.by_name[settings.name] = Account(settings.name, sublist, settings)
-            account.jetstream = settings.name == js_name
+            account.jetstream = settings.jetstream is not None
         self.global_account = self.by_name[GLOBAL_ACCOUNT]
         for account in self.by_name.values():
             for imp in account.settings.imports:
@@ -178,9 +180,9 @@ class Accounts:
     def lookup(self, name: str) -> Account | None:
         return self.by_name.get(name)
 
-    def jetstream_limits(self) -> AccountLimits | None:
-        """The JetStream limits given in the accounts block of the account JetStream answers in, if any."""
-        return next((a.settings.jetstream for a in self.by_name.values() if a.jetstream), None)
+    def with_jetstream(self) -> list[Account]:
+        """The accounts JetStream answers in, by name."""
+        return sorted((a for a in self.by_name.values() if a.jetstream), key=lambda a: a.name)
 
     def subscriptions(self) -> int:
         return sum(a.sublist.count for a in self.by_name.values())

@@ -32,7 +32,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class AccountLimits:
-    """JetStream limits of the account all users share (nats-server's `accounts { A { jetstream {...} } }`);
+    """One account's JetStream limits (nats-server's `accounts { A { jetstream {...} } }`);
     0 or -1: unlimited. max_consumers applies to each stream, as in nats-server."""
 
     max_mem: int = -1
@@ -1113,8 +1113,8 @@ _JETSTREAM: tuple[Setting, ...] = (
     Setting(("domain",), _set("domain", _str), "JetStream domain"),
     Setting(("enabled", "enable"), _set("enabled", _bool), "false: JetStream off"),
     Setting(("strict",), _strict, "true only (jsbroker's API is always strict)"),
-    Setting(("account",), _account, "the one account's JetStream limits (nats-server: accounts { A { jetstream "
-            "{...} } })", jsbroker_only=True),
+    Setting(("account",), _account, "the global account's JetStream limits, without accounts (nats-server: "
+            "accounts { A { jetstream {...} } })", jsbroker_only=True),
     _refused("key", "ek", "encryption_key", "prev_key", "prev_ek", "prev_encryption_key", "cipher",
              why="no encryption at rest: encrypt the volume instead"),
     _refused("tpm", why="no encryption at rest: encrypt the volume instead"),
@@ -1328,17 +1328,12 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
 
 
 def _merge_accounts(auth: Acc | None, acc: Acc, js_kw: Acc) -> Acc | None:
-    """The accounts' users join authorization's (bound to $G), checked as nats-server checks them (the
-    JetStream account's limits are applied at start: server.py)."""
+    """The accounts' users join authorization's (bound to $G), checked as nats-server checks them (each
+    account's JetStream limits are applied at start: server.py)."""
     accounts = acc.pop("accounts", ())
-    limits = [a.jetstream for a in accounts if a.jetstream is not None]
-    if len(limits) > 1:
-        names = ", ".join(a.name for a in accounts if a.jetstream is not None)
-        raise ConfigError(f"accounts {names} all enable jetstream: jsbroker serves JetStream for one account "
-                          "(per-account JetStream is not there yet); enable it in one account only")
-    if limits and "account" in js_kw:
-        raise ConfigError("give the JetStream account's limits in its accounts { A: { jetstream {...} } } block, "
-                          "not in jetstream.account")
+    if accounts and "account" in js_kw:
+        raise ConfigError("jetstream.account gives the global account's JetStream limits: with accounts, give each "
+                          "account's in its accounts { A: { jetstream {...} } } block")
     account_users, node = acc.pop("account_users", ((), None))
     no_auth_user = acc.pop("no_auth_user", None)
     if not accounts and no_auth_user is None:
