@@ -32,8 +32,9 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class AccountLimits:
-    """One account's JetStream limits (nats-server's `accounts { A { jetstream {...} } }`);
-    0 or -1: unlimited. max_consumers applies to each stream, as in nats-server."""
+    """One account's JetStream limits (nats-server's `accounts { A { jetstream {...} } }`); below 0 unlimited,
+    and 0 too but for max_mem / max_file (0: no stream of that storage, as in nats-server). max_consumers
+    applies to each stream, as in nats-server."""
 
     max_mem: int = -1
     max_file: int = -1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import pytest
 
 from jsbroker.config import ConfigError, load_file
 from tests.broker.test_natsconf import nats_server_accepts
+from tests.polling import poll_async
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
 
 pytestmark = pytest.mark.asyncio
@@ -124,3 +126,227 @@ async def test_each_account_has_its_own_jetstream_and_limits_as_in_nats_server(s
 def _jsz(handle: ServerHandle) -> dict[str, Any]:
     with urllib.request.urlopen(f"{handle.http_url}/jsz?accounts=true", timeout=5) as reply:
         return json.loads(reply.read())
+
+
+# -- restart and kill -9: every account's streams, consumers and positions ---------------------------------
+
+TWO = """
+jetstream: enabled
+accounts {
+  A: { users: [{user: a, password: a}], jetstream: enabled }
+  B: { users: [{user: b, password: b}], jetstream: { max_streams: 2 } }
+}
+"""
+
+
+async def _fill(url: str) -> None:
+    """One stream name in both accounts, different messages, a durable consumer with some acknowledged."""
+    for user, n in (("a", 5), ("b", 3)):
+        nc = await _connect(url, user)
+        js = nc.jetstream()
+        await js.add_stream(name="S", subjects=["s.>"])
+        for i in range(n):
+            await js.publish(f"s.{user}", f"{user}{i}".encode())
+        sub = await js.pull_subscribe("s.>", durable="D", stream="S")
+        for msg in await sub.fetch(2, timeout=5):
+            await msg.ack_sync()
+        await nc.close()
+
+
+async def _positions(url: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for user in "ab":
+        nc = await _connect(url, user)
+        info = await _api(nc, "STREAM.INFO.S")
+        consumer = await _api(nc, "CONSUMER.INFO.S.D")
+        sub = await nc.jetstream().pull_subscribe("s.>", durable="D", stream="S")
+        next_msg = (await sub.fetch(1, timeout=5))[0]
+        out[user] = {"messages": info["state"]["messages"], "last_seq": info["state"]["last_seq"],
+                     "ack_floor": consumer["ack_floor"]["stream_seq"], "pending": consumer["num_pending"],
+                     "next": next_msg.data.decode(), "limits": (await _api(nc, "INFO"))["limits"]["max_streams"]}
+        await nc.close()
+    return out
+
+
+@pytest.mark.parametrize("stop", ["restart", "kill"])
+async def test_a_restart_and_a_kill_keep_every_accounts_streams_and_positions(tmp_path: Path, stop: str):
+    config = tmp_path / "two.conf"
+    config.write_text(TWO)
+    got = {}
+    for kind in KINDS:
+        with launch(kind, store_dir=tmp_path / kind, extra_args=["-c", str(config)]) as handle:
+            await _fill(handle.url)
+            if stop == "kill":
+                handle.kill()
+                handle.start()
+            else:
+                handle.restart()
+            got[kind] = await _positions(handle.url)
+            assert sorted(p.name for p in (tmp_path / kind / "jetstream").iterdir() if p.is_dir()) == ["A", "B"]
+            assert (tmp_path / kind / "jetstream" / "B" / "streams" / "S").is_dir()
+    assert got[JSBROKER]["a"] == {"messages": 5, "last_seq": 5, "ack_floor": 2, "pending": 3, "next": "a2",
+                                  "limits": -1}
+    assert got[JSBROKER]["b"] == {"messages": 3, "last_seq": 3, "ack_floor": 2, "pending": 1, "next": "b2",
+                                  "limits": 2}
+    if stop == "kill":  # nats-server writes a consumer's state to disk later than jsbroker: a kill can lose it
+        for kind, user in ((k, u) for k in KINDS for u in "ab"):
+            for key in ("ack_floor", "pending", "next"):
+                got[kind][user].pop(key)
+    assert got[JSBROKER] == got[NATS_SERVER]
+
+
+# -- a store written by jsbroker before per-account JetStream ---------------------------------------------
+
+def _as_written_before(store: Path, account: str) -> None:
+    """The layout of jsbroker before per-account JetStream: the one account's `streams/` right under
+    `jetstream/` (the files in it are unchanged), and a restore an interruption left behind."""
+    jetstream = store / "jetstream"
+    (jetstream / account / "streams").rename(jetstream / "streams")
+    shutil.rmtree(jetstream / account)
+    (jetstream / "restores" / "T.x").mkdir(parents=True)
+
+
+async def test_a_store_written_before_per_account_jetstream_moves_under_its_account(tmp_path: Path):
+    config = tmp_path / "one.conf"
+    config.write_text("jetstream: enabled\naccounts { A: { users: [{user: a, password: a}], jetstream: enabled } }\n")
+    store = tmp_path / "store"
+    with launch(JSBROKER, store_dir=store, extra_args=["-c", str(config)]) as handle:
+        nc = await _connect(handle.url, "a")
+        await nc.jetstream().add_stream(name="S", subjects=["s.>"])
+        for i in range(3):
+            await nc.jetstream().publish("s.x", b"%d" % i)
+        await nc.close()
+        handle.stop()
+        _as_written_before(store, "A")
+        handle.start()
+        nc = await _connect(handle.url, "a")
+        assert (await _api(nc, "STREAM.INFO.S"))["state"]["messages"] == 3
+        await nc.close()
+    assert sorted(p.name for p in (store / "jetstream").iterdir()) == ["A"]
+    assert (store / "jetstream" / "A" / "streams" / "S" / "meta.json").is_file()
+
+
+def test_a_store_written_before_with_several_jetstream_accounts_is_refused_with_what_to_do(tmp_path: Path):
+    config = tmp_path / "two.conf"
+    config.write_text(TWO)
+    store = tmp_path / "store"
+    (store / "jetstream" / "streams" / "S").mkdir(parents=True)
+    (store / "jetstream" / "streams" / "S" / "meta.json").write_text("{}")
+    done = subprocess.run([sys.executable, "-m", "jsbroker", "-p", "-1", "-js", "-sd", str(store), "-c", str(config)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert (f"{store}/jetstream/streams holds one account's streams (written by jsbroker before per-account "
+            f"JetStream) and accounts A, B have JetStream: move it to {store}/jetstream/<account>/streams") in done.stderr
+    assert (store / "jetstream" / "streams" / "S" / "meta.json").is_file()  # nothing moved, nothing lost
+
+
+# -- a stream shared with another account: JS API and delivery subjects imported ---------------------------
+
+SHARED = """
+jetstream: enabled
+accounts {
+  A: {
+    users: [{user: a, password: a}]
+    jetstream: enabled
+    exports: [
+      {service: "$JS.API.CONSUMER.INFO.ORDERS.*"}
+      {service: "$JS.ACK.ORDERS.>"}
+      {stream: "deliver.b.>", accounts: [B]}
+    ]
+  }
+  B: {
+    users: [{user: b, password: b}]
+    imports: [
+      {service: {account: A, subject: "$JS.API.CONSUMER.INFO.ORDERS.*"}, to: "a.info.*"}
+      {service: {account: A, subject: "$JS.ACK.ORDERS.>"}}
+      {stream: {account: A, subject: "deliver.b.>"}}
+    ]
+  }
+}
+"""
+
+
+async def _shared(url: str) -> dict[str, Any]:
+    a, b = await _connect(url, "a"), await _connect(url, "b")
+    js = a.jetstream()
+    await js.add_stream(name="ORDERS", subjects=["orders.>"])
+    for i in range(4):
+        await js.publish("orders.new", b"o%d" % i)
+    out: dict[str, Any] = {}
+    pushed = await b.subscribe("deliver.b.orders")  # literal: nats-server's push interest (a wildcard is none)
+    await b.flush()
+    await _api(a, "CONSUMER.CREATE.ORDERS.PUSH", {"stream_name": "ORDERS", "config": {
+        "durable_name": "PUSH", "ack_policy": "explicit", "deliver_subject": "deliver.b.orders"}})
+    got = []
+    for _ in range(4):
+        msg = await pushed.next_msg(timeout=5)
+        got.append((msg.subject, msg.data.decode()))
+        if msg.data != b"o3":
+            await msg.ack()  # through B's import of $JS.ACK.ORDERS.>
+    out["pushed"] = got
+
+    async def info(name: str) -> dict[str, Any]:
+        answer = json.loads((await b.request(f"a.info.{name}", b"", timeout=5)).data)
+        return {"num_ack_pending": answer.get("num_ack_pending"), "error": answer.get("error"),
+                "ack_floor": answer.get("ack_floor", {}).get("stream_seq")}
+
+    async def acks_applied() -> bool:  # nats-server applies acks after the request that follows them
+        return (await info("PUSH"))["ack_floor"] == 3
+
+    await poll_async(acks_applied, timeout=5, what="the acks B sent through its import")
+    out["info from B"] = {name: await info(name) for name in ("PUSH", "NONE")}
+    out["B's own JetStream"] = (await _api(b, "INFO")).get("error")
+    await a.close()
+    await b.close()
+    return out
+
+
+async def test_a_stream_shared_through_imports_is_consumed_from_another_account(tmp_path: Path):
+    config = tmp_path / "shared.conf"
+    config.write_text(SHARED)
+    got = {}
+    for kind in KINDS:
+        with launch(kind, extra_args=["-c", str(config)]) as handle:
+            got[kind] = await _shared(handle.url)
+    assert got[JSBROKER] == got[NATS_SERVER]
+    assert got[NATS_SERVER]["pushed"] == [("orders.new", f"o{i}") for i in range(4)]
+    assert got[NATS_SERVER]["info from B"]["PUSH"] == {"num_ack_pending": 1, "error": None, "ack_floor": 3}
+
+
+# -- bad input: limits nats-server reads in its own way, unknown keys ---------------------------------------
+
+@pytest.mark.parametrize("limits", [
+    "max_mem: -5, max_file: -7, max_streams: -3, max_consumers: -2, max_ack_pending: -7, memory_max_stream_bytes: -9",
+    "max_mem: 0, max_file: 0, max_streams: 0, max_consumers: 0, max_ack_pending: 0",
+])
+async def test_negative_and_zero_limits_are_read_as_nats_server_reads_them(tmp_path: Path, limits: str):
+    config = tmp_path / "limits.conf"
+    config.write_text("jetstream: enabled\naccounts { A: { users: [{user: a, password: a}], jetstream: { %s } } }\n"
+                      % limits)
+    got = {}
+    for kind in KINDS:
+        with launch(kind, extra_args=["-c", str(config)]) as handle:
+            nc = await _connect(handle.url, "a")
+            got[kind] = [_outcome(await _api(nc, "INFO")),
+                         _outcome(await _api(nc, "STREAM.CREATE.M", _stream("M", "m", "memory"))),
+                         _outcome(await _api(nc, "STREAM.CREATE.F", _stream("F", "f", "file", 1000))),
+                         _outcome(await _api(nc, "CONSUMER.CREATE.F.C", {"stream_name": "F", "config": {
+                             "durable_name": "C", "max_ack_pending": 10}}))]
+            await nc.close()
+    assert got[JSBROKER] == got[NATS_SERVER]
+
+
+def test_an_unknown_account_limit_is_refused_with_its_file_and_line(tmp_path: Path):
+    path = tmp_path / "bad.conf"
+    path.write_text("jetstream: enabled\naccounts {\n  A: { jetstream: { max_mem: 1MB, bogus: 3 } }\n}\n")
+    assert not nats_server_accepts(path)[0]
+    with pytest.raises(ConfigError, match=f"{path}:3:.*bogus"):
+        load_file(path, env={})
+
+
+def test_global_limits_with_accounts_are_refused(tmp_path: Path):
+    path = tmp_path / "js.conf"
+    path.write_text("jetstream { account { max_streams: 2 } }\naccounts { A: { jetstream: enabled } }\n")
+    with pytest.raises(ConfigError, match="jetstream.account gives the global account's JetStream limits: with "
+                                          "accounts, give each account's in its accounts"):
+        load_file(path, env={})

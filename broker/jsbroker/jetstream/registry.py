@@ -485,12 +485,12 @@ class StreamRegistry:
 
     def _check_reservation(self, cfg: StreamConfig, own: Stream | None) -> None:
         """A stream's max_bytes is reserved against the account's memory / storage limit (its own streams'
-        reservations) and the server's (every account's), as nats-server's checkAllLimits."""
-        if cfg.max_bytes <= 0:
-            return
+        reservations) and the server's (every account's), as nats-server's checkAllLimits: a stream without
+        max_bytes counts as one byte, so an account limit of 0 allows no stream of that storage type."""
+        add = cfg.max_bytes if cfg.max_bytes > 0 else 1
         account, server = self._account_limit(cfg.storage), self.server.limit(cfg.storage)
-        if (0 < account < self.reserved(cfg.storage, own) + cfg.max_bytes
-                or 0 < server < self.server.reserved(cfg.storage, own) + cfg.max_bytes):
+        if (0 <= account < self.reserved(cfg.storage, own) + add
+                or 0 < server < self.server.reserved(cfg.storage, own) + add):
             raise errors.MEMORY_RESOURCES_EXCEEDED() if cfg.storage == "memory" else errors.STORAGE_RESOURCES_EXCEEDED()
 
     def reserved(self, storage: str, own: Stream | None = None) -> int:
