@@ -222,6 +222,8 @@ class Monitor:
             return self._json(request, base)
         info = self._js_info()
         body = {**base, **info, "server_id": b.server_id, "now": base["now"]}
+        if request.query.get("accounts", "") in ("1", "true"):  # each account's usage, as nats-server's
+            body["account_details"] = b.jetstream.account_details(request.query.get("streams", "") in ("1", "true"))
         return self._json(request, body)
 
     def _websocket_varz(self) -> dict[str, Any]:

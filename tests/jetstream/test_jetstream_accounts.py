@@ -121,11 +121,24 @@ async def test_each_account_has_its_own_jetstream_and_limits_as_in_nats_server(s
     assert got[JSBROKER] == got[NATS_SERVER]
     errors = [x["err_code"] for x in got[NATS_SERVER] if isinstance(x, dict) and "err_code" in x]
     assert errors == [10039, 10039, 10028, 10028, 10047, 10047, 10027, 10121, 10026, 10113, 10122, 10122]
+    jsz = {kind: _jsz(servers[kind]) for kind in KINDS}
+    assert jsz[JSBROKER] == jsz[NATS_SERVER]
+    assert [a["name"] for a in jsz[NATS_SERVER]["account_details"]] == ["A", "B", "R"]
 
 
 def _jsz(handle: ServerHandle) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{handle.http_url}/jsz?accounts=true", timeout=5) as reply:
-        return json.loads(reply.read())
+    """/jsz with each account's details and streams, without what differs between two servers by nature (ids,
+    times, the store directory, the API call counts of the monitoring itself) or is nats-server's only."""
+    with urllib.request.urlopen(f"{handle.http_url}/jsz?accounts=true&streams=true", timeout=5) as reply:
+        body = json.loads(reply.read())
+    for key in ("server_id", "now", "config", "limits"):
+        body.pop(key)
+    for account in body["account_details"]:
+        for stream in account.get("stream_detail", ()):
+            stream.pop("created"), stream.pop("cluster")
+            stream["state"] = {k: v for k, v in stream["state"].items() if not k.endswith("_ts")}
+        account.get("stream_detail", []).sort(key=lambda stream: stream["name"])  # nats-server's in map order
+    return body
 
 
 # -- restart and kill -9: every account's streams, consumers and positions ---------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 from jsbroker import store as storage
 from jsbroker.config import AccountLimits, ConfigError, JetStreamSettings
 from jsbroker.internal import InternalBus
-from jsbroker.jetstream import api
+from jsbroker.jetstream import api, times
 from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS
 from jsbroker.jetstream.registry import ServerStorage, StreamRegistry
 from jsbroker.jetstream.requests import API_LEVEL
@@ -27,6 +27,7 @@ from jsbroker.jetstream.snapshot_api import SNAPSHOT_HANDLERS
 from jsbroker.jetstream.stream_api import STREAM_HANDLERS
 
 ENDPOINTS = STREAM_HANDLERS + CONSUMER_HANDLERS + SNAPSHOT_HANDLERS
+_UINT64 = 1 << 64  # Go's uint64 of nats-server's -1 ("unlimited")
 
 
 class JetStream(StreamRegistry):
@@ -104,11 +105,33 @@ class JetStreamServer:
                        "store_dir": str(s.store_dir) if s.store_dir else "", "sync_always": s.sync_always,
                        "sync_interval": int(s.sync_interval * 1e9), **({"domain": s.domain} if s.domain else {})},
             "memory": memory, "storage": file, "streams": streams, "consumers": consumers, "messages": msgs,
-            "bytes": memory + file, "accounts": len(self.accounts),
+            "bytes": memory + file, "accounts": len(self.accounts), "total": len(self.accounts),
             "reserved_memory": self.storage.reserved("memory"), "reserved_storage": self.storage.reserved("file"),
             "api": {"level": API_LEVEL, "total": sum(js.api_counts.total for js in self.accounts.values()),
                     "errors": sum(js.api_counts.errors for js in self.accounts.values())},
         }
+
+    def account_details(self, streams: bool = False) -> list[dict[str, Any]]:
+        """/jsz?accounts=true's `account_details`, by account name (with `stream_detail` when `streams`)."""
+        return [self.account_detail(name, streams) for name in sorted(self.accounts)]
+
+    def account_detail(self, account: str, streams: bool = False) -> dict[str, Any]:
+        """One account's entry of /jsz's `account_details`. As nats-server's, its reserved_memory /
+        reserved_storage are the account's limits (unlimited: the largest uint64) and its API level 0."""
+        js = self.accounts[account]
+        memory, file, *_ = js.usage()
+        limits = js.settings.account
+        body: dict[str, Any] = {
+            "name": account, "id": account, "memory": memory, "storage": file,
+            "reserved_memory": limits.max_mem % _UINT64, "reserved_storage": limits.max_file % _UINT64,
+            "accounts": 0, "ha_assets": 0,
+            "api": {"level": 0, "total": js.api_counts.total, "errors": js.api_counts.errors},
+        }
+        if streams and js.streams:
+            body["stream_detail"] = [{"name": name, "created": times.rfc3339(stream.created_ns),
+                                      "cluster": js.cluster_info(), "state": stream.info_state()}
+                                     for name, stream in sorted(js.streams.items())]
+        return body
 
     def store_stats(self) -> dict[str, float]:
         """For /metrics: fsyncs summed over the accounts' stores, the slowest one, the longest recovery."""
