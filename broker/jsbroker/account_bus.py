@@ -50,8 +50,8 @@ class Router(Protocol):
 class AccountBus:
     """`jsbroker.internal.InternalBus` over the router, within one account's sublist."""
 
-    def __init__(self, server: ServerIdentity, router: Router, sublist: Sublist) -> None:
-        self._server, self._router, self.sublist = server, router, sublist
+    def __init__(self, server: ServerIdentity, router: Router, account_name: str, sublist: Sublist) -> None:
+        self._server, self._router, self.account_name, self.sublist = server, router, account_name, sublist
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

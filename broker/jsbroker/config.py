@@ -1085,11 +1085,14 @@ def _strict(node: Node, acc: Acc, what: str) -> None:
         raise _fail(node, "jetstream.strict: false is not supported: jsbroker's JetStream API is always strict")
 
 
-_ACCOUNT_SIZES = ("max_mem", "max_file", "memory_max_stream_bytes", "store_max_stream_bytes")
+_ACCOUNT_STORAGE = ("max_mem", "max_file")
+_ACCOUNT_SIZES = ("memory_max_stream_bytes", "store_max_stream_bytes")
 _ACCOUNT_COUNTS = ("max_streams", "max_consumers", "max_ack_pending")
 _ACCOUNT: tuple[Setting, ...] = (
+    *(Setting((k,), _set(k, _size), "bytes the account's streams reserve and use, below 0: unlimited, 0: no stream "
+              "of this storage") for k in _ACCOUNT_STORAGE),
     *(Setting((k,), _set(k, _size), "bytes, -1: unlimited") for k in _ACCOUNT_SIZES),
-    *(Setting((k,), _set(k, _int), "-1: unlimited") for k in _ACCOUNT_COUNTS),
+    *(Setting((k,), _set(k, _int), "0 or below: unlimited") for k in _ACCOUNT_COUNTS),
     Setting(("max_bytes_required", "max_stream_bytes"), _set("max_bytes_required", _bool),
             "every stream must set max_bytes"),
 )

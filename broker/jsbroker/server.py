@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from . import __version__, info, lameduck, passwords
 from .account_bus import AccountBus
 from .accounts import Accounts
-from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
+from .config import GLOBAL_ACCOUNT, VERSION, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InterestWatch, InternalHandler, InternalSubscription
 from .listen import advertised, dual_stack_socket, host_port
@@ -74,7 +74,7 @@ class Broker:
         self.router = Router(self)
         self.accounts = Accounts(config.auth, self.router, self._call_later, self.router.sublist,
                                  config.jetstream.account if config.jetstream is not None else None)
-        self.bus = AccountBus(self, self.router, self.router.sublist)  # the global account's: the embedding API
+        self.bus = AccountBus(self, self.router, GLOBAL_ACCOUNT, self.router.sublist)  # the embedding API's
         self.clients: dict[int, Connection] = {}
         self.port = 0
         self.http_port: int | None = None  # the monitoring listener's port, HTTP or (monitor_tls) HTTPS
@@ -295,7 +295,7 @@ class Broker:
         for account in self.accounts.with_jetstream():  # each its own streams, API and bus (account_bus.py)
             limits = account.settings.jetstream
             assert limits is not None
-            self.jetstream.add_account(account.name, AccountBus(self, self.router, account.sublist), limits)
+            self.jetstream.add_account(account.name, AccountBus(self, self.router, account.name, account.sublist), limits)
         await self.jetstream.start()
         self.accounts.refuse_jetstream(self.jetstream.refusal)
         usage = self.jetstream.info()
@@ -495,6 +495,10 @@ class Broker:
                               account=conn.jwt_user.account if conn.jwt_user is not None else conn.account.name)
 
     # -- InternalBus: the global account's (embedding), through its AccountBus ----------------------------
+
+    @property
+    def account_name(self) -> str:
+        return self.bus.account_name
 
     def subscribe_internal(self, subject: str, handler: InternalHandler, queue: str | None = None) -> Subscription:
         return self.bus.subscribe_internal(subject, handler, queue)
