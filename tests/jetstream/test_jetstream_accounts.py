@@ -251,6 +251,10 @@ def test_a_store_written_before_with_several_jetstream_accounts_is_refused_with_
     assert (f"{store}/jetstream/streams holds one account's streams (written by jsbroker before per-account "
             f"JetStream) and accounts A, B have JetStream: move it to {store}/jetstream/<account>/streams") in done.stderr
     assert (store / "jetstream" / "streams" / "S" / "meta.json").is_file()  # nothing moved, nothing lost
+    (store / "jetstream" / "streams" / "S" / "meta.json").unlink()
+    (store / "jetstream" / "streams" / "S").rmdir()  # no stream in it: nothing to move, the start goes on
+    with launch(JSBROKER, store_dir=store, extra_args=["-c", str(config)]):
+        assert sorted(p.name for p in (store / "jetstream").iterdir()) == ["A", "B"]
 
 
 # -- a stream shared with another account: JS API and delivery subjects imported ---------------------------

@@ -67,7 +67,9 @@ class JetStreamServer:
         not clear which: then several accounts have JetStream)."""
         store_dir = self.settings.store_dir
         legacy = storage.one_account_layout(store_dir) if store_dir is not None else None
-        if store_dir is not None and legacy is not None:
+        if legacy is not None and not any(legacy.iterdir()):  # no streams: nothing to move (an empty store's)
+            legacy.rmdir()
+        elif store_dir is not None and legacy is not None:
             if len(self.accounts) != 1:
                 raise ConfigError(
                     f"Can't start JetStream: {legacy} holds one account's streams (written by jsbroker before "
