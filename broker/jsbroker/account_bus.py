@@ -47,11 +47,18 @@ class Router(Protocol):
               sublist: Sublist | None = None) -> InterestWatch: ...
 
 
+Replies = Callable[[str, Sequence[Delivery]], "bool | None"]
+
+
 class AccountBus:
     """`jsbroker.internal.InternalBus` over the router, within one account's sublist."""
 
-    def __init__(self, server: ServerIdentity, router: Router, account_name: str, sublist: Sublist) -> None:
+    def __init__(self, server: ServerIdentity, router: Router, account_name: str, sublist: Sublist,
+                 replies: Replies | None = None) -> None:
+        """`replies`: the account's service-import replies (`Account.deliver_reply`), which deliveries to an
+        `_R_.` subject reach (a pull request made through an import)."""
         self._server, self._router, self.account_name, self.sublist = server, router, account_name, sublist
+        self._replies = replies
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -89,6 +96,10 @@ class AccountBus:
                                   len(hdr) if hdr else -1, hdr + payload + b"\r\n", None, self.sublist)
 
     def deliver(self, target: str, msgs: Sequence[Delivery]) -> bool:
+        if self._replies is not None and target.startswith("_R_."):
+            delivered = self._replies(target, msgs)
+            if delivered is not None:
+                return delivered
         return self._router.deliver(target.encode(), msgs, self.sublist)
 
     def before_output(self, callback: Callable[[], None]) -> None:

@@ -22,10 +22,10 @@ from __future__ import annotations
 import re
 import secrets
 import string
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from .config import GLOBAL_ACCOUNT, AccountLimits, AccountSettings, AuthSettings, Export, Import
-from .internal import Origin
+from .internal import Delivery, Origin
 from .subjects import is_subset, subjects_overlap
 from .sublist import Sublist, Subscription
 
@@ -38,6 +38,9 @@ class Routes(Protocol):
 
     def route_into(self, sublist: Sublist, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> bool:
         ...
+
+    def route(self, pub: None, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes,
+              target: bytes | None = None, into: Sublist | None = None) -> bool: ...
 
     def insert(self, sub: Subscription, sublist: Sublist | None = None) -> None: ...
 
@@ -137,6 +140,24 @@ class Account:
         cancel = timer(export.response_threshold, lambda: self._close_reply(local))
         self._replies[local] = (importer, reply, export.response_type, cancel)
         return local.encode()
+
+    def deliver_reply(self, routes: Routes, target: str, msgs: Sequence[Delivery]) -> bool | None:
+        """JetStream's deliveries to one of this account's reply subjects (a pull request through a service
+        import): routed to the requester's reply in the importer, each showing its own subject and ack reply,
+        as nats-server's response import does (a singleton takes the first). None: `target` is no open reply."""
+        entry = self._replies.get(target) if target.startswith(self.reply_prefix) else None
+        if entry is None:
+            return None
+        importer, to, response_type, cancel = entry
+        if response_type == "singleton":
+            del self._replies[target]
+            cancel()
+            msgs = msgs[:1]
+        delivered = False
+        for subject, reply, hdr, data in msgs:
+            delivered |= routes.route(None, subject.encode(), reply.encode(), len(hdr) if hdr else -1,
+                                      hdr + data + b"\r\n", to, importer.sublist)
+        return delivered
 
     def _close_reply(self, local: str) -> None:
         self._replies.pop(local, None)

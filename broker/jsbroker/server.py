@@ -14,6 +14,7 @@ import json
 import math
 import os
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -295,7 +296,8 @@ class Broker:
         for account in self.accounts.with_jetstream():  # each its own streams, API and bus (account_bus.py)
             limits = account.settings.jetstream
             assert limits is not None
-            self.jetstream.add_account(account.name, AccountBus(self, self.router, account.name, account.sublist), limits)
+            bus = AccountBus(self, self.router, account.name, account.sublist, partial(account.deliver_reply, self.router))
+            self.jetstream.add_account(account.name, bus, limits)
         await self.jetstream.start()
         self.accounts.refuse_jetstream(self.jetstream.refusal)
         usage = self.jetstream.info()

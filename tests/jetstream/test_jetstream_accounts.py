@@ -267,6 +267,7 @@ accounts {
     jetstream: enabled
     exports: [
       {service: "$JS.API.CONSUMER.INFO.ORDERS.*"}
+      {service: "$JS.API.CONSUMER.MSG.NEXT.ORDERS.PULL"}
       {service: "$JS.ACK.ORDERS.>"}
       {stream: "deliver.b.>", accounts: [B]}
     ]
@@ -275,6 +276,7 @@ accounts {
     users: [{user: b, password: b}]
     imports: [
       {service: {account: A, subject: "$JS.API.CONSUMER.INFO.ORDERS.*"}, to: "a.info.*"}
+      {service: {account: A, subject: "$JS.API.CONSUMER.MSG.NEXT.ORDERS.PULL"}, to: "a.next"}
       {service: {account: A, subject: "$JS.ACK.ORDERS.>"}}
       {stream: {account: A, subject: "deliver.b.>"}}
     ]
@@ -301,6 +303,17 @@ async def _shared(url: str) -> dict[str, Any]:
         if msg.data != b"o3":
             await msg.ack()  # through B's import of $JS.ACK.ORDERS.>
     out["pushed"] = got
+    await _api(a, "CONSUMER.CREATE.ORDERS.PULL", {"stream_name": "ORDERS", "config": {
+        "durable_name": "PULL", "ack_policy": "explicit"}})
+    inbox = b.new_inbox()
+    pulled = await b.subscribe(inbox)
+    msgs = []
+    for _ in range(2):  # the import's response is a singleton: the first message of each batch
+        await b.publish("a.next", json.dumps({"batch": 2, "expires": 2_000_000_000}).encode(), reply=inbox)
+        msgs.append(await pulled.next_msg(timeout=5))
+    out["pulled"] = [(m.subject, m.data.decode(), m.reply.split(".")[:4]) for m in msgs]
+    for m in msgs[:1]:
+        await b.publish(m.reply, b"+ACK")  # through B's import of $JS.ACK.ORDERS.>
 
     async def info(name: str) -> dict[str, Any]:
         answer = json.loads((await b.request(f"a.info.{name}", b"", timeout=5)).data)
@@ -308,10 +321,10 @@ async def _shared(url: str) -> dict[str, Any]:
                 "ack_floor": answer.get("ack_floor", {}).get("stream_seq")}
 
     async def acks_applied() -> bool:  # nats-server applies acks after the request that follows them
-        return (await info("PUSH"))["ack_floor"] == 3
+        return (await info("PUSH"))["ack_floor"] == 3 and (await info("PULL"))["ack_floor"] == 1
 
     await poll_async(acks_applied, timeout=5, what="the acks B sent through its import")
-    out["info from B"] = {name: await info(name) for name in ("PUSH", "NONE")}
+    out["info from B"] = {name: await info(name) for name in ("PUSH", "PULL", "NONE")}
     out["B's own JetStream"] = (await _api(b, "INFO")).get("error")
     await a.close()
     await b.close()
@@ -328,6 +341,7 @@ async def test_a_stream_shared_through_imports_is_consumed_from_another_account(
     assert got[JSBROKER] == got[NATS_SERVER]
     assert got[NATS_SERVER]["pushed"] == [("orders.new", f"o{i}") for i in range(4)]
     assert got[NATS_SERVER]["info from B"]["PUSH"] == {"num_ack_pending": 1, "error": None, "ack_floor": 3}
+    assert got[NATS_SERVER]["pulled"] == [("orders.new", f"o{i}", ["$JS", "ACK", "ORDERS", "PULL"]) for i in (0, 2)]
 
 
 # -- bad input: limits nats-server reads in its own way, unknown keys ---------------------------------------
