@@ -124,13 +124,20 @@ async def test_each_account_has_its_own_jetstream_and_limits_as_in_nats_server(s
     jsz = {kind: _jsz(servers[kind]) for kind in KINDS}
     assert jsz[JSBROKER] == jsz[NATS_SERVER]
     assert [a["name"] for a in jsz[NATS_SERVER]["account_details"]] == ["A", "B", "R"]
+    stats = {kind: _get(servers[kind], "/varz")["jetstream"]["stats"] for kind in KINDS}
+    assert stats[JSBROKER] == stats[NATS_SERVER]
+    assert stats[JSBROKER]["accounts"] == 3 and stats[JSBROKER]["reserved_storage"] == 10_002_000
+
+
+def _get(handle: ServerHandle, path: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{handle.http_url}{path}", timeout=5) as reply:
+        return json.loads(reply.read())  # type: ignore[no-any-return]
 
 
 def _jsz(handle: ServerHandle) -> dict[str, Any]:
     """/jsz with each account's details and streams, without what differs between two servers by nature (ids,
-    times, the store directory, the API call counts of the monitoring itself) or is nats-server's only."""
-    with urllib.request.urlopen(f"{handle.http_url}/jsz?accounts=true&streams=true", timeout=5) as reply:
-        body = json.loads(reply.read())
+    times, the store directory) or is nats-server's only (its config and limits)."""
+    body = _get(handle, "/jsz?accounts=true&streams=true")
     for key in ("server_id", "now", "config", "limits"):
         body.pop(key)
     for account in body["account_details"]:
