@@ -54,11 +54,12 @@ class AccountBus:
     """`jsbroker.internal.InternalBus` over the router, within one account's sublist."""
 
     def __init__(self, server: ServerIdentity, router: Router, account_name: str, sublist: Sublist,
-                 replies: Replies | None = None) -> None:
+                 replies: Replies | None = None, shadows: Callable[[Subscription], None] | None = None) -> None:
         """`replies`: the account's service-import replies (`Account.deliver_reply`), which deliveries to an
-        `_R_.` subject reach (a pull request made through an import)."""
+        `_R_.` subject reach (a pull request made through an import); `shadows`: the account's stream imports
+        (`Account.add_shadows`), so a stream on an imported subject stores what the exporter publishes."""
         self._server, self._router, self.account_name, self.sublist = server, router, account_name, sublist
-        self._replies = replies
+        self._replies, self._shadows = replies, shadows
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -79,6 +80,8 @@ class AccountBus:
     def subscribe_internal(self, subject: str, handler: InternalHandler, queue: str | None = None) -> Subscription:
         sub = Subscription(None, subject, queue, b"0", handler)
         self._router.insert(sub, self.sublist)
+        if self._shadows is not None:
+            self._shadows(sub)
         return sub
 
     def subscribe_batched(self, subject: str, handler: BatchHandler) -> Subscription:

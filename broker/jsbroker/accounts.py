@@ -113,14 +113,15 @@ class Account:
         return f"Account({self.name!r})"
 
     def add_shadows(self, sub: Subscription, routes: Routes) -> None:
-        """A client's new subscription: what it overlaps of the stream imports, in the exporters (one hop: as in
-        nats-server, what an exporter itself imports is not passed on)."""
+        """A new subscription of a client or of a service (a stream's subjects): what it overlaps of the stream
+        imports, in the exporters (one hop: as in nats-server, what an exporter itself imports is not passed
+        on)."""
         shadows = []
         for imp, exporter in self.stream_imports:
             if not subjects_overlap(sub.subject, imp.local):
                 continue
             subject = transform(imp.local, imp.subject, sub.subject) if is_subset(sub.subject, imp.local) else imp.subject
-            shadow = Subscription(sub.client, subject, sub.queue, sub.sid)
+            shadow = Subscription(sub.client, subject, sub.queue, sub.sid, sub.handler)  # internal: its handler
             shadow.rename = None if imp.local == imp.subject else _Rename(imp.subject, imp.local)
             shadow.deny = sub.deny
             routes.insert(shadow, exporter.sublist)

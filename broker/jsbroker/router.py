@@ -151,8 +151,9 @@ class Router:
         pending = self.pending
         for sub in plain:
             c = sub.client
-            if c is None:
-                delivered += self._internal(sub, pub, subject, reply, hdr_len, data)
+            if c is None:  # an internal one; a stream import's shadow of it sees the local subject
+                shown = subject if sub.rename is None else sub.rename(subject)
+                delivered += self._internal(sub, pub, shown, reply, hdr_len, data)
                 continue
             if not c.echo and c is pub:
                 continue

@@ -296,7 +296,8 @@ class Broker:
         for account in self.accounts.with_jetstream():  # each its own streams, API and bus (account_bus.py)
             limits = account.settings.jetstream
             assert limits is not None
-            bus = AccountBus(self, self.router, account.name, account.sublist, partial(account.deliver_reply, self.router))
+            bus = AccountBus(self, self.router, account.name, account.sublist,
+                             partial(account.deliver_reply, self.router), partial(account.add_shadows, routes=self.router))
             self.jetstream.add_account(account.name, bus, limits)
         await self.jetstream.start()
         self.accounts.refuse_jetstream(self.jetstream.refusal)
