@@ -55,6 +55,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.auth_callout",
         "jsbroker.router",
         "jsbroker.accounts",
+        "jsbroker.account_bus",
         "jsbroker.sublist",
         "jsbroker.server",
         "jsbroker.monitor",

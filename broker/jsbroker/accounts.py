@@ -11,7 +11,8 @@ subscribes in that account's `Sublist`. Imports cross accounts the way nats-serv
   subject `_R_.<account's id>.<request's id>` that the exporter's internal `_R_.<id>.>` subscription routes
   back to the requester's reply in the importer: the first answer (singleton) or every answer until
   `response_threshold` after the request (stream, chunked). A request nobody receives gets the 503.
-- JetStream answers in one account (config.py); the others get nats-server's 10039 refusal.
+- JetStream answers in every account that enables it (`$G` without accounts), each with its own streams
+  (server.py starts one service per account on an `AccountBus`); the others get nats-server's 10039 refusal.
 
 `Accounts.lookup(name)` is the one way to an account by name (users and, later, JWT claims name theirs).
 """
@@ -21,10 +22,10 @@ from __future__ import annotations
 import re
 import secrets
 import string
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from .config import GLOBAL_ACCOUNT, AccountLimits, AccountSettings, AuthSettings, Export, Import
-from .internal import Origin
+from .internal import Delivery, Origin
 from .subjects import is_subset, subjects_overlap
 from .sublist import Sublist, Subscription
 
@@ -37,6 +38,9 @@ class Routes(Protocol):
 
     def route_into(self, sublist: Sublist, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes) -> bool:
         ...
+
+    def route(self, pub: None, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes,
+              target: bytes | None = None, into: Sublist | None = None) -> bool: ...
 
     def insert(self, sub: Subscription, sublist: Sublist | None = None) -> None: ...
 
@@ -100,7 +104,7 @@ class Account:
         self.sublist = sublist
         self.settings = settings or AccountSettings(name)
         self.stream_imports: list[tuple[Import, Account]] = []
-        self.jetstream = False  # JetStream's API answers in this account
+        self.jetstream = False  # JetStream's API answers in this account (its own service)
         self.reply_prefix = f"{_REPLY_PREFIX}{_token()}."
         self._replies: dict[str, tuple[Account, bytes, str, Callable[[], None]]] = {}
         self._reply_sub: Subscription | None = None
@@ -109,14 +113,15 @@ class Account:
         return f"Account({self.name!r})"
 
     def add_shadows(self, sub: Subscription, routes: Routes) -> None:
-        """A client's new subscription: what it overlaps of the stream imports, in the exporters (one hop: as in
-        nats-server, what an exporter itself imports is not passed on)."""
+        """A new subscription of a client or of a service (a stream's subjects): what it overlaps of the stream
+        imports, in the exporters (one hop: as in nats-server, what an exporter itself imports is not passed
+        on)."""
         shadows = []
         for imp, exporter in self.stream_imports:
             if not subjects_overlap(sub.subject, imp.local):
                 continue
             subject = transform(imp.local, imp.subject, sub.subject) if is_subset(sub.subject, imp.local) else imp.subject
-            shadow = Subscription(sub.client, subject, sub.queue, sub.sid)
+            shadow = Subscription(sub.client, subject, sub.queue, sub.sid, sub.handler)  # internal: its handler
             shadow.rename = None if imp.local == imp.subject else _Rename(imp.subject, imp.local)
             shadow.deny = sub.deny
             routes.insert(shadow, exporter.sublist)
@@ -137,6 +142,24 @@ class Account:
         self._replies[local] = (importer, reply, export.response_type, cancel)
         return local.encode()
 
+    def deliver_reply(self, routes: Routes, target: str, msgs: Sequence[Delivery]) -> bool | None:
+        """JetStream's deliveries to one of this account's reply subjects (a pull request through a service
+        import): routed to the requester's reply in the importer, each showing its own subject and ack reply,
+        as nats-server's response import does (a singleton takes the first). None: `target` is no open reply."""
+        entry = self._replies.get(target) if target.startswith(self.reply_prefix) else None
+        if entry is None:
+            return None
+        importer, to, response_type, cancel = entry
+        if response_type == "singleton":
+            del self._replies[target]
+            cancel()
+            msgs = msgs[:1]
+        delivered = False
+        for subject, reply, hdr, data in msgs:
+            delivered |= routes.route(None, subject.encode(), reply.encode(), len(hdr) if hdr else -1,
+                                      hdr + data + b"\r\n", to, importer.sublist)
+        return delivered
+
     def _close_reply(self, local: str) -> None:
         self._replies.pop(local, None)
 
@@ -156,16 +179,17 @@ class Account:
 class Accounts:
     """The accounts of a server: `$G`, the configured ones, and their imports wired up."""
 
-    def __init__(self, auth: AuthSettings, routes: Routes, timer: Timer, jetstream_sublist: Sublist) -> None:
+    def __init__(self, auth: AuthSettings, routes: Routes, timer: Timer, global_sublist: Sublist,
+                 global_limits: AccountLimits | None = None) -> None:
+        """`global_limits`: $G's JetStream limits (jsbroker's `[jetstream.account]`); JetStream answers in $G
+        without accounts, else in the accounts enabling it, as in nats-server."""
         self.routes, self.timer = routes, timer
-        # JetStream answers in $G without accounts, else in the one account enabling it (config.py), else in none
-        js_names = [a.name for a in auth.accounts if a.jetstream is not None]
-        js_name = js_names[0] if js_names else (GLOBAL_ACCOUNT if not auth.accounts else None)
         self.by_name: dict[str, Account] = {}
-        for settings in (AccountSettings(GLOBAL_ACCOUNT), *auth.accounts):
-            sublist = jetstream_sublist if settings.name == js_name else Sublist()
+        global_settings = AccountSettings(GLOBAL_ACCOUNT, jetstream=None if auth.accounts else global_limits or AccountLimits())
+        for settings in (global_settings, *auth.accounts):
+            sublist = global_sublist if settings.name == GLOBAL_ACCOUNT else Sublist()
             account = self.by_name[settings.name] = Account(settings.name, sublist, settings)
-            account.jetstream = settings.name == js_name
+            account.jetstream = settings.jetstream is not None
         self.global_account = self.by_name[GLOBAL_ACCOUNT]
         # The system account (system_account.py): made when the config does not define it, as nats-server does
         system = auth.system_account
@@ -183,9 +207,9 @@ class Accounts:
     def lookup(self, name: str) -> Account | None:
         return self.by_name.get(name)
 
-    def jetstream_limits(self) -> AccountLimits | None:
-        """The JetStream limits given in the accounts block of the account JetStream answers in, if any."""
-        return next((a.settings.jetstream for a in self.by_name.values() if a.jetstream), None)
+    def with_jetstream(self) -> list[Account]:
+        """The accounts JetStream answers in, by name."""
+        return sorted((a for a in self.by_name.values() if a.jetstream), key=lambda a: a.name)
 
     def subscriptions(self) -> int:
         return sum(a.sublist.count for a in self.by_name.values())

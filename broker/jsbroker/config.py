@@ -33,8 +33,9 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class AccountLimits:
-    """JetStream limits of the account all users share (nats-server's `accounts { A { jetstream {...} } }`);
-    0 or -1: unlimited. max_consumers applies to each stream, as in nats-server."""
+    """One account's JetStream limits (nats-server's `accounts { A { jetstream {...} } }`); below 0 unlimited,
+    and 0 too but for max_mem / max_file (0: no stream of that storage, as in nats-server). max_consumers
+    applies to each stream, as in nats-server."""
 
     max_mem: int = -1
     max_file: int = -1
@@ -1133,11 +1134,14 @@ def _strict(node: Node, acc: Acc, what: str) -> None:
         raise _fail(node, "jetstream.strict: false is not supported: jsbroker's JetStream API is always strict")
 
 
-_ACCOUNT_SIZES = ("max_mem", "max_file", "memory_max_stream_bytes", "store_max_stream_bytes")
+_ACCOUNT_STORAGE = ("max_mem", "max_file")
+_ACCOUNT_SIZES = ("memory_max_stream_bytes", "store_max_stream_bytes")
 _ACCOUNT_COUNTS = ("max_streams", "max_consumers", "max_ack_pending")
 _ACCOUNT: tuple[Setting, ...] = (
+    *(Setting((k,), _set(k, _size), "bytes the account's streams reserve and use, below 0: unlimited, 0: no stream "
+              "of this storage") for k in _ACCOUNT_STORAGE),
     *(Setting((k,), _set(k, _size), "bytes, -1: unlimited") for k in _ACCOUNT_SIZES),
-    *(Setting((k,), _set(k, _int), "-1: unlimited") for k in _ACCOUNT_COUNTS),
+    *(Setting((k,), _set(k, _int), "0 or below: unlimited") for k in _ACCOUNT_COUNTS),
     Setting(("max_bytes_required", "max_stream_bytes"), _set("max_bytes_required", _bool),
             "every stream must set max_bytes"),
 )
@@ -1162,8 +1166,8 @@ _JETSTREAM: tuple[Setting, ...] = (
     Setting(("domain",), _set("domain", _str), "JetStream domain"),
     Setting(("enabled", "enable"), _set("enabled", _bool), "false: JetStream off"),
     Setting(("strict",), _strict, "true only (jsbroker's API is always strict)"),
-    Setting(("account",), _account, "the one account's JetStream limits (nats-server: accounts { A { jetstream "
-            "{...} } })", jsbroker_only=True),
+    Setting(("account",), _account, "the global account's JetStream limits, without accounts (nats-server: "
+            "accounts { A { jetstream {...} } })", jsbroker_only=True),
     _refused("key", "ek", "encryption_key", "prev_key", "prev_ek", "prev_encryption_key", "cipher",
              why="no encryption at rest: encrypt the volume instead"),
     _refused("tpm", why="no encryption at rest: encrypt the volume instead"),
@@ -1396,17 +1400,12 @@ def _system_account(name: str | None, auth: AuthSettings) -> str | None:
 
 
 def _merge_accounts(auth: Acc | None, acc: Acc, js_kw: Acc) -> Acc | None:
-    """The accounts' users join authorization's (bound to $G), checked as nats-server checks them (the
-    JetStream account's limits are applied at start: server.py)."""
+    """The accounts' users join authorization's (bound to $G), checked as nats-server checks them (each
+    account's JetStream limits are applied at start: server.py)."""
     accounts = acc.pop("accounts", ())
-    limits = [a.jetstream for a in accounts if a.jetstream is not None]
-    if len(limits) > 1:
-        names = ", ".join(a.name for a in accounts if a.jetstream is not None)
-        raise ConfigError(f"accounts {names} all enable jetstream: jsbroker serves JetStream for one account "
-                          "(per-account JetStream is not there yet); enable it in one account only")
-    if limits and "account" in js_kw:
-        raise ConfigError("give the JetStream account's limits in its accounts { A: { jetstream {...} } } block, "
-                          "not in jetstream.account")
+    if accounts and "account" in js_kw:
+        raise ConfigError("jetstream.account gives the global account's JetStream limits: with accounts, give each "
+                          "account's in its accounts { A: { jetstream {...} } } block")
     account_users, node = acc.pop("account_users", ((), None))
     no_auth_user = acc.pop("no_auth_user", None)
     if not accounts and no_auth_user is None:

@@ -56,6 +56,7 @@ class InternalBus(Protocol):
     server_id: str
     server_name: str
     max_payload: int  # the largest message a client may publish (a counter's stored total must fit it)
+    account_name: str  # the account whose subject space the bus is (advisories name it)
 
     def subscribe_internal(
         self, subject: str, handler: InternalHandler, queue: str | None = None

@@ -25,7 +25,6 @@ SERVER_LABELS = ["server_id", "server_name", "cluster", "domain", "meta_leader",
 STREAM_LABELS = [*SERVER_LABELS, "account", "account_id", "stream_name", "stream_leader", "is_stream_leader"]
 CONSUMER_LABELS = [*STREAM_LABELS, "consumer_name", "consumer_leader", "is_consumer_leader", "consumer_desc",
                    "consumer_created"]
-ACCOUNT = "$G"  # the global account: jsbroker has one
 
 # (varz field, help)
 VARZ_GAUGES = [
@@ -133,8 +132,8 @@ class BrokerCollector(Collector):
         streams = {f: GaugeMetricFamily(f"jetstream_stream_{f}", h, labels=STREAM_LABELS) for f, _, h in STREAM_GAUGES}
         consumers = {f: GaugeMetricFamily(f"jetstream_consumer_{f}", h, labels=CONSUMER_LABELS)
                      for f, _, h in CONSUMER_GAUGES}
-        for stream_name, state, infos in js.stream_details():
-            stream_labels = [*server, ACCOUNT, ACCOUNT, stream_name, b.server_name, "true"]
+        for account, stream_name, state, infos in js.stream_details():
+            stream_labels = [*server, account, account, stream_name, b.server_name, "true"]
             state = {**state, "consumer_count": len(infos)}
             for field, key, _ in STREAM_GAUGES:
                 streams[field].add_metric(stream_labels, float(state.get(key, 0)))

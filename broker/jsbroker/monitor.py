@@ -237,9 +237,12 @@ class Monitor:
         return body
 
     def jsz(self, request: Request) -> Response:
-        return self._json(request, self.jsz_body())
+        def flag(name: str) -> bool:
+            return request.query.get(name, "") in ("1", "true")
+        return self._json(request, self.jsz_body(accounts=flag("accounts"), streams=flag("streams")))
 
-    def jsz_body(self) -> dict[str, Any]:
+    def jsz_body(self, accounts: bool = False, streams: bool = False) -> dict[str, Any]:
+        """nats-server's /jsz: the totals; with `accounts`, each JetStream account's details (`streams`: theirs)."""
         b = self.broker
         base: dict[str, Any] = {
             "memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0, "accounts": 0, "ha_assets": 0,
@@ -252,7 +255,10 @@ class Monitor:
             base.update(streams=0, consumers=0, messages=0, bytes=0, total=0)
             return base
         info = self._js_info()
-        return {**base, **info, "server_id": b.server_id, "now": base["now"]}
+        body = {**base, **info, "server_id": b.server_id, "now": base["now"]}
+        if accounts:  # each account's usage, as nats-server's
+            body["account_details"] = b.jetstream.account_details(streams)
+        return body
 
     def _websocket_varz(self) -> dict[str, Any]:
         """nats-server's /varz websocket section: its settings, empty ones left out (Go's omitempty)."""

@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 class Router:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
-        self.sublist = Sublist()
-        self._cache_get = self.sublist.cache.get  # JetStream account's match cache (deliveries' hot path)
+        self.sublist = Sublist()  # the global account's ($G): internal subscriptions' default
         self.pending: list[Connection] = []  # connections with output to flush
         self.reading: Connection | None = None  # the connection whose read is being parsed
         self._flush_scheduled = False
@@ -49,13 +48,13 @@ class Router:
     # -- subscriptions ------------------------------------------------------------------------------
 
     def insert(self, sub: Subscription, sublist: Sublist | None = None) -> None:
-        """Into `sublist`, else its client's account's (internal subscriptions: JetStream's account's)."""
+        """Into `sublist`, else its client's account's (internal subscriptions: the global account's)."""
         if sublist is None:
             sublist = self.sublist if sub.client is None else sub.client.sublist
         sub.sublist = sublist
         sublist.insert(sub)
-        if self._watches and sublist is self.sublist:
-            self._check_watches(sub.subject)
+        if self._watches:
+            self._check_watches(sub.subject, sublist)
 
     def remove(self, sub: Subscription) -> None:
         if sub.closed:
@@ -66,26 +65,31 @@ class Router:
         if sub.shadows is not None:
             for shadow in sub.shadows:
                 self.remove(shadow)
-        if self._watches and sublist is self.sublist:
-            self._check_watches(sub.subject)
+        if self._watches:
+            self._check_watches(sub.subject, sublist)
 
-    def watch(self, subject: str, listener: InterestListener, queue: str | None = None) -> "Watch":
-        w = Watch(self, subject, listener, self.has_interest(subject, queue), queue)
+    def watch(self, subject: str, listener: InterestListener, queue: str | None = None,
+              sublist: Sublist | None = None) -> "Watch":
+        """Interest in `subject` within one account's sublist (default: the global account's)."""
+        sublist = sublist or self.sublist
+        w = Watch(self, subject, listener, self.has_interest(subject, queue, sublist), queue, sublist)
         self._watches.setdefault(subject, []).append(w)
         return w
 
-    def _check_watches(self, changed: str) -> None:
+    def _check_watches(self, changed: str, sublist: Sublist) -> None:
         for subject, watches in list(self._watches.items()):
             if not subject_matches(changed, subject):
                 continue
             for w in list(watches):
-                now = self.has_interest(subject, w.queue)
+                if w.sublist is not sublist:
+                    continue
+                now = self.has_interest(subject, w.queue, sublist)
                 if w.state != now:
                     w.state = now
                     w.listener(now)
 
-    def has_interest(self, subject: str, queue: str | None = None) -> bool:
-        plain, groups = self.sublist.match(subject)
+    def has_interest(self, subject: str, queue: str | None = None, sublist: Sublist | None = None) -> bool:
+        plain, groups = (sublist or self.sublist).match(subject)
         if queue is None:
             return bool(plain or groups)
         return any(g[0].queue == queue for g in groups)
@@ -126,7 +130,7 @@ class Router:
         """Deliver one message; `data` is header block + payload + CRLF. True if anyone received it.
         `target`, when given, is matched instead of `subject`, which the MSG line still shows
         (JetStream deliveries carry the message's original subject). A client's message is matched in its
-        account's sublist, an internal one in `into` (default: JetStream's account's)."""
+        account's sublist, an internal one in `into` (default: the global account's)."""
         key = target or subject
         sublist = pub.sublist if pub is not None else into if into is not None else self.sublist
         result = sublist.cache.get(key) or sublist.match(key)
@@ -147,8 +151,9 @@ class Router:
         pending = self.pending
         for sub in plain:
             c = sub.client
-            if c is None:
-                delivered += self._internal(sub, pub, subject, reply, hdr_len, data)
+            if c is None:  # an internal one; a stream import's shadow of it sees the local subject
+                shown = subject if sub.rename is None else sub.rename(subject)
+                delivered += self._internal(sub, pub, shown, reply, hdr_len, data)
                 continue
             if not c.echo and c is pub:
                 continue
@@ -233,18 +238,22 @@ class Router:
             self.route(pub, subject, None, -1, b"\r\n")
         pub.in_msgs += queued
 
-    def deliver(self, target: bytes, msgs: Sequence[Delivery]) -> bool:
-        """JetStream deliveries to `target`: one match for the batch, each MSG/HMSG line built once per
-        subscriber. Queue groups, internal subscribers, auto-unsubscribe limits and clients without
-        headers take `route`, one message at a time, for their exact rules."""
-        result = self._cache_get(target) or self.sublist.match(target)
+    def deliver(self, target: bytes, msgs: Sequence[Delivery], sublist: Sublist | None = None) -> bool:
+        """JetStream deliveries to `target` in an account's sublist (default: the global account's): one match
+        for the batch, each MSG/HMSG line built once per subscriber. Queue groups, internal subscribers,
+        auto-unsubscribe limits and clients without headers take `route`, one message at a time, for their
+        exact rules."""
+        if sublist is None:
+            sublist = self.sublist
+        result = sublist.cache.get(target) or sublist.match(target)
         plain, groups = result
         if groups or any(s.client is None or s.max_msgs or not s.client.headers or s.client.perms or s.rename
                          for s in plain):
             delivered = False
             for subject, reply, hdr, data in msgs:
                 hl = len(hdr) if hdr else -1
-                delivered |= self.route(None, subject.encode(), reply.encode(), hl, hdr + data + b"\r\n", target)
+                delivered |= self.route(None, subject.encode(), reply.encode(), hl, hdr + data + b"\r\n", target,
+                                        sublist)
             return delivered
         n = len(msgs)
         size = sum(len(hdr) + len(data) for _, _, hdr, data in msgs)
@@ -412,9 +421,9 @@ class Router:
                     c.gate(gate)
         c.written_msgs = c.out_msgs
 
-    def wait_for_drain(self, subject: bytes, callback: Callable[[], None]) -> bool:
+    def wait_for_drain(self, subject: bytes, callback: Callable[[], None], sublist: Sublist | None = None) -> bool:
         """Internal producers' backpressure: `callback` runs when the backed-up subscriber drains."""
-        plain, groups = self.sublist.match(subject)
+        plain, groups = (sublist or self.sublist).match(subject)
         for sub in (*plain, *(s for g in groups for s in g)):
             c = sub.client
             if c is not None and c.out and not c.congested and not c.closed:
@@ -483,8 +492,9 @@ class Router:
 
 class Watch:
     def __init__(self, router: Router, subject: str, listener: InterestListener, state: bool,
-                 queue: str | None = None) -> None:
+                 queue: str | None, sublist: Sublist) -> None:
         self.router, self.subject, self.listener, self.state, self.queue = router, subject, listener, state, queue
+        self.sublist = sublist
 
     def cancel(self) -> None:
         watches = self.router._watches.get(self.subject)

@@ -1,8 +1,9 @@
 """The broker: listener, connection registry and lifecycle; implements `InternalBus` over the router.
 
 `Broker` owns everything with a lifetime: the listening socket, the connections, the monitoring
-endpoint and the optional JetStream service, which it reaches only through the `InternalBus` it
-implements. Delivery itself belongs to `router.py`.
+endpoint and the optional JetStream service (one per account with JetStream, each reached only through
+its account's `AccountBus`). Its own `InternalBus` is the global account's. Delivery itself belongs to
+`router.py`.
 """
 
 from __future__ import annotations
@@ -14,19 +15,21 @@ import math
 import os
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import __version__, info, lameduck, passwords
+from .account_bus import AccountBus
 from .accounts import Accounts
 from .auth_callout import ServerKeys
-from .config import VERSION, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
+from .config import GLOBAL_ACCOUNT, VERSION, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
 from .connection import Connection
-from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
+from .internal import BatchHandler, Delivery, InterestListener, InterestWatch, InternalHandler, InternalSubscription
 from .listen import advertised, dual_stack_socket, host_port
 from .logs import Logger, get_logger
 from .resolvers import claims_answerer, resolver_for
-from .router import Router, Watch
+from .router import Router
 from .sublist import Subscription
 from .system_account import SystemServices, disconnect_reason
 
@@ -75,7 +78,9 @@ class Broker:
         self.log: Logger = get_logger("jsbroker", server=self.server_name[:8])
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.router = Router(self)
-        self.accounts = Accounts(config.auth, self.router, self._call_later, self.router.sublist)
+        self.accounts = Accounts(config.auth, self.router, self._call_later, self.router.sublist,
+                                 config.jetstream.account if config.jetstream is not None else None)
+        self.bus = AccountBus(self, self.router, GLOBAL_ACCOUNT, self.router.sublist)  # the embedding API's
         self.clients: dict[int, Connection] = {}
         self.port = 0
         self.http_port: int | None = None  # the monitoring listener's port, HTTP or (monitor_tls) HTTPS
@@ -284,15 +289,12 @@ class Broker:
         if js is None:
             return
         try:
-            from .jetstream.service import JetStream
+            from .jetstream.service import JetStreamServer
         except ModuleNotFoundError as e:
             if e.name != f"{__package__}.jetstream.service":
                 raise  # a broken JetStream must fail loudly, not silently turn into core-only
             self.log.warning("jetstream service not installed, running core only")
             return
-        limits = self.accounts.jetstream_limits()
-        if limits is not None:  # the account's `jetstream { ... }` block (jetstream.account in TOML files)
-            js = replace(js, account=limits)
         if js.store_dir is None:
             import tempfile
 
@@ -304,7 +306,13 @@ class Broker:
             raise ConfigError(f"Can't start JetStream: could not create storage directory - {e}") from None
         self.js_settings = js
         self._log_jetstream(js)
-        self.jetstream = JetStream(self, js)
+        self.jetstream = JetStreamServer(js)
+        for account in self.accounts.with_jetstream():  # each its own streams, API and bus (account_bus.py)
+            limits = account.settings.jetstream
+            assert limits is not None
+            bus = AccountBus(self, self.router, account.name, account.sublist,
+                             partial(account.deliver_reply, self.router), partial(account.add_shadows, routes=self.router))
+            self.jetstream.add_account(account.name, bus, limits)
         await self.jetstream.start()
         self.accounts.refuse_jetstream(self.jetstream.refusal)
         usage = self.jetstream.info()
@@ -548,46 +556,38 @@ class Broker:
                               account=conn.jwt_user.account if conn.jwt_user is not None else conn.account.name,
                               system=conn.account is self.accounts.system)
 
-    # -- InternalBus --------------------------------------------------------------------------------
+    # -- InternalBus: the global account's (embedding), through its AccountBus ----------------------------
+
+    @property
+    def account_name(self) -> str:
+        return self.bus.account_name
 
     def subscribe_internal(self, subject: str, handler: InternalHandler, queue: str | None = None) -> Subscription:
-        sub = Subscription(None, subject, queue, b"0", handler)
-        self.router.insert(sub)
-        return sub
+        return self.bus.subscribe_internal(subject, handler, queue)
 
     def subscribe_batched(self, subject: str, handler: BatchHandler) -> Subscription:
-        sub = Subscription(None, subject, None, b"0", handler)
-        sub.batch = []
-        self.router.insert(sub)
-        return sub
+        return self.bus.subscribe_batched(subject, handler)
 
     def unsubscribe_internal(self, sub: InternalSubscription) -> None:
-        self.router.remove(cast(Subscription, sub))
+        self.bus.unsubscribe_internal(sub)
 
     def publish(self, subject: str, reply: str | None, hdr: bytes, payload: bytes) -> bool:
-        return self.router.route(
-            None,
-            subject.encode(),
-            reply.encode() if reply else None,
-            len(hdr) if hdr else -1,
-            hdr + payload + b"\r\n" if hdr else payload + b"\r\n",
-        )
+        return self.bus.publish(subject, reply, hdr, payload)
 
     def deliver(self, target: str, msgs: Sequence[Delivery]) -> bool:
-        return self.router.deliver(target.encode(), msgs)
+        return self.bus.deliver(target, msgs)
 
     def before_output(self, callback: Callable[[], None]) -> None:
-        self.router.before_output(callback)
+        self.bus.before_output(callback)
 
     def wait_for_drain(self, subject: str, callback: Callable[[], None]) -> bool:
-        return self.router.wait_for_drain(subject.encode(), callback)
+        return self.bus.wait_for_drain(subject, callback)
 
     def has_interest(self, subject: str, queue: str | None = None) -> bool:
-        return self.router.has_interest(subject, queue)
+        return self.bus.has_interest(subject, queue)
 
-    def watch_interest(self, subject: str, listener: InterestListener, queue: str | None = None) -> Watch:
-        return self.router.watch(subject, listener, queue)
+    def watch_interest(self, subject: str, listener: InterestListener, queue: str | None = None) -> InterestWatch:
+        return self.bus.watch_interest(subject, listener, queue)
 
     def has_literal_interest(self, subject: str) -> bool:
-        return self.router.sublist.has_literal(subject)
-
+        return self.bus.has_literal_interest(subject)

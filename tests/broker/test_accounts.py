@@ -321,15 +321,7 @@ def test_an_import_with_prefix_and_to_is_refused(tmp_path: Path):
         load_file(path, env={})
 
 
-def test_jetstream_in_several_accounts_is_refused_by_name(tmp_path: Path):
-    path = tmp_path / "server.conf"
-    path.write_text("jetstream: enabled\naccounts { A: { jetstream: enabled }, B: { jetstream: enabled } }\n")
-    assert nats_server_accepts(path)[0]
-    with pytest.raises(ConfigError, match="accounts A, B all enable jetstream: jsbroker serves JetStream for one"):
-        load_file(path, env={})
-
-
-# -- JetStream: served in the one account that enables it ---------------------------------------------------
+# -- JetStream: served in the accounts that enable it (several: tests/jetstream/test_jetstream_accounts.py) ------
 
 JS_CONFIG = """
 jetstream: enabled

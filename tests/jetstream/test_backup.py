@@ -437,9 +437,9 @@ async def test_a_crash_during_a_restore_leaves_nothing(server_factory, unique):
     assert handle.store_dir is not None
     handle.kill()
     handle.start()
-    restores = handle.store_dir / "jetstream" / "restores"
+    restores = handle.store_dir / "jetstream" / "$G" / "restores"
     assert not restores.exists() or not any(restores.iterdir())
-    assert not (handle.store_dir / "jetstream" / "streams" / name).exists()
+    assert not (handle.store_dir / "jetstream" / "$G" / "streams" / name).exists()
     nc = await nats.connect(handle.url)
     try:
         assert (await api(nc, f"$JS.API.STREAM.INFO.{name}"))["error"]["err_code"] == 10059
@@ -458,9 +458,9 @@ async def test_a_staged_restore_left_by_a_crash_is_removed_at_start(server_facto
     await nc.jetstream().publish("s.a", b"x")
     await nc.close()
     handle.stop()
-    staged = store / "jetstream" / "restores" / "T.x1"
-    (store / "jetstream" / "restores").mkdir(parents=True)
-    shutil.copytree(store / "jetstream" / "streams" / "S", staged)  # a whole stream, as _stage leaves it
+    staged = store / "jetstream" / "$G" / "restores" / "T.x1"
+    (store / "jetstream" / "$G" / "restores").mkdir(parents=True)
+    shutil.copytree(store / "jetstream" / "$G" / "streams" / "S", staged)  # a whole stream, as _stage leaves it
     handle.start()
     assert not staged.exists()
     nc = await nats.connect(handle.url)

@@ -72,7 +72,7 @@ async def test_a_clean_stop_saves_the_msg_id_window_and_a_stale_one_is_not_used(
     (jsbroker's pytest plugin: `down()` stops the broker for the block and starts it again on its store.)"""
     from jsbroker import store as storage
 
-    saved = storage.stream_dir(jsbroker.store_dir, "D") / storage.DEDUPE
+    saved = storage.stream_dir(storage.account_dir(jsbroker.store_dir, "$G"), "D") / storage.DEDUPE
     assert await _duplicates(jsbroker.client_url, ["a", "b", "c"]) == [False, False, False]
     async with jsbroker.down():
         assert saved.exists()

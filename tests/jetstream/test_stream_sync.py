@@ -16,7 +16,7 @@ async def test_interval_sync_covers_consumer_stores(jsbroker, nats_client):
     await js.publish("sync.a", b"1")
     msg = (await sub.fetch(1, timeout=2))[0]
     await msg.ack_sync()
-    stream = jsbroker.running.jetstream.streams["SYNC"]
+    stream = jsbroker.running.jetstream.accounts["$G"].streams["SYNC"]
     consumer_store = stream.consumers["D"].store
     deadline = asyncio.get_running_loop().time() + 5
     while (consumer_store._dirty or stream.store._dirty) and asyncio.get_running_loop().time() < deadline:

@@ -505,7 +505,7 @@ async def test_a_broker_killed_after_opening_from_a_snapshot_replays_and_loses_n
     store_dir = tmp_path / "store"
     broker = launch(JSBROKER, store_dir=store_dir)
     stream = "SNAP"
-    snap = store_dir / "jetstream" / "streams" / stream / "msgs" / SNAPSHOT
+    snap = store_dir / "jetstream" / "$G" / "streams" / stream / "msgs" / SNAPSHOT
     try:
         nc = await nats.connect(broker.url)
         await nc.jetstream().add_stream(name=stream, subjects=[stream + ".>"], storage="file")
@@ -542,7 +542,7 @@ async def test_the_broker_checkpoints_on_its_sync_timer_and_a_kill_replays_from_
     config = tmp_path / "broker.json"
     config.write_text(json.dumps({"jetstream": {"sync": "300ms"}}))
     broker = launch(JSBROKER, store_dir=store_dir, extra_args=["-c", str(config)])
-    snap = store_dir / "jetstream" / "streams" / "TICK" / "msgs" / SNAPSHOT
+    snap = store_dir / "jetstream" / "$G" / "streams" / "TICK" / "msgs" / SNAPSHOT
     try:
         nc = await nats.connect(broker.url)
         await nc.jetstream().add_stream(name="TICK", subjects=["TICK.>"], storage="file")

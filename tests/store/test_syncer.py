@@ -30,7 +30,7 @@ class Fsyncs:
 
 
 def stream_path(root: Path, stream: str, name: str) -> Path:
-    path = root / "jetstream" / "streams" / stream / name
+    path = streams_root(root) / stream / name
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 

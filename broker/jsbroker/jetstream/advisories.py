@@ -20,7 +20,6 @@ PREFIX = "$JS.EVENT.ADVISORY.CONSUMER."
 _TYPE = "io.nats.jetstream.advisory.v1."
 METRIC_ACK_PREFIX = "$JS.EVENT.METRIC.CONSUMER.ACK."
 _METRIC_TYPE = "io.nats.jetstream.metric.v1."
-ACCOUNT = "$G"  # the one account jsbroker serves (nats-server's global account)
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -71,14 +70,14 @@ def action(bus: InternalBus, stream: str, consumer: str, created: bool) -> None:
 def pinned(bus: InternalBus, stream: str, consumer: str, domain: str | None, group: str, pin_id: str) -> None:
     """A priority group pinned a client (`pinned_client`)."""
     _send(bus, f"{PREFIX}PINNED.{stream}.{consumer}", "consumer_group_pinned",
-          {"account": ACCOUNT, "stream": stream, "consumer": consumer, **({"domain": domain} if domain else {}),
+          {"account": bus.account_name, "stream": stream, "consumer": consumer, **({"domain": domain} if domain else {}),
            "group": group, "pinned_id": pin_id})
 
 
 def unpinned(bus: InternalBus, stream: str, consumer: str, domain: str | None, group: str, reason: str) -> None:
     """A pin ended: `reason` "timeout" (priority_timeout passed) or "admin" (CONSUMER.UNPIN)."""
     _send(bus, f"{PREFIX}UNPINNED.{stream}.{consumer}", "consumer_group_unpinned",
-          {"account": ACCOUNT, "stream": stream, "consumer": consumer, **({"domain": domain} if domain else {}),
+          {"account": bus.account_name, "stream": stream, "consumer": consumer, **({"domain": domain} if domain else {}),
            "group": group, "reason": reason})
 
 

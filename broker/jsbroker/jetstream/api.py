@@ -91,6 +91,22 @@ class Endpoint:
     own_api_level: bool = False  # the handler checks Nats-Required-Api-Level itself (after deciding to answer)
 
 
+def match(endpoints: list[Endpoint], subject: str) -> Endpoint | None:
+    for endpoint in endpoints:
+        if subjects.subject_matches(endpoint.pattern, subject):
+            return endpoint
+    return None
+
+
+def refusal(endpoints: list[Endpoint], subject: str) -> bytes | None:
+    """The answer to a request in an account without JetStream (10039), None for a subject nobody handles."""
+    endpoint = match(endpoints, subject)
+    if endpoint is None:
+        return None
+    err = errors.NOT_ENABLED_FOR_ACCOUNT().to_dict()
+    return dumps({"type": TYPE_PREFIX + endpoint.response_type, "error": err, **endpoint.error_fields})
+
+
 class ApiRouter:
     """Subscribes the API subjects, dispatches requests to the handler table and sends the answers."""
 
@@ -155,19 +171,8 @@ class ApiRouter:
         body = {"type": TYPE_PREFIX + endpoint.response_type, "error": err.to_dict(), **endpoint.error_fields}
         self._bus.publish(reply, None, b"", dumps(body))
 
-    def refusal(self, subject: str) -> bytes | None:
-        """The answer to a request in an account without JetStream (10039), None for a subject nobody handles."""
-        endpoint = self._match(subject)
-        if endpoint is None:
-            return None
-        err = errors.NOT_ENABLED_FOR_ACCOUNT().to_dict()
-        return dumps({"type": TYPE_PREFIX + endpoint.response_type, "error": err, **endpoint.error_fields})
-
     def _match(self, subject: str) -> Endpoint | None:
-        for endpoint in self._endpoints:
-            if subjects.subject_matches(endpoint.pattern, subject):
-                return endpoint
-        return None
+        return match(self._endpoints, subject)
 
     def _unhandled(self, subject: str, reply: str | None) -> None:
         """Answer 503 where nats-server has no responder; stay silent for unknown subjects."""

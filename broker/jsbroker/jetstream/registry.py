@@ -3,8 +3,9 @@
 Owns: the stream registry (create / update / delete / lookup with nats-server's cross-stream rules, and
 restoring a stream from a snapshot archive: `restore_stream`), the consumer registry beside it
 (`ConsumerRegistry`: create, restore, delete and expire consumers), the on-disk layout
-`<store_dir>/streams/<name>/` (config metadata + the stream's store + `consumers/<name>/` for durable
-consumers, the store package's layout helpers), restoring every stream on start, the periodic fsync of
+`<store_dir>/jetstream/<account>/streams/<name>/` (config metadata + the stream's store + `consumers/<name>/`
+for durable consumers, the store package's layout helpers), the account's limits and its share of the
+server's (`ServerStorage`: every account's reservations and usage against `max_memory` / `max_storage`), restoring every stream on start, the periodic fsync of
 the default sync policy, the store's `Syncer` (every fsync runs in its threads; an API answer waits for
 the fsyncs its handler asked for: `answer_when_durable`), and the numbers `$JS.API.INFO`, /jsz and /varz
 report. The API router (api.py) answers requests with it; service.py puts the two together as the
@@ -129,17 +130,40 @@ class ConsumerRegistry:
         advisories.action(stream.bus, stream.name, consumer.name, created=False)
 
 
-class StreamRegistry:
-    """The streams (and beside them the consumers) of the account; the API's handlers call it."""
+class ServerStorage:
+    """The server's `max_memory` / `max_storage`, which every account's streams share (nats-server's
+    reservations: a stream's max_bytes is reserved against the server's limit, over all accounts)."""
 
-    def __init__(self, bus: InternalBus, settings: JetStreamSettings) -> None:
+    def __init__(self, max_memory: int, max_storage: int) -> None:
+        self.max_memory, self.max_storage = max_memory, max_storage
+        self.accounts: list[StreamRegistry] = []
+
+    def limit(self, storage: str) -> int:
+        return self.max_memory if storage == "memory" else self.max_storage
+
+    def reserved(self, storage: str, own: Stream | None = None) -> int:
+        return sum(r.reserved(storage, own) for r in self.accounts)
+
+    def used(self, storage: str) -> int:
+        return sum(r.used(storage) for r in self.accounts)
+
+
+class StreamRegistry:
+    """The streams (and beside them the consumers) of one account; the API's handlers call it."""
+
+    def __init__(self, bus: InternalBus, settings: JetStreamSettings, directory: Path | None,
+                 server: ServerStorage) -> None:
+        """`directory`: the account's (`storage.account_dir`), None when the server has no store; `server`:
+        the limits shared with the other accounts."""
         self.bus = bus
+        self.server = server
+        server.accounts.append(self)
         self._fast_inflight = fast_batch.Inflight()  # open fast batches across streams (nats-server's 50,000)
         self.settings = settings
         self.domain = settings.domain or None
         self.streams: dict[str, Stream] = {}
         self._sourcing: dict[str, Sourcing] = {}  # the streams with a mirror or sources: their copying
-        self._store_dir = Path(settings.store_dir) if settings.store_dir else None
+        self._store_dir = directory
         stats = FsyncStats()
         # Every fsync of the running broker happens in the syncer's thread (store/syncer.py), never on the loop.
         self._syncer = storage.Syncer(bus.loop, storage.SyncPolicy(stats=stats).fsync_now,
@@ -353,9 +377,8 @@ class StreamRegistry:
         """The archive's bytes against the limits before anything is stored, as nats-server reserves them:
         as a `max_bytes` (10028 / 10047 when the reservations would pass the limit) and as usage."""
         self._check_reservation(dataclasses.replace(cfg, max_bytes=max(cfg.max_bytes, size)), None)
-        limit = min((x for x in (self._limit(cfg.storage), self._account_limit(cfg.storage)) if x > 0), default=0)
-        used = sum(s.store.state().bytes for s in self.streams.values() if s.config.storage == cfg.storage)
-        if 0 < limit < used + size:
+        account, server = self._account_limit(cfg.storage), self.server.limit(cfg.storage)
+        if 0 < account < self.used(cfg.storage) + size or 0 < server < self.server.used(cfg.storage) + size:
             raise errors.MEMORY_RESOURCES_EXCEEDED() if cfg.storage == "memory" else errors.STORAGE_RESOURCES_EXCEEDED()
 
     async def _durable(self) -> None:
@@ -447,9 +470,6 @@ class StreamRegistry:
             if any(subjects.subjects_overlap(a, b) for a in cfg.subjects for b in other.config.subjects):
                 raise errors.STREAM_SUBJECT_OVERLAP()
 
-    def _limit(self, storage: str) -> int:
-        return self.settings.max_memory if storage == "memory" else self.settings.max_storage
-
     def _account_limit(self, storage: str) -> int:
         account = self.settings.account
         return account.max_mem if storage == "memory" else account.max_file
@@ -464,23 +484,29 @@ class StreamRegistry:
             raise errors.STREAM_MAX_STREAM_BYTES_EXCEEDED()
 
     def _check_reservation(self, cfg: StreamConfig, own: Stream | None) -> None:
-        """A stream's max_bytes is reserved against the account's and the server's memory / storage limits
-        (nats-server's checkAllLimits): the reservations together may not exceed the smaller one."""
-        limit = min((x for x in (self._limit(cfg.storage), self._account_limit(cfg.storage)) if x > 0), default=0)
-        if limit <= 0 or cfg.max_bytes <= 0:
-            return
-        reserved = sum(s.config.max_bytes for s in self.streams.values()
-                       if s is not own and s.config.storage == cfg.storage and s.config.max_bytes > 0)
-        if reserved + cfg.max_bytes > limit:
+        """A stream's max_bytes is reserved against the account's memory / storage limit (its own streams'
+        reservations) and the server's (every account's), as nats-server's checkAllLimits: a stream without
+        max_bytes counts as one byte, so an account limit of 0 allows no stream of that storage type."""
+        add = cfg.max_bytes if cfg.max_bytes > 0 else 1
+        account, server = self._account_limit(cfg.storage), self.server.limit(cfg.storage)
+        if (0 <= account < self.reserved(cfg.storage, own) + add
+                or 0 < server < self.server.reserved(cfg.storage, own) + add):
             raise errors.MEMORY_RESOURCES_EXCEEDED() if cfg.storage == "memory" else errors.STORAGE_RESOURCES_EXCEEDED()
+
+    def reserved(self, storage: str, own: Stream | None = None) -> int:
+        """The max_bytes this account's streams of a storage type reserve (`own`, being updated, left out)."""
+        return sum(s.config.max_bytes for s in self.streams.values()
+                   if s is not own and s.config.storage == storage and s.config.max_bytes > 0)
+
+    def used(self, storage: str) -> int:
+        return sum(s.store.state().bytes for s in self.streams.values() if s.config.storage == storage)
 
     def _exhausted(self, storage: str) -> errors.ErrorKind | None:
         """The error for a publish when this storage type is used up: the account's limit first (10002),
-        then the server's (10023); None while there is room."""
-        used = sum(s.store.state().bytes for s in self.streams.values() if s.config.storage == storage)
-        if 0 < self._account_limit(storage) <= used:
+        then the server's, by every account (10023); None while there is room."""
+        if 0 < self._account_limit(storage) <= self.used(storage):
             return errors.ACCOUNT_RESOURCES_EXCEEDED
-        if 0 < self._limit(storage) <= used:
+        if 0 < self.server.limit(storage) <= self.server.used(storage):
             return errors.INSUFFICIENT_RESOURCES
         return None
 
@@ -552,7 +578,8 @@ class StreamRegistry:
     def cluster_info(self) -> dict[str, Any]:
         return {"leader": self.bus.server_name}
 
-    def _usage(self) -> tuple[int, int, int, int, int]:
+    def usage(self) -> tuple[int, int, int, int, int]:
+        """memory and file bytes, streams, consumers, messages."""
         memory = file = consumers = msgs = 0
         for stream in self.streams.values():
             state = stream.store.state()
@@ -565,10 +592,11 @@ class StreamRegistry:
         return memory, file, len(self.streams), consumers, msgs
 
     def account_info(self) -> dict[str, Any]:
-        memory, file, streams, consumers, _ = self._usage()
+        memory, file, streams, consumers, _ = self.usage()
         account = self.settings.account
         body: dict[str, Any] = {
-            "memory": memory, "storage": file, "reserved_memory": 0, "reserved_storage": 0,
+            "memory": memory, "storage": file,
+            "reserved_memory": self.reserved("memory"), "reserved_storage": self.reserved("file"),
             "streams": streams, "consumers": consumers,
             # the account's limits (the server-wide max_memory / max_storage are not account limits)
             "limits": {"max_memory": account.max_mem, "max_storage": account.max_file,
@@ -594,19 +622,6 @@ class StreamRegistry:
         return [(name, stream.info_state(),
                  [c.info(dynamic_metadata=False) for _, c in sorted(stream.consumers.items()) if isinstance(c, Consumer)])
                 for name, stream in sorted(self.streams.items())]
-
-    def info(self) -> dict[str, Any]:
-        """For /jsz and /varz."""
-        memory, file, streams, consumers, msgs = self._usage()
-        s = self.settings
-        return {
-            "config": {"max_memory": s.max_memory, "max_storage": s.max_storage,
-                       "store_dir": str(s.store_dir) if s.store_dir else "", "sync_always": s.sync_always,
-                       "sync_interval": int(s.sync_interval * 1e9), **({"domain": self.domain} if self.domain else {})},
-            "memory": memory, "storage": file, "streams": streams, "consumers": consumers, "messages": msgs,
-            "bytes": memory + file,
-            "api": {"level": API_LEVEL, "total": self.api_counts.total, "errors": self.api_counts.errors},
-        }
 
     # -- for the router ---------------------------------------------------------------------------------
 

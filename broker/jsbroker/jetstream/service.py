@@ -1,36 +1,147 @@
-"""The JetStream service the core starts with `JetStream(bus, settings)`: the account's streams and
-consumers (registry.py) answered on `$JS.API.>` by the API router (api.py) with the handler tables of
-stream_api.py, consumer_api.py and snapshot_api.py. Built above both, so neither the registry nor the
-handlers import the service they are part of.
+"""The JetStream service the core starts: `JetStreamServer`, one `JetStream` per account that has it.
+
+A `JetStream` is one account's streams and consumers (registry.py) answered on that account's `$JS.API.>` by
+the API router (api.py) with the handler tables of stream_api.py, consumer_api.py and snapshot_api.py, on
+the account's own bus (the core's `AccountBus`). `JetStreamServer` holds them, as nats-server's server-wide
+JetStream holds its accounts: the store directory (each account under `<store_dir>/jetstream/<account>/`),
+the server's `max_memory` / `max_storage` they share (`ServerStorage`), and the numbers /jsz and /varz report
+over all of them. Built above both, so neither the registry nor the handlers import the service they are
+part of.
 """
 
 from __future__ import annotations
 
-from jsbroker.config import JetStreamSettings
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from jsbroker import store as storage
+from jsbroker.config import AccountLimits, ConfigError, JetStreamSettings
 from jsbroker.internal import InternalBus
-from jsbroker.jetstream.api import ApiRouter
+from jsbroker.jetstream import api, times
 from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS
-from jsbroker.jetstream.registry import StreamRegistry
+from jsbroker.jetstream.registry import ServerStorage, StreamRegistry
+from jsbroker.jetstream.requests import API_LEVEL
 from jsbroker.jetstream.snapshot_api import SNAPSHOT_HANDLERS
 from jsbroker.jetstream.stream_api import STREAM_HANDLERS
 
+ENDPOINTS = STREAM_HANDLERS + CONSUMER_HANDLERS + SNAPSHOT_HANDLERS
+_UINT64 = 1 << 64  # Go's uint64 of nats-server's -1 ("unlimited")
+
 
 class JetStream(StreamRegistry):
-    """The registry, and the API router that answers requests with it once its streams are restored."""
+    """One account's registry, and the API router that answers its requests once its streams are restored."""
 
-    def __init__(self, bus: InternalBus, settings: JetStreamSettings) -> None:
-        super().__init__(bus, settings)
-        self._router = ApiRouter(self, bus, STREAM_HANDLERS + CONSUMER_HANDLERS + SNAPSHOT_HANDLERS, self.domain,
-                                 self.api_counts)
+    def __init__(self, account: str, bus: InternalBus, settings: JetStreamSettings, server: ServerStorage) -> None:
+        directory = storage.account_dir(settings.store_dir, account) if settings.store_dir else None
+        super().__init__(bus, settings, directory, server)
+        self.account = account
+        self._router = api.ApiRouter(self, bus, ENDPOINTS, self.domain, self.api_counts)
 
     async def start(self) -> None:
         await super().start()
         self._router.start()
 
-    def refusal(self, subject: str) -> bytes | None:
-        """What an account without JetStream is answered on this API subject (nats-server's 10039)."""
-        return self._router.refusal(subject)
-
     async def stop(self) -> None:
         self._router.stop()
         await super().stop()
+
+
+class JetStreamServer:
+    """Every account's JetStream in one server: started, stopped and reported together."""
+
+    def __init__(self, settings: JetStreamSettings) -> None:
+        self.settings = settings
+        self.storage = ServerStorage(settings.max_memory, settings.max_storage)
+        self.accounts: dict[str, JetStream] = {}
+
+    def add_account(self, account: str, bus: InternalBus, limits: AccountLimits) -> JetStream:
+        """JetStream for `account` (before `start`), with its own limits."""
+        js = self.accounts[account] = JetStream(account, bus, replace(self.settings, account=limits), self.storage)
+        return js
+
+    async def start(self) -> None:
+        """Bring every account's streams back; a store written before per-account JetStream (one account's
+        streams in `<store_dir>/jetstream/streams/`) moves under its account first (`ConfigError` when it is
+        not clear which: then several accounts have JetStream)."""
+        store_dir = self.settings.store_dir
+        legacy = storage.one_account_layout(store_dir) if store_dir is not None else None
+        if legacy is not None and not any(legacy.iterdir()):  # no streams: nothing to move (an empty store's)
+            legacy.rmdir()
+        elif store_dir is not None and legacy is not None:
+            if len(self.accounts) != 1:
+                raise ConfigError(
+                    f"Can't start JetStream: {legacy} holds one account's streams (written by jsbroker before "
+                    f"per-account JetStream) and accounts {', '.join(sorted(self.accounts)) or '(none)'} have "
+                    f"JetStream: move it to {store_dir}/jetstream/<account>/streams for the account whose streams "
+                    "they are")
+            try:
+                storage.adopt_one_account_layout(store_dir, next(iter(self.accounts)))
+            except (storage.StoreError, OSError) as e:
+                raise ConfigError(f"Can't start JetStream: {e}") from None
+        for js in self.accounts.values():
+            await js.start()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(js.stop() for js in self.accounts.values()))
+
+    def release_waiting_pulls(self, tell: bool) -> None:
+        for js in self.accounts.values():
+            js.release_waiting_pulls(tell)
+
+    @staticmethod
+    def refusal(subject: str) -> bytes | None:
+        """What an account without JetStream is answered on this API subject (nats-server's 10039)."""
+        return api.refusal(ENDPOINTS, subject)
+
+    # -- reports ----------------------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """For /jsz and /varz: the server's config and the sums over its accounts."""
+        totals = [sum(column) for column in zip((0, 0, 0, 0, 0), *(js.usage() for js in self.accounts.values()))]
+        memory, file, streams, consumers, msgs = totals
+        s = self.settings
+        return {
+            "config": {"max_memory": s.max_memory, "max_storage": s.max_storage,
+                       "store_dir": str(s.store_dir) if s.store_dir else "", "sync_always": s.sync_always,
+                       "sync_interval": int(s.sync_interval * 1e9), **({"domain": s.domain} if s.domain else {})},
+            "memory": memory, "storage": file, "streams": streams, "consumers": consumers, "messages": msgs,
+            "bytes": memory + file, "accounts": len(self.accounts), "total": len(self.accounts),
+            "reserved_memory": self.storage.reserved("memory"), "reserved_storage": self.storage.reserved("file"),
+            "api": {"level": API_LEVEL, "total": sum(js.api_counts.total for js in self.accounts.values()),
+                    "errors": sum(js.api_counts.errors for js in self.accounts.values())},
+        }
+
+    def account_details(self, streams: bool = False) -> list[dict[str, Any]]:
+        """/jsz?accounts=true's `account_details`, by account name (with `stream_detail` when `streams`)."""
+        return [self.account_detail(name, streams) for name in sorted(self.accounts)]
+
+    def account_detail(self, account: str, streams: bool = False) -> dict[str, Any]:
+        """One account's entry of /jsz's `account_details`. As nats-server's, its reserved_memory /
+        reserved_storage are the account's limits (unlimited: the largest uint64) and its API level 0."""
+        js = self.accounts[account]
+        memory, file, *_ = js.usage()
+        limits = js.settings.account
+        body: dict[str, Any] = {
+            "name": account, "id": account, "memory": memory, "storage": file,
+            "reserved_memory": limits.max_mem % _UINT64, "reserved_storage": limits.max_file % _UINT64,
+            "accounts": 0, "ha_assets": 0,
+            "api": {"level": 0, "total": js.api_counts.total, "errors": js.api_counts.errors},
+        }
+        if streams and js.streams:
+            body["stream_detail"] = [{"name": name, "created": times.rfc3339(stream.created_ns),
+                                      "cluster": js.cluster_info(), "state": stream.info_state()}
+                                     for name, stream in sorted(js.streams.items())]
+        return body
+
+    def store_stats(self) -> dict[str, float]:
+        """For /metrics: fsyncs summed over the accounts' stores, the slowest one, the longest recovery."""
+        stats = [js.store_stats() for js in self.accounts.values()]
+        return {"fsyncs": sum(x["fsyncs"] for x in stats), "fsync_seconds": sum(x["fsync_seconds"] for x in stats),
+                "fsync_max_seconds": max((x["fsync_max_seconds"] for x in stats), default=0.0),
+                "recovery_seconds": max((x["recovery_seconds"] for x in stats), default=0.0)}
+
+    def stream_details(self) -> list[tuple[str, str, dict[str, Any], list[dict[str, Any]]]]:
+        """Each account's streams (account, stream, state, consumers' infos), for /metrics."""
+        return [(name, *detail) for name, js in sorted(self.accounts.items()) for detail in js.stream_details()]

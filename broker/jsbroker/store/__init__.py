@@ -3,12 +3,16 @@
 This module is the only place that picks an implementation (`open_stream_store`, `open_consumer_store`)
 and owns the on-disk directory layout (README.md next to it documents it):
 
-    <store_dir>/jetstream/streams/<stream>/meta.json             stream config (the stream layer's bytes)
-    <store_dir>/jetstream/streams/<stream>/msgs/NNNNNNNN.blk      message blocks (file.py)
-    <store_dir>/jetstream/streams/<stream>/msgs/index.snap        index snapshot: last checkpoint or clean close (index_snapshot.py)
-    <store_dir>/jetstream/streams/<stream>/consumers/<name>/      meta.json + state.snap + state.log.<gen>
-    <store_dir>/jetstream/restores/                               archives being received and streams being
+    <store_dir>/jetstream/<account>/                              one account's JetStream (`account_dir`), as nats-server's
+    <account>/streams/<stream>/meta.json                          stream config (the stream layer's bytes)
+    <account>/streams/<stream>/msgs/NNNNNNNN.blk                  message blocks (file.py)
+    <account>/streams/<stream>/msgs/index.snap                    index snapshot: last checkpoint or clean close (index_snapshot.py)
+    <account>/streams/<stream>/consumers/<name>/                  meta.json + state.snap + state.log.<gen>
+    <account>/restores/                                           archives being received and streams being
                                                                   restored (jetstream/service.py); emptied at start
+
+The functions below take an account's directory. jsbroker before per-account JetStream kept its one account's
+streams in `<store_dir>/jetstream/streams/`; `adopt_one_account_layout` moves them under their account.
 """
 
 from __future__ import annotations
@@ -76,17 +80,52 @@ def _safe_name(name: str) -> str:
     return name
 
 
-def streams_root(store_dir: Path) -> Path:
-    return Path(store_dir) / "jetstream" / "streams"
+def account_dir(store_dir: Path, account: str) -> Path:
+    """Where one account's JetStream lives under the server's store directory (nats-server's layout)."""
+    return Path(store_dir) / "jetstream" / _safe_name(account)
 
 
-def restores_root(store_dir: Path) -> Path:
-    return Path(store_dir) / "jetstream" / "restores"
+def streams_root(account_directory: Path) -> Path:
+    return Path(account_directory) / "streams"
 
 
-def clear_restores(store_dir: Path) -> None:
+def restores_root(account_directory: Path) -> Path:
+    return Path(account_directory) / "restores"
+
+
+def clear_restores(account_directory: Path) -> None:
     """Remove what restores interrupted by a stop or crash left (never part of a stream)."""
-    shutil.rmtree(restores_root(store_dir), ignore_errors=True)
+    shutil.rmtree(restores_root(account_directory), ignore_errors=True)
+
+
+def one_account_layout(store_dir: Path) -> Path | None:
+    """The streams directory jsbroker wrote before per-account JetStream (`<store_dir>/jetstream/streams/`,
+    one account's streams), if `store_dir` has one. An account named `streams` has a `streams/` of its own in
+    there (no config in it); a stream named `streams` has one."""
+    legacy = Path(store_dir) / "jetstream" / "streams"
+    if not legacy.is_dir():
+        return None
+    inner = legacy / "streams"
+    return None if inner.is_dir() and not (inner / META).is_file() else legacy
+
+
+def adopt_one_account_layout(store_dir: Path, account: str) -> None:
+    """Move the streams of `one_account_layout` under `account` (the one it served), with one rename, and drop
+    the restores that layout left; the account's own directory must not hold streams yet."""
+    legacy = one_account_layout(store_dir)
+    if legacy is None:
+        return
+    target = streams_root(account_dir(store_dir, account))
+    if target.exists() and any(target.iterdir()):
+        raise StoreError(f"{legacy} (streams written before per-account JetStream) and {target} both hold "
+                         f"streams: move the old ones into the account they belong to, {target.parent.parent}/<account>/streams")
+    if target.exists():
+        target.rmdir()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(legacy, target)
+    shutil.rmtree(Path(store_dir) / "jetstream" / "restores", ignore_errors=True)
+    fsync_dir(target.parent)
+    fsync_dir(target.parent.parent)
 
 
 def commit_restore(staging: Path, final: Path, sync: SyncPolicy) -> None:
@@ -101,9 +140,9 @@ def commit_restore(staging: Path, final: Path, sync: SyncPolicy) -> None:
     sync.fsync_dir(final.parent)
 
 
-def lanes(store_dir: Path) -> Callable[[Path], Hashable]:
+def lanes(account_directory: Path) -> Callable[[Path], Hashable]:
     """For the Syncer: the paths under one stream's directory share a lane (its name); the rest one more."""
-    root = streams_root(store_dir)
+    root = streams_root(account_directory)
 
     def lane_of(path: Path) -> Hashable:
         try:
@@ -115,8 +154,8 @@ def lanes(store_dir: Path) -> Callable[[Path], Hashable]:
     return lane_of
 
 
-def stream_dir(store_dir: Path, name: str) -> Path:
-    return streams_root(store_dir) / _safe_name(name)
+def stream_dir(account_directory: Path, name: str) -> Path:
+    return streams_root(account_directory) / _safe_name(name)
 
 
 def consumer_dir(stream_directory: Path, name: str) -> Path:
@@ -137,9 +176,9 @@ def _dirs_with_meta(parent: Path) -> list[Path]:
     return sorted(found)
 
 
-def list_stream_dirs(store_dir: Path) -> list[Path]:
-    """Stream directories under a store root that hold a saved config, sorted by name."""
-    return _dirs_with_meta(streams_root(store_dir))
+def list_stream_dirs(account_directory: Path) -> list[Path]:
+    """Stream directories of an account that hold a saved config, sorted by name."""
+    return _dirs_with_meta(streams_root(account_directory))
 
 
 def list_consumer_dirs(stream_directory: Path) -> list[Path]:
