@@ -161,6 +161,8 @@ PURE = frozenset(
         "jsbroker.jetstream.snapshot",  # the archive format: reads and writes only the file objects it is given
         "jsbroker.jetstream.direct_get",  # DIRECT.GET's answer, from the store it is given
         "jsbroker.jetstream.s2",  # s2 / Snappy stream decoding, the same
+        "jsbroker.jetstream.publish_checks",  # a publish against the stream's config, store and msg-id window
+        "jsbroker.jetstream.dedupe",
         "jsbroker.store.base",
         "jsbroker.store.record",
         "jsbroker.store.index_snapshot",
