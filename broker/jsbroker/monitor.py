@@ -22,7 +22,7 @@ from .config import VERSION
 from .http_server import HttpServer, Request, Response
 
 if TYPE_CHECKING:
-    from .server import Broker
+    from .monitored import MonitoredServer
 
 _NS = 1_000_000_000
 
@@ -47,7 +47,7 @@ def go_duration(seconds: float) -> str:
 
 
 class Monitor:
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: MonitoredServer) -> None:
         self.broker = broker
         self.started = time.time()
         self.requests: dict[str, int] = {}
