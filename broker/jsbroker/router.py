@@ -357,7 +357,8 @@ class Router:
         return None
 
     def _internal(
-        self, sub: Subscription, pub: RoutedConnection | None, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes
+        self, sub: Subscription, pub: RoutedConnection | None, subject: bytes, reply: bytes | None, hdr_len: int,
+        data: bytes,
     ) -> int:
         if sub.closed:
             return 0

@@ -145,11 +145,10 @@ def test_discard_new_limits() -> None:
     err = refused(errors.STREAM_STORE_FAILED, check_discard_new, "orders.3", b"", b"x", "", replace(new, max_msgs=3),
                   store)
     assert err.description == "maximum messages exceeded"
-    size = store.state().bytes
-    check_discard_new("orders.3", b"", b"x", "", replace(new, max_bytes=size + store.accounted_size("orders.3", b"", b"x")),
-                      store)
+    room = store.state().bytes + store.accounted_size("orders.3", b"", b"x")
+    check_discard_new("orders.3", b"", b"x", "", replace(new, max_bytes=room), store)
     err = refused(errors.STREAM_STORE_FAILED, check_discard_new, "orders.3", b"", b"x", "",
-                  replace(new, max_bytes=size + 1), store)
+                  replace(new, max_bytes=room - 1), store)
     assert err.description == "maximum bytes exceeded"
     per_subject = replace(new, max_msgs_per_subject=2, discard_new_per_subject=True, max_msgs=3)
     err = refused(errors.STREAM_STORE_FAILED, check_discard_new, "orders.1", b"", b"x", "", per_subject, store)

@@ -4,7 +4,8 @@ ack (`processJetStreamMsgWithBatch`, the order stream.py's docstring lists); non
 
 `check_headers` makes the header checks up to the rollup, `check_size` the size ones, `check_resources` the
 account's and server's limits, `check_ttl` those of a message's TTL, `check_discard_new` the stream's limits
-under `discard: new`, `check_batch` those a batch publish meets before its batch is looked at. The store is only read (`jsbroker.store.base.StreamStore`).
+under `discard: new`, `check_batch` those a batch publish meets before its batch is looked at. The store is
+only read (`jsbroker.store.base.StreamStore`).
 """
 
 from __future__ import annotations

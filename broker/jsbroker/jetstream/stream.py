@@ -16,8 +16,8 @@ the outcome going back to it for the flow acks, "err" answers and the closing pu
 atomic_batch.py, which stages it and checks its commit (the commit stores the batch with one write).
 
 Publish checks (publish_checks.py's and the counters'), in the order nats-server applies them
-(`processJetStreamMsgWithBatch`), after the stream's `subject_transform` mapped the subject: sealed (10109) -> Nats-Incr (10171, 10168, 10170) ->
-Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
+(`processJetStreamMsgWithBatch`), after the stream's `subject_transform` mapped the subject: sealed (10109) ->
+Nats-Incr (10171, 10168, 10170) -> Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
 Nats-Expected-Last-Subject-Sequence[-Subject] (10071, 10193) -> Nats-Expected-Last-Sequence (10071) ->
 message schedule headers (schedule.check_publish: 10188-10192, 10203, 10212, 10223) ->
 Nats-Msg-Id duplicate (ack with "duplicate") -> Nats-Expected-Last-Msg-Id (10070) -> Nats-Rollup (10111)
