@@ -18,10 +18,10 @@ import os
 import ssl
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from . import auth_callout, passwords
-from .config import VERSION, AuthSettings, CalloutSettings, OperatorSettings, User
+from .config import VERSION, AuthSettings, BrokerConfig, CalloutSettings, OperatorSettings, User
 from .internal import Origin
 from .listen import host_port, plain_ip
 from .nkeys import new_nonce, signed
@@ -32,7 +32,52 @@ from .subjects import is_valid_publish_subject, is_valid_subject
 from .sublist import Subscription
 
 if TYPE_CHECKING:
-    from .server import Broker
+    from .accounts import Accounts
+    from .logs import Logger
+    from .resolvers import Resolver
+    from .router import RoutedConnection, Router
+    from .tls import TlsContext
+
+
+class ConnectionHost(Protocol):
+    """What a connection uses of the server that accepted it (server.py's `Broker`): the bus, the accounts,
+    settings and TLS, its INFO line, the connection registry, and operator mode's resolver."""
+
+    served_account: str  # operator mode: the one account served, bound by the first user (operator_auth.py)
+    server_name: str
+    callout_keys: auth_callout.ServerKeys | None  # the nkey and xkey of auth callout requests, when configured
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def log(self) -> Logger: ...
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def accounts(self) -> Accounts: ...
+
+    @property
+    def tls(self) -> TlsContext | None: ...
+
+    @property
+    def resolver(self) -> Resolver | None: ...
+
+    def info_line(self, conn: Connection, ldm: bool = False, connect_info: bool = False) -> bytes: ...
+
+    def register(self, conn: Connection) -> bool: ...  # False: refused (and closed), max_connections reached
+
+    def unregister(self, conn: Connection) -> None: ...
+
+    def connection_gone(self, conn: Connection) -> None: ...  # its transport closed, its output sent
+
+    def client_connected(self, conn: Connection) -> None: ...  # its first CONNECT accepted (system events)
+
 
 OK = b"+OK\r\n"
 PING = b"PING\r\n"
@@ -65,7 +110,7 @@ def send_alert_on_failure(raw: asyncio.Transport) -> None:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: "Broker", cid: int, websocket: bool = False) -> None:
+    def __init__(self, broker: ConnectionHost, cid: int, websocket: bool = False) -> None:
         self.broker = broker
         self.websocket = websocket  # under ws_transport's adapter: TLS (if any) is the websocket port's
         self.cookie_credentials: dict[str, str] = {}  # CONNECT options the upgrade's cookies stand in for
@@ -102,8 +147,8 @@ class Connection(asyncio.Protocol):
         # Backpressure: publishers held because this connection is backed up, and vice versa.
         self.congested = False  # past the transport's high-water mark
         self.gated = False  # past the stall gate, holding publishers (`gate`)
-        self.blocked_publishers: set[Connection] = set()
-        self.blockers: set[Connection] = set()
+        self.blocked_publishers: set[RoutedConnection] = set()
+        self.blockers: set[RoutedConnection] = set()
         self.queued = 0  # bytes handed to the transport so far
         self.written_msgs = 0  # out_msgs at the last write: what a read delivered since then
         self.slow = False  # a slow consumer (max_pending): gets nothing more, closed when its blocked write ends

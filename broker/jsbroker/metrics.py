@@ -19,7 +19,7 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from .server import Broker
+    from .monitored import ScrapedServer
 
 SERVER_LABELS = ["server_id", "server_name", "cluster", "domain", "meta_leader", "is_meta_leader"]
 STREAM_LABELS = [*SERVER_LABELS, "account", "account_id", "stream_name", "stream_leader", "is_stream_leader"]
@@ -71,7 +71,7 @@ def _dig(info: dict[str, Any], path: Sequence[str]) -> float:
 class BrokerCollector(Collector):
     """Reads one broker's state when Prometheus scrapes."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: ScrapedServer) -> None:
         self.broker = broker
         self.started = time.time()
 
@@ -154,7 +154,7 @@ def _created(rfc3339: str) -> str:
         return rfc3339
 
 
-def registry(broker: "Broker") -> CollectorRegistry:
+def registry(broker: ScrapedServer) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(BrokerCollector(broker))
     return reg

@@ -23,7 +23,7 @@ from .http_server import HttpServer, Request, Response
 from .monitor_options import ConnzOptions
 
 if TYPE_CHECKING:
-    from .server import Broker
+    from .monitored import MonitoredServer
 
 _NS = 1_000_000_000
 
@@ -57,7 +57,7 @@ _SORTS = {"subs": "subscriptions", "msgs_to": "out_msgs", "msgs_from": "in_msgs"
 
 
 class Monitor:
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: MonitoredServer) -> None:
         self.broker = broker
         self.started = time.time()
         self.requests: dict[str, int] = {}

@@ -7,12 +7,15 @@ once per read (or on the next loop turn for timer-driven publishes), after runni
 `before_output` callbacks. A subscriber that reads slower than it is sent to meets nats-server's
 rules (slow_consumer.py): past its stall gate the publisher being read is held a few milliseconds,
 past `max_pending` it is a slow consumer. It also tracks interest watches for `InternalBus.watch_interest`.
+
+The router is the core's bus, below what uses it: it knows a client only as a `RoutedConnection` and the
+server only as a `RouterHost`, the members it reads and writes (connection.py and server.py provide them).
 """
 
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from .internal import Delivery, InterestListener
 from .slow_consumer import go_seconds, producer_stall, stall_gate
@@ -27,16 +30,72 @@ _TAILS = [b" %d\r\n" % size for size in range(_TAIL_CACHE)]
 _EAGER_PARTS = 24
 
 if TYPE_CHECKING:
-    from .connection import Connection
-    from .server import Broker
+    import asyncio
+
+    from .config import BrokerConfig
+    from .internal import Origin
+    from .logs import Logger
+    from .permissions import PermissionChecker
+
+
+class RouterHost(Protocol):
+    """What the router reads of the server that wires it: its loop (set at start), log and settings."""
+
+    loop: asyncio.AbstractEventLoop
+    log: Logger
+    config: BrokerConfig
+
+
+class RoutedConnection(Protocol):
+    """What the router reads and writes of a client connection (connection.py): its subject space and
+    CONNECT options, its queued output and counters, and the backpressure state between it and the others."""
+
+    cid: int
+    sublist: Sublist
+    origin: Origin
+    echo: bool
+    headers: bool
+    no_responders: bool
+    perms: PermissionChecker | None
+    connected: bool
+    closed: bool
+    congested: bool
+    transport: asyncio.Transport | None
+    out: list[bytes]  # output parts queued for the next write
+    dirty: bool  # on the router's pending list
+    in_msgs: int
+    in_bytes: int
+    out_msgs: int
+    out_bytes: int
+    queued: int  # bytes handed to the transport so far
+    written_msgs: int  # out_msgs at the last write
+    blocked_publishers: set[RoutedConnection]  # publishers held because this connection is backed up
+    blockers: set[RoutedConnection]  # the backed-up connections holding this publisher
+    stall_timer: asyncio.TimerHandle | None
+    drain_callbacks: list[Callable[[], None]]
+
+    @property
+    def who(self) -> str: ...  # the prefix of its log lines
+
+    def send(self, data: bytes) -> None: ...
+
+    def remove_sub(self, sub: Subscription) -> None: ...
+
+    def blocked_write(self) -> None: ...  # its socket did not take a write at once: time it
+
+    def gate(self, limit: int) -> None: ...  # past the stall gate
+
+    def mark_slow(self) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 class Router:
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: RouterHost) -> None:
         self.broker = broker
         self.sublist = Sublist()  # the global account's ($G): internal subscriptions' default
-        self.pending: list[Connection] = []  # connections with output to flush
-        self.reading: Connection | None = None  # the connection whose read is being parsed
+        self.pending: list[RoutedConnection] = []  # connections with output to flush
+        self.reading: RoutedConnection | None = None  # the connection whose read is being parsed
         self._flush_scheduled = False
         self._flushing = False  # running the before-output callbacks
         self._held: list[Subscription] = []  # batched internal subscriptions holding messages
@@ -96,7 +155,7 @@ class Router:
 
     # -- delivery -----------------------------------------------------------------------------------
 
-    def touch(self, conn: Connection) -> None:
+    def touch(self, conn: RoutedConnection) -> None:
         conn.dirty = True
         self.pending.append(conn)
         if self.reading is None and not self._flush_scheduled:
@@ -124,7 +183,7 @@ class Router:
         return self.route(None, subject, reply, hdr_len, data, None, sublist)
 
     def route(
-        self, pub: Connection | None, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes,
+        self, pub: RoutedConnection | None, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes,
         target: bytes | None = None, into: Sublist | None = None,
     ) -> bool:
         """Deliver one message; `data` is header block + payload + CRLF. True if anyone received it.
@@ -196,7 +255,7 @@ class Router:
             self._no_responders(pub, subject, reply)
         return delivered > 0
 
-    def _deliver_renamed(self, sub: Subscription, subject: bytes, pub: Connection | None, reply: bytes | None,
+    def _deliver_renamed(self, sub: Subscription, subject: bytes, pub: RoutedConnection | None, reply: bytes | None,
                          hdr_len: int, data: bytes) -> None:
         c = sub.client
         if (not c.echo and c is pub) or (c.perms is not None and not self._permitted(c, sub, subject, reply)):
@@ -216,7 +275,7 @@ class Router:
         c.out_msgs += 1
         sub.delivered += 1
 
-    def route_empty(self, pub: Connection, subjects: list[bytes]) -> None:
+    def route_empty(self, pub: RoutedConnection, subjects: list[bytes]) -> None:
         """PUBs without reply or payload, in order (the parser's runs; a consumer's acks, mostly). One
         that goes to a single batched internal subscription (a consumer's ack subscription) is queued
         for it right here; anything else takes `route`."""
@@ -285,7 +344,7 @@ class Router:
         return bool(plain)
 
     @staticmethod
-    def _permitted(c: Connection, sub: Subscription, subject: bytes, reply: bytes | None) -> bool:
+    def _permitted(c: RoutedConnection, sub: Subscription, subject: bytes, reply: bytes | None) -> bool:
         """A permissioned user's delivery: held back when its deny list covers the subject; a reply
         subject it may then answer (allow_responses) is noted."""
         if sub.deny is not None and sub.deny(subject):
@@ -295,7 +354,7 @@ class Router:
         return True
 
     @staticmethod
-    def _pick(group: tuple[Subscription, ...], pub: Connection | None) -> Subscription | None:
+    def _pick(group: tuple[Subscription, ...], pub: RoutedConnection | None) -> Subscription | None:
         n = len(group)
         start = 0 if n == 1 else int(random.random() * n)
         for i in range(n):
@@ -307,7 +366,8 @@ class Router:
         return None
 
     def _internal(
-        self, sub: Subscription, pub: Connection | None, subject: bytes, reply: bytes | None, hdr_len: int, data: bytes
+        self, sub: Subscription, pub: RoutedConnection | None, subject: bytes, reply: bytes | None, hdr_len: int,
+        data: bytes,
     ) -> int:
         if sub.closed:
             return 0
@@ -360,7 +420,7 @@ class Router:
         else:
             self.remove(sub)
 
-    def _no_responders(self, pub: Connection, subject: bytes, reply: bytes) -> None:
+    def _no_responders(self, pub: RoutedConnection, subject: bytes, reply: bytes) -> None:
         plain, groups = pub.sublist.match(reply)
         for sub in (*plain, *(s for g in groups for s in g)):
             if sub.client is pub:
@@ -368,7 +428,7 @@ class Router:
                 pub.send(b"HMSG %s%s %d %d\r\n%s\r\n" % (reply, sub.head, len(hdr), len(hdr), hdr))
                 return
 
-    def flush(self, publisher: Connection | None = None, read_bytes: int = 0) -> None:
+    def flush(self, publisher: RoutedConnection | None = None, read_bytes: int = 0) -> None:
         """Write each touched connection's output once; apply the slow-consumer rules.
 
         `publisher` is the connection whose read (of `read_bytes`) produced this output (the flush at the
@@ -393,7 +453,7 @@ class Router:
             if publisher is not None:
                 self._hold(publisher, producer_stall(messages, read_bytes))
 
-    def _write(self, c: Connection, publisher: Connection | None = None) -> None:
+    def _write(self, c: RoutedConnection, publisher: RoutedConnection | None = None) -> None:
         """Write a connection's queued output; time a write the socket does not take at once, and
         apply max_pending and the stall gate to what waits."""
         if c.closed:
@@ -433,14 +493,14 @@ class Router:
                 return True
         return False
 
-    def max_pending_exceeded(self, c: Connection) -> None:
+    def max_pending_exceeded(self, c: RoutedConnection) -> None:
         self.slow_consumers += 1
         max_pending = self.broker.config.max_pending
         self.broker.log.info(f"{c.who} - Slow Consumer Detected: MaxPending of {max_pending} Exceeded", cid=c.cid,
                              max_pending=max_pending)
         c.mark_slow()
 
-    def write_deadline_exceeded(self, c: Connection, backlog: int) -> None:
+    def write_deadline_exceeded(self, c: RoutedConnection, backlog: int) -> None:
         if c.connected:  # nats-server does not count a client that never sent CONNECT
             self.slow_consumers += 1
         deadline = self.broker.config.write_deadline
@@ -448,7 +508,7 @@ class Router:
                              f"with {backlog} total bytes.", cid=c.cid, write_deadline=deadline, pending=backlog)
         c.abort()
 
-    def _block(self, publisher: Connection, subscriber: Connection) -> None:
+    def _block(self, publisher: RoutedConnection, subscriber: RoutedConnection) -> None:
         if publisher in subscriber.blocked_publishers or publisher.closed:
             return
         subscriber.blocked_publishers.add(publisher)
@@ -456,12 +516,12 @@ class Router:
             publisher.transport.pause_reading()  # type: ignore[union-attr]
         publisher.blockers.add(subscriber)
 
-    def _hold(self, publisher: Connection, seconds: float) -> None:
+    def _hold(self, publisher: RoutedConnection, seconds: float) -> None:
         """Keep the publisher paused (by `_block`) until its subscribers drain or `seconds` pass."""
         if publisher.blockers and publisher.stall_timer is None:
             publisher.stall_timer = self.broker.loop.call_later(seconds, self._unhold, publisher)
 
-    def _unhold(self, publisher: Connection) -> None:
+    def _unhold(self, publisher: RoutedConnection) -> None:
         publisher.stall_timer = None
         for subscriber in publisher.blockers:
             subscriber.blocked_publishers.discard(publisher)
@@ -469,7 +529,7 @@ class Router:
         if not publisher.closed:
             publisher.transport.resume_reading()  # type: ignore[union-attr]
 
-    def resume_publishers(self, subscriber: Connection) -> None:
+    def resume_publishers(self, subscriber: RoutedConnection) -> None:
         """The subscriber drained or is gone: internal producers and the publishers it held go on."""
         if subscriber.drain_callbacks:
             callbacks, subscriber.drain_callbacks = subscriber.drain_callbacks, []
@@ -477,7 +537,7 @@ class Router:
                 self.broker.loop.call_soon(callback)
         self.release_publishers(subscriber)
 
-    def release_publishers(self, subscriber: Connection) -> None:
+    def release_publishers(self, subscriber: RoutedConnection) -> None:
         blocked = subscriber.blocked_publishers
         if not blocked:
             return

@@ -10,18 +10,42 @@ ends the connection; the connection's own close sends the close code nats-server
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import h11
 
 from . import websocket as ws
-from .config import WebSocketSettings
+from .config import BrokerConfig, WebSocketSettings
 
 if TYPE_CHECKING:
     from .connection import Connection
-    from .server import Broker
+    from .logs import Logger
 
 MAX_REQUEST_HEAD = 1 << 20  # Go's http.DefaultMaxHeaderBytes, as nats-server's upgrade reads it
+
+
+class WebSocketHost(Protocol):
+    """What the websocket port's connections use of the server (server.py's `Broker`): the upgrade's settings
+    parsed once, the sockets not upgraded yet (a stop aborts them), and a new `Connection` once upgraded."""
+
+    ws_handshakes: set[asyncio.Transport]
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def log(self) -> Logger: ...
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def ws_origins(self) -> tuple[ws.Origin, ...]: ...  # websocket.allowed_origins
+
+    @property
+    def ws_headers(self) -> str: ...  # websocket.headers, as response header lines
+
+    def new_connection(self, websocket: bool = False) -> Connection: ...
 
 
 class WebSocketTransport(asyncio.Transport):
@@ -77,7 +101,7 @@ class WebSocketTransport(asyncio.Transport):
 
 
 class WebSocketProtocol(asyncio.Protocol):
-    def __init__(self, broker: Broker, settings: WebSocketSettings) -> None:
+    def __init__(self, broker: WebSocketHost, settings: WebSocketSettings) -> None:
         self.broker = broker
         self.settings = settings
         self.raw: asyncio.Transport | None = None

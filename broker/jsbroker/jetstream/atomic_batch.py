@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from jsbroker.jetstream import counters, errors, headers, requests, schedule, times
+from jsbroker.jetstream.publish_checks import MAX_HEADER_SIZE
 from jsbroker.jetstream.stream_config import StreamConfig
 
 MAX_ID_LEN = 64
@@ -28,7 +29,6 @@ MAX_SIZE = 1000  # messages in one batch (nats-server's default max_batch_size; 
 MAX_INFLIGHT_PER_STREAM = 50
 MAX_INFLIGHT_TOTAL = 1000
 TIMEOUT_NS = 10 * 1_000_000_000  # an open batch goes this long after its last message
-MAX_HEADER_SIZE = 65535
 
 # The reasons of a stream_batch_abandoned advisory.
 TIMEOUT = "timeout"

@@ -1,7 +1,7 @@
 """One JetStream stream: the publish path into its store, limits, retention, dedupe, expiry and reads.
 
 Owns: the internal subscriptions on the stream's subjects (a stream is just a subscriber, so a subject no
-stream covers falls through to the core's 503), the header checks of a publish in nats-server's order,
+stream covers falls through to the core's 503), the publish checks in nats-server's order (publish_checks.py),
 the duplicate window, discard-new decisions, rollups, per-message TTL, interest/workqueue retention, the
 max_age/TTL expiry timer, pub acks (byte templates, no JSON encoder on the hot path) and the DIRECT.GET
 subscriptions (direct_get.py answers them).
@@ -15,9 +15,9 @@ without `allow_atomic` 10174. Then a fast batch message goes to jetstream/fast_b
 the outcome going back to it for the flow acks, "err" answers and the closing pub ack; an atomic batch to
 atomic_batch.py, which stages it and checks its commit (the commit stores the batch with one write).
 
-Publish checks, in the order nats-server applies them (`processJetStreamMsgWithBatch`), after the
-stream's `subject_transform` mapped the subject: sealed (10109) -> Nats-Incr (10171, 10168, 10170) ->
-Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
+Publish checks (publish_checks.py's and the counters'), in the order nats-server applies them
+(`processJetStreamMsgWithBatch`), after the stream's `subject_transform` mapped the subject: sealed (10109) ->
+Nats-Incr (10171, 10168, 10170) -> Nats-Expected-Stream (10060) -> Nats-TTL without allow_msg_ttl (10166) ->
 Nats-Expected-Last-Subject-Sequence[-Subject] (10071, 10193) -> Nats-Expected-Last-Sequence (10071) ->
 message schedule headers (schedule.check_publish: 10188-10192, 10203, 10212, 10223) ->
 Nats-Msg-Id duplicate (ack with "duplicate") -> Nats-Expected-Last-Msg-Id (10070) -> Nats-Rollup (10111)
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from jsbroker import subjects
-from jsbroker.jetstream import (advisories, atomic_batch, counters, direct_get, errors, fast_batch, headers, requests,
-                                responses, schedule, times)
+from jsbroker.jetstream import (advisories, atomic_batch, counters, direct_get, errors, fast_batch, headers,
+                                publish_checks, requests, responses, schedule, times)
 from jsbroker.jetstream.dedupe import MsgIdWindow
 from jsbroker.jetstream.stream_config import StreamConfig, input_transform, republish_transform, short_hash
 from jsbroker.jetstream.stream_schedules import StreamSchedules
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_HEADER_SIZE = 65535
 _MAX_REPUBLISH_DEPTH = 16
 DIRECT_GET_GROUP = "_sys_"  # the queue group of DIRECT.GET subscriptions (a stream and its mirrors)
 _NS = 1_000_000_000
@@ -243,7 +242,6 @@ class Stream:
         cfg = self.config
         self._interest = cfg.retention == "interest"
         self._retained = cfg.retention != "limits"
-        self._rollup_ok = cfg.allow_rollup_hdrs and not cfg.deny_purge
         self._discard_new = cfg.discard == "new"
         self._counter = cfg.allow_msg_counter
         self._acks = not cfg.no_ack
@@ -495,20 +493,10 @@ class Stream:
             watcher.kick()
         return seq
 
-    def _batch_checks(self, hdr: bytes, payload: bytes) -> None:
-        """The checks nats-server makes of a batch publish before it looks at the batch."""
-        if self.config.sealed:
-            raise errors.STREAM_SEALED()
-        if self._exhausted is not None and (kind := self._exhausted(self.config.storage)) is not None:
-            raise kind()
-        limit = self.config.max_msg_size
-        if limit >= 0 and len(hdr) + len(payload) > limit:
-            raise errors.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
-
     def _atomic_batch(self, batch_id: str, subject: str, hdr: bytes, payload: bytes) -> bytes:
         """One message of an atomic batch (atomic_batch.py): b"" (an empty reply) while the batch is open,
         the pub ack of its commit, which stores the whole batch with one write."""
-        self._batch_checks(hdr, payload)
+        publish_checks.check_batch(hdr, payload, self.config, self._exhausted)
         if not self.config.allow_atomic:
             raise errors.ATOMIC_PUBLISH_DISABLED()
         now = times.now_ns()
@@ -565,7 +553,7 @@ class Stream:
         """A publish whose reply subject names a fast batch."""
         ref = None
         try:
-            self._batch_checks(hdr, payload)
+            publish_checks.check_batch(hdr, payload, self.config, self._exhausted)
             if not self.config.allow_batched:
                 raise errors.BATCH_PUBLISH_DISABLED()
             ref = fast_batch.parse(reply)
@@ -650,11 +638,13 @@ class Stream:
         if checked:
             if not atomic_batch.only_batch_headers(hdr):
                 msg_id, rollup, ttl = headers.get(hdr, headers.MSG_ID) or "", headers.rollup(hdr), \
-                    self._ttl_of(hdr)
+                    publish_checks.header_ttl(hdr)
         elif hdr:
             if self._counter or headers.INCR_NEEDLE in hdr:
                 incr = counters.increment(hdr, payload, self._counter, sourced)
-            msg_id, rollup, ttl, duplicate_of, hdr = self._check_headers(subject, hdr, sourced, scheduled)
+            msg_id, rollup, ttl, duplicate_of, hdr = publish_checks.check_headers(
+                subject, hdr, cfg, self.store, self._dedupe, self.last_seq, self.last_msg_id, times.now_ns(), sourced,
+                scheduled)
             if duplicate_of:
                 return duplicate_of, True
         if self._counter and not checked:
@@ -663,22 +653,15 @@ class Stream:
             last = self.store.load_last_msg(subject)
             hdr, payload, self.counter_val = counters.apply(
                 incr, (last.hdr, last.data) if last is not None else None, hdr, payload, self.bus.max_payload)
-        limit = cfg.max_msg_size
-        if not checked and ((limit >= 0 and len(hdr) + len(payload) > limit) or len(hdr) > MAX_HEADER_SIZE):
-            self._size_error(hdr, payload)
-        if not checked and self._exhausted is not None and (kind := self._exhausted(cfg.storage)) is not None:
-            raise kind()
+        if not checked:
+            publish_checks.check_size(hdr, payload, cfg.max_msg_size)
+            publish_checks.check_resources(cfg.storage, self._exhausted)
         if self._interest and not any(c.wants(subject) for c in self.consumers.values()) \
                 and not any(w.wants(subject) for w in self.watchers):
             return self._skip(msg_id, subject, rollup), False
-        if ttl < 0 and ttl != -1:
-            raise errors.MESSAGE_TTL_INVALID()
-        if 0 < ttl < self._marker_ttl and cfg.max_msgs_per_subject != 1:
-            # nats-server: a message must outlive the marker that may replace it; the header says so.
-            ttl = self._marker_ttl
-            hdr = headers.append(headers.without(hdr, headers.TTL), ((headers.TTL, str(ttl)),))
+        ttl, hdr = publish_checks.check_ttl(ttl, hdr, self._marker_ttl, cfg.max_msgs_per_subject)
         if self._discard_new and not checked:
-            self._check_discard_new(subject, hdr, payload, rollup)
+            publish_checks.check_discard_new(subject, hdr, payload, rollup, cfg, self.store)
         republish = self._republish_target(subject) if self._republish is not None else None
         store = self.store.store_deferred if sourced or checked else self.store.store_msg
         seq, ts = store(subject, hdr, payload, ttl * _NS if ttl > 0 else ttl)
@@ -739,7 +722,7 @@ class Stream:
             self.store.purge(up_to_seq=seq)
         elif seq > self.last_seq + 1:
             self.store.skip_msgs(seq)
-        ttl = self._ttl_of(hdr) if hdr and self.config.allow_msg_ttl else 0
+        ttl = publish_checks.header_ttl(hdr) if hdr and self.config.allow_msg_ttl else 0
         stored, ts = self.store.store_deferred(subject, hdr, payload, ttl * _NS if ttl > 0 else ttl, ts_ns=ts)
         self.last_seq = stored
         self.last_msg_id = headers.get(hdr, headers.MSG_ID) or "" if hdr else ""
@@ -752,80 +735,6 @@ class Stream:
             consumer.on_stored(seq, subject)
         for watcher in self.watchers:
             watcher.kick()
-
-    @staticmethod
-    def _ttl_of(hdr: bytes) -> int:
-        text = headers.get(hdr, headers.TTL)
-        ttl = times.parse_ttl(text) if text else 0
-        return ttl if ttl >= -1 else 0
-
-    def _check_headers(self, subject: str, hdr: bytes, sourced: bool = False,
-                       scheduled: bool = False) -> tuple[str, str, int, int, bytes]:
-        """The header checks up to the rollup: (msg id, rollup, ttl seconds or -1 never / -2 invalid,
-        seq of the original when the msg id is a duplicate, the headers: a schedule gets its rollup)."""
-        cfg = self.config
-        expected = headers.get(hdr, headers.EXPECTED_STREAM)
-        if expected and expected != self.name:
-            raise errors.STREAM_NOT_MATCH()
-        ttl_text = headers.get(hdr, headers.TTL)
-        ttl = times.parse_ttl(ttl_text) if ttl_text else 0
-        if ttl not in (0, -2) and not cfg.allow_msg_ttl:
-            if not sourced:
-                raise errors.MESSAGE_TTL_DISABLED()
-            ttl = 0  # kept as a header; without allow_msg_ttl it does not expire the copy
-        last_subj_seq = headers.get(hdr, headers.EXPECTED_LAST_SUBJ_SEQ)
-        last_subj = headers.get(hdr, headers.EXPECTED_LAST_SUBJ_SEQ_SUBJ)
-        if last_subj_seq is not None:
-            found = self.store.last_seq(last_subj or subject)
-            if headers.as_uint(last_subj_seq) != found:
-                raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=found)
-        elif last_subj:
-            raise errors.STREAM_EXPECTED_LAST_SEQ_PER_SUBJECT_INVALID()
-        last_seq = headers.get(hdr, headers.EXPECTED_LAST_SEQ)
-        if last_seq is not None and headers.as_uint(last_seq) != self.last_seq:
-            raise errors.STREAM_WRONG_LAST_SEQUENCE(seq=self.last_seq)
-        if not (sourced or scheduled) and headers.SCHEDULE_NEEDLE in hdr:
-            hdr = self._check_schedule(subject, hdr)
-        if not sourced and headers.STREAM_SOURCE_NEEDLE in hdr and headers.get(hdr, headers.STREAM_SOURCE) is not None:
-            raise errors.MESSAGE_SOURCE_HDR_NOT_ALLOWED()
-        msg_id = headers.get(hdr, headers.MSG_ID) or ""
-        duplicate_of = self._dedupe.find(msg_id, times.now_ns()) if msg_id and cfg.duplicate_window > 0 else 0
-        if duplicate_of:
-            return msg_id, "", ttl, duplicate_of, hdr
-        last_id = headers.get(hdr, headers.EXPECTED_LAST_MSG_ID)
-        if last_id and last_id != self.last_msg_id:
-            raise errors.STREAM_WRONG_LAST_MSG_ID(id=self.last_msg_id)
-        rollup = headers.rollup(hdr)
-        if rollup and sourced and not self._rollup_ok:
-            rollup = ""  # a sourced rollup is not refused; without the purge permission it purges nothing
-        if rollup:
-            if not self._rollup_ok:
-                raise errors.STREAM_ROLLUP_FAILED(err="rollup not permitted")
-            if rollup not in ("sub", "all"):
-                raise errors.STREAM_ROLLUP_FAILED(err=f'rollup value invalid: "{rollup}"')
-        return msg_id, rollup, ttl, 0, hdr
-
-    def _size_error(self, hdr: bytes, payload: bytes) -> None:
-        limit = self.config.max_msg_size
-        if limit >= 0 and len(hdr) + len(payload) > limit:
-            raise errors.STREAM_MESSAGE_EXCEEDS_MAXIMUM()
-        raise errors.STREAM_HEADER_EXCEEDS_MAXIMUM()
-
-    def _check_discard_new(self, subject: str, hdr: bytes, payload: bytes, rollup: str) -> None:
-        cfg = self.config
-        at_subject_limit = False
-        if cfg.max_msgs_per_subject > 0:
-            count = self.store.subjects_state(subject).get(subject, 0)
-            at_subject_limit = count >= cfg.max_msgs_per_subject
-            if at_subject_limit and cfg.discard_new_per_subject and not rollup:
-                raise errors.STREAM_STORE_FAILED(err="maximum messages per subject exceeded")
-        if at_subject_limit or (cfg.max_msgs <= 0 and cfg.max_bytes <= 0):
-            return
-        state = self.store.state()
-        if 0 < cfg.max_msgs <= state.msgs:
-            raise errors.STREAM_STORE_FAILED(err="maximum messages exceeded")
-        if cfg.max_bytes > 0 and state.bytes + self.store.accounted_size(subject, hdr, payload) > cfg.max_bytes:
-            raise errors.STREAM_STORE_FAILED(err="maximum bytes exceeded")
 
     def _skip(self, msg_id: str, subject: str, rollup: str) -> int:
         """Interest retention with no interest: the message takes a sequence but is not stored."""
@@ -890,15 +799,6 @@ class Stream:
             self._remove(expired.seq, expired.subject)
 
     # -- message schedules (jetstream/schedule.py) -----------------------------------------------------
-
-    def _check_schedule(self, subject: str, hdr: bytes) -> bytes:
-        def last_hdr(on: str) -> bytes | None:
-            msg = self.store.load_last_msg(on)
-            return None if msg is None else msg.hdr or b""
-
-        cfg = self.config
-        return schedule.check_publish(subject, hdr, cfg.subjects, cfg.allow_msg_schedules, cfg.allow_msg_ttl,
-                                      lambda text: times.parse_ttl(text) != -2, last_hdr, times.now_ns())
 
     def _purge_schedule(self, hdr: bytes) -> None:
         """A stored `Nats-Schedule-Next: purge` (a one-shot schedule's product, or a client's) purges the
@@ -1073,5 +973,5 @@ def _error_json(err: errors.ApiError) -> bytes:
 def stored_ttl_ns(hdr: bytes) -> int:
     """The TTL a stored message's Nats-TTL header gives it, as the store takes it (ns; -1 never; 0 none):
     for messages stored again with their headers (a restore)."""
-    ttl = Stream._ttl_of(hdr)
+    ttl = publish_checks.header_ttl(hdr)
     return ttl * _NS if ttl > 0 else ttl
