@@ -143,6 +143,15 @@ def write(head: bytes, runs: Iterable[bytes]) -> Iterator[bytes]:
     yield from _frames(plain, last=True)
 
 
+def _be64(buf: bytes, at: int, signed: bool) -> int:
+    """The big-endian 64-bit integer at `at`: byte by byte below 2 ** 62 (every seq and store time), where
+    a compiled int stays unboxed and no method is looked up."""
+    if buf[at] < 0x40:
+        return (buf[at] << 56 | buf[at + 1] << 48 | buf[at + 2] << 40 | buf[at + 3] << 32
+                | buf[at + 4] << 24 | buf[at + 5] << 16 | buf[at + 6] << 8 | buf[at + 7])
+    return int.from_bytes(buf[at:at + 8], "big", signed=signed)
+
+
 _CONTINUED: Final = [bytes((n | 0x80,)) for n in range(0x80)]  # a varint's byte with more to follow
 
 
@@ -152,13 +161,13 @@ class _EntryEncoder:
     has them, so an entry is its five varints and one slice of the record. The per-message cost of a
     backup is `entries`: it reads the record's fields byte by byte (compiled, that is cheaper than a
     struct's tuple) and builds the varints from parts kept between entries, which change slowly: a
-    seq's beyond its low 7 bits every 128 messages, a time's beyond its low 14 bits every 16 µs."""
+    seq's beyond its low 7 bits every 128 messages, a time's beyond its low 21 bits every 2 ms."""
 
     def __init__(self) -> None:
         self.lengths: dict[int, bytes] = {}  # header length << 32 | payload length -> their two varints
         self.seq_high = -1  # seq >> 7 and the varint bytes of it, for the last seq seen
         self.seq_tail = b""
-        self.time_high = -1  # a time's zig-zag >> 14 and its varint bytes, for the last time seen
+        self.time_high = -1  # a time's zig-zag >> 21 and its varint bytes, for the last time seen
         self.time_tail = b""
         self.last_seq = 0
 
@@ -180,8 +189,8 @@ class _EntryEncoder:
                     raise StoreError(f"the stream store handed over a damaged run (kind {kind} at {pos}): {RETAKE}")
                 pos = end  # a tombstone or floor record between messages
                 continue
-            seq = int.from_bytes(run[pos + seq_at:pos + seq_at + 8], "big")
-            z = _zigzag(int.from_bytes(run[pos + ts_at:pos + ts_at + 8], "big", signed=True))
+            seq = _be64(run, pos + seq_at, False)
+            z = _zigzag(_be64(run, pos + ts_at, True))
             slen = run[pos + slen_at] << 8 | run[pos + slen_at + 1]
             at = pos + hlen_at
             hlen = run[at] << 24 | run[at + 1] << 16 | run[at + 2] << 8 | run[at + 3]
@@ -191,12 +200,13 @@ class _EntryEncoder:
                 raise StoreError(f"the stream store handed over a damaged record (seq {seq}): {RETAKE}")
             self.last_seq = seq
             parts.append(_ONE_BYTE[slen] if slen < 0x80 else _uvarint(slen))
-            if z < 0x4000:
+            if z < 0x200000:
                 parts.append(_uvarint(z))
             else:
                 parts.append(_CONTINUED[z & 0x7F])
                 parts.append(_CONTINUED[z >> 7 & 0x7F])
-                parts.append(self._time_tail(z >> 14))
+                parts.append(_CONTINUED[z >> 14 & 0x7F])
+                parts.append(self._time_tail(z >> 21))
             if seq < 0x80:
                 parts.append(_ONE_BYTE[seq])
             else:
