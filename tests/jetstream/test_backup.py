@@ -656,3 +656,29 @@ def test_a_restore_past_the_account_limit_is_refused(tmp_path):
 
     assert run(JSBROKER, ours) == run(NATS_SERVER, theirs) == [
         {"code": 500, "err_code": 10047, "description": "insufficient storage resources available"}, 10059, 15]
+
+
+def test_a_damaged_record_ends_the_archive_with_an_error(tmp_path):
+    """The archive is written from the store's records as they lie on disk: one whose kind, length or
+    order is wrong stops the snapshot (the receiver gets a 500) instead of writing a wrong archive."""
+    import io
+
+    from jsbroker.jetstream import snapshot
+    from jsbroker.store import SyncPolicy
+    from jsbroker.store.base import StoreError, StoreLimits
+    from jsbroker.store.file import FileStore
+
+    store = FileStore(tmp_path / "s", StoreLimits(), SyncPolicy())
+    for i in range(3):
+        store.store_msg(f"a.{i}", b"NATS/1.0\r\nK: v\r\n\r\n" if i == 1 else b"", b"x" * (i * 100))
+    run, _ = store.load_records(1, 3, 10)
+    store.close()
+    archive = b"".join(snapshot.write(snapshot.header_bytes(snapshot.Header({}), 1), [run]))
+    got = [m for batch in snapshot.Reader(io.BytesIO(archive)).batches() for m in batch]
+    assert [(m.seq, m.subject, m.hdr, m.data) for m in got] == [
+        (1, "a.0", b"", b""), (2, "a.1", b"NATS/1.0\r\nK: v\r\n\r\n", b"x" * 100), (3, "a.2", b"", b"x" * 200)]
+    bad_kind = bytearray(run)
+    bad_kind[4] = ord("X")
+    for damaged in (bytes(bad_kind), run[:-1], run + run):
+        with pytest.raises(StoreError):
+            b"".join(snapshot.write(b"", [damaged]))

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Final, Iterable, Iterator
 
 import cramjam
 
 from jsbroker.jetstream import s2
-from jsbroker.store.base import ConsumerState, StoredMsg
+from jsbroker.store.base import RECORD_MSG, RECORD_OFFSETS, RECORD_SKIPPED, RECORD_TAIL, ConsumerState, StoredMsg, StoreError
 
 MAGIC = b"NATSARC1"
 STATE_ENTRY = "state.json"
@@ -56,7 +56,7 @@ class Header:
 # -- entries ------------------------------------------------------------------------------------------
 
 
-_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+_ONE_BYTE: Final = [bytes((n,)) for n in range(0x80)]
 
 
 def _uvarint(n: int) -> bytes:
@@ -78,26 +78,14 @@ def _uvarint(n: int) -> bytes:
 
 
 def _zigzag(ts: int) -> int:
+    if ts >= 0:  # every store time: no 64-bit mask, which a compiled int would take as a big one
+        return ts << 1
     return ((ts << 1) ^ (ts >> 63)) & 0xFFFFFFFFFFFFFFFF
-
-
-def _low_varint_bytes(z: int) -> bytes:
-    """The first four bytes of the varint of `z` >= 1 << 28: its low 28 bits, continuation bits set."""
-    return ((z & 0x7F) | ((z << 1) & 0x7F00) | ((z << 2) & 0x7F0000) | ((z << 3) & 0x7F000000)
-            | 0x80808080).to_bytes(4, "little")
-
-
-def _time_varint(ts: int) -> bytes:
-    """The zig-zag varint of a time in ns (`write` builds it from its parts instead)."""
-    z = _zigzag(ts)
-    if z < 1 << 28:
-        return _uvarint(z)
-    return _low_varint_bytes(z) + _uvarint(z >> 28)
 
 
 def _entry(name: str, ts: int, seq: int, hdr: bytes, payload: bytes) -> bytes:
     raw = name.encode()
-    return b"".join((_uvarint(len(raw)), _time_varint(ts), _uvarint(seq), _uvarint(len(hdr)),
+    return b"".join((_uvarint(len(raw)), _uvarint(_zigzag(ts)), _uvarint(seq), _uvarint(len(hdr)),
                      _uvarint(len(payload)), raw, hdr, payload))
 
 
@@ -141,38 +129,112 @@ def header_bytes(header: Header, now_ns: int) -> bytes:
     return b"".join(parts)
 
 
-def write(head: bytes, batches: Iterable[list[StoredMsg]]) -> Iterator[bytes]:
-    """The archive (`header_bytes`, the messages, the end) as compressed frames, produced as the batches
-    of messages are read: a large stream is never held in memory. The per-message cost of a backup is
-    this loop: one join per entry of bytes mostly reused from the entry before (the subject's name and
-    lengths, the time's high bytes, shared by ~134 ms of times)."""
+def write(head: bytes, runs: Iterable[bytes]) -> Iterator[bytes]:
+    """The archive (`header_bytes`, the messages, the end) as compressed frames, produced as the store's
+    runs of records (`StreamStore.load_records`) are read: a large stream is never held in memory."""
     plain = bytearray(head)
-    # subject -> (its length's varint, header length, payload length, those two varints and the name)
-    names: dict[str, tuple[bytes, int, int, bytes]] = {}
-    high, high_bytes = -1, b""  # the time's varint beyond its low 28 bits, for the last time seen
-    uvarint, low_bytes, one_byte = _uvarint, _low_varint_bytes, _ONE_BYTE
-    for batch in batches:
-        for m in batch:
-            subject, hdr, data = m.subject, m.hdr, m.data
-            hlen, plen = len(hdr), len(data)
-            name = names.get(subject)
-            if name is None or name[1] != hlen or name[2] != plen:
-                if len(names) > 4096:
-                    names.clear()
-                raw = subject.encode()
-                name = names[subject] = (uvarint(len(raw)), hlen, plen, uvarint(hlen) + uvarint(plen) + raw)
-            z = _zigzag(m.ts)
-            if z >> 28 != high:
-                high = z >> 28
-                high_bytes = uvarint(high) if high else b""
-            seq = m.seq
-            plain += b"".join((name[0], low_bytes(z) if high else uvarint(z), high_bytes,
-                               one_byte[seq] if seq < 0x80 else uvarint(seq), name[3], hdr, data))
+    encoder = _EntryEncoder()
+    for run in runs:
+        plain += encoder.entries(run)
         if len(plain) >= _BLOCK:
             yield from _frames(plain, last=False)
             del plain[: len(plain) // _BLOCK * _BLOCK]
     plain += _entry("", 0, 0, b"", b"")
     yield from _frames(plain, last=True)
+
+
+def _be64(buf: bytes, at: int, signed: bool) -> int:
+    """The big-endian 64-bit integer at `at`: byte by byte below 2 ** 62 (every seq and store time), where
+    a compiled int stays unboxed and no method is looked up."""
+    if buf[at] < 0x40:
+        return (buf[at] << 56 | buf[at + 1] << 48 | buf[at + 2] << 40 | buf[at + 3] << 32
+                | buf[at + 4] << 24 | buf[at + 5] << 16 | buf[at + 6] << 8 | buf[at + 7])
+    return int.from_bytes(buf[at:at + 8], "big", signed=signed)
+
+
+_CONTINUED: Final = [bytes((n | 0x80,)) for n in range(0x80)]  # a varint's byte with more to follow
+
+
+class _EntryEncoder:
+    """Message records (record.py's format, as `load_records` hands them over) to archive entries. A
+    record holds what an entry does, its subject, header block and payload back to back as an entry's end
+    has them, so an entry is its five varints and one slice of the record. The per-message cost of a
+    backup is `entries`: it reads the record's fields byte by byte (compiled, that is cheaper than a
+    struct's tuple) and builds the varints from parts kept between entries, which change slowly: a
+    seq's beyond its low 7 bits every 128 messages, a time's beyond its low 21 bits every 2 ms."""
+
+    def __init__(self) -> None:
+        self.lengths: dict[int, bytes] = {}  # header length << 32 | payload length -> their two varints
+        self.seq_high = -1  # seq >> 7 and the varint bytes of it, for the last seq seen
+        self.seq_tail = b""
+        self.time_high = -1  # a time's zig-zag >> 21 and its varint bytes, for the last time seen
+        self.time_tail = b""
+        self.last_seq = 0
+
+    def entries(self, run: bytes) -> bytes:
+        parts: list[bytes] = []
+        seq_at, ts_at, slen_at, hlen_at, body_at = RECORD_OFFSETS
+        tail, msg, skipped = RECORD_TAIL, RECORD_MSG, RECORD_SKIPPED
+        pos = 0
+        size = len(run)
+        while pos < size:
+            length = run[pos] << 24 | run[pos + 1] << 16 | run[pos + 2] << 8 | run[pos + 3]
+            end = pos + length
+            if length < body_at + tail or end > size:
+                raise StoreError(f"the stream store handed over a damaged run (a record of {length} bytes at "
+                                 f"{pos} of {size}): {RETAKE}")
+            kind = run[pos + 4]
+            if kind != msg:
+                if kind not in skipped:
+                    raise StoreError(f"the stream store handed over a damaged run (kind {kind} at {pos}): {RETAKE}")
+                pos = end  # a tombstone or floor record between messages
+                continue
+            seq = _be64(run, pos + seq_at, False)
+            z = _zigzag(_be64(run, pos + ts_at, True))
+            slen = run[pos + slen_at] << 8 | run[pos + slen_at + 1]
+            at = pos + hlen_at
+            hlen = run[at] << 24 | run[at + 1] << 16 | run[at + 2] << 8 | run[at + 3]
+            body = pos + body_at
+            plen = end - tail - body - slen - hlen
+            if plen < 0 or seq <= self.last_seq:
+                raise StoreError(f"the stream store handed over a damaged record (seq {seq}): {RETAKE}")
+            self.last_seq = seq
+            parts.append(_ONE_BYTE[slen] if slen < 0x80 else _uvarint(slen))
+            if z < 0x200000:
+                parts.append(_uvarint(z))
+            else:
+                parts.append(_CONTINUED[z & 0x7F])
+                parts.append(_CONTINUED[z >> 7 & 0x7F])
+                parts.append(_CONTINUED[z >> 14 & 0x7F])
+                parts.append(self._time_tail(z >> 21))
+            if seq < 0x80:
+                parts.append(_ONE_BYTE[seq])
+            else:
+                parts.append(_CONTINUED[seq & 0x7F])
+                parts.append(self._seq_tail(seq >> 7))
+            parts.append(self._lengths(hlen, plen))
+            parts.append(run[body:end - tail])
+            pos = end
+        return b"".join(parts)
+
+    def _time_tail(self, high: int) -> bytes:
+        if high != self.time_high:
+            self.time_high, self.time_tail = high, _uvarint(high)
+        return self.time_tail
+
+    def _seq_tail(self, high: int) -> bytes:
+        if high != self.seq_high:
+            self.seq_high, self.seq_tail = high, _uvarint(high)
+        return self.seq_tail
+
+    def _lengths(self, hlen: int, plen: int) -> bytes:
+        key = hlen << 32 | plen
+        got = self.lengths.get(key)
+        if got is None:
+            if len(self.lengths) > 4096:
+                self.lengths.clear()
+            got = self.lengths[key] = _uvarint(hlen) + _uvarint(plen)
+        return got
 
 
 def _frames(plain: bytearray, last: bool) -> Iterator[bytes]:

@@ -44,7 +44,7 @@ WINDOW_SIZE, MIN_WINDOW, MAX_WINDOW = 8 * 1024 * 1024, 1024, 32 * 1024 * 1024
 ACK_TIMEOUT = 5.0  # nats-server's snapshotAckTimeout
 INTEREST_WAIT = 2.0  # how long a snapshot waits for its deliver subject's subscriber to show up
 RESTORE_IDLE = 5.0  # a restore that gets no chunk for this long is abandoned
-_READ_BATCH = 512
+_READ_BATCH = 1024  # messages per store read
 
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _OK = b"NATS/1.0 204\r\n\r\n"
@@ -108,7 +108,7 @@ async def _snapshot(stream: Stream, reply: str, deliver: str, chunk: int, slots:
     consumers = [snapshot.ConsumerSnapshot(c.name, c.cfg.to_json(), c.snapshot_state())
                  for c in stream.consumers.values() if with_consumers and isinstance(c, Consumer)]
     head = snapshot.header_bytes(snapshot.Header(state, consumers), times.now_ns())
-    frames = snapshot.write(head, _batches(stream, state["last_seq"]))
+    frames = snapshot.write(head, _records(stream, state["last_seq"]))
     respond({"config": stream.config.to_json(dynamic_metadata=False), "state": state})
     await Sender(bus, stream.name, deliver, chunk, slots).run(frames)
 
@@ -131,6 +131,16 @@ def _batches(stream: Stream, last_seq: int) -> Iterator[list[StoredMsg]]:
             return
         yield batch
         seq = batch[-1].seq + 1
+
+
+def _records(stream: Stream, last_seq: int) -> Iterator[bytes]:
+    """The messages up to the snapshot's last sequence as runs of the store's records, read as the
+    archive is sent: a message removed meanwhile is left out, as one stored after the snapshot began."""
+    seq = 1
+    while seq:
+        run, seq = stream.store.load_records(seq, last_seq, _READ_BATCH)
+        if run:
+            yield run
 
 
 class Sender:

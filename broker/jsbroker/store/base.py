@@ -18,6 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, NamedTuple, Protocol
 
+from . import record
+
+# The records `StreamStore.load_records` hands over (record.py has the format): where the seq, time,
+# subject length, header length and subject start, the bytes after the payload (the CRC), the kind byte
+# (at 4) of a message and those of the tombstones and floor records that may lie between messages.
+RECORD_OFFSETS = (record.SEQ_AT, record.TS_AT, record.SUBJ_LEN_AT, record.HDR_LEN_AT, record.HEADER.size)
+RECORD_TAIL, RECORD_MSG, RECORD_SKIPPED = record.CRC.size, record.MSG[0], (record.DELETE[0], record.FLOOR[0])
+
 # Called with the error when an fsync (or a removal after one) failed in the syncer's thread (syncer.py).
 ErrorCallback = Callable[[OSError], None]
 
@@ -157,6 +165,12 @@ class StreamStore(Protocol):
         = any), as repeated `load_next_msg` would give them, stopping once their accounted sizes reach
         `max_bytes` (> 0). Unreadable bodies are left out. Cheaper than one call per message: a file
         store reads adjacent records with one pread."""
+
+    def load_records(self, start_seq: int, last_seq: int, max_count: int) -> tuple[bytes, int]:
+        """Up to `max_count` messages from start_seq to last_seq as records (record.py's format) back to
+        back, and the seq to read on from (0: none left). Tombstone and floor records may lie between the
+        messages; unreadable bodies are left out. For reading a whole stream (a backup) without an object
+        per message: a file store hands over its records as they lie on disk, from one pread per run."""
 
     def load_last_msg(self, subject_filter: str) -> StoredMsg | None:
         """The newest message matching the filter (wildcards allowed)."""

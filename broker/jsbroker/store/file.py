@@ -439,6 +439,80 @@ class FileStore(IndexedStore):
             seqs = [seq for seq in seqs if seq not in dropped]
         return seqs, hdrs, datas
 
+    def _read_records(self, seqs: list[int], rows: list[int]) -> list[bytes]:
+        """The records as they lie on disk, one pread per run. A run of consecutive seqs (the usual one:
+        nothing removed among them) is handed over as read: nothing but their records and tombstones or
+        floor records lie between its first and last record (a block holds its messages in seq order,
+        each once). Other runs are cut to their messages' records, each frame checked."""
+        if self._pending and self._is_pending(self._locs[rows[-1]]):
+            try:
+                self._flush()
+            except OSError as e:
+                self._fail(e)
+        pieces: list[bytes] = []
+        k = 0
+        while k < len(seqs):
+            m = self._run_end(rows, k)
+            if seqs[m - 1] - seqs[k] == m - 1 - k:
+                self._whole_run(seqs[k], rows[k], rows[m - 1], pieces)
+            else:
+                self._records_of_run(seqs[k:m], rows[k:m], pieces)
+            k = m
+        return pieces
+
+    def _whole_run(self, seq: int, first_row: int, last_row: int, pieces: list[bytes]) -> None:
+        first, last = self._locs[first_row], self._locs[last_row]
+        no, start = _block_of(first), first & _OFFSET_MASK
+        span = (last & _OFFSET_MASK) + _rec_len(last, self._sizes[last_row]) - start
+        fd = self._rfds.get(no)
+        try:
+            pieces.append(os.pread(self._rfd(no) if fd is None else fd, span, start))
+        except OSError as e:
+            log.error("stream store %s: unreadable messages from seq=%d in block %d: %s", self._dir, seq, no, e)
+            self._damaged = True
+
+    def _records_of_run(self, seqs: list[int], rows: list[int], pieces: list[bytes]) -> None:
+        """Append the records of one run, read with one pread, as the pieces of it that hold them: each
+        record's frame (length, kind, seq as the index says) is checked, not its CRC (README.md,
+        "Recovery"); a record that fails is logged and left out."""
+        locs, sizes = self._locs, self._sizes
+        first = locs[rows[0]]
+        no, start = _block_of(first), first & _OFFSET_MASK
+        last = locs[rows[-1]]
+        span = (last & _OFFSET_MASK) + _rec_len(last, sizes[rows[-1]]) - start
+        fd = self._rfds.get(no)
+        try:
+            buf = os.pread(self._rfd(no) if fd is None else fd, span, start)
+        except OSError as e:
+            log.error("stream store %s: unreadable messages from seq=%d in block %d: %s", self._dir, seqs[0], no, e)
+            self._damaged = True
+            return
+        size = len(buf)
+        piece_at = piece_end = 0  # the piece of `buf` being extended: records back to back
+        for seq, row in zip(seqs, rows):
+            loc = locs[row]
+            pos = (loc & _OFFSET_MASK) - start
+            length = _rec_len(loc, sizes[row])
+            try:
+                got_len, kind, got, slen, hlen = _unpack_frame(buf, pos)
+            except struct.error:  # the file is shorter than the index says
+                got_len, kind, got, slen, hlen = 0, b"", 0, 0, 0
+            if got != seq or kind != b"M" or got_len != length or pos + length > size or \
+                    length < _HEADER_SIZE + slen + hlen + _CRC_SIZE:
+                log.error("stream store %s: unreadable message seq=%d in block %d: found %r seq %d of %d bytes",
+                          self._dir, seq, no, kind, got, got_len)
+                self._damaged = True
+                continue
+            if pos != piece_end:
+                if piece_end > piece_at:
+                    pieces.append(buf[piece_at:piece_end])
+                piece_at = pos
+            piece_end = pos + length
+        if piece_at == 0 and piece_end == size:
+            pieces.append(buf)
+        elif piece_end > piece_at:
+            pieces.append(buf[piece_at:piece_end])
+
     def _is_pending(self, loc: int) -> bool:
         return _block_of(loc) == self._active.no and loc & _OFFSET_MASK >= self._active.size
 

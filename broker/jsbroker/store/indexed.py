@@ -14,7 +14,7 @@ import heapq
 import re
 import time
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from functools import partial
 from itertools import accumulate, chain, compress, islice, repeat
 from operator import sub
@@ -25,7 +25,7 @@ _time_ns = time.time_ns
 from ..subjects import is_literal, subject_matches
 from .base import RemoveCallback, StoreClosed, StoredMsg, StoreError, StoreLimits, StoreState
 from .index_snapshot import IndexImage
-from .record import memory_size
+from .record import encode_msg, memory_size
 from .subject_index import SubjectEntry, SubjectIndex, any_all, is_all
 
 _NONZERO = re.compile(rb"[^\x00]")
@@ -79,6 +79,12 @@ class IndexedStore:
 
     def _get(self, seq: int, loc: int, size: int) -> tuple[bytes, bytes] | None:
         raise NotImplementedError
+
+    def _read_records(self, seqs: list[int], rows: list[int]) -> list[bytes]:
+        """The message records of `seqs` (live, ascending) as pieces of record.py's format to be joined;
+        a backend whose bodies are not records builds them."""
+        msgs = self._load_many(seqs, None)
+        return [encode_msg(m.seq, m.ts, 0, m.subject.encode(), m.hdr, m.data) for m in msgs]
 
     def _read_many(self, seqs: list[int], rows: list[int]) -> tuple[list[int], Iterable[bytes], Iterable[bytes]]:
         """The bodies of several live seqs in ascending order (`rows`: their rows in the arrays):
@@ -559,6 +565,20 @@ class IndexedStore:
         if max_bytes and seqs:
             seqs = self._within_bytes(seqs, max_bytes)
         return self._load_many(seqs, subject) if seqs else []
+
+    def load_records(self, start_seq: int, last_seq: int, max_count: int) -> tuple[bytes, int]:
+        if self._closed:
+            self._check_readable()
+        start = max(start_seq, self._first)
+        if not self._msgs or start > min(last_seq, self._last) or max_count <= 0:
+            return b"", 0
+        seqs = self._live_seqs(start, max_count)
+        if seqs and seqs[-1] > last_seq:
+            del seqs[bisect_right(seqs, last_seq):]
+        if not seqs:
+            return b"", 0
+        pieces = self._read_records(seqs, list(map(sub, seqs, repeat(self._base))))
+        return (pieces[0] if len(pieces) == 1 else b"".join(pieces)), seqs[-1] + 1
 
     # Batch reads pick their seqs first (at C speed where the index allows), then read the bodies together.
     def _live_seqs(self, start: int, max_count: int) -> list[int]:

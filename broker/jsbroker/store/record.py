@@ -55,6 +55,8 @@ HEADER = struct.Struct(
 )
 # The header fields a read checks or needs: length, kind, seq, subj_len, hdr_len (ts and aux skipped).
 MSG_FRAME = struct.Struct(">IcQ16xHI")
+# Where a message record's fields lie (the table above), for a reader that takes them byte by byte.
+SEQ_AT, TS_AT, SUBJ_LEN_AT, HDR_LEN_AT = 5, 13, 29, 31
 KIND_OFFSET = struct.calcsize(">I")
 KIND_SEQ = struct.Struct(">cQ")  # to read the seq of a record whose header is cut short
 SEQ_END = KIND_OFFSET + KIND_SEQ.size
