@@ -16,7 +16,7 @@ import pytest
 from tests.broker.certs import Authority
 from tests.broker.raw import CONNECT, Raw, exchange
 from tests.polling import poll
-from tests.servers import JSBROKER, KINDS, NATS_SERVER, launch, nats_server_binary
+from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, free_port, launch, nats_server_binary, read_info
 
 pytestmark = pytest.mark.xdist_group("broker-log-lines")
 
@@ -47,22 +47,41 @@ def _normalised(text: str, port: int, http_port: int | None, store: Path | None)
     return lines
 
 
-def _scenario(kind: str, extra: list[str], clients: list[bytes], stop: signal.Signals) -> list[str]:
+def _start(kind: str, extra: list[str], store: Path) -> ServerHandle:
+    """Ready at its "Server is ready" line, without launch()'s readiness probe: on a loaded machine that can
+    connect more than once (each try times out after a second), and with TLS each probe is a logged error."""
+    handle = ServerHandle(kind=kind, port=free_port(), store_dir=store / kind, http_port=free_port(),
+                          extra_args=tuple(extra))
+    proc = handle.spawn()
+    try:
+        poll(lambda: "Server is ready" in handle.log_path.read_text() or proc.poll() is not None, timeout=60,
+             what=f"{kind} ready")
+        assert proc.poll() is None, handle.log_tail()
+    except BaseException:
+        handle.close()
+        raise
+    return handle
+
+
+def _scenario(kind: str, extra: list[str], clients: list[bytes], stop: signal.Signals, store: Path) -> list[str]:
     """Start with JetStream and monitoring, run the clients, stop with `stop`. Lame duck mode (SIGUSR2) is entered
     with a client connected (the servers differ in how they count one closing, and nats-server's 10 s grace
     period is not a flag), then ended with SIGINT once JetStream is down."""
-    with launch(kind, http=True, extra_args=extra) as handle:
-        holder = Raw(handle.port) if stop == signal.SIGUSR2 else None
-        if "--tlscert" in extra:  # the readiness probe closed without a handshake: both log it, in their time
-            poll(lambda: "TLS handshake error" in handle.log_path.read_text(), timeout=10, what="the probe's error")
+    with _start(kind, extra, store) as handle:
+        holder = Raw(handle.port, timeout=30) if stop == signal.SIGUSR2 else None
+        if "--tlscert" in extra:  # a client that reads INFO and closes without a handshake: both log it, in their time
+            read_info(handle.port, timeout=30)
+            poll(lambda: "TLS handshake error" in handle.log_path.read_text(), timeout=60, what="the probe's error")
         for data in clients:
             exchange(handle.port, data)
         assert handle.proc is not None
         handle.proc.send_signal(stop)
         if stop == signal.SIGUSR2:
-            poll(lambda: "JetStream Shutdown" in handle.log_path.read_text(), timeout=10, what="JetStream stopped")
+            # the line itself, not "Initiating JetStream Shutdown..." before it: SIGINT then would race the stop
+            poll(lambda: re.search(r"\[INF\] JetStream Shutdown$", handle.log_path.read_text(), re.MULTILINE),
+                 timeout=60, what="JetStream stopped")
             handle.proc.send_signal(signal.SIGINT)
-        assert handle.proc.wait(timeout=30) == 0
+        assert handle.proc.wait(timeout=60) == 0
         if holder is not None:
             holder.close()
         lines = _normalised(handle.log_path.read_text(), handle.port, handle.http_port, handle.store_dir)
@@ -73,7 +92,7 @@ def _scenario(kind: str, extra: list[str], clients: list[bytes], stop: signal.Si
 
 def test_start_errors_and_shutdown_lines(tmp_path):
     """JetStream with its store, monitoring, a client's protocol error, SIGTERM."""
-    out = {kind: _scenario(kind, [], [CONNECT + b"FOO\r\n"], signal.SIGTERM) for kind in KINDS}
+    out = {kind: _scenario(kind, [], [CONNECT + b"FOO\r\n"], signal.SIGTERM, tmp_path) for kind in KINDS}
     assert out[JSBROKER] == out[NATS_SERVER]
     assert out[JSBROKER] == [
         "[INF] Starting <server>", "[INF]   Version:  2.15.1", "[INF]   Name:     <id>", "[INF]   ID:       <id>",
@@ -93,7 +112,7 @@ def test_tls_and_lame_duck_lines(tmp_path, case):
     server = ca.issue("server", server=True)
     extra = ["--tlscert", str(server.cert), "--tlskey", str(server.key), "--user", "u", "--pass", "p"]
     stop = signal.SIGTERM if case == "tls" else signal.SIGUSR2
-    out = {kind: _scenario(kind, extra if case == "tls" else [], [], stop) for kind in KINDS}
+    out = {kind: _scenario(kind, extra if case == "tls" else [], [], stop, tmp_path) for kind in KINDS}
     assert out[JSBROKER] == out[NATS_SERVER]
     if case == "tls":
         assert out[JSBROKER][-7:-4] == ["[INF] TLS required for client connections", "[INF] Server is ready",

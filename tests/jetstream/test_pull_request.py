@@ -50,7 +50,18 @@ def test_round_robin_and_sweep() -> None:
     assert order == ["a", "b", "a"]
     q.add(_w("c", 3, expires_at=100))
     q.add(_w("d", 3, no_wait=True))
-    out, nxt = q.sweep(50, end_of_stream=True)
-    assert out == [("d", pull.NO_MESSAGES)] and nxt == 100
-    out, nxt = q.sweep(100, end_of_stream=False)
-    assert out == [("c", pull.request_timeout(3, 0))] and nxt == 0 and len(q) == 0
+    out, due, nxt = q.sweep(50, end_of_stream=True)
+    assert out == [("d", pull.NO_MESSAGES)] and due == [] and nxt == 100
+    out, due, nxt = q.sweep(100, end_of_stream=False)
+    assert out == [("c", pull.request_timeout(3, 0))] and due == [] and nxt == 0 and len(q) == 0
+
+
+def test_sweep_sends_due_heartbeats_only_to_requests_that_stay() -> None:
+    q = pull.WaitQueue(10)
+    beating = pull.Waiting("a", 1, 0, 0, False, 10, 20)
+    ending = pull.Waiting("b", 1, 0, 20, False, 10, 20)  # expires as its heartbeat falls due
+    q.add(beating)
+    q.add(ending)
+    out, due, nxt = q.sweep(20, end_of_stream=False)
+    assert out == [("b", pull.request_timeout(1, 0))] and due == [beating] and beating.next_heartbeat == nxt == 30
+    assert q.sweep(25, end_of_stream=True) == ([], [], 30)

@@ -144,7 +144,7 @@ class ConsumerBase(ABC):
         self._t_pause = Timer(self.loop, self._kick)
         self._t_hold = Timer(self.loop, self._kick)
         self.pins = Pins(self, self._kick)
-        self.pulls = PullRequests(self, self._publish, self._kick, lambda: self._stall == "max_ack_pending")
+        self.pulls = PullRequests(self, self._publish, self._kick)
 
     def _configure(self) -> None:
         cfg = self.cfg

@@ -230,11 +230,14 @@ class WaitQueue:
 
     def sweep(
         self, now: int, end_of_stream: bool, has_interest: Callable[[str], bool] = lambda _: True
-    ) -> tuple[list[tuple[str, bytes]], int]:
+    ) -> tuple[list[tuple[str, bytes]], list[Waiting], int]:
         """Expire requests at `now`; with `end_of_stream`, finish no_wait requests too; silently drop
-        requests whose reply subject lost its subscriber. Returns the status messages to send
-        [(reply, hdr)] and the next deadline (expiry or heartbeat), 0 if none."""
+        requests whose reply subject lost its subscriber; of the others, those whose heartbeat is due get
+        their next one set. As nats-server's processWaiting, a request that ends here gets its status and no
+        heartbeat. Returns the status messages to send [(reply, hdr)], the requests owed a heartbeat now and
+        the next deadline (expiry or heartbeat), 0 if none."""
         out: list[tuple[str, bytes]] = []
+        due: list[Waiting] = []
         keep: deque[Waiting] = deque()
         next_deadline = 0
         for w in self._q:
@@ -248,14 +251,11 @@ class WaitQueue:
             if not has_interest(w.reply):
                 continue
             keep.append(w)
+            if w.heartbeat and now >= w.next_heartbeat:
+                due.append(w)
+                w.next_heartbeat = now + w.heartbeat
             for t in (w.expires_at, w.next_heartbeat if w.heartbeat else 0):
                 if t and (not next_deadline or t < next_deadline):
                     next_deadline = t
         self._q = keep
-        return out, next_deadline
-
-    def due_heartbeats(self, now: int) -> list[Waiting]:
-        due = [w for w in self._q if w.heartbeat and now >= w.next_heartbeat]
-        for w in due:
-            w.next_heartbeat = now + w.heartbeat
-        return due
+        return out, due, next_deadline

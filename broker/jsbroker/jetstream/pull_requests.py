@@ -34,16 +34,12 @@ class RequestedConsumer(Protocol):
 
 class PullRequests:
     """One consumer's pull requests (`consumer.waiting` holds the queue: None for a push consumer).
-    `publish` sends in order with the consumer's queued deliveries, `kick` starts a delivery pass and
-    `at_max_pending` tells whether the last pass stopped at max_ack_pending (then no request is told
-    the stream has ended)."""
+    `publish` sends in order with the consumer's queued deliveries, `kick` starts a delivery pass."""
 
-    def __init__(self, consumer: RequestedConsumer, publish: Publish, kick: Callable[[], None],
-                 at_max_pending: Callable[[], bool]) -> None:
+    def __init__(self, consumer: RequestedConsumer, publish: Publish, kick: Callable[[], None]) -> None:
         self.consumer = consumer
         self._publish = publish
         self._kick = kick
-        self._at_max_pending = at_max_pending
         self._timer = Timer(consumer.bus.loop, self._on_timer)
 
     def request(self, reply: str, hdr: bytes, payload: bytes) -> None:
@@ -97,26 +93,33 @@ class PullRequests:
         self.consumer.bus.publish(reply, None, hdr, b"")
 
     def sweep(self, end_of_stream: bool) -> None:
-        """Answer the requests that are done (expired, abandoned, or no_wait at the stream's end)."""
-        q = self.consumer.waiting
+        """Answer the requests that are done (expired, abandoned, or no_wait at the stream's end) and send
+        the heartbeats that are due."""
+        c = self.consumer
+        q = c.waiting
         if q is None or not q:
             return
         now = mono()
-        bus = self.consumer.bus
-        out, deadline = q.sweep(now, end_of_stream, bus.has_interest)
+        bus = c.bus
+        out, due, deadline = q.sweep(now, end_of_stream, bus.has_interest)
         for reply, hdr in out:
             bus.publish(reply, None, hdr, b"")
+        if due:
+            d = c.delivery
+            beat = pull.idle_heartbeat(d.next_delivery_seq - 1, d.next_seq - 1)
+            for w in due:
+                bus.publish(w.reply, None, beat, b"")
         if deadline:
             self._timer.arm(deadline - now)
 
     def _on_timer(self) -> None:
+        """The earliest expiry or heartbeat is due. nats-server's wake-up sweeps as at the stream's end
+        (processWaiting(true)) even when its last pass stopped at max_ack_pending: a no_wait request that
+        got part of its batch ends here with 404, rather than waiting for acks to free more messages (a
+        client that fetched sends its next request to the same inbox, where they would land)."""
         c = self.consumer
-        if c.closed or c.waiting is None:
-            return
-        now, d = mono(), c.delivery
-        for w in c.waiting.due_heartbeats(now):
-            c.bus.publish(w.reply, None, pull.idle_heartbeat(d.next_delivery_seq - 1, d.next_seq - 1), b"")
-        self.sweep(end_of_stream=not self._at_max_pending())
+        if not c.closed and c.waiting is not None:
+            self.sweep(end_of_stream=True)
 
     def stop(self) -> None:
         """The consumer stops: waiting requests get `409 Consumer Deleted`."""
