@@ -53,6 +53,11 @@ VALUE_SETS: dict[str, list[str]] = {
         "broker.persistence.existingClaim=broker-store"],
     "websocket": ["broker.websocket.enabled=true", "broker.websocket.compression=true",
                   "broker.websocket.allowedOrigins[0]=https://app.example.com"],
+    "accounts": ["broker.auth.enabled=false", "broker.accounts.team-a.users[0].user=a",
+                 "broker.accounts.team-a.users[0].passwordSecret.name=a-nats",
+                 "broker.accounts.team-a.users[0].passwordSecret.key=password",
+                 "broker.accounts.team-a.jetstream.enabled=true", "broker.noAuthUser=a",
+                 "broker.configSecret.name=more-accounts"],
     "mutual-tls": ["broker.tls.enabled=true", "broker.tls.secretName=broker-tls", "broker.tls.verify=true",
                    "broker.tls.operatorSecret=operator-tls"],
 }

@@ -51,7 +51,7 @@ CHART = REPO / "charts" / "jetstream-kopf"
 EXAMPLE = REPO / "deploy" / "examples" / "orders.yaml"
 CLIENT = (Path(__file__).parent / "e2e_client.py").read_text()
 GROUP, VERSION = "jsoperator.io", "v1alpha1"
-PLURALS = {"Stream": "streams", "Consumer": "consumers"}
+PLURALS = {"Stream": "streams", "Consumer": "consumers", "JetStreamConnection": "jetstreamconnections"}
 EXAMPLE_OBJECTS = [("Stream", "orders"), ("Consumer", "new"), ("Consumer", "dispatch"), ("Consumer", "monitor")]
 RELEASE = "jk"
 STARTUP = 240.0  # a pod from image import to Ready on a busy 2-core machine
@@ -455,6 +455,8 @@ def _labelled(kube: Kube, namespace: str) -> set[tuple[str, str]]:
 # The two runs ---------------------------------------------------------------------------------------
 
 BROKER_NAMESPACE, EXTERNAL_NAMESPACE, TLS_NAMESPACE = "jk-broker", "jk-external", "jk-tls"
+ACCOUNTS_NAMESPACE = "jk-accounts"
+ACCOUNTS_EXAMPLE = REPO / "deploy" / "examples" / "two-accounts"
 
 
 @contextmanager
@@ -526,6 +528,52 @@ def with_broker(target: Target, image: str, helm: Path, workdir: Path, namespace
     assert all(not obj["metadata"].get("finalizers") for obj in left)  # released by the pre-delete hook
     run.documented_cleanup()
     run.resources_left_delete_without_the_operator()
+
+
+def with_two_accounts(target: Target, image: str, helm: Path, workdir: Path,
+                      namespace: str = ACCOUNTS_NAMESPACE) -> None:
+    """deploy/examples/two-accounts: the chart's broker with the example's accounts (passwords from
+    Secrets), the teams' namespaces each with a JetStreamConnection to its own account and a Stream ORDERS
+    of its own; nats-py in each namespace sees only its account's stream."""
+    target.load_image(image)
+    kube = Kube(target.kubeconfig)
+    passwords = {"team-a": "pw-a", "team-b": "pw-b", "ops": "pw-ops"}
+    kube.create("default", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    for user, password in passwords.items():
+        kube.create(namespace, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{user}-nats"},
+                                "stringData": {"password": password}})
+    example = yaml.safe_load((ACCOUNTS_EXAMPLE / "values.yaml").read_text())
+    run = Scenario(kube, Helm(helm, target.kubeconfig, namespace, _values(image, **example), workdir), image, [])
+    run.install(broker=True)
+    url = f"nats://{BROKER}.{namespace}.svc:4222"
+    teams = yaml.safe_load_all((ACCOUNTS_EXAMPLE / "teams.yaml").read_text()
+                               .replace("nats://jk-jetstream-kopf-broker.nats.svc:4222", url)
+                               .replace("change-me-a", passwords["team-a"]).replace("change-me-b", passwords["team-b"]))
+    for doc in teams:
+        kube.create(doc["metadata"].get("namespace", "default"), doc)
+    kube.wait_synced("team-a", [("Stream", "orders"), ("Consumer", "shipping")], timeout=STARTUP)
+    kube.wait_synced("team-b", [("Stream", "orders")], timeout=STARTUP)
+
+    def client(team: str, *words: str) -> list[dict[str, Any]]:
+        login = [{"name": "NATS_URL", "value": url}, {"name": "NATS_USER", "value": team},
+                 {"name": "NATS_PASSWORD", "value": passwords[team]}]
+        return kube.run_client(team, image, login, *words)
+
+    # Same stream name, two streams: each account's messages in its own, the consumer in team-a's only.
+    assert client("team-a", "publish", "orders.new", "3", "info", "ORDERS", "shipping") == [
+        {"published": [1, 2, 3]},
+        {"messages": 3, "last_seq": 3, "consumers": {"shipping": {"ack_floor": 0, "delivered": 0, "num_pending": 3,
+                                                                  "num_ack_pending": 0}}}]
+    assert client("team-b", "publish", "refunds.1", "2", "info", "ORDERS") == [
+        {"published": [1, 2]}, {"messages": 2, "last_seq": 2, "consumers": {}}]
+    assert client("team-b", "streams") == [{"streams": {"ORDERS": {"subjects": ["orders.>", "refunds.>"],
+                                                                   "max_msgs": 50, "consumers": 0}}}]
+    assert client("team-a", "streams") == [{"streams": {"ORDERS": {"subjects": ["orders.>"], "max_msgs": 1000,
+                                                                   "consumers": 1}}}]
+    for team in ("team-a", "team-b"):
+        kube.core.delete_namespace(team)
+    run.helm.uninstall()
+    kube.core.delete_namespace(namespace)
 
 
 def with_external_nats(target: Target, image: str, helm: Path, workdir: Path, server: Any,

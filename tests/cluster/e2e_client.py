@@ -4,8 +4,9 @@
     publish SUBJECT COUNT            -> {"published": [stream sequences]}
     consume STREAM DURABLE COUNT     -> {"consumed": [stream sequences]}  (pull, each acked and confirmed)
     info STREAM DURABLE...           -> {"messages", "last_seq", "consumers": {durable: {...}}}
+    streams                          -> {"streams": {name: {"subjects", "max_msgs", "consumers"}}} (this account's)
 
-The server is $NATS_URL (a Service's DNS name), with $NATS_TOKEN when set, and over TLS with the CA in
+The server is $NATS_URL (a Service's DNS name), with $NATS_TOKEN (or $NATS_USER / $NATS_PASSWORD) when set, and over TLS with the CA in
 $NATS_CA (plus the client certificate $NATS_CERT / $NATS_KEY) when set.
 """
 
@@ -25,6 +26,7 @@ async def main(words: list[str]) -> None:
         if os.environ.get("NATS_CERT"):
             tls.load_cert_chain(os.environ["NATS_CERT"], os.environ["NATS_KEY"])
     nc = await nats.connect(os.environ["NATS_URL"], token=os.environ.get("NATS_TOKEN") or None, tls=tls,
+                            user=os.environ.get("NATS_USER") or None, password=os.environ.get("NATS_PASSWORD") or None,
                             connect_timeout=5, max_reconnect_attempts=5)
     js = nc.jetstream(timeout=10)
     while words:
@@ -43,7 +45,7 @@ async def main(words: list[str]) -> None:
         elif command == "info":
             stream = words.pop(0)
             durables = []
-            while words and words[0] not in ("publish", "consume", "info"):
+            while words and words[0] not in ("publish", "consume", "info", "streams"):
                 durables.append(words.pop(0))
             state = (await js.stream_info(stream)).state
             consumers = {}
@@ -53,8 +55,12 @@ async def main(words: list[str]) -> None:
                                       "num_pending": info.num_pending, "num_ack_pending": info.num_ack_pending}
             print(json.dumps({"messages": state.messages, "last_seq": state.last_seq, "consumers": consumers}),
                   flush=True)
+        elif command == "streams":
+            streams = {s.config.name: {"subjects": s.config.subjects, "max_msgs": s.config.max_msgs,
+                                       "consumers": s.state.consumer_count} for s in await js.streams_info()}
+            print(json.dumps({"streams": streams}), flush=True)
         else:
-            raise SystemExit(f"unknown command {command!r}; use publish, consume or info")
+            raise SystemExit(f"unknown command {command!r}; use publish, consume, info or streams")
     await nc.close()
 
 

@@ -48,3 +48,9 @@ def test_chart_rendered_by_helm_template_at_every_sync(e2e_target: e2e.Target, e
                                                      tmp_path: Path) -> None:
     with e2e.diagnosed(e2e_target, e2e.ARGO_NAMESPACE):
         e2e.with_helm_template_syncs(e2e_target, e2e_image, helm, tmp_path)
+
+
+def test_two_namespaces_on_two_accounts_of_the_chart_broker(e2e_target: e2e.Target, e2e_image: str, helm: Path,
+                                                            tmp_path: Path) -> None:
+    with e2e.diagnosed(e2e_target, e2e.ACCOUNTS_NAMESPACE):
+        e2e.with_two_accounts(e2e_target, e2e_image, helm, tmp_path)

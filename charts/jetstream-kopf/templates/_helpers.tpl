@@ -95,3 +95,38 @@ as the chart has always read them, which nats-server writes KB, MB, GB, TB (its 
 {{- define "jk.natsSize" -}}
 {{- if regexMatch "^[0-9]+[KMGT]$" . -}}{{ . }}B{{- else -}}{{ . }}{{- end -}}
 {{- end }}
+
+{{/* The environment variable holding one account user's password (its Secret's value), referenced as
+$NAME in the broker's configuration so the password never enters the ConfigMap. */}}
+{{- define "jk.passwordEnv" -}}
+JSBROKER_PASSWORD_{{ printf "%s/%s" .account .user | sha256sum | trunc 12 | upper }}
+{{- end }}
+
+{{/* Refuses broker.accounts / noAuthUser / configSecret values that the broker would refuse at start. */}}
+{{- define "jk.checkAccounts" -}}
+{{- $b := .Values.broker }}
+{{- if and $b.auth.enabled (or $b.accounts $b.configSecret.name $b.noAuthUser) }}
+{{- fail "broker.accounts, broker.noAuthUser and broker.configSecret need broker.auth.enabled=false: nats-server refuses a token together with users (give each client an account user instead)" }}
+{{- end }}
+{{- $users := dict }}
+{{- range $name, $acc := $b.accounts }}
+{{- if or (hasPrefix "$" $name) (regexMatch "[\\s\"{}]" $name) }}
+{{- fail (printf "broker.accounts: %q is not an account name you can give ($G and $SYS are the broker's own; no spaces, quotes or braces)" $name) }}
+{{- end }}
+{{- range $i, $u := ($acc.users | default list) }}
+{{- if and $u.nkey (or $u.user $u.passwordSecret) }}
+{{- fail (printf "broker.accounts.%s.users[%d]: give either nkey or user with passwordSecret, not both" $name $i) }}
+{{- else if and (not $u.nkey) (not (and $u.user $u.passwordSecret)) }}
+{{- fail (printf "broker.accounts.%s.users[%d]: needs user and passwordSecret: {name, key} (or an nkey)" $name $i) }}
+{{- end }}
+{{- $id := $u.nkey | default $u.user }}
+{{- if hasKey $users $id }}
+{{- fail (printf "broker.accounts.%s.users[%d]: %s is already a user of account %s; a user belongs to one account" $name $i $id (get $users $id)) }}
+{{- end }}
+{{- $_ := set $users $id $name }}
+{{- end }}
+{{- end }}
+{{- if and $b.noAuthUser (not $b.configSecret.name) (not (hasKey $users $b.noAuthUser)) }}
+{{- fail (printf "broker.noAuthUser: %q is not a user of broker.accounts; name one of theirs (%s)" $b.noAuthUser (keys $users | sortAlpha | join ", ")) }}
+{{- end }}
+{{- end }}
