@@ -25,13 +25,13 @@ from .config import AuthSettings, OperatorSettings, User
 from .internal import Origin
 from .listen import host_port, plain_ip
 from .nkeys import new_nonce, signed
-from .operator_auth import JwtUser, Refusal, authenticate_user, one_account
 from .permissions import PermissionChecker
 from .protocol import ProtocolError, Parser
 from .subjects import is_valid_publish_subject, is_valid_subject
 from .sublist import Subscription
 
 if TYPE_CHECKING:
+    from .operator_auth import JwtUser  # operator mode's JWT code: imported by its first CONNECT
     from .server import Broker
 
 OK = b"+OK\r\n"
@@ -467,6 +467,8 @@ class Connection(asyncio.Protocol):
         reason (mostly at debug level) before the authentication error."""
         if any(opts.get(k) is not None and not isinstance(opts[k], str) for k in ("jwt", "sig")):
             raise ProtocolError(None)  # nats-server's CONNECT does not decode: closed without an error line
+        from .operator_auth import JwtUser, Refusal, authenticate_user, one_account
+
         resolver = self.broker.resolver
         assert resolver is not None
         result = authenticate_user(operator.operator, resolver.fetch, opts, self.nonce,

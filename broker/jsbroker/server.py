@@ -23,13 +23,14 @@ from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InternalHandler, InternalSubscription
 from .listen import advertised, dual_stack_socket, host_port
 from .logs import Logger, get_logger
-from .resolvers import resolver_for
 from .router import Router, Watch
 from .sublist import Subscription
 
 if TYPE_CHECKING:  # imported at start with TLS on: the ssl context code is on no other path
     import ssl
 
+    from .config import OperatorSettings
+    from .resolvers import DirResolver, MemoryResolver
     from .tls import TlsContext
     from .websocket import Origin
 
@@ -46,6 +47,13 @@ def friendly_bytes(value: int) -> str:
 
 def _traffic(conn: Connection) -> tuple[int, int, int, int]:
     return conn.in_msgs, conn.in_bytes, conn.out_msgs, conn.out_bytes
+
+
+def _resolver(operator: OperatorSettings) -> MemoryResolver | DirResolver:
+    """Operator mode's account JWTs; its JWT code is imported only then (a plain start skips it)."""
+    from .resolvers import resolver_for
+
+    return resolver_for(operator)
 
 
 def new_server_id() -> str:
@@ -78,7 +86,7 @@ class Broker:
         self.jetstream: Any = None
         self.js_settings = config.jetstream  # with the temp store dir filled in once started
         operator = config.auth.operator
-        self.resolver = resolver_for(operator) if operator is not None else None  # operator mode's account JWTs
+        self.resolver = _resolver(operator) if operator is not None else None  # operator mode's account JWTs
         self.served_account = ""  # operator mode: the one account served, the first user's (operator_auth.py)
         self.start_time = 0.0
         self.total_connections = 0
