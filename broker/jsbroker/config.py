@@ -13,14 +13,16 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from . import natsconf
 from .natsconf import Node
-from .claims import JwtError, OperatorClaims, decode_account, decode_operator
 from .creds import CredsError, decorated_jwt
 from .nkeys import NkeyError, is_public_key, user_public_key
 from .subjects import is_subset, is_valid_subject, subjects_overlap
+
+if TYPE_CHECKING:  # the JWT code (claims.py) is imported by operator mode's settings only: a plain start skips it
+    from .claims import OperatorClaims
 
 VERSION = "2.15.1"  # the nats-server version whose behaviour we follow; nats-py needs >= 2.9
 MAX_PAYLOAD_LIMIT = 8 * 1024 * 1024
@@ -765,6 +767,8 @@ def _operator(node: Node, acc: Acc, what: str) -> None:
     items = node.value if isinstance(node.value, list) else [node]
     if len(items) != 1:
         raise _fail(node, f"{what}: jsbroker trusts one operator; give one JWT or file")
+    from .claims import JwtError, decode_operator
+
     text = _str(items[0], what)
     try:
         token = text if text.startswith("eyJ") else decorated_jwt(Path(text).read_text())
@@ -795,6 +799,8 @@ def _resolver(node: Node, acc: Acc, what: str) -> None:
 
 
 def _preload(node: Node, acc: Acc, what: str) -> None:
+    from .claims import JwtError, decode_account
+
     preload = []
     for key, value in _block(node, what).items():
         if not is_public_key(key, "account"):

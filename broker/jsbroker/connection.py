@@ -20,20 +20,21 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from . import auth_callout, passwords
+from . import passwords
 from .config import VERSION, AuthSettings, BrokerConfig, CalloutSettings, OperatorSettings, User
 from .internal import Origin
 from .listen import host_port, plain_ip
 from .nkeys import new_nonce, signed
-from .operator_auth import JwtUser, Refusal, authenticate_user, one_account
 from .permissions import PermissionChecker
 from .protocol import ProtocolError, Parser
 from .subjects import is_valid_publish_subject, is_valid_subject
 from .sublist import Subscription
 
 if TYPE_CHECKING:
+    from . import auth_callout  # imported by the first CONNECT a callout is asked about
     from .accounts import Accounts
     from .logs import Logger
+    from .operator_auth import JwtUser  # operator mode's JWT code: imported by its first CONNECT
     from .resolvers import Resolver
     from .router import RoutedConnection, Router
     from .tls import TlsContext
@@ -77,6 +78,13 @@ class ConnectionHost(Protocol):
     def connection_gone(self, conn: Connection) -> None: ...  # its transport closed, its output sent
 
     def client_connected(self, conn: Connection) -> None: ...  # its first CONNECT accepted (system events)
+
+
+def _callout() -> Any:
+    """auth_callout.py (and the JWT code it uses), imported only once a callout is configured and asked."""
+    from . import auth_callout
+
+    return auth_callout
 
 
 OK = b"+OK\r\n"
@@ -494,7 +502,7 @@ class Connection(asyncio.Protocol):
         elif auth.required and not self.connected:
             authorized, user = _authenticate(auth, opts, self.nonce)
             bound = user.account if authorized and user is not None else "$G"
-            if auth.callout is not None and auth_callout.delegated(auth.callout, auth_callout.raw_user(opts), bound):
+            if auth.callout is not None and _callout().delegated(auth.callout, _callout().raw_user(opts), bound):
                 self._ask_callout(auth.callout, opts)
                 return
             if not authorized:
@@ -542,6 +550,7 @@ class Connection(asyncio.Protocol):
 
     def _ask_callout(self, settings: CalloutSettings, opts: dict[str, Any]) -> None:
         """Publish the authorization request; the CONNECT is finished when the answer comes (or not)."""
+        auth_callout = _callout()
         keys, broker = self.broker.callout_keys, self.broker
         account = broker.accounts.lookup(settings.account)
         assert keys is not None and account is not None  # made for a callout; config.py checks the account
@@ -562,6 +571,7 @@ class Connection(asyncio.Protocol):
 
     def _callout_answered(self, settings: CalloutSettings, opts: dict[str, Any], user_nkey: str,
                           answer: bytes | None) -> None:
+        auth_callout = _callout()
         self.callout = None
         if self.closed:
             return
@@ -599,6 +609,8 @@ class Connection(asyncio.Protocol):
         reason (mostly at debug level) before the authentication error."""
         if any(opts.get(k) is not None and not isinstance(opts[k], str) for k in ("jwt", "sig")):
             raise ProtocolError(None)  # nats-server's CONNECT does not decode: closed without an error line
+        from .operator_auth import JwtUser, Refusal, authenticate_user, one_account
+
         resolver = self.broker.resolver
         assert resolver is not None
         result = authenticate_user(operator.operator, resolver.fetch, opts, self.nonce,

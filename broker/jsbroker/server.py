@@ -22,13 +22,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from . import __version__, info, lameduck, passwords
 from .account_bus import AccountBus
 from .accounts import Accounts
-from .auth_callout import ServerKeys
 from .config import GLOBAL_ACCOUNT, VERSION, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InterestWatch, InternalHandler, InternalSubscription
 from .listen import advertised, dual_stack_socket, host_port
 from .logs import Logger, get_logger
-from .resolvers import claims_answerer, resolver_for
 from .router import Router
 from .sublist import Subscription
 from .system_account import SystemServices, disconnect_reason
@@ -36,6 +34,9 @@ from .system_account import SystemServices, disconnect_reason
 if TYPE_CHECKING:  # imported at start with TLS on: the ssl context code is on no other path
     import ssl
 
+    from .auth_callout import ServerKeys
+    from .config import OperatorSettings
+    from .resolvers import ClaimsAnswerer, DirResolver, MemoryResolver
     from .tls import TlsContext
     from .websocket import Origin
 
@@ -52,6 +53,28 @@ def friendly_bytes(value: int) -> str:
 
 def _traffic(conn: Connection) -> tuple[int, int, int, int]:
     return conn.in_msgs, conn.in_bytes, conn.out_msgs, conn.out_bytes
+
+
+def _resolver(operator: OperatorSettings) -> MemoryResolver | DirResolver:
+    """Operator mode's account JWTs; its JWT code is imported only then (a plain start skips it)."""
+    from .resolvers import resolver_for
+
+    return resolver_for(operator)
+
+
+def _claims_answerer(operator: OperatorSettings, resolver: MemoryResolver | DirResolver,
+                     in_use: Callable[[str], bool]) -> tuple[tuple[str, ...], ClaimsAnswerer]:
+    """The system account's `$SYS.REQ.CLAIMS.*` answers (operator mode only, like its JWT code)."""
+    from .resolvers import claims_answerer
+
+    return claims_answerer(operator, resolver, in_use)
+
+
+def _callout_keys() -> ServerKeys:
+    """The server's nkey and xkey for auth callout requests (auth_callout.py: imported only when configured)."""
+    from .auth_callout import ServerKeys
+
+    return ServerKeys()
 
 
 def new_server_id() -> str:
@@ -71,7 +94,7 @@ class Broker:
             config = replace(config, **kw)
         self.config = config
         # with an auth callout the server id is the public half of the nkey that signs its requests
-        self.callout_keys = ServerKeys() if config.auth.callout is not None else None
+        self.callout_keys = _callout_keys() if config.auth.callout is not None else None
         self.server_id = self.callout_keys.server_id if self.callout_keys is not None else new_server_id()
         self.server_name = config.server_name or self.server_id
         self.max_payload = config.max_payload
@@ -88,7 +111,7 @@ class Broker:
         self.jetstream: Any = None
         self.js_settings = config.jetstream  # with the temp store dir filled in once started
         operator = config.auth.operator
-        self.resolver = resolver_for(operator) if operator is not None else None  # operator mode's account JWTs
+        self.resolver = _resolver(operator) if operator is not None else None  # operator mode's account JWTs
         self.served_account = ""  # operator mode: the one account served, the first user's (operator_auth.py)
         self.start_time = 0.0
         self.total_connections = 0
@@ -180,7 +203,7 @@ class Broker:
         await self._start_jetstream()
         self.recovering = False
         if self.accounts.system is not None:
-            claims = (claims_answerer(cfg.auth.operator, self.resolver, self._account_in_use)
+            claims = (_claims_answerer(cfg.auth.operator, self.resolver, self._account_in_use)
                       if cfg.auth.operator and self.resolver else None)
             self.system = SystemServices(self, self.accounts.system, self.accounts.by_name, self.router,
                                          self._call_later, claims, self._system_log)

@@ -27,15 +27,17 @@ import secrets
 import string
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from .accounts import Account, Routes, Timer
 from .config import VERSION, Permissions
 from .internal import Origin
-from .resolvers import ClaimsAnswerer
 from .monitor_options import ConnzOptions, connz_options
 from .subjects import subject_matches
 from .sublist import Subscription
+
+if TYPE_CHECKING:
+    from .resolvers import ClaimsAnswerer  # operator mode's JWT code: imported only with an operator
 
 SERVER_KINDS = ("STATSZ", "VARZ", "CONNZ", "SUBSZ", "JSZ", "HEALTHZ", "IDZ", "ACCOUNTZ", "ROUTEZ", "GATEWAYZ",
                 "LEAFZ", "EXPVARZ", "IPQUEUESZ", "RAFTZ", "PROFILEZ")
