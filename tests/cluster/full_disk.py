@@ -4,8 +4,8 @@ this host (the node) mounts, the ORDERS example applied, the chaos run's generat
 message ids and its worker acknowledging NEW (tests/cluster/chaos.py; the Spark query is left out: it adds
 minutes and no disk use of the broker's).
 
-Then a file written into the volume from the host leaves less than jsbroker's reserve free: publishes are
-refused with 503/10023, the operator sets Stream orders' StorageAvailable False (OutOfStorage) and posts a
+Then a file written into the volume from the host leaves less than jsbroker's reserve free (and a few 4 KB
+messages on ORDERS.ballast use up what the store was granted before): publishes are refused with 503/10023, the operator sets Stream orders' StorageAvailable False (OutOfStorage) and posts a
 Warning Event, while a backlog of NEW is fetched and acknowledged (reads and acks go on). The file removed,
 the retried orders are stored, StorageAvailable turns True (MessageStored), and every acknowledged order is
 in ORDERS once, at its acknowledged sequence, with its payload.
@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from nats.js.errors import APIError
 
 from jsoperator import status as operator_status
 from tests.cluster import chaos, e2e
@@ -68,6 +70,22 @@ def _storage(kube: Kube) -> tuple[str, str, str]:
     return str(found.get("status", "")), str(found.get("reason", "")), str(found.get("message", ""))
 
 
+async def _ballast(url: str, token: str, size: int = 4096) -> None:
+    """4 KB messages on ORDERS.ballast (no consumer's filter) until the broker refuses one with 10023."""
+    nc = await chaos._connect(url, token)
+    js = nc.jetstream(timeout=5)
+    try:
+        for _ in range(VOLUME // size):
+            try:
+                await js.publish("ORDERS.ballast", b"b" * size)
+            except APIError as refused:
+                assert refused.err_code == 10023, refused
+                return
+        raise AssertionError(f"{VOLUME // size} messages of {size} bytes stored on a full volume")
+    finally:
+        await nc.close()
+
+
 def run(target: e2e.Target, image: str, helm: Path, workdir: Path, rate: float = 20.0) -> FullDiskReport:
     with small_volume(workdir / "broker-volume", VOLUME) as volume:
         volume.chmod(0o777)  # the broker runs as a user of its own
@@ -94,7 +112,8 @@ def run(target: e2e.Target, image: str, helm: Path, workdir: Path, rate: float =
             acked_before = len(generator.acked)
             filled = time.monotonic()
             filler = fill(volume, leave=512 << 10)  # below the reserve; the store's last grant (256 KiB) fits
-            poll(lambda: generator.refused.get(10023), timeout=TIMEOUT, what="a publish refused with 10023")
+            asyncio.run(_ballast(url, token))  # uses that grant up at once (the orders would take a minute)
+            poll(lambda: generator.refused.get(10023), timeout=TIMEOUT, what="an order refused with 10023")
             poll(lambda: _storage(kube)[:2] == ("False", "OutOfStorage"), timeout=TIMEOUT, interval=0.5,
                  what=f"Stream orders StorageAvailable False OutOfStorage (now {_storage(kube)})")
             full_for = time.monotonic() - filled
