@@ -134,8 +134,9 @@ class Scheduler(jsclient.Listener):
         self.signal(self.naming(settings, advisory.stream, advisory.consumer))
 
     def out_of_storage(self, settings: jsclient.ConnectionSettings, advisory: jsclient.Advisory) -> list[Entry]:
-        """The streams (all of the connection's when the advisory names none) whose next run reports it."""
-        found = [e for e in self.entries.values() if e.reached == settings and buckets.is_stream_kind(e.kind)
+        """The Streams (all of the connection's when the advisory names none) whose next run reports it. Not
+        the buckets: their status has no lastSeq to tell when storing works again."""
+        found = [e for e in self.entries.values() if e.reached == settings and e.kind == "Stream"
                  and advisory.stream in ("", e.server_names[0])]
         for entry in found:
             entry.out_of_storage = advisory.server or settings.describe()

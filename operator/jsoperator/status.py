@@ -5,7 +5,7 @@ Owns how a reconciliation outcome reads in ``status`` (kstatus, Argo CD and Flux
   ``Stalled`` (True when only a human can fix it: invalid spec, a change the server refuses, a server
   error that retrying will not cure); plus ``ReconciliationPaused`` and ``Unmanaged`` while those
   annotations are set;
-- ``StorageAvailable`` (Streams and buckets): False (reason ``OutOfStorage``) from the server's out-of-storage
+- ``StorageAvailable`` (Streams): False (reason ``OutOfStorage``) from the server's out-of-storage
   advisory on, True again (reason ``MessageStored``) once the stream's lastSeq moves past the one seen then
   (a message was stored: publishing works again); the reconciliations keep it as it is otherwise;
 - ``lastTransitionTime`` only moves when a condition's status changes;

@@ -85,6 +85,8 @@ def test_the_out_of_storage_advisory_marks_the_streams_it_names_on_that_connecti
     sched.advisory(A, advisory)
     assert (stream.out_of_storage, stream.signalled) == ("s1", True)
     assert [e.out_of_storage for e in (consumer, bucket, elsewhere)] == [None, None, None]
+    other = sched.seen("Stream", body("other", name="OTHER"))
+    sched.done(other, False, A)
     sched.advisory(A, jsclient.Advisory.parse(jsclient.OUT_OF_STORAGE, b'{"server":"s1"}'))  # no stream: all of them
-    assert bucket.out_of_storage == "s1" and consumer.out_of_storage is None
+    assert other.out_of_storage == "s1" and (consumer.out_of_storage, bucket.out_of_storage) == (None, None)
     assert jsclient.Advisory.parse(jsclient.OUT_OF_STORAGE, b"not json") is None
