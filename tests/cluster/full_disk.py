@@ -109,6 +109,8 @@ def run(target: e2e.Target, image: str, helm: Path, workdir: Path, rate: float =
             poll(lambda: len(generator.acked) >= 50 and worker.confirmed > 0, timeout=TIMEOUT,
                  what="orders acknowledged and NEW worked on")
             worker.join()  # NEW's backlog grows until the volume is full: read and acknowledged then
+            poll(lambda: asyncio.run(chaos._consumer(url, token, "NEW"))[2] >= 20, timeout=TIMEOUT,
+                 what="a backlog of 20 orders on NEW")
             acked_before = len(generator.acked)
             filled = time.monotonic()
             filler = fill(volume, leave=512 << 10)  # below the reserve; the store's last grant (256 KiB) fits
