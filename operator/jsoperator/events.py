@@ -15,6 +15,7 @@ UNPIN_SUCCEEDED, UNPIN_FAILED = "UnpinSucceeded", "UnpinFailed"
 FAILED = "ReconcileFailed"
 DEPRECATED = "Deprecated"
 RECREATED = "Recreated"
+OUT_OF_STORAGE = "OutOfStorage"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,8 @@ which reconciles (recreates, puts back) it at once.
 Configuration changes and deletions made by hand arrive sooner, as advisories (scheduler.py).
 
 Only resources that are Ready (Synced) and managed are refreshed: a Stalled or paused resource keeps the
-numbers its last reconciliation saw.
+numbers its last reconciliation saw. A Stream whose StorageAvailable is False gets it True in the patch
+whose lastSeq has moved (status.py): publishing works again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from datetime import datetime, timezone
 from collections.abc import Mapping
 from typing import Any
 
@@ -105,5 +107,8 @@ async def _patch_if_changed(entry: scheduler.Entry, info: Mapping[str, Any]) -> 
     if all(current.get(key) == value for key, value in observed.items()) or entry.lock.locked():
         return False  # unchanged, or a reconciliation is writing fresher numbers right now
     meta = entry.body["metadata"]
+    back = status.storage_back(current, observed, int(meta.get("generation") or 0), datetime.now(timezone.utc))
+    if back is not None:  # a message stored after the server ran out of storage
+        observed = {**observed, "conditions": back}
     await kubeapi.patch_status(entry.kind, meta["namespace"], meta["name"], observed)
     return True

@@ -309,22 +309,33 @@ class JetStreamClient:
         return done
 
 
-ADVISORIES = ("$JS.EVENT.ADVISORY.STREAM.>", "$JS.EVENT.ADVISORY.CONSUMER.>")
+OUT_OF_STORAGE = "$JS.EVENT.ADVISORY.SERVER.OUT_OF_STORAGE"
+ADVISORIES = ("$JS.EVENT.ADVISORY.STREAM.>", "$JS.EVENT.ADVISORY.CONSUMER.>", OUT_OF_STORAGE)
 """Subscribed on every pooled connection: stream and consumer actions (created, deleted, updated, leader
-elected, max deliveries ...). Not `$JS.EVENT.ADVISORY.API`: the audit of every API call, ours included."""
+elected, max deliveries ...) and a server out of storage. Not `$JS.EVENT.ADVISORY.API`: the audit of every
+API call, ours included. (nats-server sends OUT_OF_STORAGE in its system account, which the operator's
+connections do not see unless they are system users; jsbroker sends it in the account it serves.)"""
 
 
 @dataclasses.dataclass(frozen=True)
 class Advisory:
-    """A JetStream advisory, reduced to what it is about: `$JS.EVENT.ADVISORY.STREAM.<EVENT>.<stream>` or
-    `$JS.EVENT.ADVISORY.CONSUMER.<EVENT>.<stream>.<consumer>`."""
+    """A JetStream advisory, reduced to what it is about: `$JS.EVENT.ADVISORY.STREAM.<EVENT>.<stream>`,
+    `$JS.EVENT.ADVISORY.CONSUMER.<EVENT>.<stream>.<consumer>`, or OUT_OF_STORAGE (event OUT_OF_STORAGE,
+    the stream and `server` from its JSON body; stream "" when the server names none: all its streams)."""
 
-    event: str  # e.g. DELETED, CREATED, UPDATED, MAX_DELIVERIES
+    event: str  # e.g. DELETED, CREATED, UPDATED, MAX_DELIVERIES, OUT_OF_STORAGE
     stream: str
     consumer: str | None
+    server: str = ""
 
     @classmethod
-    def parse(cls, subject: str) -> Advisory | None:
+    def parse(cls, subject: str, data: bytes = b"") -> Advisory | None:
+        if subject == OUT_OF_STORAGE:
+            try:
+                body = json.loads(data)
+                return cls("OUT_OF_STORAGE", str(body.get("stream") or ""), None, str(body.get("server") or ""))
+            except (ValueError, AttributeError):
+                return None
         tokens = subject.split(".")
         if len(tokens) == 6 and tokens[3] == "STREAM":
             return cls(tokens[4], tokens[5], None)
@@ -431,7 +442,7 @@ class Pool:
         self._listener.connection(settings, state == "reconnected")
 
     async def _on_advisory(self, settings: ConnectionSettings, msg: Any) -> None:
-        advisory = Advisory.parse(msg.subject)
+        advisory = Advisory.parse(msg.subject, msg.data)
         if advisory is not None:
             self._listener.advisory(settings, advisory)
 

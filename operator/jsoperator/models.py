@@ -684,7 +684,7 @@ class Condition(_Status):
     """A kstatus/Kubernetes-style condition."""
 
     type: str = Field(max_length=64,
-        description="Ready, Reconciling, Stalled, Synced, Adopted, Terminal, ReconciliationPaused or Unmanaged.")
+        description="Ready, Reconciling, Stalled, Synced, Adopted, Terminal, ReconciliationPaused, Unmanaged or StorageAvailable.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(max_length=128, description="CamelCase reason.")
     message: str = Field("", description="Human-readable detail.")

@@ -118,6 +118,15 @@ def _failed(resource: Resource, outcome: status.Outcome) -> Result:
     return Result(_patch(resource, outcome), evs, retry=outcome.reconciling, message=outcome.message)
 
 
+def out_of_storage(resource: Resource, result: Result, server: str, stream: str) -> Result:
+    """`result` with StorageAvailable False (the server's out-of-storage advisory) and a Warning Event."""
+    written = {**(resource.status or {}), **result.status}
+    conditions = status.out_of_storage(written, server, stream, resource.generation, _now())
+    message = str(conditions[-1]["message"])
+    return dataclasses.replace(result, status={**result.status, "conditions": conditions},
+                               events=[*result.events, events.Event("Warning", events.OUT_OF_STORAGE, message)])
+
+
 # -- create / update / resume / drift -------------------------------------------------------------
 
 

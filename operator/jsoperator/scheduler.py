@@ -52,6 +52,7 @@ class Entry:
     reached: jsclient.ConnectionSettings | None = None  # the connection of the last reconciliation
     retries: int = 0
     signalled: bool = False
+    out_of_storage: str | None = None  # the server whose out-of-storage advisory the next run reports
 
     @property
     def server_names(self) -> tuple[str, str | None]:
@@ -127,7 +128,19 @@ class Scheduler(jsclient.Listener):
         return count
 
     def advisory(self, settings: jsclient.ConnectionSettings, advisory: jsclient.Advisory) -> None:
+        if advisory.event == "OUT_OF_STORAGE":
+            self.signal(self.out_of_storage(settings, advisory))
+            return
         self.signal(self.naming(settings, advisory.stream, advisory.consumer))
+
+    def out_of_storage(self, settings: jsclient.ConnectionSettings, advisory: jsclient.Advisory) -> list[Entry]:
+        """The Streams (all of the connection's when the advisory names none) whose next run reports it. Not
+        the buckets: their status has no lastSeq to tell when storing works again."""
+        found = [e for e in self.entries.values() if e.reached == settings and e.kind == "Stream"
+                 and advisory.stream in ("", e.server_names[0])]
+        for entry in found:
+            entry.out_of_storage = advisory.server or settings.describe()
+        return found
 
     def connection(self, settings: jsclient.ConnectionSettings, connected: bool) -> None:
         self.signal(self.on_connection(settings))

@@ -5,6 +5,9 @@ Owns how a reconciliation outcome reads in ``status`` (kstatus, Argo CD and Flux
   ``Stalled`` (True when only a human can fix it: invalid spec, a change the server refuses, a server
   error that retrying will not cure); plus ``ReconciliationPaused`` and ``Unmanaged`` while those
   annotations are set;
+- ``StorageAvailable`` (Streams): False (reason ``OutOfStorage``) from the server's out-of-storage
+  advisory on, True again (reason ``MessageStored``) once the stream's lastSeq moves past the one seen then
+  (a message was stored: publishing works again); the reconciliations keep it as it is otherwise;
 - ``lastTransitionTime`` only moves when a condition's status changes;
 - ``observedGeneration`` is the generation the operator acted on (a paused resource keeps the old one:
   its spec was not applied);
@@ -29,6 +32,8 @@ PAUSED, UNMANAGED = "ReconciliationPaused", "Unmanaged"
 TERMINAL = "Terminal"
 # What happened to the server object: Synced (does it match the spec now) and Adopted (taken over, or created).
 SYNCED_CONDITION, ADOPTED = "Synced", "Adopted"
+# Can the stream's server store messages ($JS.EVENT.ADVISORY.SERVER.OUT_OF_STORAGE says it cannot).
+STORAGE = "StorageAvailable"
 
 # Reasons (CamelCase, stable: users and alerts match on them).
 SYNCED = "Synced"
@@ -48,6 +53,8 @@ NOT_FOUND_ON_SERVER = "NotFoundOnServer"
 CREATED = "Created"
 UNSUPPORTED_BY_SERVER = "UnsupportedByServer"
 READ_ONLY = "ReadOnly"
+OUT_OF_STORAGE = "OutOfStorage"
+MESSAGE_STORED = "MessageStored"
 
 # What to do about the server errors users meet most (err_code -> hint).
 HINTS = {
@@ -185,6 +192,7 @@ def build(
     """
     previous = previous or {}
     conditions = _conditions(previous.get("conditions") or [], generation, outcome, now, mode, adopted)
+    conditions += storage_conditions(previous, observed, generation, now)
     patch: dict[str, Any] = {"conditions": conditions}
     if mode != "paused":
         patch["observedGeneration"] = generation
@@ -240,6 +248,47 @@ def _condition(
         last_transition_time=since or now, observed_generation=generation,
     )
     return condition.model_dump(by_alias=True, mode="json")
+
+
+def out_of_storage(previous: Mapping[str, Any] | None, server: str, stream: str, generation: int,
+                   now: datetime) -> list[dict[str, Any]]:
+    """The conditions of a status with StorageAvailable False: the server `server` refused a message of
+    `stream` for lack of storage."""
+    message = (f"server {server} has no storage left for stream {stream}: publishes are refused (JetStream "
+               "error 10023) while reads and acks go on; free space on its volume (purge or delete messages, "
+               "lower the streams' limits, or grow the volume); this clears once a message is stored again")
+    old = [c for c in (previous or {}).get("conditions") or [] if c.get("type") != STORAGE]
+    return [*old, _condition(condition(previous, STORAGE), STORAGE, False, OUT_OF_STORAGE, message, generation, now)]
+
+
+def stored_again(previous: Mapping[str, Any] | None, observed: Mapping[str, Any] | None) -> bool:
+    """StorageAvailable is False and the server's lastSeq has moved past the status's: a message was stored."""
+    was = condition(previous, STORAGE)
+    if was is None or was.get("status") != "False" or not observed or "lastSeq" not in observed:
+        return False
+    return int(observed["lastSeq"]) > int((previous or {}).get("lastSeq") or 0)
+
+
+def storage_back(previous: Mapping[str, Any], observed: Mapping[str, Any], generation: int,
+                 now: datetime) -> list[dict[str, Any]] | None:
+    """The conditions with StorageAvailable True when `stored_again` (None when not): for the status refresh."""
+    if not stored_again(previous, observed):
+        return None
+    others = [c for c in previous.get("conditions") or [] if c.get("type") != STORAGE]
+    return [*others, *storage_conditions(previous, observed, generation, now)]
+
+
+def storage_conditions(previous: Mapping[str, Any], observed: Mapping[str, Any] | None, generation: int,
+                       now: datetime) -> list[dict[str, Any]]:
+    """The StorageAvailable condition to keep in a status written whole: as it was, or True once
+    `stored_again`."""
+    was = condition(previous, STORAGE)
+    if was is None:
+        return []
+    if stored_again(previous, observed):
+        message = "a message was stored again after the server ran out of storage: publishing works"
+        return [_condition(was, STORAGE, True, MESSAGE_STORED, message, generation, now)]
+    return [dict(was)]
 
 
 def condition(status: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:

@@ -1,5 +1,6 @@
-"""The chaos run on the local one-node cluster, short: one round of every fault kind from a fixed seed
-(tests/cluster/chaos.py; bench/chaos.py runs it for as long as you ask)."""
+"""The chaos run on the local one-node cluster, short: one round of every fault kind and every resource
+action (reset, pause, hold, apply) from a fixed seed (tests/cluster/chaos.py; bench/chaos.py runs it for as
+long as you ask)."""
 
 from __future__ import annotations
 
@@ -25,4 +26,5 @@ def test_the_orders_pipeline_survives_a_round_of_every_fault(cluster: Cluster, e
                            gap=(2.0, 5.0), rate=2.0)
     print(report.text())
     assert sorted(done.step.fault for done in report.steps) == sorted(chaos.FAULTS)
+    assert sorted(d.step.action for d in report.steps if d.step.action) == sorted(chaos.ACTIONS)  # pause among them
     assert (report.lost, report.twice) == (0, 0) and report.orders > 0

@@ -15,12 +15,7 @@ refusal, see disk_room.py.)
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import nats
 import pytest
@@ -28,27 +23,11 @@ from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from nats.js.errors import APIError
 
 from tests.servers import JSBROKER, KINDS, launch
+from tests.small_volume import VOLUME, fill, small_volume
 
-VOLUME = 32 << 20
 FILLER = 24 << 20  # 8 MiB stay free: nats-server takes 6 MiB of it as its limit, jsbroker keeps 1.6 MiB back
 SIZE = 4096
 BATCH = 8  # 1 MB messages: more than the room either server leaves
-
-
-@contextlib.contextmanager
-def small_volume(path: Path) -> Iterator[Path]:
-    """A tmpfs of VOLUME bytes at `path` (skips where it cannot be mounted: not root, no mount)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    path.mkdir(parents=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={VOLUME}", "tmpfs", str(path)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 async def publish_until_refused(js: nats.js.JetStreamContext) -> tuple[list[int], APIError]:
@@ -146,6 +125,40 @@ async def test_an_atomic_batch_larger_than_the_room_left_is_refused_whole(kind, 
                     await commit_batch(nc, BATCH)
                 assert "Critical write error" in server.log_path.read_text()
             assert (await js.stream_info("B")).state.messages == (1 if kind == JSBROKER else 0)
+            await nc.close()
+        finally:
+            server.close()
+
+
+async def test_a_volume_turning_full_is_announced_once_per_time_by_the_out_of_storage_advisory(tmp_path):
+    """jsbroker only: nats-server 2.15.1 sends $JS.EVENT.ADVISORY.SERVER.OUT_OF_STORAGE when a clustered
+    stream's or its raft log's write meets ENOSPC (then it turns JetStream off until a restart), in the
+    system account; standalone, it refuses at its storage limit without one. jsbroker refuses before the
+    disk is full and stores again once space is back, so it announces each time a stream's volume turns
+    full, with nats-server's fields (jetstream/advisories.py)."""
+    with small_volume(tmp_path / "volume") as volume:
+        server = launch(JSBROKER, store_dir=volume / "store")
+        try:
+            nc = await nats.connect(server.url)
+            js = nc.jetstream()
+            advisories = await nc.subscribe("$JS.EVENT.ADVISORY.SERVER.OUT_OF_STORAGE")
+            await js.add_stream(StreamConfig(name="S", subjects=["s"]))
+            for _ in range(2):
+                filler = fill(volume, leave=3 << 20)  # 1.4 MiB above jsbroker's reserve
+                await publish_until_refused(js)
+                for _ in range(3):  # refused again: no new advisory
+                    with pytest.raises(APIError):
+                        await js.publish("s", b"x" * SIZE, timeout=5)
+                advisory = json.loads((await advisories.next_msg(timeout=5)).data)
+                with pytest.raises(nats.errors.TimeoutError):
+                    await advisories.next_msg(timeout=0.5)
+                assert set(advisory) == {"type", "id", "timestamp", "server", "server_id", "stream", "cluster"}
+                assert (advisory["type"], advisory["stream"], advisory["cluster"]) == (
+                    "io.nats.jetstream.advisory.v1.server_out_of_space", "S", "")
+                assert (advisory["server"], advisory["server_id"]) == (nc._server_info["server_name"],
+                                                                        nc._server_info["server_id"])
+                filler.unlink()  # space is back: stored at once; filling again announces again
+                await js.publish("s", b"x" * SIZE, timeout=5)
             await nc.close()
         finally:
             server.close()

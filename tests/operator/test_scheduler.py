@@ -68,3 +68,25 @@ def test_a_connection_object_wakes_the_resources_naming_it():
     assert sched.referencing(("JetStreamConnection", "ns", "main")) == [main]
     assert sched.referencing(("JetStreamConnection", "other", "main")) == []
     assert sched.referencing(("ClusterJetStreamConnection", "", "main")) == [shared]
+
+
+def test_the_out_of_storage_advisory_marks_the_streams_it_names_on_that_connection():
+    sched = scheduler.Scheduler(drift_interval=3600)
+    stream = sched.seen("Stream", body("orders", name="ORDERS"))
+    consumer = sched.seen("Consumer", body("c", streamName="ORDERS", durableName="d"))
+    bucket = sched.seen("KeyValue", body("kv", bucket="cfg"))
+    elsewhere = sched.seen("Stream", body("orders-b", name="ORDERS"))
+    for entry in (stream, consumer, bucket):
+        sched.done(entry, False, A)
+    sched.done(elsewhere, False, B)
+    data = b'{"type":"io.nats.jetstream.advisory.v1.server_out_of_space","stream":"ORDERS","server":"s1"}'
+    advisory = jsclient.Advisory.parse(jsclient.OUT_OF_STORAGE, data)
+    assert advisory == jsclient.Advisory("OUT_OF_STORAGE", "ORDERS", None, "s1")
+    sched.advisory(A, advisory)
+    assert (stream.out_of_storage, stream.signalled) == ("s1", True)
+    assert [e.out_of_storage for e in (consumer, bucket, elsewhere)] == [None, None, None]
+    other = sched.seen("Stream", body("other", name="OTHER"))
+    sched.done(other, False, A)
+    sched.advisory(A, jsclient.Advisory.parse(jsclient.OUT_OF_STORAGE, b'{"server":"s1"}'))  # no stream: all of them
+    assert other.out_of_storage == "s1" and (consumer.out_of_storage, bucket.out_of_storage) == (None, None)
+    assert jsclient.Advisory.parse(jsclient.OUT_OF_STORAGE, b"not json") is None

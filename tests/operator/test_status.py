@@ -257,3 +257,27 @@ def test_adopted_says_how_the_server_object_came_and_stays() -> None:
                                      (status.retrying(status.NOT_FOUND_ON_SERVER, "missing"), "NotFoundOnServer", False)):
         got = conditions(status.build(None, generation=1, outcome=outcome, now=T0))
         assert got["Ready"] == ("False", reason) and got["Stalled"] == (str(stalled), reason)
+
+
+def test_storage_available_is_false_from_the_advisory_until_last_seq_moves() -> None:
+    ready = status.build(None, generation=1, outcome=status.synced("ok"), now=T0, observed={"lastSeq": 7})
+    assert "StorageAvailable" not in conditions(ready)
+    full = {**ready, "conditions": status.out_of_storage(ready, "broker-0", "ORDERS", 1, T0)}
+    assert conditions(full)["StorageAvailable"] == ("False", "OutOfStorage")
+    message = status.condition(full, "StorageAvailable")["message"]  # type: ignore[index]
+    assert "server broker-0 has no storage left for stream ORDERS" in message and "grow the volume" in message
+    # a reconciliation keeps it while lastSeq stands, and sets it True once a message was stored
+    same = status.build(full, generation=1, outcome=status.synced("ok"), now=T1, observed={"lastSeq": 7})
+    assert conditions(same)["StorageAvailable"] == ("False", "OutOfStorage")
+    assert status.storage_back(full, {"lastSeq": 7}, 1, T1) is None
+    back = status.build(full, generation=1, outcome=status.synced("ok"), now=T1, observed={"lastSeq": 8})
+    assert conditions(back)["StorageAvailable"] == ("True", "MessageStored")
+    refreshed = status.storage_back(full, {"lastSeq": 8}, 1, T1)
+    assert refreshed is not None and {c["type"]: c["status"] for c in refreshed} == {
+        **{c["type"]: c["status"] for c in full["conditions"]}, "StorageAvailable": "True"}
+    assert status.condition({"conditions": refreshed}, "StorageAvailable")["lastTransitionTime"] == "2026-01-01T12:05:00Z"  # type: ignore[index]
+    # True stays True; a second advisory turns it False again
+    assert conditions(status.build(back, generation=1, outcome=status.synced("ok"), now=T1,
+                                   observed={"lastSeq": 9}))["StorageAvailable"] == ("True", "MessageStored")
+    again = status.out_of_storage(back, "broker-0", "ORDERS", 1, T1)
+    assert [c["type"] for c in again].count("StorageAvailable") == 1

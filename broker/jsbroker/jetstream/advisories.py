@@ -1,5 +1,6 @@
-"""Consumer advisories published on `$JS.EVENT.ADVISORY.CONSUMER.*`, a stream's abandoned atomic batches, and the sampled ack metrics on
-`$JS.EVENT.METRIC.CONSUMER.ACK.*` (`jetstream_events.go` shapes).
+"""Consumer advisories published on `$JS.EVENT.ADVISORY.CONSUMER.*`, a stream's abandoned atomic batches, the
+server's out-of-storage advisory, and the sampled ack metrics on `$JS.EVENT.METRIC.CONSUMER.ACK.*`
+(`jetstream_events.go` shapes).
 
 Advisories are optional for clients, so one is built only when somebody listens on its subject: the
 JSON costs nothing on the hot path of a consumer nobody monitors.
@@ -85,3 +86,18 @@ def batch_abandoned(bus: InternalBus, stream: str, domain: str | None, batch_id:
     """An open atomic batch went without being stored (`reason`: atomic_batch.TIMEOUT, LARGE, ...)."""
     _send(bus, f"$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.{stream}", "stream_batch_abandoned",
           {"stream": stream, **({"domain": domain} if domain else {}), "batch": batch_id, "reason": reason})
+
+
+OUT_OF_STORAGE = "$JS.EVENT.ADVISORY.SERVER.OUT_OF_STORAGE"
+
+
+def out_of_storage(bus: InternalBus, stream: str, domain: str | None) -> None:
+    """A stream's store refused a message for lack of room on its volume (`server_out_of_space`).
+
+    nats-server sends it once when a write meets a full disk, and then turns JetStream off until a restart;
+    jsbroker refuses publishes before the disk is full and stores again as soon as space is back
+    (store/disk_room.py), so it sends it once per stream each time its volume turns full. Sent in the
+    served account (jsbroker has no system account, where nats-server sends it)."""
+    _send(bus, OUT_OF_STORAGE, "server_out_of_space",
+          {"server": bus.server_name, "server_id": bus.server_id, "stream": stream, "cluster": "",
+           **({"domain": domain} if domain else {})})

@@ -462,9 +462,11 @@ class Stream:
                     self.bus.before_output(self._release)
 
     def _store_failure(self, exc: StoreError | OSError) -> errors.ApiError:
-        """The publish error for a store that refused or failed (a full volume is nats-server's 10023 and
-        was logged by the store)."""
+        """The publish error for a store that refused or failed (a full volume is nats-server's 10023, was
+        logged by the store and, at its first refusal, is announced by the out-of-storage advisory)."""
         if isinstance(exc, StoreFull):
+            if exc.first:
+                advisories.out_of_storage(self.bus, self.name, self._domain)
             return errors.INSUFFICIENT_RESOURCES()
         log.error("stream store failed", extra={"stream": self.name, "error": str(exc)})
         return errors.STREAM_STORE_FAILED(err=str(exc))

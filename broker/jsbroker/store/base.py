@@ -39,7 +39,12 @@ class StoreClosed(StoreError):
 
 
 class StoreFull(StoreError):
-    """No room for a new message: the volume is down to its reserve (disk_room.py). Nothing was stored."""
+    """No room for a new message: the volume is down to its reserve (disk_room.py). Nothing was stored.
+    `first`: the first refusal since the volume last had room (the stream announces it once)."""
+
+    def __init__(self, message: str, first: bool = True) -> None:
+        super().__init__(message)
+        self.first = first
 
 
 class StoredMsg(NamedTuple):  # a NamedTuple: built once per delivered message, 3x cheaper than a dataclass

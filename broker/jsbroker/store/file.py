@@ -392,10 +392,11 @@ class FileStore(IndexedStore):
 
     def check_room(self, size: int) -> None:
         if size > self._room_left:
+            had_room = not self._room.full
             left = self._room.grant(size)
             if left < 0:
                 self._room_left = 0
-                raise StoreFull(f"no room for {size} bytes of messages on the volume of {self._dir}")
+                raise StoreFull(f"no room for {size} bytes of messages on the volume of {self._dir}", had_room)
             self._room_left = left
         self._room_left -= size
 

@@ -98,8 +98,11 @@ def scheduled(runtime: reconcile.Runtime, sched: scheduler.Scheduler) -> schedul
             if body["metadata"].get("deletionTimestamp"):
                 return False, None
             clash = conflict(entry.kind, body, sched.indexes)
-            result = await reconcile.reconcile(reconcile.Resource.from_body(entry.kind, body), runtime, why,
-                                               entry.executed, clash)
+            resource = reconcile.Resource.from_body(entry.kind, body)
+            result = await reconcile.reconcile(resource, runtime, why, entry.executed, clash)
+            if entry.out_of_storage is not None:
+                result = reconcile.out_of_storage(resource, result, entry.out_of_storage, entry.server_names[0])
+                entry.out_of_storage = None
             sched.wrote(entry, result.status)
         await _apply_by_api(entry.kind, body, result)
         return result.retry, result.reached
