@@ -462,32 +462,33 @@ class FileStore(IndexedStore):
         return pieces
 
     def _whole_run(self, seq: int, first_row: int, last_row: int, pieces: list[bytes]) -> None:
+        buf = self._read_span(seq, first_row, last_row)
+        if buf is not None:
+            pieces.append(buf)
+
+    def _read_span(self, seq: int, first_row: int, last_row: int) -> bytes | None:
+        """The bytes of one block from the record at `first_row` to the end of the one at `last_row` (one
+        pread); None when it cannot be read (logged, the store marked damaged). `seq`: the first's, for the log."""
         first, last = self._locs[first_row], self._locs[last_row]
         no, start = _block_of(first), first & _OFFSET_MASK
         span = (last & _OFFSET_MASK) + _rec_len(last, self._sizes[last_row]) - start
         fd = self._rfds.get(no)
         try:
-            pieces.append(os.pread(self._rfd(no) if fd is None else fd, span, start))
+            return os.pread(self._rfd(no) if fd is None else fd, span, start)
         except OSError as e:
             log.error("stream store %s: unreadable messages from seq=%d in block %d: %s", self._dir, seq, no, e)
             self._damaged = True
+            return None
 
     def _records_of_run(self, seqs: list[int], rows: list[int], pieces: list[bytes]) -> None:
         """Append the records of one run, read with one pread, as the pieces of it that hold them: each
         record's frame (length, kind, seq as the index says) is checked, not its CRC (README.md,
         "Recovery"); a record that fails is logged and left out."""
         locs, sizes = self._locs, self._sizes
-        first = locs[rows[0]]
-        no, start = _block_of(first), first & _OFFSET_MASK
-        last = locs[rows[-1]]
-        span = (last & _OFFSET_MASK) + _rec_len(last, sizes[rows[-1]]) - start
-        fd = self._rfds.get(no)
-        try:
-            buf = os.pread(self._rfd(no) if fd is None else fd, span, start)
-        except OSError as e:
-            log.error("stream store %s: unreadable messages from seq=%d in block %d: %s", self._dir, seqs[0], no, e)
-            self._damaged = True
+        buf = self._read_span(seqs[0], rows[0], rows[-1])
+        if buf is None:
             return
+        no, start = _block_of(locs[rows[0]]), locs[rows[0]] & _OFFSET_MASK
         size = len(buf)
         piece_at = piece_end = 0  # the piece of `buf` being extended: records back to back
         for seq, row in zip(seqs, rows):
@@ -544,17 +545,12 @@ class FileStore(IndexedStore):
                   bad: list[int]) -> None:
         """Decode the records of one run from one pread. Reads check each record's frame (whole, length,
         kind, seq), not its CRC: see README.md, "Recovery"."""
-        first, last = self._locs[rows[0]], self._locs[rows[-1]]
-        no, start = _block_of(first), first & _OFFSET_MASK
-        span = (last & _OFFSET_MASK) + _rec_len(last, self._sizes[rows[-1]]) - start
-        fd = self._rfds.get(no)
-        try:
-            buf = os.pread(self._rfd(no) if fd is None else fd, span, start)
-        except OSError as e:
-            log.error("stream store %s: unreadable messages from seq=%d in block %d: %s", self._dir, seqs[0], no, e)
-            self._damaged = True
+        buf = self._read_span(seqs[0], rows[0], rows[-1])
+        if buf is None:
             bad += seqs
             return
+        first = self._locs[rows[0]]
+        no, start = _block_of(first), first & _OFFSET_MASK
         k = _decode_adjacent(buf, seqs, hdrs, datas)
         if k < len(seqs):
             self._decode_indexed(buf, start, no, seqs[k:], rows[k:], hdrs, datas, bad)
