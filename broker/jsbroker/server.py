@@ -540,6 +540,12 @@ class Broker:
     def jetstream_domain(self) -> str | None:
         return None if self.jetstream is None or self.js_settings is None else self.js_settings.domain or ""
 
+    def jetstream_account(self, name: str, streams: bool, consumers: bool, config: bool) -> dict[str, Any] | None:
+        if self.jetstream is None or name not in self.jetstream.accounts:
+            return None
+        detail: dict[str, Any] = self.jetstream.account_detail(name, streams, consumers, config)
+        return detail
+
     def started_at(self) -> float:
         return self.wall_time(self.start_time)
 

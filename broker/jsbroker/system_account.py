@@ -47,7 +47,6 @@ FEATURE_FLAGS = {"js_ack_fc_v2": False, "js_api_reply_v2": False, "js_raft_delet
                  "js_snapshot_sources": False}
 # nats-server's capability flags with JetStream on: JetStream, binary stream snapshots, NRG traffic in accounts
 JETSTREAM_FLAGS = 1 | 2 | 4
-UNLIMITED_RESERVATION = 2**64 - 1  # nats-server's JSZ of an account without reservations (Go's uint64(-1))
 STATSZ_FIRST, STATSZ_EVERY = 0.25, 10.0  # the heartbeat's first interval, doubled up to its last
 CONNS_EVERY = 30.0  # an account's connection counts again, while it has connections
 # nats-server's closed-connection reasons for the errors jsbroker closes a client with
@@ -116,6 +115,10 @@ class SystemHost(Protocol):
 
     def jetstream_domain(self) -> str | None:
         """None: JetStream is off; "" without a domain."""
+
+    def jetstream_account(self, name: str, streams: bool, consumers: bool, config: bool) -> dict[str, Any] | None:
+        """Account `name`'s entry of /jsz's account_details (its own usage, limits and API counts; `streams`,
+        `consumers`, `config`: as nats-server's JSzOptions), None when it has no JetStream."""
 
     def started_at(self) -> float:
         """The wall-clock time the server started."""
@@ -409,6 +412,8 @@ class SystemServices:
         if kind == "STATZ" and name == "PING":
             return self._account_statz(options, None)
         account = self.accounts.get(name)
+        if kind == "JSZ":
+            return self._account_jsz(account, name, options)
         if kind == "CONNZ":
             return self._connz(_connz(options, name))
         if kind == "LEAFZ":
@@ -419,16 +424,18 @@ class SystemServices:
             raise _Error(500, f"Account {name} does not exist")
         if kind == "SUBSZ":
             return self._subsz(account, options)
-        if kind == "JSZ":
-            if h.jetstream_domain() is None:
-                raise _Error(500, "jetstream not enabled")
-            if not account.jetstream:
-                raise _Error(500, f'account "{name}" not jetstream enabled')
-            jsz = h.views().jsz_body()
-            return {"name": name, "id": name, "memory": jsz["memory"], "storage": jsz["storage"],
-                    "reserved_memory": UNLIMITED_RESERVATION, "reserved_storage": UNLIMITED_RESERVATION,
-                    "accounts": 0, "ha_assets": 0, "api": {**jsz["api"], "level": 0}}
         return self._account_info(account)
+
+    def _account_jsz(self, account: Account | None, name: str, options: dict[str, Any]) -> dict[str, Any]:
+        """nats-server's JszAccount: the account's own JetStream use (never the server's totals)."""
+        if self.host.jetstream_domain() is None:
+            raise _Error(500, "jetstream not enabled")
+        if account is None:
+            raise _Error(500, f'account "{name}" not found')
+        detail = self.host.jetstream_account(name, *(bool(options.get(k)) for k in ("streams", "consumer", "config")))
+        if detail is None:
+            raise _Error(500, f'account "{name}" not jetstream enabled')
+        return detail
 
     def _account_info(self, account: Account) -> dict[str, Any]:
         """nats-server's accountInfo (INFO): the account's use, its imports (the system ones too) and exports."""

@@ -20,6 +20,7 @@ from typing import Any
 import nats
 import pytest
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.js.errors import NotFoundError
 
 from jsbroker.config import ConfigError, load_file
 from tests.chart import go_tools
@@ -284,6 +285,78 @@ def test_account_requests_answer_alike(servers, subject, user):
         assert js["error"] == ns["error"] and js["data"] is ns["data"] is None
     else:
         assert _keys(js["data"]) == _keys(ns["data"])
+
+
+TWO_JETSTREAM_ACCOUNTS = """
+accounts {
+  SYS: { users: [{user: sys, password: sys-pw}] }
+  A: { users: [{user: a, password: a-pw}], jetstream: enabled }
+  C: { users: [{user: c, password: c-pw}], jetstream: {max_mem: 1M, max_file: 10M} }
+}
+system_account: SYS
+"""
+JSZ_BODIES = (b"", b'{"streams": true}', b'{"streams": true, "consumer": true, "config": true}')
+
+
+async def _jsz_of_two_accounts(port: int) -> dict[str, Any]:
+    """A: a file stream of three messages, a memory one of one; C (with limits): a file stream of one larger
+    message, a consumer and a failed request. Then each account's JSZ (without the envelope's server), plain
+    and with options, by "<account> <body>"."""
+    a, c = await _connect(port, "a"), await _connect(port, "c")
+    try:
+        js_a, js_c = a.jetstream(), c.jetstream()
+        await js_a.add_stream(name="FILE", subjects=["a.>"])
+        for _ in range(3):
+            await js_a.publish("a.x", b"hello")
+        await js_a.add_stream(name="MEM", subjects=["m.>"], storage="memory")
+        await js_a.publish("m.x", b"m")
+        await js_c.add_stream(name="ONLY", subjects=["c.>"])
+        await js_c.publish("c.x", b"x" * 100)
+        await js_c.add_consumer("ONLY", durable_name="dur")
+        with pytest.raises(NotFoundError):
+            await js_c.stream_info("NOPE")
+        answers = {}
+        for account in ("A", "C", "SYS", "NOPE"):
+            for body in JSZ_BODIES:
+                answer = await _ask(port, "sys", f"$SYS.REQ.ACCOUNT.{account}.JSZ", body)
+                answer.pop("server")
+                if "stream_detail" in (answer["data"] or {}):  # nats-server's: in its map's order
+                    answer["data"]["stream_detail"].sort(key=lambda s: s["name"])
+                answers[f"{account} {body.decode()}"] = normalise(answer)
+        return answers
+    finally:
+        await a.close()
+        await c.close()
+
+
+def test_account_jsz_is_the_accounts_own_use(tmp_path):
+    got = {}
+    for kind in KINDS:
+        config = tmp_path / f"{kind}.conf"
+        config.write_text(TWO_JETSTREAM_ACCOUNTS)
+        handle = launch(kind, extra_args=["-c", str(config)])
+        try:
+            got[kind] = _run(_jsz_of_two_accounts(handle.port))
+        finally:
+            handle.close()
+    for key, ns in got[NATS_SERVER].items():
+        assert got[JSBROKER][key] == ns, key
+    unlimited = 2**64 - 1
+    use = {account: {k: got[JSBROKER][f"{account} "]["data"][k] for k in ("memory", "storage", "reserved_memory",
+                                                                        "reserved_storage", "api")}
+           for account in ("A", "C")}
+    assert use == {
+        "A": {"memory": 20, "storage": 114, "reserved_memory": unlimited, "reserved_storage": unlimited,
+              "api": {"level": 0, "total": 2, "errors": 0}},
+        "C": {"memory": 0, "storage": 133, "reserved_memory": 1_000_000, "reserved_storage": 10_000_000,
+              "api": {"level": 0, "total": 3, "errors": 1}},
+    }
+    full = got[JSBROKER]["C " + JSZ_BODIES[2].decode()]["data"]["stream_detail"]
+    assert [(s["name"], s["config"]["subjects"], [c["name"] for c in s["consumer_detail"]]) for s in full] == \
+        [("ONLY", ["c.>"], ["dur"])]
+    assert [s["name"] for s in got[JSBROKER]['A {"streams": true}']["data"]["stream_detail"]] == ["FILE", "MEM"]
+    assert got[JSBROKER]["SYS "]["error"] == {"code": 500, "description": 'account "SYS" not jetstream enabled'}
+    assert got[JSBROKER]["NOPE "]["error"] == {"code": 500, "description": 'account "NOPE" not found'}
 
 
 def test_account_statz_and_connz_through_the_system_imports(servers):

@@ -619,9 +619,12 @@ class StreamRegistry:
 
     def stream_details(self) -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
         """Each stream's name, state and its consumers' ConsumerInfo, by name (for /metrics)."""
-        return [(name, stream.info_state(),
-                 [c.info(dynamic_metadata=False) for _, c in sorted(stream.consumers.items()) if isinstance(c, Consumer)])
-                for name, stream in sorted(self.streams.items())]
+        return [(name, stream.info_state(), self.consumer_infos(name)) for name, stream in sorted(self.streams.items())]
+
+    def consumer_infos(self, stream: str) -> list[dict[str, Any]]:
+        """The ConsumerInfo of `stream`'s consumers, by name (for /metrics and JSZ's consumer_detail)."""
+        consumers = sorted(self.streams[stream].consumers.items())
+        return [c.info(dynamic_metadata=False) for _, c in consumers if isinstance(c, Consumer)]
 
     # -- for the router ---------------------------------------------------------------------------------
 

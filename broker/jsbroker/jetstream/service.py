@@ -117,9 +117,12 @@ class JetStreamServer:
         """/jsz?accounts=true's `account_details`, by account name (with `stream_detail` when `streams`)."""
         return [self.account_detail(name, streams) for name in sorted(self.accounts)]
 
-    def account_detail(self, account: str, streams: bool = False) -> dict[str, Any]:
-        """One account's entry of /jsz's `account_details`. As nats-server's, its reserved_memory /
-        reserved_storage are the account's limits (unlimited: the largest uint64) and its API level 0."""
+    def account_detail(self, account: str, streams: bool = False, consumers: bool = False,
+                       config: bool = False) -> dict[str, Any]:
+        """One account's entry of /jsz's `account_details` (and `$SYS.REQ.ACCOUNT.<account>.JSZ`'s data). As
+        nats-server's, its reserved_memory / reserved_storage are the account's limits (unlimited: the largest
+        uint64) and its API level 0; `streams` adds `stream_detail`, in which `consumers` adds each stream's
+        `consumer_detail` and `config` its config."""
         js = self.accounts[account]
         memory, file, *_ = js.usage()
         limits = js.settings.account
@@ -130,10 +133,21 @@ class JetStreamServer:
             "api": {"level": 0, "total": js.api_counts.total, "errors": js.api_counts.errors},
         }
         if streams and js.streams:
-            body["stream_detail"] = [{"name": name, "created": times.rfc3339(stream.created_ns),
-                                      "cluster": js.cluster_info(), "state": stream.info_state()}
-                                     for name, stream in sorted(js.streams.items())]
+            body["stream_detail"] = [self._stream_detail(js, name, consumers, config)
+                                     for name in sorted(js.streams)]
         return body
+
+    @staticmethod
+    def _stream_detail(js: JetStream, name: str, consumers: bool, config: bool) -> dict[str, Any]:
+        """nats-server's StreamDetail: the stored config (with `config`) and the consumers' ConsumerInfo."""
+        stream = js.streams[name]
+        detail: dict[str, Any] = {"name": name, "created": times.rfc3339(stream.created_ns),
+                                  "cluster": js.cluster_info(), "state": stream.info_state()}
+        if config:
+            detail["config"] = stream.config.to_json(dynamic_metadata=False)
+        if consumers and (infos := js.consumer_infos(name)):
+            detail["consumer_detail"] = infos
+        return detail
 
     def store_stats(self) -> dict[str, float]:
         """For /metrics: fsyncs summed over the accounts' stores, the slowest one, the longest recovery."""
