@@ -432,7 +432,8 @@ class SystemServices:
             raise _Error(500, "jetstream not enabled")
         if account is None:
             raise _Error(500, f'account "{name}" not found')
-        detail = self.host.jetstream_account(name, *(bool(options.get(k)) for k in ("streams", "consumer", "config")))
+        streams, consumers, config = (_bool_option(options, k) for k in ("streams", "consumer", "config"))
+        detail = self.host.jetstream_account(name, streams, consumers, config)
         if detail is None:
             raise _Error(500, f'account "{name}" not jetstream enabled')
         return detail
@@ -639,6 +640,13 @@ def _int_option(options: dict[str, Any], key: str, default: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise _Error(400, f"json: cannot unmarshal {type(value).__name__} into Go struct field {key} of type int")
     return value
+
+
+def _bool_option(options: dict[str, Any], key: str) -> bool:
+    value = options.get(key)  # null: Go leaves the field false
+    if value is not None and not isinstance(value, bool):
+        raise _Error(400, f"json: cannot unmarshal {type(value).__name__} into Go struct field {key} of type bool")
+    return bool(value)
 
 
 def _matches(subject: str, literal: str) -> bool:

@@ -242,6 +242,8 @@ def test_connz_options_and_filters(servers):
     ("$SYS.REQ.SERVER.PING.CONNZ", b'{"limit": "ten"}'),
     ("$SYS.REQ.SERVER.PING", b"{not json"),
     ("$SYS.REQ.ACCOUNT.A.INFO", b"{not json"),
+    ("$SYS.REQ.ACCOUNT.A.JSZ", b'{"streams": "yes"}'),
+    ("$SYS.REQ.ACCOUNT.A.JSZ", b'{"consumer": 1}'),
 ])
 def test_a_malformed_request_body_gets_a_400(servers, subject, body):
     got = _both(servers, "sys", subject, body)
