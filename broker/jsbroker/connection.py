@@ -80,6 +80,15 @@ class ConnectionHost(Protocol):
     def client_connected(self, conn: Connection) -> None: ...  # its first CONNECT accepted (system events)
 
 
+def _pause_again(raw: asyncio.Transport) -> None:
+    """Pause `raw` for real. Some Python 3.11 releases (Debian 12's 3.11.2; not 3.11.7) re-add the reader a new
+    transport schedules for itself after `connection_made` even when `connection_made` paused it; the
+    paused flag stays set, so a second `pause_reading` alone would do nothing: resume, then pause."""
+    if not raw.is_closing() and not raw.is_reading():
+        raw.resume_reading()
+        raw.pause_reading()
+
+
 def _callout() -> Any:
     """auth_callout.py (and the JWT code it uses), imported only once a callout is configured and asked."""
     from . import auth_callout
@@ -231,6 +240,7 @@ class Connection(asyncio.Protocol):
 
         timer = loop.call_later(fallback, decide, False)
         loop.add_reader(watched, decide, True)
+        loop.call_soon(_pause_again, raw)  # until decide(), a byte read here would be TLS fed to the parser
 
     async def _start_tls(self, raw: asyncio.Transport, tls_first: bool) -> None:
         # Runs once start_tls has put its TLS protocol on the transport, before the handshake starts.

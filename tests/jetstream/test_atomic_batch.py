@@ -353,7 +353,7 @@ async def test_a_partial_batch_left_by_a_crash_inside_a_commit_goes_at_the_start
         await js.publish("P.a", b"before")
         await nc.close()
         broker.stop()
-        directory = next(d for d in storage.list_stream_dirs(tmp_path / "store"))
+        directory = next(d for d in storage.list_stream_dirs(storage.account_dir(tmp_path / "store", "$G")))
         store = storage.open_stream_store("file", directory, StreamConfig(name="P").store_limits(),
                                           storage.SyncPolicy())
         for seq in (1, 2):

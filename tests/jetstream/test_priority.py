@@ -277,7 +277,8 @@ async def _prioritized(nc: Any, name: str) -> list[Any]:
         await js.publish(f"{name}.a", b"n%d" % i)
     await poll_async(lambda: len(got) == 10, timeout=3, what="10 deliveries")
     await js.delete_stream(name)
-    return got
+    # which request got each message; the callback order is not the wire's (each subscription has its own task)
+    return sorted(got, key=lambda delivery: int(delivery[1][1:]))
 
 
 async def _waiting(nc: Any, name: str, consumer: str, n: int) -> bool:
