@@ -83,7 +83,9 @@ class ConnectionHost(Protocol):
 def _pause_again(raw: asyncio.Transport) -> None:
     """Pause `raw` for real. Some Python 3.11 releases (Debian 12's 3.11.2; not 3.11.7) re-add the reader a new
     transport schedules for itself after `connection_made` even when `connection_made` paused it; the
-    paused flag stays set, so a second `pause_reading` alone would do nothing: resume, then pause."""
+    paused flag stays set, so a second `pause_reading` alone would do nothing: resume, then pause. Else the
+    bytes before the upgrade are read: a TLS-first ClientHello fed to the parser, or a client's EOF taken by the
+    TLS layer before its handshake began (no "TLS handshake error" logged)."""
     if not raw.is_closing() and not raw.is_reading():
         raw.resume_reading()
         raw.pause_reading()
@@ -209,6 +211,7 @@ class Connection(asyncio.Protocol):
             self._start_timers()
             return
         transport.pause_reading()  # type: ignore[attr-defined]  # the handshake's bytes are for the TLS layer
+        self.broker.loop.call_soon(_pause_again, transport)  # before the handshake's task: see _pause_again
         if not tls.settings.handshake_first:  # INFO in clear text, then the client's handshake (tls.py)
             self._info_then_tls(transport)  # type: ignore[arg-type]
         elif tls.settings.handshake_first_fallback > 0:
@@ -240,7 +243,6 @@ class Connection(asyncio.Protocol):
 
         timer = loop.call_later(fallback, decide, False)
         loop.add_reader(watched, decide, True)
-        loop.call_soon(_pause_again, raw)  # until decide(), a byte read here would be TLS fed to the parser
 
     async def _start_tls(self, raw: asyncio.Transport, tls_first: bool) -> None:
         # Runs once start_tls has put its TLS protocol on the transport, before the handshake starts.
