@@ -211,7 +211,7 @@ class Connection(asyncio.Protocol):
             self._start_timers()
             return
         transport.pause_reading()  # type: ignore[attr-defined]  # the handshake's bytes are for the TLS layer
-        self.broker.loop.call_soon(_pause_again, transport)  # before the handshake's task: see _pause_again
+        self.broker.loop.call_soon(_pause_again, transport)  # type: ignore[arg-type]  # before the handshake task
         if not tls.settings.handshake_first:  # INFO in clear text, then the client's handshake (tls.py)
             self._info_then_tls(transport)  # type: ignore[arg-type]
         elif tls.settings.handshake_first_fallback > 0:
