@@ -12,7 +12,7 @@ import json
 import re
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -230,15 +230,19 @@ async def test_no_service_is_the_authorization_timeout(servers):
             '[ERR] <client> - authentication error - User "alice"'], kind
 
 
+def _holding(user: str, release: asyncio.Event) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    """A service's `before` hook that holds `user`'s request until `release` is set."""
+    async def hold(request: dict[str, Any]) -> None:
+        if request["nats"]["connect_opts"].get("user") == user:
+            await release.wait()
+    return hold
+
+
 async def test_other_clients_are_served_while_an_answer_is_pending(servers):
     for kind in KINDS:
         handle = servers[kind, False]
         release = asyncio.Event()
-
-        async def hold_slow(request: dict[str, Any]) -> None:
-            if request["nats"]["connect_opts"].get("user") == "slow":
-                await release.wait()
-
+        hold_slow = _holding("slow", release)
         async with CalloutService(handle.url, "auth", "pwd", decide, before=hold_slow) as service:
             slow = await asyncio.to_thread(_connect, handle.port, "slow", "pwd", b"SUB foo.> 9\r\nPING\r\n")
             await poll_async(lambda: len(service.requests) == 1, timeout=5)
@@ -265,11 +269,7 @@ async def test_a_client_that_leaves_before_the_answer_costs_nothing(servers):
     for kind in KINDS:
         handle = servers[kind, False]
         release = asyncio.Event()
-
-        async def hold_slow(request: dict[str, Any]) -> None:
-            if request["nats"]["connect_opts"].get("user") == "slow":
-                await release.wait()
-
+        hold_slow = _holding("slow", release)
         async with CalloutService(handle.url, "auth", "pwd", decide, before=hold_slow) as service:
             slow = await asyncio.to_thread(_connect, handle.port, "slow")
             await poll_async(lambda: len(service.requests) == 1, timeout=5)
