@@ -68,3 +68,21 @@ def test_connection_keys_follow_the_connection_object_named():
     shared = {"connectionRef": {"kind": "ClusterJetStreamConnection", "name": "main"}}
     assert key("a", shared) == key("b", shared) != key("a", mine)
     assert key("a", shared) != key("a", {})
+
+
+def test_our_own_status_write_counts_before_kopfs_index_sees_it():
+    """The race CI met: kopf's index still had the first Stream as a newcomer when a second one, created the
+    same second and earlier by name, was reconciled; the second won, found the stream owned and stalled."""
+    from jsoperator import scheduler
+    from jsoperator.handlers import common
+
+    owner = body("owner", "2026-01-01T00:00:00Z", name="BATON")
+    heir = body("heir", "2026-01-01T00:00:00Z", name="BATON")
+    key = conflicts.connection_key("a", owner["spec"])
+    stale = {common.claims_index("Stream"): {key: [conflicts.claim("Stream", owner), conflicts.claim("Stream", heir)]}}
+    sched = scheduler.Scheduler(drift_interval=60)
+    assert common.conflict("Stream", heir, stale, sched) == ""  # what kopf's index alone says: heir < owner
+    sched.wrote(sched.seen("Stream", owner), {"streamName": "BATON"})
+    assert common.conflict("Stream", heir, stale, sched) == (
+        "Stream a/owner (first) already manages stream BATON on the same server")
+    assert common.conflict("Stream", sched.entries["Stream", "a", "owner"].body, stale, sched) == ""

@@ -28,13 +28,23 @@ def claims_index(kind: str) -> str:
     return f"{kind.lower()}_claims"
 
 
-def conflict(kind: reconcile.Kind, body: Mapping[str, Any], indexes: Mapping[str, Any], *, subjects: bool = True) -> str:
+def conflict(kind: reconcile.Kind, body: Mapping[str, Any], indexes: Mapping[str, Any], sched: scheduler.Scheduler,
+             *, subjects: bool = True) -> str:
     """An older resource driving the same server object (or overlapping subjects), from the claims indexes
     (kopf's, by id): a Stream, KeyValue or ObjectStore competes with all three kinds, a Consumer with Consumers."""
     kinds = buckets.STREAM_KINDS if buckets.is_stream_kind(kind) else (kind,)
     key = conflicts.connection_key(body["metadata"]["namespace"], body.get("spec") or {})
-    others = [c for k in kinds if (index := indexes.get(claims_index(k))) is not None for c in index.get(key, [])]
+    others = [_fresher(c, sched) for k in kinds if (index := indexes.get(claims_index(k))) is not None
+              for c in index.get(key, [])]
     return conflicts.conflict(conflicts.claim(kind, body), others, subjects=subjects)
+
+
+def _fresher(claim: conflicts.Claim, sched: scheduler.Scheduler) -> conflicts.Claim:
+    """kopf updates an index when its worker for that object takes the watch event, after a batch window,
+    so it can lag our own status write (`Scheduler.wrote`): a resource Ready for a client would still be a
+    newcomer in the index, and a second resource created that second could win its server object."""
+    entry = sched.entries.get((claim.kind, claim.namespace, claim.name))
+    return conflicts.claim(entry.kind, entry.body) if entry is not None else claim
 
 
 def _runtime(memo: kopf.Memo) -> reconcile.Runtime:
@@ -78,7 +88,7 @@ async def reconcile_handler(
     entry = sched.entry(kind, body)
     async with entry.lock:
         resource = reconcile.Resource.from_body(kind, body)
-        clash = conflict(kind, body, claims)
+        clash = conflict(kind, body, claims, sched)
         result = await reconcile.reconcile(resource, _runtime(memo), trigger, entry.executed, clash)
         sched.wrote(entry, result.status)
     sched.done(entry, False, result.reached)  # kopf retries its own handlers; the drift check comes later
@@ -97,7 +107,7 @@ def scheduled(runtime: reconcile.Runtime, sched: scheduler.Scheduler) -> schedul
             body = entry.body
             if body["metadata"].get("deletionTimestamp"):
                 return False, None
-            clash = conflict(entry.kind, body, sched.indexes)
+            clash = conflict(entry.kind, body, sched.indexes, sched)
             resource = reconcile.Resource.from_body(entry.kind, body)
             result = await reconcile.reconcile(resource, runtime, why, entry.executed, clash)
             if entry.out_of_storage is not None:
@@ -119,10 +129,11 @@ async def delete_handler(
     give_up = ""
     if retry >= GIVE_UP_AFTER and await kubeapi.namespace_terminating(namespace):
         give_up = f"namespace {namespace} is being deleted"
-    entry = _scheduler(memo).entry(kind, body)
+    sched = _scheduler(memo)
+    entry = sched.entry(kind, body)
     async with entry.lock:
         resource = reconcile.Resource.from_body(kind, body)
-        clash = conflict(kind, body, claims, subjects=False)
+        clash = conflict(kind, body, claims, sched, subjects=False)
         result = await reconcile.delete(resource, _runtime(memo), consumers_left, give_up=give_up, conflict=clash)
     _apply(result, body, patch)
     if not result.done:
@@ -130,11 +141,12 @@ async def delete_handler(
 
 
 async def _delete_without_finalizer(
-    kind: reconcile.Kind, body: Mapping[str, Any], runtime: reconcile.Runtime, claims: Mapping[str, Any]
+    kind: reconcile.Kind, body: Mapping[str, Any], runtime: reconcile.Runtime, claims: Mapping[str, Any],
+    sched: scheduler.Scheduler,
 ) -> None:
     """--no-finalizers: the resource is already gone; delete the server object as the policy says, best effort."""
     resource = reconcile.Resource.from_body(kind, body)
-    clash = conflict(kind, body, claims, subjects=False)
+    clash = conflict(kind, body, claims, sched, subjects=False)
     for attempt in range(GIVE_UP_AFTER + 1):
         last = attempt == GIVE_UP_AFTER
         give_up = "the operator runs without finalizers" if last else ""
@@ -173,7 +185,7 @@ def register_reconcilers(registry: kopf.OperatorRegistry, settings: Settings, ki
         if event.get("type") == "DELETED":
             sched.gone(kind, raw)
             if not settings.finalizers:
-                task = asyncio.create_task(_delete_without_finalizer(kind, raw, _runtime(memo), kw))
+                task = asyncio.create_task(_delete_without_finalizer(kind, raw, _runtime(memo), kw, sched))
                 memo["background"].add(task)
                 task.add_done_callback(memo["background"].discard)
         else:
