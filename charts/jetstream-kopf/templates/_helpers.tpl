@@ -102,7 +102,7 @@ $NAME in the broker's configuration so the password never enters the ConfigMap. 
 JSBROKER_PASSWORD_{{ printf "%s/%s" .account .user | sha256sum | trunc 12 | upper }}
 {{- end }}
 
-{{/* Refuses broker.accounts / noAuthUser / configSecret values that the broker would refuse at start. */}}
+{{/* Refuses broker.accounts / noAuthUser / systemAccount / configSecret values that the broker would refuse at start (or whose effect another value would silently override). */}}
 {{- define "jk.checkAccounts" -}}
 {{- $b := .Values.broker }}
 {{- if and $b.auth.enabled (or $b.accounts $b.configSecret.name $b.noAuthUser $b.systemAccount) }}
