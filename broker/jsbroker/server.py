@@ -311,6 +311,10 @@ class Broker:
         js = self.config.jetstream
         if js is None:
             return
+        system = self.accounts.system
+        if system is not None and system.jetstream:  # refused only with JetStream on, as nats-server refuses it
+            raise ConfigError(f"Not allowed to enable JetStream on the system account: remove jetstream from account "
+                              f"{system.name}, or name another account as system_account")
         try:
             from .jetstream.service import JetStreamServer
         except ModuleNotFoundError as e:

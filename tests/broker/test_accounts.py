@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -366,6 +367,20 @@ async def test_jetstream_answers_in_the_account_that_enables_it(tmp_path: Path):
     refused = {"code": 503, "err_code": 10039, "description": "JetStream not enabled for account"}
     assert [answer["error"] for answer in got[NATS_SERVER]["b"]] == [refused] * len(API_REQUESTS)
     assert "error" not in got[NATS_SERVER]["a"][0] and got[NATS_SERVER]["a publishes"] == {"stream": "s", "seq": 1}
+
+
+@pytest.mark.parametrize("system", ["sys", '"$SYS"'])
+def test_jetstream_in_the_system_account_stops_the_start_alike(tmp_path: Path, system: str):
+    """nats-server checks it when JetStream starts (not in `-t`): a fatal error, exit 1."""
+    path = tmp_path / "server.conf"
+    path.write_text(f'port: -1\njetstream {{ store_dir: "{tmp_path}" }}\n'
+                    f"accounts {{ {system}: {{ users: [{{user: s, password: p}}], jetstream: enabled }} }}\n"
+                    f"system_account: {system}\n")
+    got = {}
+    for kind, command in ((NATS_SERVER, [nats_server_binary()]), (JSBROKER, [sys.executable, "-m", "jsbroker"])):
+        done = subprocess.run([*command, "-c", str(path)], capture_output=True, text=True, timeout=20)
+        got[kind] = (done.returncode, "Not allowed to enable JetStream on the system account" in done.stderr + done.stdout)
+    assert got[JSBROKER] == got[NATS_SERVER] == (1, True), got
 
 
 def test_connz_names_the_user_and_its_account(tmp_path: Path):

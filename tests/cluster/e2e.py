@@ -537,7 +537,7 @@ def with_two_accounts(target: Target, image: str, helm: Path, workdir: Path,
     of its own; nats-py in each namespace sees only its account's stream."""
     target.load_image(image)
     kube = Kube(target.kubeconfig)
-    passwords = {"team-a": "pw-a", "team-b": "pw-b", "ops": "pw-ops"}
+    passwords = {"team-a": "pw-a", "team-b": "pw-b", "ops": "pw-ops", "sys": "pw-sys"}
     kube.create("default", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     for user, password in passwords.items():
         kube.create(namespace, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{user}-nats"},

@@ -102,11 +102,11 @@ $NAME in the broker's configuration so the password never enters the ConfigMap. 
 JSBROKER_PASSWORD_{{ printf "%s/%s" .account .user | sha256sum | trunc 12 | upper }}
 {{- end }}
 
-{{/* Refuses broker.accounts / noAuthUser / configSecret values that the broker would refuse at start. */}}
+{{/* Refuses broker.accounts / noAuthUser / systemAccount / configSecret values that the broker would refuse at start (or whose effect another value would silently override). */}}
 {{- define "jk.checkAccounts" -}}
 {{- $b := .Values.broker }}
-{{- if and $b.auth.enabled (or $b.accounts $b.configSecret.name $b.noAuthUser) }}
-{{- fail "broker.accounts, broker.noAuthUser and broker.configSecret need broker.auth.enabled=false: nats-server refuses a token together with users (give each client an account user instead)" }}
+{{- if and $b.auth.enabled (or $b.accounts $b.configSecret.name $b.noAuthUser $b.systemAccount) }}
+{{- fail "broker.accounts, broker.noAuthUser, broker.systemAccount and broker.configSecret need broker.auth.enabled=false: nats-server refuses a token together with users (give each client an account user instead)" }}
 {{- end }}
 {{- $users := dict }}
 {{- range $name, $acc := $b.accounts }}
@@ -124,6 +124,15 @@ JSBROKER_PASSWORD_{{ printf "%s/%s" .account .user | sha256sum | trunc 12 | uppe
 {{- fail (printf "broker.accounts.%s.users[%d]: %s is already a user of account %s; a user belongs to one account" $name $i $id (get $users $id)) }}
 {{- end }}
 {{- $_ := set $users $id $name }}
+{{- end }}
+{{- end }}
+{{- with $b.systemAccount }}
+{{- if $b.configSecret.name }}
+{{- fail (printf "broker.systemAccount cannot go with broker.configSecret: the Secret's fragment is included after it and a system_account there would silently win; write system_account: %q in that fragment instead" .) }}
+{{- else if not (hasKey $b.accounts .) }}
+{{- fail (printf "broker.systemAccount: %q is not an account of broker.accounts (%s); name one of them, or leave it empty for $SYS, which nobody can log in to" . (keys $b.accounts | sortAlpha | join ", " | default "none")) }}
+{{- else if (get $b.accounts .).jetstream | default dict | dig "enabled" false }}
+{{- fail (printf "broker.accounts.%s.jetstream: the system account cannot have JetStream (nats-server will not start: \"Not allowed to enable JetStream on the system account\"); put the streams in another account" .) }}
 {{- end }}
 {{- end }}
 {{- if and $b.noAuthUser (not $b.configSecret.name) (not (hasKey $users $b.noAuthUser)) }}
