@@ -242,8 +242,11 @@ class Driver:
             self.start()
 
     def commits(self) -> int:
-        """Committed micro-batches."""
-        return len(list((self.work / "checkpoint" / "commits").glob("[0-9]*")))
+        """The last committed micro-batch's id + 1. Not the number of commit files: Spark keeps only the last
+        100 (spark.sql.streaming.minBatchesToRetain), so a count stays at 100 and shows 101 only between a
+        commit and the purge after it."""
+        ids = [int(p.name) for p in (self.work / "checkpoint" / "commits").glob("[0-9]*") if p.name.isdigit()]
+        return max(ids, default=-1) + 1
 
 
 # The cluster side -------------------------------------------------------------------------------------
