@@ -64,7 +64,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.http_messages",
     ),
     "core-clients": ("jsbroker.auth_callout", "jsbroker.connection", "jsbroker.ws_transport"),
-    "core-monitoring": ("jsbroker.monitored", "jsbroker.monitor", "jsbroker.metrics"),
+    "core-monitoring": ("jsbroker.monitored", "jsbroker.account_views", "jsbroker.monitor", "jsbroker.metrics"),
     "core": (
         "jsbroker",
         "jsbroker.__main__",

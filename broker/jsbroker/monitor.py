@@ -1,6 +1,6 @@
-"""The monitoring HTTP endpoint (http_server.py): /healthz, /varz, /connz, /jsz as read-only JSON views,
-and /metrics (Prometheus text, see metrics.py; imported at the first scrape, as prometheus_client costs a
-start ~30 ms).
+"""The monitoring HTTP endpoint (http_server.py): /healthz, /varz, /connz, /jsz, /accountz, /accstatz as
+read-only JSON views (the last two built by account_views.py), and /metrics (Prometheus text, see metrics.py;
+imported at the first scrape, as prometheus_client costs a start ~30 ms).
 
 Field names and shapes follow nats-server 2.15.1's monitoring endpoints for the basics (checked against
 its responses); values jsbroker has no equivalent for (routes, gateways, leaf nodes) are zero or empty.
@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from .config import VERSION
 from .http_server import HttpServer, Request, Response
-from .monitor_options import ConnzOptions
+from .account_views import UnknownAccount
+from .monitor_options import BadQuery, ConnzOptions, query_bool
 
 if TYPE_CHECKING:
     from .monitored import MonitoredServer
@@ -63,7 +64,8 @@ class Monitor:
         self.requests: dict[str, int] = {}
         self._metrics: Any = None  # the Prometheus registry, made at the first scrape
         self._http = HttpServer({"/healthz": self.healthz, "/varz": self.varz, "/connz": self.connz, "/jsz": self.jsz,
-                                 "/metrics": self.metrics}, broker.log)
+                                 "/accountz": self.accountz, "/accstatz": self.accstatz, "/metrics": self.metrics},
+                                broker.log)
 
     async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
         return await self._http.listen(host, port, ssl_context)
@@ -74,6 +76,11 @@ class Monitor:
     def _json(self, request: Request, body: dict[str, Any], status: int = 200) -> Response:
         self.requests[request.path] = self.requests.get(request.path, 0) + 1
         return Response(json.dumps(body, indent=2).encode(), status)
+
+    def _refused(self, request: Request, error: Exception) -> Response:
+        """nats-server's 400 for a bad query: its error as plain text."""
+        self.requests[request.path] = self.requests.get(request.path, 0) + 1
+        return Response(str(error).encode(), 400, "text/plain; charset=utf-8")
 
     # -- endpoints ----------------------------------------------------------------------------------
 
@@ -257,8 +264,21 @@ class Monitor:
         info = self._js_info()
         body = {**base, **info, "server_id": b.server_id, "now": base["now"]}
         if accounts:  # each account's usage, as nats-server's
-            body["account_details"] = b.jetstream.account_details(streams)
+            body["account_details"] = [b.jetstream.account_detail(name, streams) for name in sorted(b.jetstream.accounts)]
         return body
+
+    def accountz(self, request: Request) -> Response:
+        try:
+            return self._json(request, self.broker.account_views.accountz(request.query.get("acc", "")))
+        except UnknownAccount as e:
+            return self._refused(request, e)
+
+    def accstatz(self, request: Request) -> Response:
+        try:
+            unused = query_bool(request.query, "unused")
+        except BadQuery as e:
+            return self._refused(request, e)
+        return self._json(request, self.broker.account_views.accstatz(unused=unused))
 
     def _websocket_varz(self) -> dict[str, Any]:
         """nats-server's /varz websocket section: its settings, empty ones left out (Go's omitempty)."""

@@ -29,13 +29,26 @@ class ConnzOptions:
         return (not self.account or account == self.account) and (not self.cid or cid == self.cid)
 
 
-def _typed(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+_GO_JSON = {"str": "string", "int": "number", "float": "number", "bool": "bool", "list": "array", "dict": "object"}
+
+
+def go_type_error(value: Any, key: str, go_type: str, struct: str = "") -> str:
+    """Go's JSON decoding error for a value of the wrong type (`struct`: the options' Go type, when named; without a
+    `key`, the path of a list's element)."""
+    kind = _GO_JSON.get(type(value).__name__, type(value).__name__)
+    if not key:  # an element of a list, `struct` its path
+        return f"json: cannot unmarshal {kind} into {struct} of type {go_type}"
+    field = f"{struct}.{key}" if struct else key
+    return f"json: cannot unmarshal {kind} into Go struct field {field} of type {go_type}"
+
+
+def _typed(body: dict[str, Any], key: str, kind: type, default: Any, struct: str = "") -> Any:
     value = body.get(key, default)
     if value is None:
         return default
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValueError(f"json: cannot unmarshal {type(value).__name__} into Go struct field {key} of type "
-                         f"{'bool' if kind is bool else 'int' if kind is int else 'string'}")
+        raise ValueError(go_type_error(value, key, "bool" if kind is bool else "int" if kind is int else "string",
+                                       struct))
     return value
 
 
@@ -53,3 +66,26 @@ def connz_options(body: dict[str, Any], account: str = "") -> ConnzOptions:
                         auth=_typed(body, "auth", bool, False),
                         offset=max(_typed(body, "offset", int, 0), 0), limit=limit if limit > 0 else 1024,
                         account=account or _typed(body, "acc", str, ""), cid=_typed(body, "cid", int, 0), sort=sort)
+
+
+# -- query strings, as nats-server's monitoring decodes them --------------------------------------------------
+
+_GO_TRUE, _GO_FALSE = ("1", "t", "T", "TRUE", "true", "True"), ("0", "f", "F", "FALSE", "false", "False")
+
+
+class BadQuery(ValueError):
+    """A query value nats-server refuses (its 400 answer's text)."""
+
+
+def query_bool(query: dict[str, str], name: str) -> bool:
+    """Go's strconv.ParseBool of the parameter ("": false)."""
+    value = query.get(name, "")
+    if value in _GO_TRUE:
+        return True
+    if value in _GO_FALSE or not value:
+        return False
+    raise BadQuery(f"Error decoding boolean for '{name}': strconv.ParseBool: parsing {_go_quote(value)}: invalid syntax")
+
+
+def _go_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import __version__, info, lameduck, passwords
 from .account_bus import AccountBus
+from .account_views import AccountViews
 from .accounts import Accounts
 from .config import GLOBAL_ACCOUNT, VERSION, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
 from .connection import Connection
@@ -127,6 +128,7 @@ class Broker:
         self._monitor: Any = None
         self._views: Any = None  # monitor.py's builders for the system account when no monitoring port is open
         self.system: SystemServices | None = None  # the system account's services (system_account.py)
+        self.account_views = AccountViews(self, self.accounts.by_name, self.accounts.system)
         self._stopping = False
         self._tmp_store: str | None = None
         self._info_base: dict[str, Any] = {}
@@ -507,6 +509,8 @@ class Broker:
         for sub in list(conn.subs.values()):
             self.router.remove(sub)
         conn.subs.clear()
+        if conn.connected:
+            self.account_views.closed(conn)
         if self.system is not None and conn.connected:
             self.system.disconnected(conn, disconnect_reason(conn.close_error, conn.slow, self._stopping))
 

@@ -29,10 +29,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
+from .account_views import AccountViews, UnknownAccount
 from .accounts import Account, Routes, Timer
 from .config import VERSION, Permissions
 from .internal import Origin
-from .monitor_options import ConnzOptions, connz_options
+from .monitor_options import ConnzOptions, connz_options, go_type_error
 from .subjects import subject_matches
 from .sublist import Subscription
 
@@ -111,6 +112,9 @@ class SystemHost(Protocol):
 
     def views(self) -> Views: ...
 
+    @property
+    def account_views(self) -> AccountViews: ...
+
     def listen_host(self) -> str: ...
 
     def jetstream_domain(self) -> str | None:
@@ -141,12 +145,8 @@ class _Silent(Exception):
 
 @dataclass
 class _AccountTotals:
-    """An account's traffic by its closed connections (its open ones add theirs) and how many are open."""
+    """How many connections an account has open, and the timer repeating its count."""
 
-    in_msgs: int = 0
-    in_bytes: int = 0
-    out_msgs: int = 0
-    out_bytes: int = 0
     conns: int = 0
     conns_timer: Callable[[], None] | None = None
 
@@ -378,16 +378,13 @@ class SystemServices:
         return body
 
     def _accountz(self, options: dict[str, Any]) -> dict[str, Any]:
-        now = rfc3339(time.time())
         name = options.get("account")
-        if name:
-            account = self.accounts.get(str(name))
-            if account is None:
-                raise _Error(500, f"Account {name} does not exist")
-            return {"server_id": self.host.server_id, "now": now, "system_account": self.system.name,
-                    "account_detail": self._account_info(account)}
-        return {"server_id": self.host.server_id, "now": now, "system_account": self.system.name,
-                "accounts": sorted(self.accounts)}
+        if name is not None and not isinstance(name, str):
+            raise _Error(400, go_type_error(name, "account", "string", "AccountzEventOptions"))
+        try:
+            return self.host.account_views.accountz(name or "")
+        except UnknownAccount as e:
+            raise _Error(500, str(e)) from None
 
     # -- account requests -------------------------------------------------------------------------------
 
@@ -439,63 +436,24 @@ class SystemServices:
         return detail
 
     def _account_info(self, account: Account) -> dict[str, Any]:
-        """nats-server's accountInfo (INFO): the account's use, its imports (the system ones too) and exports."""
-        conns = [c for c in self.host.clients.values() if c.connected and c.account is account]
-        imports = [{"subject": imp.subject, "account": imp.account, "local_subject": imp.local,
-                    "type": "service" if imp.service else "stream", "invalid": False, "share": False,
-                    "tracking": False} for imp in account.settings.imports]
-        system = [("$SYS.REQ.USER.INFO", f"$SYS.REQ.USER.{account.name}.INFO", True)]
-        if account is not self.system:  # in nats-server's order
-            system = [("$SYS.REQ.ACCOUNT.PING.CONNZ", f"$SYS.REQ.ACCOUNT.{account.name}.CONNZ", False),
-                      ("$SYS.REQ.SERVER.PING.CONNZ", f"$SYS.REQ.ACCOUNT.{account.name}.CONNZ", False),
-                      ("$SYS.REQ.ACCOUNT.PING.STATZ", f"$SYS.REQ.ACCOUNT.{account.name}.STATZ", False), *system]
-            if not account.jetstream and self.host.jetstream_domain() is not None:  # JetStream's refusal (10039)
-                system.append(("$JS.API.>", "$JS.API.>", True))
-        imports += [{"subject": subject, "account": self.system.name, "to": local, "local_subject": local,
-                     "type": "service", "invalid": False, "share": share, "tracking": False}
-                    for local, subject, share in system]
-        info: dict[str, Any] = {
-            "account_name": account.name, "update_time": rfc3339(self.host.started_at()), "expired": False,
-            "complete": True, "jetstream_enabled": account.jetstream and self.host.jetstream_domain() is not None,
-            "leafnode_connections": 0, "client_connections": len(conns), "subscriptions": account.sublist.count,
-        }
-        if imports:  # nats-server's order is its map's (random): sorted here
-            info["imports"] = sorted(imports, key=lambda i: (i["local_subject"], i["subject"]))
-        exports = [{"subject": e.subject, "type": "service", "response_type": e.response_type.capitalize()}
-                   if e.service else {"subject": e.subject, "type": "stream"} for e in account.settings.exports]
-        if exports:
-            info["exports"] = exports
-        info.update(name_tag=account.name, sublist_stats={"num_subscriptions": account.sublist.count, "num_cache": 0,
-                                                          "num_inserts": 0, "num_removes": 0, "num_matches": 0,
-                                                          "cache_hit_rate": 0.0, "max_fanout": 0, "avg_fanout": 0.0})
-        return info
+        return self.host.account_views.account_info(account)
 
     def _account_statz(self, options: dict[str, Any], name: str | None) -> dict[str, Any]:
-        """nats-server's AccountStatz: the accounts with connections (all named ones with include_unused)."""
-        wanted = [name] if name else [str(a) for a in options.get("accounts") or ()]
-        unused = bool(options.get("include_unused"))
-        names = wanted or sorted(self.accounts)
-        stats = [self._account_stat(self.accounts[n]) for n in names if n in self.accounts]
-        stats = [s for s in stats if unused or s["conns"]]
-        if not stats and not unused:
+        """nats-server's AccountStatz: the accounts with connections (all named ones with include_unused); no
+        answer when none is left."""
+        wanted = options.get("accounts") or []
+        if not isinstance(wanted, list):
+            raise _Error(400, go_type_error(wanted, "accounts", "[]string", "AccountStatzEventOptions"))
+        for i, item in enumerate(wanted):
+            if not isinstance(item, str):  # Go names an element by its index
+                raise _Error(400, go_type_error(item, "", "string", f"AccountStatzEventOptions.accounts.{i}"))
+        unused = options.get("include_unused")
+        if unused is not None and not isinstance(unused, bool):
+            raise _Error(400, go_type_error(unused, "include_unused", "bool", "AccountStatzEventOptions"))
+        statz = self.host.account_views.accstatz((name,) if name else tuple(wanted), unused is True)
+        if not statz["account_statz"] and not unused:
             raise _Silent
-        return {"server_id": self.host.server_id, "now": rfc3339(time.time()), "account_statz": stats}
-
-    def _account_stat(self, account: Account) -> dict[str, Any]:
-        conns = [c for c in self.host.clients.values() if c.connected and c.account is account]
-        totals = self._totals.get(account.name) or _AccountTotals()
-
-        def traffic(msgs: int, size: int) -> dict[str, Any]:
-            zero = {"msgs": 0, "bytes": 0}
-            return {"msgs": msgs, "bytes": size, "gateways": zero, "routes": zero, "leafs": zero}
-
-        return {"acc": account.name, "name": account.name, "conns": len(conns), "leafnodes": 0,
-                "total_conns": len(conns), "num_subscriptions": account.sublist.count,
-                "sent": traffic(totals.out_msgs + sum(c.out_msgs for c in conns),
-                                totals.out_bytes + sum(c.out_bytes for c in conns)),
-                "received": traffic(totals.in_msgs + sum(c.in_msgs for c in conns),
-                                    totals.in_bytes + sum(c.in_bytes for c in conns)),
-                "slow_consumers": 0}
+        return statz
 
     def _conns_request(self, name: str, reply: str | None, payload: bytes) -> None:
         """Another server asking for an account's connection counts: answered only when it has some here."""
@@ -506,7 +464,7 @@ class SystemServices:
             asked = json.loads(payload) if payload else {"account": name}
         except ValueError:
             return
-        if isinstance(asked, dict) and asked.get("account", name) == name and self._account_stat(account)["conns"]:
+        if isinstance(asked, dict) and asked.get("account", name) == name and self.host.account_views.account_stat(account)["conns"]:
             self._send_conns(account, (reply,))
 
     def _claims_request(self, subject: str, reply: str | None, hdr: bytes, payload: bytes,
@@ -565,10 +523,6 @@ class SystemServices:
         """A connected client is gone: its traffic joins the account's, the counts, the DISCONNECT event."""
         totals = self._totals.setdefault(c.account.name, _AccountTotals())
         totals.conns -= 1
-        totals.in_msgs += c.in_msgs
-        totals.in_bytes += c.in_bytes
-        totals.out_msgs += c.out_msgs
-        totals.out_bytes += c.out_bytes
         self._send_conns(c.account)
         client = {**self._client_info(c), "rtt": c.rtt_ns, "stop": rfc3339(time.time()), "name_tag": _account_name(c),
                   "kind": "Client", "client_type": "websocket" if c.websocket else "nats"}
@@ -594,7 +548,7 @@ class SystemServices:
                                                  f"$SYS.ACCOUNT.{account.name}.SERVER.CONNS") if self._has_interest(s))
         if not subjects:  # nobody listens: the counts (a walk over the clients) are not gathered
             return
-        stat = self._account_stat(account)
+        stat = self.host.account_views.account_stat(account)
         body = {"type": "io.nats.server.advisory.v1.account_connections", "id": _event_id(),
                 "timestamp": rfc3339(time.time())}
         for subject in subjects:

@@ -113,10 +113,6 @@ class JetStreamServer:
                     "errors": sum(js.api_counts.errors for js in self.accounts.values())},
         }
 
-    def account_details(self, streams: bool = False) -> list[dict[str, Any]]:
-        """/jsz?accounts=true's `account_details`, by account name (with `stream_detail` when `streams`)."""
-        return [self.account_detail(name, streams) for name in sorted(self.accounts)]
-
     def account_detail(self, account: str, streams: bool = False, consumers: bool = False,
                        config: bool = False) -> dict[str, Any]:
         """One account's entry of /jsz's `account_details` (and `$SYS.REQ.ACCOUNT.<account>.JSZ`'s data). As

@@ -1,0 +1,234 @@
+"""Accounts and JetStream as monitoring shows them, side by side with nats-server 2.15.1: HTTP /accountz (the list,
+`?acc=` details with exports, imports and JetStream), /accstatz (`?unused`), /jsz's options, and the same views
+on the system account (`$SYS.REQ.SERVER.PING.ACCOUNTZ`, `.JSZ` with options, `$SYS.REQ.ACCOUNT.PING.STATZ`);
+the client actions `$SYS.REQ.SERVER.<id>.KICK` and `.LDM`, and `.RELOAD` (refused by jsbroker, which reads its
+config once). Bad input (unknown accounts and clients, bad query values and option types) answers as
+nats-server's does. One pair of servers (with a stream and consumers in two JetStream accounts) serves the file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import nats
+import pytest
+from nats.errors import TimeoutError as NatsTimeout
+
+from tests.differential import normalise
+from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
+
+CONFIG = """
+accounts {
+  SYS: { users: [{user: sys, password: sys-pw}] }
+  A: {
+    users: [{user: a, password: a-pw}]
+    exports: [{service: "svc.>"}, {stream: "st.>", accounts: [B]}]
+    jetstream: enabled
+  }
+  B: {
+    users: [{user: b, password: b-pw}]
+    imports: [{stream: {account: A, subject: "st.>"}, prefix: pre}, {service: {account: A, subject: "svc.x"}, to: "local.x"}]
+  }
+  C: { users: [{user: c, password: c-pw}], jetstream: enabled }
+}
+system_account: SYS
+"""
+
+
+async def _connect(port: int, user: str, **kw: Any) -> nats.NATS:
+    return await nats.connect(f"nats://127.0.0.1:{port}", user=user, password=f"{user}-pw", allow_reconnect=False,
+                              **kw)
+
+
+async def _fill(port: int) -> None:
+    """A stream with two messages and two consumers in A, one stream in C."""
+    for user, stream in (("a", "ORDERS"), ("c", "LOGS")):
+        nc = await _connect(port, user)
+        js = nc.jetstream()
+        await js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+        if user == "a":
+            for i in range(2):
+                await js.publish("orders.new", f"o{i}".encode())
+            await js.add_consumer("ORDERS", durable_name="ship", ack_policy="explicit")
+            await js.add_consumer("ORDERS", durable_name="bill", ack_policy="explicit")
+        await nc.close()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerHandle]]:
+    directory = tmp_path_factory.mktemp("accmon")
+    handles: dict[str, ServerHandle] = {}
+    try:
+        for kind in KINDS:
+            config = directory / f"{kind}.conf"
+            config.write_text(CONFIG)
+            handles[kind] = launch(kind, http=True, extra_args=["-c", str(config)])
+            asyncio.run(_fill(handles[kind].port))
+        yield handles
+    finally:
+        for handle in handles.values():
+            handle.close()
+
+
+def _get(server: ServerHandle, path: str) -> tuple[int, Any]:
+    """An HTTP GET: the status and the JSON body (the text of an error)."""
+    try:
+        with urllib.request.urlopen(f"{server.http_url}{path}", timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _both(servers: dict[str, ServerHandle], path: str) -> dict[str, tuple[int, Any]]:
+    return {kind: _get(servers[kind], path) for kind in KINDS}
+
+
+def _keys(obj: Any) -> Any:
+    """The shape of a JSON value: dicts' keys (recursively), a list's first item, scalars' types (ints and floats
+    alike: Go writes 0.0 as 0)."""
+    if isinstance(obj, dict):
+        return {k: _keys(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_keys(obj[0])] if obj else []
+    return "number" if isinstance(obj, (int, float)) and not isinstance(obj, bool) else type(obj).__name__
+
+
+async def _ask(port: int, user: str, subject: str, body: bytes = b"", timeout: float = 1.0) -> Any:
+    """The first answer to a request, as JSON (None when nobody answers in time)."""
+    nc = await _connect(port, user)
+    try:
+        return json.loads((await nc.request(subject, body, timeout=timeout)).data)
+    except NatsTimeout:
+        return None
+    finally:
+        await nc.close()
+
+
+def _ask_both(servers: dict[str, ServerHandle], subject: str, body: bytes = b"", timeout: float = 1.0) -> dict[str, Any]:
+    async def both() -> list[Any]:
+        return await asyncio.gather(*(_ask(servers[k].port, "sys", subject, body, timeout) for k in KINDS))
+    return dict(zip(KINDS, asyncio.run(both())))
+
+
+def _sorted_imports(detail: dict[str, Any]) -> list[dict[str, Any]]:
+    return sorted(detail.get("imports", []), key=lambda i: (i["local_subject"], i["subject"]))
+
+
+def _imports_sorted(accountz: dict[str, Any]) -> dict[str, Any]:
+    """/accountz with its account's imports sorted (nats-server lists them in its map's order, each time anew)."""
+    detail = accountz.get("account_detail")
+    return {**accountz, "account_detail": {**detail, "imports": _sorted_imports(detail)}} if detail else accountz
+
+
+# -- /accountz ------------------------------------------------------------------------------------------------
+
+def test_accountz_lists_every_account(servers):
+    got = _both(servers, "/accountz")
+    (js_status, js), (ns_status, ns) = got[JSBROKER], got[NATS_SERVER]
+    assert js_status == ns_status == 200
+    assert set(js) == set(ns) == {"server_id", "now", "system_account", "accounts"}
+    assert js["system_account"] == ns["system_account"] == "SYS"
+    assert sorted(js["accounts"]) == sorted(ns["accounts"]) == ["$G", "A", "B", "C", "SYS"]
+
+
+@pytest.mark.parametrize("account", ["A", "B", "C", "$G"])
+def test_accountz_details_an_account_as_nats_server_does(servers, account):
+    got = _both(servers, f"/accountz?acc={account.replace('$', '%24')}")
+    js, ns = got[JSBROKER][1]["account_detail"], got[NATS_SERVER][1]["account_detail"]
+    assert _keys({**js, "imports": None}) == _keys({**ns, "imports": None})  # the imports are compared below
+    for key in ("account_name", "name_tag", "expired", "complete", "jetstream_enabled", "leafnode_connections",
+                "client_connections"):
+        assert js[key] == ns[key], key
+    assert js.get("exports") == ns.get("exports")
+    assert _sorted_imports(js) == _sorted_imports(ns)
+
+
+def test_accountz_details_the_system_account(servers):
+    got = _both(servers, "/accountz?acc=SYS")
+    js, ns = got[JSBROKER][1]["account_detail"], got[NATS_SERVER][1]["account_detail"]
+    assert set(js) == set(ns) and js["is_system"] is ns["is_system"] is True
+    assert _sorted_imports(js) == _sorted_imports(ns)
+    # nats-server's $SYS.DEBUG.SUBSCRIBERS is a service jsbroker does not have: not listed
+    assert [e for e in ns["exports"] if e not in js["exports"]] == \
+        [{"subject": "$SYS.DEBUG.SUBSCRIBERS", "type": "service", "response_type": "Singleton"}]
+
+
+def test_accountz_of_an_unknown_account_is_a_400(servers):
+    got = _both(servers, "/accountz?acc=NOPE")
+    assert got[JSBROKER] == got[NATS_SERVER] == (400, "Account NOPE does not exist")
+
+
+@pytest.mark.parametrize(("body", "path"), [(b"", "/accountz"), (b'{"account": "B"}', "/accountz?acc=B")])
+def test_accountz_requests_answer_as_the_http_endpoint(servers, body, path):
+    answers = _ask_both(servers, "$SYS.REQ.SERVER.PING.ACCOUNTZ", body)
+    for kind in KINDS:
+        data, (_, http) = answers[kind]["data"], _get(servers[kind], path)
+        assert normalise(_imports_sorted(data)) == normalise(_imports_sorted(http)), kind
+    js, ns = answers[JSBROKER], answers[NATS_SERVER]
+    if "account_detail" in ns["data"]:  # its imports are in nats-server's map order: compared sorted
+        assert _sorted_imports(js["data"]["account_detail"]) == _sorted_imports(ns["data"]["account_detail"])
+        for answer in (js, ns):
+            answer["data"]["account_detail"]["imports"] = None
+    assert _keys(js) == _keys(ns)
+
+
+@pytest.mark.parametrize("body", [b'{"account": "NOPE"}', b'{"account": 5}'])
+def test_accountz_requests_refuse_like_nats_server(servers, body):
+    got = _ask_both(servers, "$SYS.REQ.SERVER.PING.ACCOUNTZ", body)
+    js, ns = got[JSBROKER], got[NATS_SERVER]
+    assert set(js) == set(ns) and js["error"] == ns["error"]
+
+
+# -- /accstatz ------------------------------------------------------------------------------------------------
+
+def _statz_of(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return normalise(body["account_statz"], volatile=("num_subscriptions",))
+
+
+def test_accstatz_counts_the_accounts_in_use(servers):
+    async def scenario(server: ServerHandle) -> dict[str, Any]:
+        nc = await _connect(server.port, "b")
+        try:
+            for i in range(3):
+                await nc.publish("anything", b"x" * i)
+            await nc.flush()
+            return await asyncio.to_thread(_get, server, "/accstatz")
+        finally:
+            await nc.close()
+
+    got = {kind: asyncio.run(scenario(servers[kind])) for kind in KINDS}
+    (js_status, js), (ns_status, ns) = got[JSBROKER], got[NATS_SERVER]
+    assert js_status == ns_status == 200 and set(js) == set(ns)
+    assert _statz_of(js) == _statz_of(ns) and [s["acc"] for s in js["account_statz"]] == ["B"]
+    assert js["account_statz"][0]["received"]["msgs"] == 3
+
+
+@pytest.mark.parametrize("query", ["?unused=1", "?unused=true", "?unused=T"])
+def test_accstatz_unused_lists_every_account(servers, query):
+    got = _both(servers, f"/accstatz{query}")
+    js, ns = got[JSBROKER][1], got[NATS_SERVER][1]
+    assert sorted(s["acc"] for s in js["account_statz"]) == sorted(s["acc"] for s in ns["account_statz"])
+    assert _keys(js) == _keys(ns)
+
+
+@pytest.mark.parametrize("path", ["/accstatz?unused=maybe", "/accstatz?unused=2", "/accstatz?unused=%22"])
+def test_a_bad_query_value_is_a_400_naming_it(servers, path):
+    got = _both(servers, path)
+    assert got[JSBROKER] == got[NATS_SERVER]
+    assert got[JSBROKER][0] == 400 and path.split("?")[1].split("=")[0] in got[JSBROKER][1]
+
+
+@pytest.mark.parametrize("body", [b'{"accounts": ["A", "B", "NOPE"], "include_unused": true}',
+                                  b'{"accounts": "A"}', b'{"include_unused": 1}', b'{"accounts": [1]}'])
+def test_account_statz_requests_answer_alike(servers, body):
+    got = _ask_both(servers, "$SYS.REQ.ACCOUNT.PING.STATZ", body)
+    js, ns = got[JSBROKER], got[NATS_SERVER]
+    assert set(js) == set(ns)
+    if "error" in ns:
+        assert js["error"] == ns["error"]
+    else:
+        assert [s["acc"] for s in js["data"]["account_statz"]] == [s["acc"] for s in ns["data"]["account_statz"]]
