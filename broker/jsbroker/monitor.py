@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .config import VERSION
 from .http_server import HttpServer, Request, Response
 from .account_views import UnknownAccount
-from .monitor_options import BadQuery, ConnzOptions, query_bool
+from .monitor_options import BadQuery, ConnzOptions, JszOptions, NotLeader, jsz_query, query_bool
 
 if TYPE_CHECKING:
     from .monitored import MonitoredServer
@@ -244,12 +244,14 @@ class Monitor:
         return body
 
     def jsz(self, request: Request) -> Response:
-        def flag(name: str) -> bool:
-            return request.query.get(name, "") in ("1", "true")
-        return self._json(request, self.jsz_body(accounts=flag("accounts"), streams=flag("streams")))
+        try:
+            return self._json(request, self.jsz_body(jsz_query(request.query)))
+        except (BadQuery, NotLeader) as e:
+            return self._refused(request, e)
 
-    def jsz_body(self, accounts: bool = False, streams: bool = False) -> dict[str, Any]:
-        """nats-server's /jsz: the totals; with `accounts`, each JetStream account's details (`streams`: theirs)."""
+    def jsz_body(self, options: JszOptions = JszOptions()) -> dict[str, Any]:
+        """nats-server's /jsz (and JSZ request): the totals; the JetStream accounts' details with `accounts` (by
+        name, `offset`/`limit` of them) or `account`'s alone, with their streams, consumers and configs as asked."""
         b = self.broker
         base: dict[str, Any] = {
             "memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0, "accounts": 0, "ha_assets": 0,
@@ -258,13 +260,26 @@ class Monitor:
             "now": rfc3339(time.time()),
         }
         if b.jetstream is None:
+            if options.leader_only:
+                raise NotLeader()
             base.update(disabled=True, config={"max_memory": 0, "max_storage": 0})
             base.update(streams=0, consumers=0, messages=0, bytes=0, total=0)
             return base
         info = self._js_info()
         body = {**base, **info, "server_id": b.server_id, "now": base["now"]}
-        if accounts:  # each account's usage, as nats-server's
-            body["account_details"] = [b.jetstream.account_detail(name, streams) for name in sorted(b.jetstream.accounts)]
+        if options.raft:  # nats-server counts the streams and consumers this server leads: all of them here
+            body.update({k: v for k, v in (("streams_leader", info["streams"]),
+                                           ("consumers_leader", info["consumers"])) if v})
+        names = sorted(b.jetstream.accounts)
+        if options.account in names:
+            names = [options.account]
+        elif options.accounts:
+            names = names[options.offset:options.offset + options.limit]
+        else:
+            names = []
+        if names:
+            body["account_details"] = [b.jetstream.account_detail(name, options.streams, options.consumers,
+                                                                   options.config) for name in names]
         return body
 
     def accountz(self, request: Request) -> Response:

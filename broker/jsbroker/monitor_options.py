@@ -3,6 +3,7 @@ body (system_account.py) both become, checked as nats-server decodes them."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,7 @@ def connz_options(body: dict[str, Any], account: str = "") -> ConnzOptions:
 
 # -- query strings, as nats-server's monitoring decodes them --------------------------------------------------
 
+_GO_INT = re.compile(r"[+-]?[0-9]+")
 _GO_TRUE, _GO_FALSE = ("1", "t", "T", "TRUE", "true", "True"), ("0", "f", "F", "FALSE", "false", "False")
 
 
@@ -87,5 +89,79 @@ def query_bool(query: dict[str, str], name: str) -> bool:
     raise BadQuery(f"Error decoding boolean for '{name}': strconv.ParseBool: parsing {_go_quote(value)}: invalid syntax")
 
 
+def query_int(query: dict[str, str], name: str) -> int:
+    """Go's strconv.Atoi of the parameter ("": 0)."""
+    value = query.get(name, "")
+    if not value:
+        return 0
+    if not _GO_INT.fullmatch(value):
+        raise BadQuery(f"Error decoding int for '{name}': strconv.Atoi: parsing {_go_quote(value)}: invalid syntax")
+    number = int(value)
+    if not -2**63 <= number < 2**63:
+        raise BadQuery(f"Error decoding int for '{name}': strconv.Atoi: parsing {_go_quote(value)}: value out of range")
+    return number
+
+
 def _go_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# -- /jsz and JSZ requests ------------------------------------------------------------------------------------
+
+
+class NotLeader(Exception):
+    """`leader-only` asked of a server that leads no JetStream (it is off): HTTP says so, a $SYS request gets
+    no answer (nats-server's errSkipZreq)."""
+
+    def __init__(self) -> None:
+        super().__init__("filtered response: not leader")
+
+
+@dataclass(frozen=True)
+class JszOptions:
+    """nats-server's JSzOptions. On one server every stream and consumer is its own leader and in no Raft group:
+    `leader_only` and `stream_leader_only` keep everything, `raft` adds the leader counts."""
+
+    account: str = ""  # only this JetStream account's details
+    accounts: bool = False  # each JetStream account's details
+    streams: bool = False
+    consumers: bool = False
+    direct_consumers: bool = False
+    config: bool = False
+    leader_only: bool = False
+    offset: int = 0
+    limit: int = 1024
+    raft: bool = False
+    stream_leader_only: bool = False
+
+    def normalised(self) -> JszOptions:
+        """nats-server's defaults: consumers imply streams, streams without an account imply every account."""
+        streams = self.streams or self.consumers
+        return JszOptions(self.account, self.accounts or (streams and not self.account), streams, self.consumers,
+                          self.direct_consumers, self.config, self.leader_only, max(self.offset, 0),
+                          self.limit or 1024, self.raft, self.stream_leader_only)
+
+
+# The JSZ request body's keys (JSzOptions' JSON tags) -> JszOptions' fields
+_JSZ_KEYS = {"account": "account", "accounts": "accounts", "streams": "streams", "consumer": "consumers",
+             "direct_consumer": "direct_consumers", "config": "config", "leader_only": "leader_only",
+             "offset": "offset", "limit": "limit", "raft": "raft", "stream_leader_only": "stream_leader_only"}
+# /jsz's query parameters -> JszOptions' fields
+_JSZ_QUERY = {"accounts": "accounts", "streams": "streams", "consumers": "consumers",
+              "direct-consumers": "direct_consumers", "config": "config", "leader-only": "leader_only",
+              "raft": "raft", "stream-leader-only": "stream_leader_only"}
+
+
+def jsz_query(query: dict[str, str]) -> JszOptions:
+    """/jsz's options (BadQuery names a bad value, in nats-server's words)."""
+    flags = {field: query_bool(query, name) for name, field in _JSZ_QUERY.items()}
+    return JszOptions(account=query.get("acc", ""), offset=query_int(query, "offset"),
+                      limit=query_int(query, "limit"), **flags).normalised()
+
+
+def jsz_options(body: dict[str, Any]) -> JszOptions:
+    """A JSZ request's options (ValueError names the one that is wrong, as Go's JSON decoding does)."""
+    kinds = {"account": str, "offset": int, "limit": int}
+    values = {field: _typed(body, key, kinds.get(key, bool), JszOptions.__dataclass_fields__[field].default,
+                            "JszEventOptions") for key, field in _JSZ_KEYS.items()}
+    return JszOptions(**values).normalised()

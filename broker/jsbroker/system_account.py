@@ -33,7 +33,7 @@ from .account_views import AccountViews, UnknownAccount
 from .accounts import Account, Routes, Timer
 from .config import VERSION, Permissions
 from .internal import Origin
-from .monitor_options import ConnzOptions, connz_options, go_type_error
+from .monitor_options import ConnzOptions, JszOptions, NotLeader, connz_options, go_type_error, jsz_options
 from .subjects import subject_matches
 from .sublist import Subscription
 
@@ -96,7 +96,7 @@ class Views(Protocol):
 
     def connz_body(self, options: ConnzOptions) -> dict[str, Any]: ...
 
-    def jsz_body(self) -> dict[str, Any]: ...
+    def jsz_body(self, options: JszOptions) -> dict[str, Any]: ...
 
     def healthz_body(self) -> dict[str, Any]: ...
 
@@ -290,7 +290,10 @@ class SystemServices:
         if kind == "CONNZ":
             return self._connz(_connz(options))
         if kind == "JSZ":
-            return views.jsz_body()
+            try:
+                return views.jsz_body(_jsz(options))
+            except NotLeader:
+                raise _Silent from None
         if kind == "HEALTHZ":
             health = views.healthz_body()
             return {k: v for k, v in health.items() if k != "error"} if health["status"] == "ok" else health
@@ -585,6 +588,13 @@ def _options(payload: bytes) -> dict[str, Any]:
 def _connz(options: dict[str, Any], account: str = "") -> ConnzOptions:
     try:
         return connz_options(options, account)
+    except ValueError as e:
+        raise _Error(400, str(e)) from None
+
+
+def _jsz(options: dict[str, Any]) -> JszOptions:
+    try:
+        return jsz_options(options)
     except ValueError as e:
         raise _Error(400, str(e)) from None
 

@@ -215,7 +215,9 @@ def test_accstatz_unused_lists_every_account(servers, query):
     assert _keys(js) == _keys(ns)
 
 
-@pytest.mark.parametrize("path", ["/accstatz?unused=maybe", "/accstatz?unused=2", "/accstatz?unused=%22"])
+@pytest.mark.parametrize("path", ["/accstatz?unused=maybe", "/jsz?accounts=yes", "/jsz?streams=2",
+                                  "/jsz?offset=x", "/jsz?limit=1.5", "/jsz?consumers=on", "/jsz?raft=-",
+                                  "/jsz?leader-only=y", "/jsz?config=%22"])
 def test_a_bad_query_value_is_a_400_naming_it(servers, path):
     got = _both(servers, path)
     assert got[JSBROKER] == got[NATS_SERVER]
@@ -232,3 +234,46 @@ def test_account_statz_requests_answer_alike(servers, body):
         assert js["error"] == ns["error"]
     else:
         assert [s["acc"] for s in js["data"]["account_statz"]] == [s["acc"] for s in ns["data"]["account_statz"]]
+
+
+# -- /jsz's options ---------------------------------------------------------------------------------------------
+
+def _jsz_shape(body: dict[str, Any]) -> Any:
+    """What /jsz's options decide: which accounts, streams and consumers are detailed, with which parts."""
+    details = []
+    for account in body.get("account_details", []):
+        streams = []
+        for stream in account.get("stream_detail", []):
+            consumers = [(c["name"], "config" in c) for c in stream.get("consumer_detail", [])]
+            streams.append((stream["name"], "config" in stream, sorted(consumers)))
+        details.append((account["name"], streams))
+    top = {k: v for k, v in body.items() if k in ("streams", "consumers", "messages", "streams_leader",
+                                                   "consumers_leader", "total", "disabled")}
+    return sorted(details), top, sorted(body)
+
+
+@pytest.mark.parametrize("query", [
+    "", "?accounts=true", "?accounts=1&offset=1", "?accounts=1&limit=1", "?accounts=1&offset=5", "?streams=true",
+    "?consumers=true", "?consumers=true&config=true", "?streams=1&config=1", "?acc=A", "?acc=A&streams=1",
+    "?acc=C&consumers=1", "?acc=NOPE", "?acc=NOPE&accounts=1", "?acc=B&accounts=1", "?raft=true",
+    "?leader-only=true&accounts=1", "?stream-leader-only=1&streams=1", "?direct-consumers=1&consumers=1",
+    "?accounts=1&offset=-3&limit=0"])
+def test_jsz_options_as_nats_server(servers, query):
+    got = _both(servers, f"/jsz{query}")
+    (js_status, js), (ns_status, ns) = got[JSBROKER], got[NATS_SERVER]
+    assert js_status == ns_status == 200
+    assert _jsz_shape(js) == _jsz_shape(ns)
+
+
+@pytest.mark.parametrize("body", [b'{"accounts": true, "streams": true}', b'{"account": "A", "consumer": true}',
+                                  b'{"accounts": true, "offset": 1, "limit": 1}', b'{"raft": true}'])
+def test_jsz_requests_take_the_same_options(servers, body):
+    got = _ask_both(servers, "$SYS.REQ.SERVER.PING.JSZ", body)
+    assert _jsz_shape(got[JSBROKER]["data"]) == _jsz_shape(got[NATS_SERVER]["data"])
+
+
+@pytest.mark.parametrize("body", [b'{"limit": "x"}', b'{"accounts": 1}', b'{"account": true}'])
+def test_jsz_requests_refuse_bad_options_alike(servers, body):
+    got = _ask_both(servers, "$SYS.REQ.SERVER.PING.JSZ", body)
+    js, ns = got[JSBROKER], got[NATS_SERVER]
+    assert set(js) == set(ns) == {"server", "error"} and js["error"] == ns["error"]

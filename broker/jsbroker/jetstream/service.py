@@ -118,7 +118,7 @@ class JetStreamServer:
         """One account's entry of /jsz's `account_details` (and `$SYS.REQ.ACCOUNT.<account>.JSZ`'s data). As
         nats-server's, its reserved_memory / reserved_storage are the account's limits (unlimited: the largest
         uint64) and its API level 0; `streams` adds `stream_detail`, in which `consumers` adds each stream's
-        `consumer_detail` and `config` its config."""
+        `consumer_detail` and `config` the stream's and consumers' configs."""
         js = self.accounts[account]
         memory, file, *_ = js.usage()
         limits = js.settings.account
@@ -141,8 +141,9 @@ class JetStreamServer:
                                   "cluster": js.cluster_info(), "state": stream.info_state()}
         if config:
             detail["config"] = stream.config.to_json(dynamic_metadata=False)
-        if consumers and (infos := js.consumer_infos(name)):
-            detail["consumer_detail"] = infos
+        if consumers and (infos := js.consumer_infos(name)):  # their configs only with `config`, as nats-server's
+            detail["consumer_detail"] = infos if config else [{k: v for k, v in i.items() if k != "config"}
+                                                              for i in infos]
         return detail
 
     def store_stats(self) -> dict[str, float]:
