@@ -115,6 +115,12 @@ class SystemHost(Protocol):
     @property
     def account_views(self) -> AccountViews: ...
 
+    def kick(self, cid: int) -> str | None:
+        """Disconnect client `cid` (nats-server's Kicked); the error when there is no such client."""
+
+    def lame_duck_client(self, cid: int) -> str | None:
+        """Send client `cid` an INFO in lame duck mode; the error when there is none or it cannot take one."""
+
     def listen_host(self) -> str: ...
 
     def jetstream_domain(self) -> str | None:
@@ -134,9 +140,10 @@ class SystemHost(Protocol):
 class _Error(Exception):
     """A request's error answer: nats-server's code and description."""
 
-    def __init__(self, code: int, description: str) -> None:
+    def __init__(self, code: int, description: str, typed: bool = True) -> None:
         super().__init__(description)
         self.code = code
+        self.typed = typed  # nats-server's answer has a (null) data of the kind's type besides the error
 
 
 class _Silent(Exception):
@@ -173,6 +180,9 @@ class SystemServices:
                 self._subscribe(self.system, subject, self._server_handler(kind))
         for kind in ACCOUNT_KINDS:
             self._subscribe(self.system, f"$SYS.REQ.ACCOUNT.*.{kind}", self._account_handler(kind))
+        for kind, act in (("KICK", self.host.kick), ("LDM", self.host.lame_duck_client)):
+            self._subscribe(self.system, f"$SYS.REQ.SERVER.{sid}.{kind}", self._client_handler(kind, act))
+        self._subscribe(self.system, f"$SYS.REQ.SERVER.{sid}.RELOAD", self._reload_request)
         self._subscribe(self.system, "$SYS.REQ.USER.*.INFO", self._user_info_in(None))
         self._subscribe(self.system, "$SYS.REQ.USER.INFO", self._user_info_in(None))
         if self.claims is not None:
@@ -252,8 +262,9 @@ class SystemServices:
         return handle
 
     def _answer(self, reply: str, account: Account | None, payload: bytes,
-                data: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        """nats-server's zReq: decode the options, apply the filters, answer the data or the error."""
+                data: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
+        """nats-server's zReq: decode the options, apply the filters, answer the data (None: none, as an
+        action's answer) or the error."""
         try:
             options = _options(payload)
         except _Error as e:
@@ -262,12 +273,13 @@ class SystemServices:
         try:
             if not self._filtered_in(options):
                 return
-            body: dict[str, Any] = {"data": data(options)}
+            answer = data(options)
+            body: dict[str, Any] = {} if answer is None else {"data": answer}
         except _Silent:
             return
         except _Error as e:  # bad options (400) were not decoded: nats-server has no data then, else a null
             body = {"error": {"code": e.code, "description": str(e)}}
-            if e.code != 400:
+            if e.code != 400 and e.typed:
                 body = {"data": None, **body}
         self._send(reply, account, {"server": self._server(), **body})
 
@@ -388,6 +400,32 @@ class SystemServices:
             return self.host.account_views.accountz(name or "")
         except UnknownAccount as e:
             raise _Error(500, str(e)) from None
+
+    # -- KICK, LDM, RELOAD ------------------------------------------------------------------------------
+
+    def _client_handler(self, kind: str, act: Callable[[int], str | None]) -> Callable[..., None]:
+        """nats-server's KICK and LDM: `{"cid": N}` names the client; a body that is no such JSON gets no
+        answer (nats-server logs it), an unknown client the error."""
+        def handle(subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+            try:
+                request = json.loads(payload)
+                cid = request.get("cid", 0) if isinstance(request, dict) else None
+                if not isinstance(cid, int) or isinstance(cid, bool) or cid < 0:
+                    raise ValueError(f"cid is {cid!r}, not a connection id")
+            except ValueError as e:
+                self.log("error", f"Error unmarshalling {kind.lower()} client request: {e}")
+                return
+            if reply:
+                self._answer(reply, None, payload, lambda options: _done(act(cid)))
+        return handle
+
+    def _reload_request(self, subject: str, reply: str | None, hdr: bytes, payload: bytes,
+                        origin: Origin | None) -> None:
+        """jsbroker reads its config once: a RELOAD request gets nats-server's answer to a reload that failed."""
+        if reply:
+            self._answer(reply, None, payload, lambda options: _done(
+                "config reload is not supported by jsbroker: restart it to apply a changed config "
+                "(SIGHUP re-reads its TLS certificate files only)"))
 
     # -- account requests -------------------------------------------------------------------------------
 
@@ -597,6 +635,12 @@ def _jsz(options: dict[str, Any]) -> JszOptions:
         return jsz_options(options)
     except ValueError as e:
         raise _Error(400, str(e)) from None
+
+
+def _done(error: str | None) -> None:
+    """An action's answer: no data, or its error (500), as nats-server's (an untyped nil: no data either way)."""
+    if error is not None:
+        raise _Error(500, error, typed=False)
 
 
 def _int_option(options: dict[str, Any], key: str, default: int) -> int:

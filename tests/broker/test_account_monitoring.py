@@ -277,3 +277,80 @@ def test_jsz_requests_refuse_bad_options_alike(servers, body):
     got = _ask_both(servers, "$SYS.REQ.SERVER.PING.JSZ", body)
     js, ns = got[JSBROKER], got[NATS_SERVER]
     assert set(js) == set(ns) == {"server", "error"} and js["error"] == ns["error"]
+
+
+# -- KICK, LDM, RELOAD ------------------------------------------------------------------------------------------
+
+async def _server_id(port: int) -> str:
+    nc = await _connect(port, "sys")
+    try:
+        return str(nc._server_info["server_id"])
+    finally:
+        await nc.close()
+
+
+async def _kick_and_ldm(port: int) -> dict[str, Any]:
+    """A client of B told it is in lame duck mode, then kicked; the answers and what the client and the system
+    account's DISCONNECT event saw."""
+    sid = await _server_id(port)
+    ldm = asyncio.Event()
+    closed = asyncio.Event()
+
+    async def on_ldm() -> None:
+        ldm.set()
+
+    async def on_closed() -> None:
+        closed.set()
+
+    client = await _connect(port, "b", lame_duck_mode_cb=on_ldm, closed_cb=on_closed)
+    await client.flush()
+    sys_nc = await _connect(port, "sys")
+    events = await sys_nc.subscribe("$SYS.ACCOUNT.B.DISCONNECT")
+    await sys_nc.flush()
+    cid = client._client_id
+    out: dict[str, Any] = {}
+    try:
+        for kind in ("LDM", "KICK"):
+            answer = await sys_nc.request(f"$SYS.REQ.SERVER.{sid}.{kind}", json.dumps({"cid": cid}).encode(), timeout=1)
+            out[kind] = sorted(json.loads(answer.data))
+            if kind == "LDM":
+                await asyncio.wait_for(ldm.wait(), 2)
+        await asyncio.wait_for(closed.wait(), 2)
+        event = json.loads((await events.next_msg(timeout=2)).data)
+        out["reason"] = event["reason"]
+    finally:
+        await sys_nc.close()
+        await client.close()
+    return out
+
+
+def test_kick_and_ldm_reach_the_client_as_nats_servers_do(servers):
+    got = {kind: asyncio.run(_kick_and_ldm(servers[kind].port)) for kind in KINDS}
+    assert got[JSBROKER] == got[NATS_SERVER] == {"LDM": ["server"], "KICK": ["server"], "reason": "Kicked"}
+
+
+@pytest.mark.parametrize(("kind", "body"), [
+    ("KICK", b'{"cid": 99999}'), ("LDM", b'{"cid": 99999}'), ("KICK", b"{}"),
+    ("KICK", b""), ("KICK", b'{"cid": "x"}'), ("LDM", b"[1]"), ("KICK", b'{"cid": -1}'),
+    ("KICK", b'{"cid": 1, "server_name": "elsewhere"}'),
+])
+def test_kick_and_ldm_refuse_like_nats_server(servers, kind, body):
+    ids = {k: asyncio.run(_server_id(servers[k].port)) for k in KINDS}
+
+    async def ask_both() -> list[Any]:
+        return await asyncio.gather(*(_ask(servers[k].port, "sys", f"$SYS.REQ.SERVER.{ids[k]}.{kind}", body, 0.5)
+                                      for k in KINDS))
+    js, ns = asyncio.run(ask_both())
+    if ns is None:  # no answer: a body nats-server cannot decode, a filter naming another server
+        assert js is None
+    else:
+        assert set(js) == set(ns) and js["error"] == ns["error"]
+
+
+def test_reload_is_refused_with_an_error_naming_why(servers):
+    sid = asyncio.run(_server_id(servers[JSBROKER].port))
+    answer = asyncio.run(_ask(servers[JSBROKER].port, "sys", f"$SYS.REQ.SERVER.{sid}.RELOAD"))
+    assert set(answer) == {"server", "error"}  # as nats-server's answer to a reload that fails
+    assert answer["error"]["code"] == 500 and "restart" in answer["error"]["description"]
+    # nothing else changed: clients still connect and get answers
+    assert asyncio.run(_ask(servers[JSBROKER].port, "sys", "$SYS.REQ.SERVER.PING.IDZ"))["id"] == sid
