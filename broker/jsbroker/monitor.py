@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .config import VERSION
 from .http_server import HttpServer, Request, Response
 from .account_views import UnknownAccount
-from .monitor_options import BadQuery, ConnzOptions, JszOptions, NotLeader, jsz_query, query_bool
+from .monitor_options import BadQuery, ConnzOptions, JszOptions, NotLeader, connz_query, jsz_query, query_bool
 
 if TYPE_CHECKING:
     from .monitored import MonitoredServer
@@ -184,18 +184,18 @@ class Monitor:
         return body
 
     def connz(self, request: Request) -> Response:
-        q = request.query
-        options = ConnzOptions(subscriptions=q.get("subs", "") in ("1", "true", "detail"),
-                               auth=q.get("auth", "") in ("1", "true"), offset=int(q.get("offset", 0) or 0),
-                               limit=int(q.get("limit", 1024) or 1024))
-        return self._json(request, self.connz_body(options))
+        try:
+            return self._json(request, self.connz_body(connz_query(request.query)))
+        except BadQuery as e:
+            return self._refused(request, e)
 
     def connz_body(self, options: ConnzOptions) -> dict[str, Any]:
         """/connz, and the system account's CONNZ requests (an account's or a connection's)."""
         b = self.broker
         want_subs, want_auth, offset, limit = options.subscriptions, options.auth, options.offset, options.limit
-        conns = sorted((c for c in b.clients.values() if options.matches(c.account.name, c.cid)),
-                       key=lambda c: c.cid)
+        # nats-server's total counts the account's connections (every one without `acc`), `cid` or not
+        listed = [c for c in b.clients.values() if not options.account or c.account.name == options.account]
+        conns = sorted((c for c in listed if not options.cid or c.cid == options.cid), key=lambda c: c.cid)
         now = time.time()
         mono = b.loop.time()
         out = []
@@ -236,11 +236,13 @@ class Monitor:
             "server_id": b.server_id,
             "now": rfc3339(now),
             "num_connections": len(out),
-            "total": len(conns),
+            "total": len(listed),
             "offset": offset,
             "limit": limit,
             "connections": out,
         }
+        if options.account and b.accounts.lookup(options.account) is None:  # nats-server: no server, no list
+            body.update(server_id="", connections=None)
         return body
 
     def jsz(self, request: Request) -> Response:

@@ -26,9 +26,6 @@ class ConnzOptions:
     cid: int = 0
     sort: str = ""  # nats-server's sort options ("": by cid)
 
-    def matches(self, account: str, cid: int) -> bool:
-        return (not self.account or account == self.account) and (not self.cid or cid == self.cid)
-
 
 _GO_JSON = {"str": "string", "int": "number", "float": "number", "bool": "bool", "list": "array", "dict": "object"}
 
@@ -62,11 +59,12 @@ def connz_options(body: dict[str, Any], account: str = "") -> ConnzOptions:
     sort = _typed(body, "sort", str, "")
     if sort not in _CONNZ_SORTS:
         raise ValueError(f"invalid sorting option: {sort}")
-    limit = _typed(body, "limit", int, 0)
+    limit, cid = _typed(body, "limit", int, 0), _typed(body, "cid", int, 0)
     return ConnzOptions(subscriptions=_typed(body, "subscriptions", bool, False),
                         auth=_typed(body, "auth", bool, False),
-                        offset=max(_typed(body, "offset", int, 0), 0), limit=limit if limit > 0 else 1024,
-                        account=account or _typed(body, "acc", str, ""), cid=_typed(body, "cid", int, 0), sort=sort)
+                        offset=max(_typed(body, "offset", int, 0), 0),
+                        limit=1 if cid > 0 else limit if limit > 0 else 1024,  # as nats-server: one connection by cid
+                        account=account or _typed(body, "acc", str, ""), cid=cid, sort=sort)
 
 
 # -- query strings, as nats-server's monitoring decodes them --------------------------------------------------
@@ -100,6 +98,37 @@ def query_int(query: dict[str, str], name: str) -> int:
     if not -2**63 <= number < 2**63:
         raise BadQuery(f"Error decoding int for '{name}': strconv.Atoi: parsing {_go_quote(value)}: value out of range")
     return number
+
+
+def query_uint(query: dict[str, str], name: str) -> int:
+    """Go's strconv.ParseUint of the parameter ("": 0)."""
+    value = query.get(name, "")
+    if value and not (value.isascii() and value.isdigit() and int(value) < 2**64):
+        reason = "value out of range" if value.isascii() and value.isdigit() else "invalid syntax"
+        raise BadQuery(f"Error decoding uint64 for '{name}': strconv.ParseUint: parsing {_go_quote(value)}: {reason}")
+    return int(value or 0)
+
+
+_CONNZ_STATES = {"open": 0, "closed": 1, "any": 2, "all": 2}
+
+
+def connz_query(query: dict[str, str]) -> ConnzOptions:
+    """/connz's options, as nats-server decodes them (BadQuery: its 400 text), then as a CONNZ request's: the
+    ones jsbroker has no view for are refused by name unless at their defaults."""
+    subs = query.get("subs", "")
+    detail = subs.lower() == "detail"
+    state = query.get("state", "")
+    if state and state.lower() not in _CONNZ_STATES:
+        raise BadQuery(f"Error decoding state for {state}")
+    body = {"sort": query.get("sort", ""), "auth": query_bool(query, "auth"),
+            "subscriptions": detail or query_bool(query, "subs"), "subscriptions_detail": detail,
+            "offset": query_int(query, "offset"), "limit": query_int(query, "limit"), "cid": query_uint(query, "cid"),
+            "state": _CONNZ_STATES[state.lower()] if state else 0, "mqtt_client": query.get("mqtt_client", ""),
+            "user": query.get("user", ""), "acc": query.get("acc", "")}
+    try:
+        return connz_options(body)
+    except ValueError as e:
+        raise BadQuery(str(e)) from None
 
 
 def _go_quote(value: str) -> str:

@@ -300,7 +300,7 @@ class SystemServices:
         if kind == "VARZ":
             return views.varz_body()
         if kind == "CONNZ":
-            return self._connz(_connz(options))
+            return self.host.views().connz_body(_connz(options))
         if kind == "JSZ":
             try:
                 return views.jsz_body(_jsz(options))
@@ -323,12 +323,6 @@ class SystemServices:
         if kind == "RAFTZ":  # no Raft groups on a single server
             return {}
         raise _Error(500, f"{kind} is not available from jsbroker (it is the Go runtime's or a cluster's)")
-
-    def _connz(self, options: ConnzOptions) -> dict[str, Any]:
-        connz = self.host.views().connz_body(options)
-        if options.account and options.account not in self.accounts:  # nats-server: no server, no list
-            connz.update(server_id="", connections=None)
-        return connz
 
     def _statsz_request(self, subject: str, reply: str | None, hdr: bytes, payload: bytes,
                         origin: Origin | None) -> None:
@@ -453,7 +447,7 @@ class SystemServices:
         if kind == "JSZ":
             return self._account_jsz(account, name, options)
         if kind == "CONNZ":
-            return self._connz(_connz(options, name))
+            return self.host.views().connz_body(_connz(options, name))
         if kind == "LEAFZ":
             return {"server_id": h.server_id, "now": rfc3339(time.time()), "leafnodes": 0, "leafs": []}
         if kind == "STATZ":

@@ -236,6 +236,44 @@ def test_account_statz_requests_answer_alike(servers, body):
         assert [s["acc"] for s in js["data"]["account_statz"]] == [s["acc"] for s in ns["data"]["account_statz"]]
 
 
+# -- /connz's options --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/connz?offset=x", "/connz?limit=1e3", "/connz?cid=-1", "/connz?cid=x",
+                                  "/connz?state=weird", "/connz?auth=2", "/connz?subs=maybe", "/connz?sort=bogus"])
+def test_connz_refuses_a_bad_query_value_as_nats_server(servers, path):
+    got = _both(servers, path)
+    assert got[JSBROKER] == got[NATS_SERVER] and got[JSBROKER][0] == 400
+
+
+@pytest.mark.parametrize("query", ["?acc=NOPE", "?acc=B&subs=1", "?cid=99999", "?sort=subs&limit=2", "?state=open",
+                                   "?auth=TRUE&acc=SYS&offset=-1"])
+def test_connz_takes_the_query_options_nats_server_does(servers, query):
+    async def scenario(server: ServerHandle) -> tuple[int, Any]:
+        nc = await _connect(server.port, "b")
+        try:
+            await nc.subscribe("b.one")
+            await nc.flush()
+            return await asyncio.to_thread(_get, server, f"/connz{query}")
+        finally:
+            await nc.close()
+
+    got = {kind: asyncio.run(scenario(servers[kind])) for kind in KINDS}
+    js, ns = got[JSBROKER][1], got[NATS_SERVER][1]
+    assert got[JSBROKER][0] == got[NATS_SERVER][0] == 200
+    assert {k: js[k] for k in ("num_connections", "total", "offset", "limit")} == \
+        {k: ns[k] for k in ("num_connections", "total", "offset", "limit")}
+    assert (js["server_id"] == "") is (ns["server_id"] == "") and (js["connections"] is None) is (ns["connections"] is None)
+    assert [c.get("subscriptions_list") for c in js["connections"] or ()] == \
+        [c.get("subscriptions_list") for c in ns["connections"] or ()]
+
+
+@pytest.mark.parametrize(("query", "option"), [("?subs=detail", "subscriptions_detail"), ("?state=closed", "state"),
+                                               ("?user=b", "user"), ("?mqtt_client=x", "mqtt_client")])
+def test_connz_refuses_what_it_has_no_view_for_by_name(servers, query, option):
+    status, text = _get(servers[JSBROKER], f"/connz{query}")
+    assert status == 400 and text.startswith(f"{option}: jsbroker's CONNZ answers take it only at its default")
+
+
 # -- /jsz's options ---------------------------------------------------------------------------------------------
 
 def _jsz_shape(body: dict[str, Any]) -> Any:
