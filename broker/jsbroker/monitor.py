@@ -1,4 +1,4 @@
-"""The monitoring HTTP endpoint (http_server.py): /healthz, /varz, /connz, /jsz, /accountz, /accstatz as
+"""The monitoring HTTP endpoint (http_server.py): /healthz, /varz, /connz, /subsz, /jsz, /accountz, /accstatz as
 read-only JSON views (the last two built by account_views.py), and /metrics (Prometheus text, see metrics.py;
 imported at the first scrape, as prometheus_client costs a start ~30 ms).
 
@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 from .config import VERSION
 from .http_server import HttpServer, Request, Response
 from .account_views import UnknownAccount
-from .monitor_options import BadQuery, ConnzOptions, JszOptions, NotLeader, connz_query, jsz_query, query_bool
+from .monitor_options import (BadQuery, ConnzOptions, JszOptions, NotLeader, SubszOptions, connz_query, jsz_query,
+                              query_bool, subsz_query)
+from .subjects import subject_matches
 
 if TYPE_CHECKING:
     from .monitored import MonitoredServer
@@ -64,7 +66,8 @@ class Monitor:
         self.requests: dict[str, int] = {}
         self._metrics: Any = None  # the Prometheus registry, made at the first scrape
         self._http = HttpServer({"/healthz": self.healthz, "/varz": self.varz, "/connz": self.connz, "/jsz": self.jsz,
-                                 "/accountz": self.accountz, "/accstatz": self.accstatz, "/metrics": self.metrics},
+                                 "/accountz": self.accountz, "/accstatz": self.accstatz, "/subsz": self.subsz,
+                                 "/subscriptionsz": self.subsz, "/metrics": self.metrics},
                                 broker.log)
 
     async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
@@ -282,6 +285,40 @@ class Monitor:
         if names:
             body["account_details"] = [b.jetstream.account_detail(name, options.streams, options.consumers,
                                                                    options.config) for name in names]
+        return body
+
+    def subsz(self, request: Request) -> Response:
+        try:
+            return self._json(request, self.subsz_body(subsz_query(request.query)))
+        except BadQuery as e:
+            return self._refused(request, e)
+
+    def subsz_body(self, options: SubszOptions) -> dict[str, Any]:
+        """nats-server's Subsz (/subsz, SUBSZ requests): the sublists' counts (of one account when given), and with
+        `subscriptions` the clients' subscriptions (those a message on `test` reaches). The sublists' cache
+        statistics are zeros; jsbroker's internal subscriptions are not nats-server's, so counts differ."""
+        subs = [(c, s) for c in sorted(self.broker.clients.values(), key=lambda c: c.cid) if c.connected
+                and (not options.account or c.account.name == options.account) for s in c.subs.values()
+                if not options.test or subject_matches(s.subject, options.test)]
+        offset, limit = options.offset, options.limit
+        sublists = [a.sublist.count for a in self.broker.accounts.by_name.values()
+                    if not options.account or a.name == options.account]  # internal subscriptions too
+        body: dict[str, Any] = {"server_id": self.broker.server_id, "now": rfc3339(time.time()),
+                                "num_subscriptions": sum(sublists), "num_cache": 0, "num_inserts": 0,
+                                "num_removes": 0, "num_matches": 0, "cache_hit_rate": 0.0, "max_fanout": 0,
+                                "avg_fanout": 0.0, "total": len(subs) if options.subscriptions else 0,
+                                "offset": offset, "limit": limit}
+        if options.subscriptions:
+            listed = []
+            for c, s in subs[offset:offset + limit]:
+                item: dict[str, Any] = {"account": c.account.name, "account_tag": c.account.name,
+                                        "subject": s.subject, "sid": s.sid.decode(), "msgs": s.delivered,
+                                        "cid": c.cid}
+                if s.queue:
+                    item["qgroup"] = s.queue
+                listed.append(item)
+            if listed:  # Go leaves an empty list out
+                body["subscriptions_list"] = listed
         return body
 
     def accountz(self, request: Request) -> Response:

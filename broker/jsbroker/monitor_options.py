@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .subjects import is_valid_publish_subject
+
 # ConnzOptions' JSON keys in nats-server and the values jsbroker takes for them: the ones it has no view for
 # are accepted only at their defaults (natscli sends every key), anything else is refused by name.
 _CONNZ_DEFAULTS: dict[str, Any] = {"subscriptions_detail": False, "state": 0, "mqtt_client": "", "filter_subject": "",
@@ -194,3 +196,46 @@ def jsz_options(body: dict[str, Any]) -> JszOptions:
     values = {field: _typed(body, key, kinds.get(key, bool), JszOptions.__dataclass_fields__[field].default,
                             "JszEventOptions") for key, field in _JSZ_KEYS.items()}
     return JszOptions(**values).normalised()
+
+
+# -- /subsz and SUBSZ requests --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubszOptions:
+    """nats-server's SubszOptions: the subscriptions' counts, and with `subscriptions` a page of them (of one
+    account, those a message on the literal subject `test` would reach)."""
+
+    subscriptions: bool = False
+    offset: int = 0
+    limit: int = 1024
+    account: str = ""
+    test: str = ""
+
+
+class BadTestSubject(ValueError):
+    """SUBSZ's `test` is no publish subject: nats-server's Subsz refuses it (a 500 on the system account)."""
+
+
+def _subsz(subscriptions: bool, offset: int, limit: int, account: str, test: str) -> SubszOptions:
+    if test and not is_valid_publish_subject(test):
+        raise BadTestSubject(f"invalid test subject, must be valid publish subject: {test}")
+    return SubszOptions(subscriptions, max(offset, 0), limit if limit > 0 else 1024, account, test)
+
+
+def subsz_query(query: dict[str, str]) -> SubszOptions:
+    """/subsz's options (BadQuery: nats-server's 400 text)."""
+    try:
+        return _subsz(query_bool(query, "subs"), query_int(query, "offset"), query_int(query, "limit"),
+                      query.get("acc", ""), query.get("test", ""))
+    except ValueError as e:
+        raise BadQuery(str(e)) from None
+
+
+def subsz_options(body: dict[str, Any], account: str = "") -> SubszOptions:
+    """A SUBSZ request's options (ValueError names the one that is wrong); `account` pins the account, whose
+    subscriptions an account's own SUBSZ request always lists."""
+    struct = "SubszEventOptions"
+    return _subsz(bool(account) or _typed(body, "subscriptions", bool, False, struct),
+                  _typed(body, "offset", int, 0, struct), _typed(body, "limit", int, 0, struct),
+                  account or _typed(body, "account", str, "", struct), _typed(body, "test", str, "", struct))

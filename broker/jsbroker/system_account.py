@@ -33,8 +33,8 @@ from .account_views import AccountViews, UnknownAccount
 from .accounts import Account, Routes, Timer
 from .config import VERSION, Permissions
 from .internal import Origin
-from .monitor_options import ConnzOptions, JszOptions, NotLeader, connz_options, go_type_error, jsz_options
-from .subjects import subject_matches
+from .monitor_options import (BadTestSubject, ConnzOptions, JszOptions, NotLeader, SubszOptions, connz_options,
+                              go_type_error, jsz_options, subsz_options)
 from .sublist import Subscription
 
 if TYPE_CHECKING:
@@ -97,6 +97,8 @@ class Views(Protocol):
     def connz_body(self, options: ConnzOptions) -> dict[str, Any]: ...
 
     def jsz_body(self, options: JszOptions) -> dict[str, Any]: ...
+
+    def subsz_body(self, options: SubszOptions) -> dict[str, Any]: ...
 
     def healthz_body(self) -> dict[str, Any]: ...
 
@@ -310,7 +312,7 @@ class SystemServices:
             health = views.healthz_body()
             return {k: v for k, v in health.items() if k != "error"} if health["status"] == "ok" else health
         if kind == "SUBSZ":
-            return self._subsz(None, options)
+            return views.subsz_body(_subsz(options))
         if kind == "ACCOUNTZ":
             return self._accountz(options)
         now = rfc3339(time.time())
@@ -361,30 +363,6 @@ class SystemServices:
             self._send(subject, None, {"server": self._server(), "statsz": self._statsz()})
         self._statsz_interval = min(self._statsz_interval * 2, STATSZ_EVERY)
         self._statsz_cancel = self.timer(self._statsz_interval, self._heartbeat)
-
-    def _subsz(self, account: Account | None, options: dict[str, Any]) -> dict[str, Any]:
-        """nats-server's Subsz over the clients' subscriptions (of one account when given)."""
-        subs = [(c, s) for c in sorted(self.host.clients.values(), key=lambda c: c.cid) if c.connected
-                and (account is None or c.account is account) for s in c.subs.values()]
-        test = options.get("test")
-        if test:
-            subs = [(c, s) for c, s in subs if _matches(s.subject, str(test))]
-        offset, limit = _int_option(options, "offset", 0), _int_option(options, "limit", 1024) or 1024
-        body: dict[str, Any] = {"server_id": self.host.server_id, "now": rfc3339(time.time()),
-                                "num_subscriptions": len(subs), "num_cache": 0, "num_inserts": 0, "num_removes": 0,
-                                "num_matches": 0, "cache_hit_rate": 0.0, "max_fanout": 0, "avg_fanout": 0.0,
-                                "total": len(subs), "offset": offset, "limit": limit}
-        if account is not None or options.get("subscriptions"):
-            listed = []
-            for c, s in subs[offset:offset + limit]:
-                item: dict[str, Any] = {"account": c.account.name, "account_tag": c.account.name,
-                                        "subject": s.subject, "sid": s.sid.decode(), "msgs": s.delivered,
-                                        "cid": c.cid}
-                if s.queue:
-                    item["qgroup"] = s.queue
-                listed.append(item)
-            body["subscriptions_list"] = listed
-        return body
 
     def _accountz(self, options: dict[str, Any]) -> dict[str, Any]:
         name = options.get("account")
@@ -455,7 +433,7 @@ class SystemServices:
         if account is None:
             raise _Error(500, f"Account {name} does not exist")
         if kind == "SUBSZ":
-            return self._subsz(account, options)
+            return self.host.views().subsz_body(_subsz(options, name))
         return self._account_info(account)
 
     def _account_jsz(self, account: Account | None, name: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -624,6 +602,15 @@ def _connz(options: dict[str, Any], account: str = "") -> ConnzOptions:
         raise _Error(400, str(e)) from None
 
 
+def _subsz(options: dict[str, Any], account: str = "") -> SubszOptions:
+    try:
+        return subsz_options(options, account)
+    except BadTestSubject as e:  # decoded, refused by the view: nats-server's 500 with a null data
+        raise _Error(500, str(e)) from None
+    except ValueError as e:
+        raise _Error(400, str(e)) from None
+
+
 def _jsz(options: dict[str, Any]) -> JszOptions:
     try:
         return jsz_options(options)
@@ -637,22 +624,11 @@ def _done(error: str | None) -> None:
         raise _Error(500, error, typed=False)
 
 
-def _int_option(options: dict[str, Any], key: str, default: int) -> int:
-    value = options.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _Error(400, f"json: cannot unmarshal {type(value).__name__} into Go struct field {key} of type int")
-    return value
-
-
 def _bool_option(options: dict[str, Any], key: str) -> bool:
     value = options.get(key)  # null: Go leaves the field false
     if value is not None and not isinstance(value, bool):
         raise _Error(400, f"json: cannot unmarshal {type(value).__name__} into Go struct field {key} of type bool")
     return bool(value)
-
-
-def _matches(subject: str, literal: str) -> bool:
-    return subject_matches(subject, literal)
 
 
 def _permissions(client: ClientView) -> dict[str, Any]:

@@ -274,6 +274,59 @@ def test_connz_refuses_what_it_has_no_view_for_by_name(servers, query, option):
     assert status == 400 and text.startswith(f"{option}: jsbroker's CONNZ answers take it only at its default")
 
 
+# -- /subsz ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("query", ["", "?subs=1", "?subs=1&acc=B", "?subs=1&test=b.one", "?subs=1&test=b.two",
+                                   "?subs=true&acc=B&test=b.one&offset=1", "?subs=1&test=b.one&limit=1",
+                                   "?acc=NOPE&subs=1"])
+def test_subsz_lists_the_clients_subscriptions_as_nats_server(servers, query):
+    async def scenario(server: ServerHandle) -> tuple[int, Any]:
+        nc = await _connect(server.port, "b")
+        try:
+            await nc.subscribe("b.one")
+            await nc.subscribe("b.*", queue="workers")
+            await nc.flush()
+            return await asyncio.to_thread(_get, server, f"/subsz{query}")
+        finally:
+            await nc.close()
+
+    got = {kind: asyncio.run(scenario(servers[kind])) for kind in KINDS}
+    (js_status, js), (ns_status, ns) = got[JSBROKER], got[NATS_SERVER]
+    assert js_status == ns_status == 200
+    assert {k: js[k] for k in ("offset", "limit")} == {k: ns[k] for k in ("offset", "limit")}
+
+    def listed(body: dict[str, Any]) -> list[Any]:  # the client's (nats-server lists its internal ones too)
+        return sorted((s["account"], s["subject"], s.get("qgroup"), s["sid"])
+                      for s in body.get("subscriptions_list", []) if s["subject"].startswith("b."))
+    if "offset" in query or "limit" in query:  # a page: which of the two comes first is each server's order
+        assert (len(listed(js)), js["total"]) == (len(listed(ns)), ns["total"]) == (1, 2)
+    else:
+        assert listed(js) == listed(ns)
+        assert js["total"] == (len(listed(js)) if "subs" in query else 0)
+
+
+@pytest.mark.parametrize("path", ["/subsz?test=b.*", "/subsz?subs=1&test=b..x", "/subsz?subs=maybe",
+                                  "/subsz?offset=one"])
+def test_subsz_refuses_a_bad_query_as_nats_server(servers, path):
+    got = _both(servers, path)
+    assert got[JSBROKER] == got[NATS_SERVER] and got[JSBROKER][0] == 400
+
+
+@pytest.mark.parametrize(("subject", "body"), [
+    ("$SYS.REQ.SERVER.PING.SUBSZ", b'{"subscriptions": true, "account": "B", "test": "b.one"}'),
+    ("$SYS.REQ.SERVER.PING.SUBSZ", b'{"test": "b.>"}'), ("$SYS.REQ.SERVER.PING.SUBSZ", b'{"limit": "x"}'),
+    ("$SYS.REQ.ACCOUNT.B.SUBSZ", b'{"test": "b.one", "offset": 1}'), ("$SYS.REQ.ACCOUNT.B.SUBSZ", b'{"test": 1}')])
+def test_subsz_requests_answer_alike(servers, subject, body):
+    got = _ask_both(servers, subject, body)
+    js, ns = got[JSBROKER], got[NATS_SERVER]
+    assert set(js) == set(ns)
+    if "error" in ns:
+        assert js["error"] == ns["error"]
+    else:
+        assert {k: js["data"][k] for k in ("offset", "limit")} == {k: ns["data"][k] for k in ("offset", "limit")}
+        assert set(js["data"]) == set(ns["data"])
+
+
 # -- /jsz's options ---------------------------------------------------------------------------------------------
 
 def _jsz_shape(body: dict[str, Any]) -> Any:
