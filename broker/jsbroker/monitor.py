@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from .config import VERSION
 from .http_server import HttpServer, Request, Response
 from .account_views import UnknownAccount
-from .monitor_options import (BadQuery, ConnzOptions, JszOptions, NotLeader, SubszOptions, connz_query, jsz_query,
-                              query_bool, subsz_query)
+from .monitor_options import (BadQuery, ConnzOptions, HealthzOptions, JszOptions, NotLeader, SubszOptions,
+                              connz_query, healthz_query, jsz_query, query_bool, subsz_query)
 from .subjects import subject_matches
 
 if TYPE_CHECKING:
@@ -52,6 +52,15 @@ def go_duration(seconds: float) -> str:
 
 def _unavailable(error: str) -> dict[str, Any]:
     return {"status": "unavailable", "status_code": 503, "error": error}
+
+
+def _health_error(code: int, kind: str, error: str, options: HealthzOptions) -> dict[str, Any]:
+    """nats-server's health error: the error alone, or with `details` a list of typed errors naming the asset."""
+    if not options.details:
+        return {"status": "error" if code == 400 else "unavailable", "status_code": code, "error": error}
+    asset = {k: v for k, v in (("account", options.account), ("stream", options.stream),
+                               ("consumer", options.consumer)) if v and kind != "BAD_REQUEST"}
+    return {"status": "error", "status_code": code, "errors": [{"type": kind, **asset, "error": error}]}
 
 
 # nats-server's connz sorts (largest first, ties by cid) by the fields of the listed connection
@@ -88,21 +97,41 @@ class Monitor:
     # -- endpoints ----------------------------------------------------------------------------------
 
     def healthz(self, request: Request) -> Response:
-        body = self.healthz_body()
-        if body["status"] == "ok":
-            del body["status_code"]  # the HTTP status says it; the $SYS answer has it in the body
-        return self._json(request, body, status=body.get("status_code", 200))
+        try:
+            options = healthz_query(request.query)
+        except BadQuery as e:
+            return self._refused(request, e)
+        body = self.healthz_body(options)
+        status = body["status_code"]
+        if status == 200 or options.account or options.stream or options.consumer or options.details:
+            del body["status_code"]  # the HTTP status says it (nats-server's); the $SYS answer has it in the body
+        return self._json(request, body, status=status)
 
-    def healthz_body(self) -> dict[str, Any]:
-        # 503 (nats-server's error shape) until the client listener accepts connections: while the store
-        # is recovered, and in the moment after. JetStream is in-process and has no separate failure
-        # state, so `js-enabled-only` / `js-server-only` answer the same.
+    def healthz_body(self, options: HealthzOptions = HealthzOptions()) -> dict[str, Any]:
+        """nats-server's healthz on one server: 503 until the client listener accepts connections (while the
+        store is recovered, in lame duck mode); then, unless `js_server_only` or `js_enabled_only`, that the
+        `account`'s JetStream, its `stream` and that stream's `consumer` exist (404, naming what is missing)."""
+        if options.stream and not options.account:
+            return _health_error(400, "BAD_REQUEST", '"account" must not be empty when checking stream health', options)
+        if options.consumer and not options.stream:
+            return _health_error(400, "BAD_REQUEST", '"stream" must not be empty when checking consumer health',
+                                 options)
         if self.broker.recovering:
             return _unavailable("JetStream is recovering its store")
         if self.broker.lame_duck_mode:
             return _unavailable("the server is in lame duck mode: clients are being let go")
         if not self.broker.serving:
             return _unavailable("the server is starting: clients are not accepted yet")
+        js = self.broker.jetstream
+        if options.js_server_only or options.js_enabled_only or js is None or not options.account:
+            return {"status": "ok", "status_code": 200}
+        missing = js.missing(options.account, options.stream, options.consumer)
+        a, s, c = options.account, options.stream, options.consumer
+        errors = {"account": f'JetStream account "{a}" not found',
+                  "stream": f'JetStream stream "{s}" not found on account "{a}"',
+                  "consumer": f'JetStream consumer "{c}" not found for stream "{s}" on account "{a}"'}
+        if missing:
+            return _health_error(404, missing.upper(), errors[missing], options)
         return {"status": "ok", "status_code": 200}
 
     def metrics(self, request: Request) -> Response:

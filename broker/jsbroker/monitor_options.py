@@ -239,3 +239,40 @@ def subsz_options(body: dict[str, Any], account: str = "") -> SubszOptions:
     return _subsz(bool(account) or _typed(body, "subscriptions", bool, False, struct),
                   _typed(body, "offset", int, 0, struct), _typed(body, "limit", int, 0, struct),
                   account or _typed(body, "account", str, "", struct), _typed(body, "test", str, "", struct))
+
+
+# -- /healthz and HEALTHZ requests ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HealthzOptions:
+    """nats-server's HealthzOptions. One server has no meta layer: `js_meta_only` checks what the default does."""
+
+    js_enabled_only: bool = False  # `js-enabled` (deprecated) too
+    js_server_only: bool = False
+    js_meta_only: bool = False
+    account: str = ""  # that its JetStream (its `stream`, that stream's `consumer`) exists
+    stream: str = ""
+    consumer: str = ""
+    details: bool = False  # the errors as a list, each with its type
+
+
+_HEALTHZ_FLAGS = ("js-enabled", "js-enabled-only", "js-server-only", "js-meta-only", "details")
+
+
+def healthz_query(query: dict[str, str]) -> HealthzOptions:
+    """/healthz's options (BadQuery: nats-server's 400 text)."""
+    flags = {name: query_bool(query, name) for name in _HEALTHZ_FLAGS}
+    return _healthz(flags, query.get("account", ""), query.get("stream", ""), query.get("consumer", ""))
+
+
+def healthz_options(body: dict[str, Any]) -> HealthzOptions:
+    """A HEALTHZ request's options (ValueError names the one that is wrong)."""
+    struct = "HealthzEventOptions"
+    flags = {name: _typed(body, name, bool, False, struct) for name in _HEALTHZ_FLAGS}
+    return _healthz(flags, *(_typed(body, key, str, "", struct) for key in ("account", "stream", "consumer")))
+
+
+def _healthz(flags: dict[str, bool], account: str, stream: str, consumer: str) -> HealthzOptions:
+    return HealthzOptions(flags["js-enabled"] or flags["js-enabled-only"], flags["js-server-only"],
+                          flags["js-meta-only"], account, stream, consumer, flags["details"])

@@ -33,8 +33,8 @@ from .account_views import AccountViews, UnknownAccount
 from .accounts import Account, Routes, Timer
 from .config import VERSION, Permissions
 from .internal import Origin
-from .monitor_options import (BadTestSubject, ConnzOptions, JszOptions, NotLeader, SubszOptions, connz_options,
-                              go_type_error, jsz_options, subsz_options)
+from .monitor_options import (BadTestSubject, ConnzOptions, HealthzOptions, JszOptions, NotLeader, SubszOptions,
+                              connz_options, go_type_error, healthz_options, jsz_options, subsz_options)
 from .sublist import Subscription
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class Views(Protocol):
 
     def subsz_body(self, options: SubszOptions) -> dict[str, Any]: ...
 
-    def healthz_body(self) -> dict[str, Any]: ...
+    def healthz_body(self, options: HealthzOptions) -> dict[str, Any]: ...
 
 
 class SystemHost(Protocol):
@@ -309,7 +309,7 @@ class SystemServices:
             except NotLeader:
                 raise _Silent from None
         if kind == "HEALTHZ":
-            health = views.healthz_body()
+            health = views.healthz_body(_healthz(options))
             return {k: v for k, v in health.items() if k != "error"} if health["status"] == "ok" else health
         if kind == "SUBSZ":
             return views.subsz_body(_subsz(options))
@@ -607,6 +607,13 @@ def _subsz(options: dict[str, Any], account: str = "") -> SubszOptions:
         return subsz_options(options, account)
     except BadTestSubject as e:  # decoded, refused by the view: nats-server's 500 with a null data
         raise _Error(500, str(e)) from None
+    except ValueError as e:
+        raise _Error(400, str(e)) from None
+
+
+def _healthz(options: dict[str, Any]) -> HealthzOptions:
+    try:
+        return healthz_options(options)
     except ValueError as e:
         raise _Error(400, str(e)) from None
 

@@ -45,7 +45,7 @@ async def _connect(port: int, user: str, **kw: Any) -> nats.NATS:
 
 
 async def _fill(port: int) -> None:
-    """A stream with two messages and two consumers in A, one stream in C."""
+    """A stream with two messages and two consumers in A, a file and a memory stream in C."""
     for user, stream in (("a", "ORDERS"), ("c", "LOGS")):
         nc = await _connect(port, user)
         js = nc.jetstream()
@@ -55,6 +55,8 @@ async def _fill(port: int) -> None:
                 await js.publish("orders.new", f"o{i}".encode())
             await js.add_consumer("ORDERS", durable_name="ship", ack_policy="explicit")
             await js.add_consumer("ORDERS", durable_name="bill", ack_policy="explicit")
+        else:
+            await js.add_stream(name="CACHE", subjects=["cache.>"], storage="memory")
         await nc.close()
 
 
@@ -75,12 +77,13 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
 
 
 def _get(server: ServerHandle, path: str) -> tuple[int, Any]:
-    """An HTTP GET: the status and the JSON body (the text of an error)."""
+    """An HTTP GET: the status and the JSON body (an error's text, unless it is JSON)."""
     try:
         with urllib.request.urlopen(f"{server.http_url}{path}", timeout=5) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+        text = e.read().decode()
+        return e.code, json.loads(text) if text.startswith("{") else text
 
 
 def _both(servers: dict[str, ServerHandle], path: str) -> dict[str, tuple[int, Any]]:
@@ -327,6 +330,29 @@ def test_subsz_requests_answer_alike(servers, subject, body):
         assert set(js["data"]) == set(ns["data"])
 
 
+# -- /healthz -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("query", [
+    "?account=A", "?account=B", "?account=NOPE", "?account=A&stream=ORDERS", "?account=A&stream=NOPE",
+    "?account=C&stream=CACHE", "?account=A&stream=ORDERS&consumer=ship", "?account=A&stream=ORDERS&consumer=NOPE",
+    "?stream=ORDERS", "?consumer=ship&account=A", "?account=NOPE&details=true", "?account=A&stream=NOPE&details=1",
+    "?stream=ORDERS&details=1", "?details=1", "?account=NOPE&js-server-only=1", "?account=NOPE&js-enabled-only=1",
+    "?account=NOPE&js-enabled=1", "?js-meta-only=1&account=A&stream=ORDERS", "?js-enabled-only=maybe",
+    "?details=2"])
+def test_healthz_checks_the_jetstream_assets_as_nats_server(servers, query):
+    got = _both(servers, f"/healthz{query}")
+    assert got[JSBROKER] == got[NATS_SERVER]
+
+
+@pytest.mark.parametrize("body", [b'{"account": "NOPE"}', b'{"account": "A", "stream": "ORDERS", "details": true}',
+                                  b'{"stream": "ORDERS"}', b'{"details": "yes"}'])
+def test_healthz_requests_take_the_same_options(servers, body):
+    got = _ask_both(servers, "$SYS.REQ.SERVER.PING.HEALTHZ", body)
+    js, ns = got[JSBROKER], got[NATS_SERVER]
+    assert set(js) == set(ns)
+    assert js.get("data") == ns.get("data") and js.get("error") == ns.get("error")
+
+
 # -- /jsz's options ---------------------------------------------------------------------------------------------
 
 def _jsz_shape(body: dict[str, Any]) -> Any:
@@ -337,7 +363,7 @@ def _jsz_shape(body: dict[str, Any]) -> Any:
         for stream in account.get("stream_detail", []):
             consumers = [(c["name"], "config" in c) for c in stream.get("consumer_detail", [])]
             streams.append((stream["name"], "config" in stream, sorted(consumers)))
-        details.append((account["name"], streams))
+        details.append((account["name"], sorted(streams)))  # nats-server's order is its map's
     top = {k: v for k, v in body.items() if k in ("streams", "consumers", "messages", "streams_leader",
                                                    "consumers_leader", "total", "disabled")}
     return sorted(details), top, sorted(body)

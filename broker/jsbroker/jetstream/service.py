@@ -113,6 +113,19 @@ class JetStreamServer:
                     "errors": sum(js.api_counts.errors for js in self.accounts.values())},
         }
 
+    def missing(self, account: str, stream: str = "", consumer: str = "") -> str:
+        """What /healthz?account=&stream=&consumer= finds missing: "account", "stream", "consumer" or "". As
+        nats-server's, which looks for the stream's directory in the store, a memory stream is not found."""
+        js = self.accounts.get(account)
+        if js is None:
+            return "account"
+        found = js.streams.get(stream) if stream else None
+        if stream and (found is None or found.config.storage != "file"):
+            return "stream"
+        if consumer and (found is None or consumer not in found.consumers):
+            return "consumer"
+        return ""
+
     def account_detail(self, account: str, streams: bool = False, consumers: bool = False,
                        config: bool = False) -> dict[str, Any]:
         """One account's entry of /jsz's `account_details` (and `$SYS.REQ.ACCOUNT.<account>.JSZ`'s data). As
