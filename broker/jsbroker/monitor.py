@@ -76,7 +76,9 @@ class Monitor:
         self._metrics: Any = None  # the Prometheus registry, made at the first scrape
         self._http = HttpServer({"/healthz": self.healthz, "/varz": self.varz, "/connz": self.connz, "/jsz": self.jsz,
                                  "/accountz": self.accountz, "/accstatz": self.accstatz, "/subsz": self.subsz,
-                                 "/subscriptionsz": self.subsz, "/metrics": self.metrics},
+                                 "/subscriptionsz": self.subsz, "/routez": self.cluster,
+                                 "/gatewayz": self.cluster, "/leafz": self.cluster, "/raftz": self.raftz,
+                                 "/metrics": self.metrics},
                                 broker.log)
 
     async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
@@ -349,6 +351,32 @@ class Monitor:
             if listed:  # Go leaves an empty list out
                 body["subscriptions_list"] = listed
         return body
+
+    def cluster(self, request: Request) -> Response:
+        """/routez, /gatewayz, /leafz: one server has no routes, gateways or leaf nodes. Their options are
+        checked as nats-server checks them; they filter nothing here."""
+        kind = request.path.strip("/")
+        try:
+            if request.query.get("subs", "").lower() != "detail":
+                query_bool(request.query, "subs")
+            if kind == "gatewayz":
+                query_bool(request.query, "accs")
+        except BadQuery as e:
+            return self._refused(request, e)
+        return self._json(request, self.cluster_body(kind))
+
+    def cluster_body(self, kind: str) -> dict[str, Any]:
+        """nats-server's Routez, Gatewayz or Leafz of a server without any (also the system account's)."""
+        b, now = self.broker, rfc3339(time.time())
+        if kind == "routez":
+            return {"server_id": b.server_id, "server_name": b.server_name, "now": now, "num_routes": 0, "routes": []}
+        if kind == "gatewayz":
+            return {"server_id": b.server_id, "now": now, "outbound_gateways": {}, "inbound_gateways": {}}
+        return {"server_id": b.server_id, "now": now, "leafnodes": 0, "leafs": []}
+
+    def raftz(self, request: Request) -> Response:
+        self.requests[request.path] = self.requests.get(request.path, 0) + 1
+        return Response(b"No Raft nodes registered", 404, "text/plain; charset=utf-8")  # nats-server's, one server
 
     def accountz(self, request: Request) -> Response:
         try:

@@ -102,6 +102,8 @@ class Views(Protocol):
 
     def healthz_body(self, options: HealthzOptions) -> dict[str, Any]: ...
 
+    def cluster_body(self, kind: str) -> dict[str, Any]: ...
+
 
 class SystemHost(Protocol):
     """What the services read of the server."""
@@ -298,11 +300,11 @@ class SystemServices:
         return not domain or domain == (self.host.jetstream_domain() or "")
 
     def _server_data(self, kind: str, options: dict[str, Any]) -> dict[str, Any]:
-        views, h = self.host.views(), self.host
+        views = self.host.views()
         if kind == "VARZ":
             return views.varz_body()
         if kind == "CONNZ":
-            return self.host.views().connz_body(_connz(options))
+            return views.connz_body(_connz(options))
         if kind == "JSZ":
             try:
                 return views.jsz_body(_jsz(options))
@@ -315,13 +317,8 @@ class SystemServices:
             return views.subsz_body(_subsz(options))
         if kind == "ACCOUNTZ":
             return self._accountz(options)
-        now = rfc3339(time.time())
-        if kind == "ROUTEZ":
-            return {"server_id": h.server_id, "server_name": h.server_name, "now": now, "num_routes": 0, "routes": []}
-        if kind == "GATEWAYZ":
-            return {"server_id": h.server_id, "now": now, "outbound_gateways": {}, "inbound_gateways": {}}
-        if kind == "LEAFZ":
-            return {"server_id": h.server_id, "now": now, "leafnodes": 0, "leafs": []}
+        if kind in ("ROUTEZ", "GATEWAYZ", "LEAFZ"):  # one server: none
+            return views.cluster_body(kind.lower())
         if kind == "RAFTZ":  # no Raft groups on a single server
             return {}
         raise _Error(500, f"{kind} is not available from jsbroker (it is the Go runtime's or a cluster's)")
@@ -418,7 +415,6 @@ class SystemServices:
         return handle
 
     def _account_data(self, kind: str, name: str, options: dict[str, Any]) -> dict[str, Any]:
-        h = self.host
         if kind == "STATZ" and name == "PING":
             return self._account_statz(options, None)
         account = self.accounts.get(name)
@@ -427,7 +423,7 @@ class SystemServices:
         if kind == "CONNZ":
             return self.host.views().connz_body(_connz(options, name))
         if kind == "LEAFZ":
-            return {"server_id": h.server_id, "now": rfc3339(time.time()), "leafnodes": 0, "leafs": []}
+            return self.host.views().cluster_body("leafz")
         if kind == "STATZ":
             return self._account_statz(options, name)
         if account is None:

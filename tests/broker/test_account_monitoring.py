@@ -353,6 +353,17 @@ def test_healthz_requests_take_the_same_options(servers, body):
     assert js.get("data") == ns.get("data") and js.get("error") == ns.get("error")
 
 
+# -- /routez, /gatewayz, /leafz, /raftz: one server has none ----------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/routez", "/routez?subs=detail", "/routez?subs=x", "/gatewayz?accs=1&gw_name=G",
+                                  "/gatewayz?accs=x", "/leafz?subs=1&acc=A", "/leafz?subs=x", "/raftz"])
+def test_the_cluster_endpoints_answer_as_a_lone_nats_server(servers, path):
+    got = _both(servers, path)
+    (js_status, js), (ns_status, ns) = got[JSBROKER], got[NATS_SERVER]
+    assert js_status == ns_status
+    assert (normalise(js) if isinstance(js, dict) else js) == (normalise(ns) if isinstance(ns, dict) else ns)
+
+
 # -- /jsz's options ---------------------------------------------------------------------------------------------
 
 def _jsz_shape(body: dict[str, Any]) -> Any:
