@@ -230,6 +230,10 @@ class Monitor:
         # nats-server's total counts the account's connections (every one without `acc`), `cid` or not
         listed = [c for c in b.clients.values() if not options.account or c.account.name == options.account]
         conns = sorted((c for c in listed if not options.cid or c.cid == options.cid), key=lambda c: c.cid)
+        if options.sort == "uptime":  # nats-server's: the shortest first
+            conns.reverse()
+        elif options.sort == "rtt":  # the longest first
+            conns.sort(key=lambda c: c.rtt_ns, reverse=True)
         now = time.time()
         mono = b.loop.time()
         out = []

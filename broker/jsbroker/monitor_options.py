@@ -13,7 +13,14 @@ from .subjects import is_valid_publish_subject
 # are accepted only at their defaults (natscli sends every key), anything else is refused by name.
 _CONNZ_DEFAULTS: dict[str, Any] = {"subscriptions_detail": False, "state": 0, "mqtt_client": "", "filter_subject": "",
                                    "user": ""}
-_CONNZ_SORTS = ("", "cid", "start", "subs", "pending", "msgs_to", "msgs_from", "bytes_to", "bytes_from")
+_CONNZ_SORTS = ("", "cid", "start", "subs", "pending", "msgs_to", "msgs_from", "bytes_to", "bytes_from", "uptime", "rtt")
+# nats-server's other sorts: of closed connections (jsbroker lists open ones), of activity (it does not track it)
+_CONNZ_SORTS_REFUSED = {"stop": "sort by stop only valid on closed connections",
+                        "reason": "sort by reason only valid on closed connections",
+                        "last": "sort by last: jsbroker does not track a connection's last activity; sort by "
+                                "cid, subs, pending, msgs_to, msgs_from, bytes_to, bytes_from, uptime or rtt",
+                        "idle": "sort by idle: jsbroker does not track a connection's last activity; sort by "
+                                "cid, subs, pending, msgs_to, msgs_from, bytes_to, bytes_from, uptime or rtt"}
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,8 @@ def connz_options(body: dict[str, Any], account: str = "") -> ConnzOptions:
         if body.get(key, default) not in (default, None):
             raise ValueError(f"{key}: jsbroker's CONNZ answers take it only at its default ({default!r})")
     sort = _typed(body, "sort", str, "")
+    if sort in _CONNZ_SORTS_REFUSED:
+        raise ValueError(_CONNZ_SORTS_REFUSED[sort])
     if sort not in _CONNZ_SORTS:
         raise ValueError(f"invalid sorting option: {sort}")
     limit, cid = _typed(body, "limit", int, 0), _typed(body, "cid", int, 0)

@@ -242,7 +242,8 @@ def test_account_statz_requests_answer_alike(servers, body):
 # -- /connz's options --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", ["/connz?offset=x", "/connz?limit=1e3", "/connz?cid=-1", "/connz?cid=x",
-                                  "/connz?state=weird", "/connz?auth=2", "/connz?subs=maybe", "/connz?sort=bogus"])
+                                  "/connz?state=weird", "/connz?auth=2", "/connz?subs=maybe", "/connz?sort=bogus",
+                                  "/connz?sort=stop", "/connz?sort=reason"])
 def test_connz_refuses_a_bad_query_value_as_nats_server(servers, path):
     got = _both(servers, path)
     assert got[JSBROKER] == got[NATS_SERVER] and got[JSBROKER][0] == 400
@@ -270,11 +271,31 @@ def test_connz_takes_the_query_options_nats_server_does(servers, query):
         [c.get("subscriptions_list") for c in ns["connections"] or ()]
 
 
-@pytest.mark.parametrize(("query", "option"), [("?subs=detail", "subscriptions_detail"), ("?state=closed", "state"),
+@pytest.mark.parametrize("sort", ["uptime", "rtt", "start"])
+def test_connz_sorts_as_nats_server(servers, sort):
+    async def scenario(server: ServerHandle) -> list[str]:
+        first = await _connect(server.port, "b", name="first")
+        second = await _connect(server.port, "b", name="second")
+        try:
+            _, body = await asyncio.to_thread(_get, server, f"/connz?acc=B&sort={sort}")
+            return [c["name"] for c in body["connections"]]
+        finally:
+            await first.close()
+            await second.close()
+
+    got = {kind: asyncio.run(scenario(servers[kind])) for kind in KINDS}
+    if sort == "rtt":  # each client's measured round trip decides
+        assert sorted(got[JSBROKER]) == sorted(got[NATS_SERVER]) == ["first", "second"]
+    else:
+        assert got[JSBROKER] == got[NATS_SERVER] == (["second", "first"] if sort == "uptime" else ["first", "second"])
+
+
+@pytest.mark.parametrize(("query", "option"), [("?sort=last", "sort by last"), ("?sort=idle", "sort by idle"),
+                                               ("?subs=detail", "subscriptions_detail"), ("?state=closed", "state"),
                                                ("?user=b", "user"), ("?mqtt_client=x", "mqtt_client")])
 def test_connz_refuses_what_it_has_no_view_for_by_name(servers, query, option):
     status, text = _get(servers[JSBROKER], f"/connz{query}")
-    assert status == 400 and text.startswith(f"{option}: jsbroker's CONNZ answers take it only at its default")
+    assert status == 400 and text.startswith(f"{option}: jsbroker")
 
 
 # -- /subsz ----------------------------------------------------------------------------------------------------
