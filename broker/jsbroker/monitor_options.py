@@ -199,12 +199,13 @@ def jsz_query(query: dict[str, str]) -> JszOptions:
                       limit=query_int(query, "limit"), **flags).normalised()
 
 
-def jsz_options(body: dict[str, Any]) -> JszOptions:
-    """A JSZ request's options (ValueError names the one that is wrong, as Go's JSON decoding does)."""
+def jsz_options(body: dict[str, Any], normalise: bool = True) -> JszOptions:
+    """A JSZ request's options (ValueError names the one that is wrong, as Go's JSON decoding does); an
+    account's JSZ request takes them as given (`normalise` False, as nats-server's JszAccount)."""
     kinds = {"account": str, "offset": int, "limit": int}
     values = {field: _typed(body, key, kinds.get(key, bool), JszOptions.__dataclass_fields__[field].default,
                             "JszEventOptions") for key, field in _JSZ_KEYS.items()}
-    return JszOptions(**values).normalised()
+    return JszOptions(**values).normalised() if normalise else JszOptions(**values)
 
 
 # -- /subsz and SUBSZ requests --------------------------------------------------------------------------------

@@ -433,13 +433,14 @@ class SystemServices:
         return self._account_info(account)
 
     def _account_jsz(self, account: Account | None, name: str, options: dict[str, Any]) -> dict[str, Any]:
-        """nats-server's JszAccount: the account's own JetStream use (never the server's totals)."""
+        """nats-server's JszAccount: the account's own JetStream use (never the server's totals); its options
+        decoded first (a bad one is a 400), then taken as given (consumer without streams lists no streams)."""
+        jsz = _jsz(options, normalise=False)
         if self.host.jetstream_domain() is None:
             raise _Error(500, "jetstream not enabled")
         if account is None:
             raise _Error(500, f'account "{name}" not found')
-        streams, consumers, config = (_bool_option(options, k) for k in ("streams", "consumer", "config"))
-        detail = self.host.jetstream_account(name, streams, consumers, config)
+        detail = self.host.jetstream_account(name, jsz.streams, jsz.consumers, jsz.config)
         if detail is None:
             raise _Error(500, f'account "{name}" not jetstream enabled')
         return detail
@@ -614,9 +615,9 @@ def _healthz(options: dict[str, Any]) -> HealthzOptions:
         raise _Error(400, str(e)) from None
 
 
-def _jsz(options: dict[str, Any]) -> JszOptions:
+def _jsz(options: dict[str, Any], normalise: bool = True) -> JszOptions:
     try:
-        return jsz_options(options)
+        return jsz_options(options, normalise)
     except ValueError as e:
         raise _Error(400, str(e)) from None
 
@@ -625,13 +626,6 @@ def _done(error: str | None) -> None:
     """An action's answer: no data, or its error (500), as nats-server's (an untyped nil: no data either way)."""
     if error is not None:
         raise _Error(500, error, typed=False)
-
-
-def _bool_option(options: dict[str, Any], key: str) -> bool:
-    value = options.get(key)  # null: Go leaves the field false
-    if value is not None and not isinstance(value, bool):
-        raise _Error(400, f"json: cannot unmarshal {type(value).__name__} into Go struct field {key} of type bool")
-    return bool(value)
 
 
 def _permissions(client: ClientView) -> dict[str, Any]:

@@ -421,9 +421,18 @@ def test_jsz_requests_take_the_same_options(servers, body):
     assert _jsz_shape(got[JSBROKER]["data"]) == _jsz_shape(got[NATS_SERVER]["data"])
 
 
-@pytest.mark.parametrize("body", [b'{"limit": "x"}', b'{"accounts": 1}', b'{"account": true}'])
-def test_jsz_requests_refuse_bad_options_alike(servers, body):
-    got = _ask_both(servers, "$SYS.REQ.SERVER.PING.JSZ", body)
+@pytest.mark.parametrize("body", [b'{"consumer": true}', b'{"streams": true, "consumer": true}',
+                                  b'{"streams": true, "config": true}', b'{"streams": true, "accounts": true}'])
+def test_account_jsz_requests_take_the_options_as_given(servers, body):
+    got = _ask_both(servers, "$SYS.REQ.ACCOUNT.A.JSZ", body)
+    assert _jsz_shape({"account_details": [got[JSBROKER]["data"]]}) == \
+        _jsz_shape({"account_details": [got[NATS_SERVER]["data"]]})
+
+
+@pytest.mark.parametrize(("subject", "body"), [(s, b) for s in ("$SYS.REQ.SERVER.PING.JSZ", "$SYS.REQ.ACCOUNT.B.JSZ")
+                                               for b in (b'{"limit": "x"}', b'{"accounts": 1}', b'{"account": true}')])
+def test_jsz_requests_refuse_bad_options_alike(servers, subject, body):
+    got = _ask_both(servers, subject, body)
     js, ns = got[JSBROKER], got[NATS_SERVER]
     assert set(js) == set(ns) == {"server", "error"} and js["error"] == ns["error"]
 
