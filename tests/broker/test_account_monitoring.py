@@ -2,8 +2,10 @@
 `?acc=` details with exports, imports and JetStream), /accstatz (`?unused`), /jsz's options, and the same views
 on the system account (`$SYS.REQ.SERVER.PING.ACCOUNTZ`, `.JSZ` with options, `$SYS.REQ.ACCOUNT.PING.STATZ`);
 the client actions `$SYS.REQ.SERVER.<id>.KICK` and `.LDM`, and `.RELOAD` (refused by jsbroker, which reads its
-config once). Bad input (unknown accounts and clients, bad query values and option types) answers as
-nats-server's does. One pair of servers (with a stream and consumers in two JetStream accounts) serves the file."""
+config once); /connz's, /subsz's, /healthz's and the cluster endpoints' query options; the Go `nats` CLI's
+`server request` commands. Bad input (unknown accounts, clients and assets, bad query values and option types)
+answers as nats-server's does. One pair of servers (streams and consumers in two JetStream accounts) serves the
+file."""
 
 from __future__ import annotations
 
@@ -512,3 +514,23 @@ def test_reload_is_refused_with_an_error_naming_why(servers):
     assert answer["error"]["code"] == 500 and "restart" in answer["error"]["description"]
     # nothing else changed: clients still connect and get answers
     assert asyncio.run(_ask(servers[JSBROKER].port, "sys", "$SYS.REQ.SERVER.PING.IDZ"))["id"] == sid
+
+
+# -- the nats CLI ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ("server", "request", "kick", "99999", "<id>"),
+    ("server", "request", "jetstream-health", "--account", "A", "--stream", "NOPE"),
+    ("server", "request", "jetstream", "--account", "A", "--streams", "--consumer"),
+    ("server", "request", "accounts", "--account", "NOPE"),
+    ("server", "request", "subscriptions", "--filter-account", "B"),
+])
+def test_nats_cli_requests_read_both_alike(servers, tmp_path, args):
+    """The Go `nats` CLI's `server request` commands, their JSON compared after normalising ids, times and counts."""
+    from tests.broker.test_system_account import _cli, _plain_cli
+
+    ids = {kind: asyncio.run(_server_id(servers[kind].port)) for kind in KINDS}
+    got = {kind: _plain_cli(_cli(servers[kind], tmp_path, "sys", *(a.replace("<id>", ids[kind]) for a in args)))
+           for kind in KINDS}
+    assert got[JSBROKER] == got[NATS_SERVER]
+    assert got[JSBROKER][0] == "rc=0" and len(got[JSBROKER]) > 1
