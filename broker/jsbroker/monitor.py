@@ -87,8 +87,11 @@ class Monitor:
     async def stop(self) -> None:
         await self._http.close()
 
-    def _json(self, request: Request, body: dict[str, Any], status: int = 200) -> Response:
-        self.requests[request.path] = self.requests.get(request.path, 0) + 1
+    def _json(self, request: Request, body: dict[str, Any], status: int = 200, counted: str = "") -> Response:
+        """The JSON answer, counted in /varz's http_req_stats under its path (`counted`: another's, as nats-server
+        counts /subscriptionsz as /subsz)."""
+        path = counted or request.path
+        self.requests[path] = self.requests.get(path, 0) + 1
         return Response(json.dumps(body, indent=2).encode(), status)
 
     def _refused(self, request: Request, error: Exception) -> Response:
@@ -324,7 +327,7 @@ class Monitor:
 
     def subsz(self, request: Request) -> Response:
         try:
-            return self._json(request, self.subsz_body(subsz_query(request.query)))
+            return self._json(request, self.subsz_body(subsz_query(request.query)), counted="/subsz")
         except BadQuery as e:
             return self._refused(request, e)
 

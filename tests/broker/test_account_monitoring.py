@@ -331,6 +331,17 @@ def test_subsz_lists_the_clients_subscriptions_as_nats_server(servers, query):
         assert js["total"] == (len(listed(js)) if "subs" in query else 0)
 
 
+def test_subscriptionsz_is_subsz_and_counted_as_it(servers):
+    got = {}
+    for kind in KINDS:
+        before = _get(servers[kind], "/varz")[1]["http_req_stats"].get("/subsz", 0)
+        status, body = _get(servers[kind], "/subscriptionsz?subs=1&test=b.one")
+        after = _get(servers[kind], "/varz")[1]["http_req_stats"]
+        got[kind] = (status, sorted(body), after.get("/subsz", 0) - before, "/subscriptionsz" in after)
+    assert got[JSBROKER] == got[NATS_SERVER]
+    assert got[JSBROKER][0] == 200 and got[JSBROKER][2] == 1
+
+
 @pytest.mark.parametrize("path", ["/subsz?test=b.*", "/subsz?subs=1&test=b..x", "/subsz?subs=maybe",
                                   "/subsz?offset=one"])
 def test_subsz_refuses_a_bad_query_as_nats_server(servers, path):
