@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from .accounts import Account
+from .go_time import rfc3339
 
 
 class AccountClient(Protocol):
@@ -54,10 +55,6 @@ _SYSTEM_EXPORTS = (("$SYS.REQ.ACCOUNT.*.STATZ", "Streamed"), ("$SYS.REQ.USER.*.I
                    ("$JS.API.>", "Singleton"), ("$SYS.REQ.ACCOUNT.*.CONNZ", "Streamed"))
 
 
-def _rfc3339(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch % 1 * 1e6):06d}000Z"
-
-
 def _traffic(msgs: int, size: int) -> dict[str, Any]:
     zero = {"msgs": 0, "bytes": 0}
     return {"msgs": msgs, "bytes": size, "gateways": zero, "routes": zero, "leafs": zero}
@@ -78,7 +75,7 @@ class AccountViews:
 
     def accountz(self, name: str = "") -> dict[str, Any]:
         """nats-server's Accountz: every account's name, or `name`'s detail (UnknownAccount if it has none)."""
-        body: dict[str, Any] = {"server_id": self.host.server_id, "now": _rfc3339(time.time())}
+        body: dict[str, Any] = {"server_id": self.host.server_id, "now": rfc3339(time.time())}
         if self.system is not None:
             body["system_account"] = self.system.name
         if not name:
@@ -94,7 +91,7 @@ class AccountViews:
         """nats-server's AccountInfo (/accountz?acc=, `$SYS.REQ.ACCOUNT.<acc>.INFO`): the account's use, its
         exports and imports (the system ones too) and its sublist."""
         jetstream = self.host.jetstream_domain() is not None
-        info: dict[str, Any] = {"account_name": account.name, "update_time": _rfc3339(self.host.started_at())}
+        info: dict[str, Any] = {"account_name": account.name, "update_time": rfc3339(self.host.started_at())}
         if account is self.system:
             info["is_system"] = True
         info.update(expired=False, complete=True, jetstream_enabled=account.jetstream and jetstream,
@@ -142,7 +139,7 @@ class AccountViews:
         with connections, or all of them with `unused`."""
         accounts = [self.accounts[n] for n in (names or sorted(self.accounts)) if n in self.accounts]
         stats = [self.account_stat(a) for a in accounts]
-        return {"server_id": self.host.server_id, "now": _rfc3339(time.time()),
+        return {"server_id": self.host.server_id, "now": rfc3339(time.time()),
                 "account_statz": [s for s in stats if unused or s["conns"]]}
 
     def account_stat(self, account: Account) -> dict[str, Any]:

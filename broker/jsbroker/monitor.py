@@ -15,12 +15,12 @@ import resource
 import ssl
 import sys
 import time
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from .config import VERSION
-from .http_server import HttpServer, Request, Response
 from .account_views import UnknownAccount
+from .config import VERSION
+from .go_time import go_duration, rfc3339
+from .http_server import HttpServer, Request, Response
 from .monitor_options import (BadQuery, ConnzOptions, HealthzOptions, JszOptions, NotLeader, SubszOptions,
                               connz_query, healthz_query, jsz_query, query_bool, subsz_query)
 from .subjects import subject_matches
@@ -29,25 +29,6 @@ if TYPE_CHECKING:
     from .monitored import MonitoredServer
 
 _NS = 1_000_000_000
-
-
-def rfc3339(epoch: float) -> str:
-    dt = datetime.fromtimestamp(epoch, timezone.utc)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond:06d}000Z"
-
-
-def go_duration(seconds: float) -> str:
-    """Uptime as nats-server prints it: "1d2h3m4s", "5m0s", "0s"."""
-    s = int(seconds)
-    days, s = divmod(s, 86400)
-    hours, s = divmod(s, 3600)
-    minutes, s = divmod(s, 60)
-    out = f"{days}d" if days else ""
-    if days or hours:
-        out += f"{hours}h"
-    if days or hours or minutes:
-        out += f"{minutes}m"
-    return out + f"{s}s"
 
 
 def _unavailable(error: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 from .account_views import AccountViews, UnknownAccount
 from .accounts import Account, Routes, Timer
 from .config import VERSION, Permissions
+from .go_time import rfc3339
 from .internal import Origin
 from .monitor_options import (BadTestSubject, ConnzOptions, HealthzOptions, JszOptions, NotLeader, SubszOptions,
                               connz_options, go_type_error, healthz_options, jsz_options, subsz_options)
@@ -59,11 +60,6 @@ _NS = 1_000_000_000
 def _event_id() -> str:
     """An event's id: 22 letters and digits, as nats-server's nuids."""
     return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(22))
-
-
-def rfc3339(epoch: float) -> str:
-    """Go's time.Time in JSON: UTC, nanoseconds (microseconds here)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch % 1 * 1e6):06d}000Z"
 
 
 class ClientView(Protocol):
