@@ -345,7 +345,7 @@ class Monitor:
         checked as nats-server checks them; they filter nothing here."""
         kind = request.path.strip("/")
         try:
-            if request.query.get("subs", "").lower() != "detail":
+            if kind == "leafz" or request.query.get("subs", "").lower() != "detail":  # /leafz has no detail
                 query_bool(request.query, "subs")
             if kind == "gatewayz":
                 query_bool(request.query, "accs")

@@ -126,16 +126,15 @@ _CONNZ_STATES = {"open": 0, "closed": 1, "any": 2, "all": 2}
 def connz_query(query: dict[str, str]) -> ConnzOptions:
     """/connz's options, as nats-server decodes them (BadQuery: its 400 text), then as a CONNZ request's: the
     ones jsbroker has no view for are refused by name unless at their defaults."""
-    subs = query.get("subs", "")
-    detail = subs.lower() == "detail"
+    detail = query.get("subs", "").lower() == "detail"
+    body = {"sort": query.get("sort", ""), "auth": query_bool(query, "auth"),  # decoded in nats-server's order
+            "subscriptions": detail or query_bool(query, "subs"), "subscriptions_detail": detail,
+            "offset": query_int(query, "offset"), "limit": query_int(query, "limit"), "cid": query_uint(query, "cid")}
     state = query.get("state", "")
     if state and state.lower() not in _CONNZ_STATES:
         raise BadQuery(f"Error decoding state for {state}")
-    body = {"sort": query.get("sort", ""), "auth": query_bool(query, "auth"),
-            "subscriptions": detail or query_bool(query, "subs"), "subscriptions_detail": detail,
-            "offset": query_int(query, "offset"), "limit": query_int(query, "limit"), "cid": query_uint(query, "cid"),
-            "state": _CONNZ_STATES[state.lower()] if state else 0, "mqtt_client": query.get("mqtt_client", ""),
-            "user": query.get("user", ""), "acc": query.get("acc", "")}
+    body.update(state=_CONNZ_STATES[state.lower()] if state else 0, mqtt_client=query.get("mqtt_client", ""),
+                user=query.get("user", ""), acc=query.get("acc", ""))
     try:
         return connz_options(body)
     except ValueError as e:
@@ -186,17 +185,17 @@ class JszOptions:
 _JSZ_KEYS = {"account": "account", "accounts": "accounts", "streams": "streams", "consumer": "consumers",
              "direct_consumer": "direct_consumers", "config": "config", "leader_only": "leader_only",
              "offset": "offset", "limit": "limit", "raft": "raft", "stream_leader_only": "stream_leader_only"}
-# /jsz's query parameters -> JszOptions' fields
+# /jsz's query parameters -> JszOptions' fields, in the order nats-server decodes them (the first bad one is named)
 _JSZ_QUERY = {"accounts": "accounts", "streams": "streams", "consumers": "consumers",
-              "direct-consumers": "direct_consumers", "config": "config", "leader-only": "leader_only",
-              "raft": "raft", "stream-leader-only": "stream_leader_only"}
+              "direct-consumers": "direct_consumers", "config": "config", "offset": "offset", "limit": "limit",
+              "leader-only": "leader_only", "raft": "raft", "stream-leader-only": "stream_leader_only"}
 
 
 def jsz_query(query: dict[str, str]) -> JszOptions:
     """/jsz's options (BadQuery names a bad value, in nats-server's words)."""
-    flags = {field: query_bool(query, name) for name, field in _JSZ_QUERY.items()}
-    return JszOptions(account=query.get("acc", ""), offset=query_int(query, "offset"),
-                      limit=query_int(query, "limit"), **flags).normalised()
+    values: dict[str, Any] = {field: query_int(query, name) if name in ("offset", "limit") else query_bool(query, name)
+                              for name, field in _JSZ_QUERY.items()}
+    return JszOptions(account=query.get("acc", ""), **values).normalised()
 
 
 def jsz_options(body: dict[str, Any], normalise: bool = True) -> JszOptions:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -222,11 +223,13 @@ def test_accstatz_unused_lists_every_account(servers, query):
 
 @pytest.mark.parametrize("path", ["/accstatz?unused=maybe", "/jsz?accounts=yes", "/jsz?streams=2",
                                   "/jsz?offset=x", "/jsz?limit=1.5", "/jsz?consumers=on", "/jsz?raft=-",
-                                  "/jsz?leader-only=y", "/jsz?config=%22"])
+                                  "/jsz?leader-only=y", "/jsz?config=%22", "/jsz?leader-only=y&offset=x",
+                                  "/jsz?raft=x&limit=y&config=1", "/jsz?stream-leader-only=x&direct-consumers=y"])
 def test_a_bad_query_value_is_a_400_naming_it(servers, path):
     got = _both(servers, path)
-    assert got[JSBROKER] == got[NATS_SERVER]
-    assert got[JSBROKER][0] == 400 and path.split("?")[1].split("=")[0] in got[JSBROKER][1]
+    assert got[JSBROKER] == got[NATS_SERVER]  # with several bad ones, the same one named
+    names = [pair.split("=")[0] for pair in path.split("?")[1].split("&")]
+    assert got[JSBROKER][0] == 400 and any(f"'{name}'" in got[JSBROKER][1] for name in names)
 
 
 @pytest.mark.parametrize("body", [b'{"accounts": ["A", "B", "NOPE"], "include_unused": true}',
@@ -245,7 +248,8 @@ def test_account_statz_requests_answer_alike(servers, body):
 
 @pytest.mark.parametrize("path", ["/connz?offset=x", "/connz?limit=1e3", "/connz?cid=-1", "/connz?cid=x",
                                   "/connz?state=weird", "/connz?auth=2", "/connz?subs=maybe", "/connz?sort=bogus",
-                                  "/connz?sort=stop", "/connz?sort=reason"])
+                                  "/connz?sort=stop", "/connz?sort=reason", "/connz?state=weird&auth=x",
+                                  "/connz?cid=x&offset=y", "/connz?sort=bogus&state=no", "/connz?limit=q&subs=r"])
 def test_connz_refuses_a_bad_query_value_as_nats_server(servers, path):
     got = _both(servers, path)
     assert got[JSBROKER] == got[NATS_SERVER] and got[JSBROKER][0] == 400
@@ -390,7 +394,8 @@ def test_healthz_requests_take_the_same_options(servers, body):
 # -- /routez, /gatewayz, /leafz, /raftz: one server has none ----------------------------------------------------
 
 @pytest.mark.parametrize("path", ["/routez", "/routez?subs=detail", "/routez?subs=x", "/gatewayz?accs=1&gw_name=G",
-                                  "/gatewayz?accs=x", "/leafz?subs=1&acc=A", "/leafz?subs=x", "/raftz"])
+                                  "/gatewayz?accs=x", "/leafz?subs=1&acc=A", "/leafz?subs=x", "/leafz?subs=detail",
+                                  "/gatewayz?subs=detail&accs=y", "/raftz"])
 def test_the_cluster_endpoints_answer_as_a_lone_nats_server(servers, path):
     got = _both(servers, path)
     (js_status, js), (ns_status, ns) = got[JSBROKER], got[NATS_SERVER]
@@ -425,6 +430,28 @@ def test_jsz_options_as_nats_server(servers, query):
     (js_status, js), (ns_status, ns) = got[JSBROKER], got[NATS_SERVER]
     assert js_status == ns_status == 200
     assert _jsz_shape(js) == _jsz_shape(ns)
+
+
+def _random_jsz_queries(count: int, seed: int = 31) -> list[str]:
+    """/jsz queries drawn from every option's values, good and bad (a seeded draw: the same each run)."""
+    rng = random.Random(seed)
+    values = {"acc": ["A", "C", "B", "NOPE"], "accounts": ["1", "false", "T", "x"], "streams": ["true", "0", "2"],
+              "consumers": ["1", "F"], "direct-consumers": ["1"], "config": ["TRUE", "f", "?"],
+              "offset": ["0", "1", "2", "-1", "z"], "limit": ["1", "0", "5", "1.0"], "leader-only": ["1", "no"],
+              "raft": ["1", "0"], "stream-leader-only": ["true"]}
+    queries = []
+    for _ in range(count):
+        chosen = rng.sample(sorted(values), rng.randint(1, 5))
+        queries.append("?" + "&".join(f"{k}={rng.choice(values[k])}" for k in chosen))
+    return queries
+
+
+def test_random_jsz_queries_answer_as_nats_server(servers):
+    for query in _random_jsz_queries(40):
+        got = _both(servers, f"/jsz{query}")
+        (js_status, js), (ns_status, ns) = got[JSBROKER], got[NATS_SERVER]
+        assert js_status == ns_status, query
+        assert (_jsz_shape(js) if js_status == 200 else js) == (_jsz_shape(ns) if ns_status == 200 else ns), query
 
 
 @pytest.mark.parametrize("body", [b'{"accounts": true, "streams": true}', b'{"account": "A", "consumer": true}',
