@@ -36,46 +36,78 @@ class ConnzOptions:
     sort: str = ""  # nats-server's sort options ("": by cid)
 
 
+class ViewRefusal(ValueError):
+    """Options that decode but that the view refuses (a SUBSZ test that is no publish subject, an invalid sort,
+    what jsbroker has no view for): nats-server's 500 on the system account (400 over HTTP)."""
+
+
 _GO_JSON = {"str": "string", "int": "number", "float": "number", "bool": "bool", "list": "array", "dict": "object"}
+_GO_INTS = {"int": (-2**63, 2**63), "uint64": (0, 2**64)}
+_GO_NAMED = {"server.SortOpt": "string", "server.ConnState": "int"}  # nats-server's named types: their base
 
 
-def go_type_error(value: Any, key: str, go_type: str, struct: str = "") -> str:
-    """Go's JSON decoding error for a value of the wrong type (`struct`: the options' Go type, when named; without a
-    `key`, the path of a list's element)."""
-    kind = _GO_JSON.get(type(value).__name__, type(value).__name__)
-    if not key:  # an element of a list, `struct` its path
-        return f"json: cannot unmarshal {kind} into {struct} of type {go_type}"
-    field = f"{struct}.{key}" if struct else key
-    return f"json: cannot unmarshal {kind} into Go struct field {field} of type {go_type}"
-
-
-def _typed(body: dict[str, Any], key: str, kind: type, default: Any, struct: str = "") -> Any:
-    value = body.get(key, default)
+def _go_mismatch(value: Any, go_type: str) -> str | None:
+    """How Go's JSON decoding names `value` when it does not fit `go_type` ("bool", "int", "uint64", "string",
+    "[]string"), None when it fits (null always does: Go leaves the field as it was)."""
     if value is None:
-        return default
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValueError(go_type_error(value, key, "bool" if kind is bool else "int" if kind is int else "string",
-                                       struct))
-    return value
+        return None
+    kind = _GO_JSON.get(type(value).__name__, type(value).__name__)
+    go_type = _GO_NAMED.get(go_type, go_type)
+    if go_type in _GO_INTS:
+        if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)
+                                        and not _GO_INTS[go_type][0] <= value < _GO_INTS[go_type][1]):
+            return f"number {value}"  # Go quotes a number it cannot convert
+        return None if isinstance(value, int) and not isinstance(value, bool) else kind
+    wanted = {"bool": bool, "string": str, "[]string": list}[go_type]
+    return None if isinstance(value, wanted) else kind
+
+
+def go_decode(body: dict[str, Any], fields: dict[str, str], struct: str) -> None:
+    """Check a request body as Go's json.Unmarshal into the options struct `struct` with these JSON `fields`
+    (name -> Go type): the earliest value of a wrong type, in the body's order, is the ValueError (unknown
+    keys are ignored, as Go ignores them)."""
+    for key, value in body.items():
+        go_type = fields.get(key)
+        if go_type is None:
+            continue
+        kind = _go_mismatch(value, go_type)
+        if kind is not None:
+            raise ValueError(f"json: cannot unmarshal {kind} into Go struct field {struct}.{key} of type {go_type}")
+        if go_type == "[]string" and value is not None:
+            for i, item in enumerate(value):
+                if item is not None and not isinstance(item, str):  # a null element is Go's ""
+                    raise ValueError(f"json: cannot unmarshal {_GO_JSON.get(type(item).__name__)} into "
+                                     f"{struct}.{key}.{i} of type string")
+
+
+def _value(body: dict[str, Any], key: str, default: Any) -> Any:
+    """A decoded body's value (go_decode checked its type); null or missing: the default."""
+    value = body.get(key)
+    return default if value is None else value
+
+
+_CONNZ_FIELDS = {"sort": "server.SortOpt", "auth": "bool", "subscriptions": "bool", "subscriptions_detail": "bool",
+                 "offset": "int", "limit": "int", "cid": "uint64", "mqtt_client": "string", "state": "server.ConnState",
+                 "user": "string", "acc": "string", "filter_subject": "string"}
 
 
 def connz_options(body: dict[str, Any], account: str = "") -> ConnzOptions:
     """A CONNZ request's options (ValueError names the one that is wrong); `account` pins the account (an
     account's own CONNZ request)."""
+    go_decode(body, _CONNZ_FIELDS, "ConnzEventOptions")
     for key, default in _CONNZ_DEFAULTS.items():
-        if body.get(key, default) not in (default, None):
-            raise ValueError(f"{key}: jsbroker's CONNZ answers take it only at its default ({default!r})")
-    sort = _typed(body, "sort", str, "")
+        if _value(body, key, default) != default:
+            raise ViewRefusal(f"{key}: jsbroker's CONNZ answers take it only at its default ({default!r})")
+    sort = _value(body, "sort", "")
     if sort in _CONNZ_SORTS_REFUSED:
-        raise ValueError(_CONNZ_SORTS_REFUSED[sort])
+        raise ViewRefusal(_CONNZ_SORTS_REFUSED[sort])
     if sort not in _CONNZ_SORTS:
-        raise ValueError(f"invalid sorting option: {sort}")
-    limit, cid = _typed(body, "limit", int, 0), _typed(body, "cid", int, 0)
-    return ConnzOptions(subscriptions=_typed(body, "subscriptions", bool, False),
-                        auth=_typed(body, "auth", bool, False),
-                        offset=max(_typed(body, "offset", int, 0), 0),
+        raise ViewRefusal(f"invalid sorting option: {sort}")
+    limit, cid = _value(body, "limit", 0), _value(body, "cid", 0)
+    return ConnzOptions(subscriptions=_value(body, "subscriptions", False), auth=_value(body, "auth", False),
+                        offset=max(_value(body, "offset", 0), 0),
                         limit=1 if cid > 0 else limit if limit > 0 else 1024,  # as nats-server: one connection by cid
-                        account=account or _typed(body, "acc", str, ""), cid=cid, sort=sort)
+                        account=account or _value(body, "acc", ""), cid=cid, sort=sort)
 
 
 # -- query strings, as nats-server's monitoring decodes them --------------------------------------------------
@@ -198,12 +230,17 @@ def jsz_query(query: dict[str, str]) -> JszOptions:
     return JszOptions(account=query.get("acc", ""), **values).normalised()
 
 
+_JSZ_FIELDS = {"account": "string", "accounts": "bool", "streams": "bool", "consumer": "bool",
+               "direct_consumer": "bool", "config": "bool", "leader_only": "bool", "offset": "int", "limit": "int",
+               "raft": "bool", "stream_leader_only": "bool"}
+
+
 def jsz_options(body: dict[str, Any], normalise: bool = True) -> JszOptions:
     """A JSZ request's options (ValueError names the one that is wrong, as Go's JSON decoding does); an
     account's JSZ request takes them as given (`normalise` False, as nats-server's JszAccount)."""
-    kinds = {"account": str, "offset": int, "limit": int}
-    values = {field: _typed(body, key, kinds.get(key, bool), JszOptions.__dataclass_fields__[field].default,
-                            "JszEventOptions") for key, field in _JSZ_KEYS.items()}
+    go_decode(body, _JSZ_FIELDS, "JszEventOptions")
+    values = {field: _value(body, key, JszOptions.__dataclass_fields__[field].default)
+              for key, field in _JSZ_KEYS.items()}
     return JszOptions(**values).normalised() if normalise else JszOptions(**values)
 
 
@@ -222,13 +259,9 @@ class SubszOptions:
     test: str = ""
 
 
-class BadTestSubject(ValueError):
-    """SUBSZ's `test` is no publish subject: nats-server's Subsz refuses it (a 500 on the system account)."""
-
-
 def _subsz(subscriptions: bool, offset: int, limit: int, account: str, test: str) -> SubszOptions:
     if test and not is_valid_publish_subject(test):
-        raise BadTestSubject(f"invalid test subject, must be valid publish subject: {test}")
+        raise ViewRefusal(f"invalid test subject, must be valid publish subject: {test}")
     return SubszOptions(subscriptions, max(offset, 0), limit if limit > 0 else 1024, account, test)
 
 
@@ -241,13 +274,15 @@ def subsz_query(query: dict[str, str]) -> SubszOptions:
         raise BadQuery(str(e)) from None
 
 
+_SUBSZ_FIELDS = {"offset": "int", "limit": "int", "subscriptions": "bool", "account": "string", "test": "string"}
+
+
 def subsz_options(body: dict[str, Any], account: str = "") -> SubszOptions:
     """A SUBSZ request's options (ValueError names the one that is wrong); `account` pins the account, whose
     subscriptions an account's own SUBSZ request always lists."""
-    struct = "SubszEventOptions"
-    return _subsz(bool(account) or _typed(body, "subscriptions", bool, False, struct),
-                  _typed(body, "offset", int, 0, struct), _typed(body, "limit", int, 0, struct),
-                  account or _typed(body, "account", str, "", struct), _typed(body, "test", str, "", struct))
+    go_decode(body, _SUBSZ_FIELDS, "SubszEventOptions")
+    return _subsz(bool(account) or _value(body, "subscriptions", False), _value(body, "offset", 0),
+                  _value(body, "limit", 0), account or _value(body, "account", ""), _value(body, "test", ""))
 
 
 # -- /healthz and HEALTHZ requests ----------------------------------------------------------------------------
@@ -275,11 +310,15 @@ def healthz_query(query: dict[str, str]) -> HealthzOptions:
     return _healthz(flags, query.get("account", ""), query.get("stream", ""), query.get("consumer", ""))
 
 
+_HEALTHZ_FIELDS = {**{name: "bool" for name in _HEALTHZ_FLAGS}, "account": "string", "stream": "string",
+                   "consumer": "string"}
+
+
 def healthz_options(body: dict[str, Any]) -> HealthzOptions:
     """A HEALTHZ request's options (ValueError names the one that is wrong)."""
-    struct = "HealthzEventOptions"
-    flags = {name: _typed(body, name, bool, False, struct) for name in _HEALTHZ_FLAGS}
-    return _healthz(flags, *(_typed(body, key, str, "", struct) for key in ("account", "stream", "consumer")))
+    go_decode(body, _HEALTHZ_FIELDS, "HealthzEventOptions")
+    flags = {name: _value(body, name, False) for name in _HEALTHZ_FLAGS}
+    return _healthz(flags, *(_value(body, key, "") for key in ("account", "stream", "consumer")))
 
 
 def _healthz(flags: dict[str, bool], account: str, stream: str, consumer: str) -> HealthzOptions:

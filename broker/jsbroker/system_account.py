@@ -34,8 +34,8 @@ from .accounts import Account, Routes, Timer
 from .config import VERSION, Permissions
 from .go_time import rfc3339
 from .internal import Origin
-from .monitor_options import (BadTestSubject, ConnzOptions, HealthzOptions, JszOptions, NotLeader, SubszOptions,
-                              connz_options, go_type_error, healthz_options, jsz_options, subsz_options)
+from .monitor_options import (ConnzOptions, HealthzOptions, JszOptions, NotLeader, SubszOptions,
+                              ViewRefusal, connz_options, go_decode, healthz_options, jsz_options, subsz_options)
 from .sublist import Subscription
 
 if TYPE_CHECKING:
@@ -358,9 +358,8 @@ class SystemServices:
         self._statsz_cancel = self.timer(self._statsz_interval, self._heartbeat)
 
     def _accountz(self, options: dict[str, Any]) -> dict[str, Any]:
+        _decode(options, {"account": "string"}, "AccountzEventOptions")
         name = options.get("account")
-        if name is not None and not isinstance(name, str):
-            raise _Error(400, go_type_error(name, "account", "string", "AccountzEventOptions"))
         try:
             return self.host.account_views.accountz(name or "")
         except UnknownAccount as e:
@@ -447,15 +446,8 @@ class SystemServices:
     def _account_statz(self, options: dict[str, Any], name: str | None) -> dict[str, Any]:
         """nats-server's AccountStatz: the accounts with connections (all named ones with include_unused); no
         answer when none is left."""
-        wanted = options.get("accounts") or []
-        if not isinstance(wanted, list):
-            raise _Error(400, go_type_error(wanted, "accounts", "[]string", "AccountStatzEventOptions"))
-        for i, item in enumerate(wanted):
-            if not isinstance(item, str):  # Go names an element by its index
-                raise _Error(400, go_type_error(item, "", "string", f"AccountStatzEventOptions.accounts.{i}"))
-        unused = options.get("include_unused")
-        if unused is not None and not isinstance(unused, bool):
-            raise _Error(400, go_type_error(unused, "include_unused", "bool", "AccountStatzEventOptions"))
+        _decode(options, {"accounts": "[]string", "include_unused": "bool"}, "AccountStatzEventOptions")
+        wanted, unused = options.get("accounts") or [], options.get("include_unused")
         statz = self.host.account_views.accstatz((name,) if name else tuple(wanted), unused is True)
         if not statz["account_statz"] and not unused:
             raise _Silent
@@ -591,6 +583,8 @@ def _options(payload: bytes) -> dict[str, Any]:
 def _connz(options: dict[str, Any], account: str = "") -> ConnzOptions:
     try:
         return connz_options(options, account)
+    except ViewRefusal as e:  # decoded, refused by the view: nats-server's 500 with a null data
+        raise _Error(500, str(e)) from None
     except ValueError as e:
         raise _Error(400, str(e)) from None
 
@@ -598,8 +592,15 @@ def _connz(options: dict[str, Any], account: str = "") -> ConnzOptions:
 def _subsz(options: dict[str, Any], account: str = "") -> SubszOptions:
     try:
         return subsz_options(options, account)
-    except BadTestSubject as e:  # decoded, refused by the view: nats-server's 500 with a null data
+    except ViewRefusal as e:  # decoded, refused by the view: nats-server's 500 with a null data
         raise _Error(500, str(e)) from None
+    except ValueError as e:
+        raise _Error(400, str(e)) from None
+
+
+def _decode(options: dict[str, Any], fields: dict[str, str], struct: str) -> None:
+    try:
+        go_decode(options, fields, struct)
     except ValueError as e:
         raise _Error(400, str(e)) from None
 

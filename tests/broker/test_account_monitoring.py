@@ -572,3 +572,57 @@ def test_nats_cli_requests_read_both_alike(servers, tmp_path, args):
            for kind in KINDS}
     assert got[JSBROKER] == got[NATS_SERVER]
     assert got[JSBROKER][0] == "rc=0" and len(got[JSBROKER]) > 1
+
+
+# -- request bodies, drawn at random -------------------------------------------------------------------------
+
+_BODY_KEYS = {  # each kind's option keys (nats-server's JSON names) and their Go types
+    "$SYS.REQ.SERVER.PING.JSZ": {"account": "s", "accounts": "b", "streams": "b", "consumer": "b", "config": "b",
+                                  "offset": "i", "limit": "i", "leader_only": "b", "raft": "b"},
+    "$SYS.REQ.SERVER.PING.SUBSZ": {"offset": "i", "limit": "i", "subscriptions": "b", "account": "s", "test": "s"},
+    "$SYS.REQ.SERVER.PING.HEALTHZ": {"js-enabled-only": "b", "js-server-only": "b", "details": "b", "account": "s"},
+    "$SYS.REQ.SERVER.PING.CONNZ": {"sort": "s", "auth": "b", "subscriptions": "b", "offset": "i", "limit": "i",
+                                    "cid": "u", "acc": "s"},
+    "$SYS.REQ.SERVER.PING.ACCOUNTZ": {"account": "s"},
+    "$SYS.REQ.ACCOUNT.PING.STATZ": {"accounts": "l", "include_unused": "b"},
+    "$SYS.REQ.ACCOUNT.A.JSZ": {"streams": "b", "consumer": "b", "config": "b", "limit": "i"},
+    "$SYS.REQ.ACCOUNT.B.SUBSZ": {"test": "s", "offset": "i", "subscriptions": "b"},
+    "$SYS.REQ.ACCOUNT.B.CONNZ": {"sort": "s", "cid": "u", "subscriptions": "b"},
+    "$SYS.REQ.ACCOUNT.C.STATZ": {"accounts": "l", "include_unused": "b"},
+    "$SYS.REQ.ACCOUNT.NOPE.INFO": {"account": "s"},
+}
+_VALUES = {"b": [True, False, None, 1, "x", {}], "i": [0, 3, -1, 1.5, "7", True, 2**64, [1]],
+           "u": [0, 99999, -1, 2.5, "1", 2**64], "s": ["A", "", 5, None, ["a"], "subs", "bogus", "b.one", "b.*", "rtt"],
+           "l": [["A", "B"], "A", [1], None, [], ["NOPE"], [None]]}
+
+
+def _random_bodies(count: int, seed: int = 7) -> list[tuple[str, bytes]]:
+    """Request bodies with each kind's options at good and bad values of every JSON type (a seeded draw)."""
+    rng = random.Random(seed)
+    bodies = []
+    for _ in range(count):
+        subject = rng.choice(sorted(_BODY_KEYS))
+        keys = rng.sample(sorted(_BODY_KEYS[subject]), rng.randint(1, min(3, len(_BODY_KEYS[subject]))))
+        bodies.append((subject, json.dumps({k: rng.choice(_VALUES[_BODY_KEYS[subject][k]]) for k in keys}).encode()))
+    return bodies
+
+
+def test_random_request_bodies_are_decoded_as_nats_server_decodes_them(servers):
+    async def ask_all(port: int) -> list[Any]:
+        nc = await _connect(port, "sys")
+        try:
+            answers = []
+            for subject, body in _random_bodies(60):
+                try:
+                    answers.append(json.loads((await nc.request(subject, body, timeout=0.5)).data))
+                except NatsTimeout:
+                    answers.append(None)
+            return answers
+        finally:
+            await nc.close()
+
+    got = {kind: asyncio.run(ask_all(servers[kind].port)) for kind in KINDS}
+    for (subject, body), js, ns in zip(_random_bodies(60), got[JSBROKER], got[NATS_SERVER]):
+        assert (js is None) is (ns is None), (subject, body)
+        if ns is not None:
+            assert set(js) == set(ns) and js.get("error") == ns.get("error"), (subject, body, js.get("error"))
