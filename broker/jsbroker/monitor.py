@@ -23,16 +23,30 @@ from .go_time import go_duration, rfc3339
 from .http_server import HttpServer, Request, Response
 from .monitor_options import (BadQuery, ConnzOptions, HealthzOptions, JszOptions, NotLeader, SubszOptions,
                               connz_query, healthz_query, jsz_query, query_bool, subsz_query)
-from .subjects import subject_matches
+from .subjects import subject_matches, subjects_overlap
 
 if TYPE_CHECKING:
+    from .connection import Connection
     from .monitored import MonitoredServer
+    from .sublist import Subscription
 
 _NS = 1_000_000_000
 
 
 def _unavailable(error: str) -> dict[str, Any]:
     return {"status": "unavailable", "status_code": 503, "error": error}
+
+
+def _sub_detail(cid: int, sub: Subscription) -> dict[str, Any]:
+    """nats-server's SubDetail of a client's subscription (Go leaves an empty queue group and no max out)."""
+    item: dict[str, Any] = {"subject": sub.subject}
+    if sub.queue:
+        item["qgroup"] = sub.queue
+    item.update(sid=sub.sid.decode(), msgs=sub.delivered)
+    if sub.max_msgs:
+        item["max"] = sub.max_msgs
+    item["cid"] = cid
+    return item
 
 
 def _health_error(code: int, kind: str, error: str, options: HealthzOptions) -> dict[str, Any]:
@@ -213,7 +227,7 @@ class Monitor:
         want_subs, want_auth, offset, limit = options.subscriptions, options.auth, options.offset, options.limit
         # nats-server's total counts the account's connections (every one without `acc`), `cid` or not
         listed = [c for c in b.clients.values() if not options.account or c.account.name == options.account]
-        conns = sorted((c for c in listed if not options.cid or c.cid == options.cid), key=lambda c: c.cid)
+        conns = sorted((c for c in listed if self._connz_matches(c, options)), key=lambda c: c.cid)
         if options.sort == "uptime":  # nats-server's: the shortest first
             conns.reverse()
         elif options.sort == "rtt":  # the longest first
@@ -247,7 +261,9 @@ class Monitor:
                 item["authorized_user"] = c.user_name
                 if c.account is not b.accounts.global_account:
                     item["account"] = c.account.name
-            if want_subs and c.subs:
+            if options.subscriptions_detail and c.subs:
+                item["subscriptions_list_detail"] = [_sub_detail(c.cid, s) for s in c.subs.values()]
+            elif want_subs and c.subs:
                 item["subscriptions_list"] = sorted(s.subject for s in c.subs.values())
             out.append(item)
         field = _SORTS.get(options.sort)
@@ -330,12 +346,7 @@ class Monitor:
         if options.subscriptions:
             listed = []
             for c, s in subs[offset:offset + limit]:
-                item: dict[str, Any] = {"account": c.account.name, "account_tag": c.account.name,
-                                        "subject": s.subject, "sid": s.sid.decode(), "msgs": s.delivered,
-                                        "cid": c.cid}
-                if s.queue:
-                    item["qgroup"] = s.queue
-                listed.append(item)
+                listed.append({"account": c.account.name, "account_tag": c.account.name, **_sub_detail(c.cid, s)})
             if listed:  # Go leaves an empty list out
                 body["subscriptions_list"] = listed
         return body
@@ -378,6 +389,14 @@ class Monitor:
         except BadQuery as e:
             return self._refused(request, e)
         return self._json(request, self.broker.account_views.accstatz(unused=unused))
+
+    @staticmethod
+    def _connz_matches(c: Connection, options: ConnzOptions) -> bool:
+        """nats-server's connz filters past the account: cid, user, MQTT client (jsbroker has none), and a
+        subscription colliding with filter_subject."""
+        return ((not options.cid or c.cid == options.cid) and (not options.user or c.user_name == options.user)
+                and not options.mqtt_client and (not options.filter_subject or any(
+                    subjects_overlap(options.filter_subject, s.subject) for s in c.subs.values())))
 
     def _websocket_varz(self) -> dict[str, Any]:
         """nats-server's /varz websocket section: its settings, empty ones left out (Go's omitempty)."""

@@ -11,8 +11,7 @@ from .subjects import is_valid_publish_subject
 
 # ConnzOptions' JSON keys in nats-server and the values jsbroker takes for them: the ones it has no view for
 # are accepted only at their defaults (natscli sends every key), anything else is refused by name.
-_CONNZ_DEFAULTS: dict[str, Any] = {"subscriptions_detail": False, "state": 0, "mqtt_client": "", "filter_subject": "",
-                                   "user": ""}
+_CONNZ_DEFAULTS: dict[str, Any] = {"state": 0}
 _CONNZ_SORTS = ("", "cid", "start", "subs", "pending", "msgs_to", "msgs_from", "bytes_to", "bytes_from", "uptime", "rtt")
 # nats-server's other sorts: of closed connections (jsbroker lists open ones), of activity (it does not track it)
 _CONNZ_SORTS_REFUSED = {"stop": "sort by stop only valid on closed connections",
@@ -28,12 +27,16 @@ class ConnzOptions:
     """Which connections /connz (or a CONNZ request) shows, and how much of each."""
 
     subscriptions: bool = False
+    subscriptions_detail: bool = False  # each subscription's SubDetail instead of its subject
     auth: bool = False
     offset: int = 0
     limit: int = 1024
     account: str = ""  # only this account's ("": every account's)
     cid: int = 0
     sort: str = ""  # nats-server's sort options ("": by cid)
+    user: str = ""  # only this user's connections
+    mqtt_client: str = ""  # only this MQTT client's: none (jsbroker has no MQTT)
+    filter_subject: str = ""  # only the connections with a subscription it collides with (needs `account`)
 
 
 class ViewRefusal(ValueError):
@@ -104,10 +107,16 @@ def connz_options(body: dict[str, Any], account: str = "") -> ConnzOptions:
     if sort not in _CONNZ_SORTS:
         raise ViewRefusal(f"invalid sorting option: {sort}")
     limit, cid = _value(body, "limit", 0), _value(body, "cid", 0)
-    return ConnzOptions(subscriptions=_value(body, "subscriptions", False), auth=_value(body, "auth", False),
+    account = account or _value(body, "acc", "")
+    subject = _value(body, "filter_subject", "")
+    if subject not in ("", ">") and not account:
+        raise ViewRefusal("filter by subject only valid with account filtering")
+    return ConnzOptions(subscriptions=_value(body, "subscriptions", False),
+                        subscriptions_detail=_value(body, "subscriptions_detail", False), auth=_value(body, "auth", False),
                         offset=max(_value(body, "offset", 0), 0),
                         limit=1 if cid > 0 else limit if limit > 0 else 1024,  # as nats-server: one connection by cid
-                        account=account or _value(body, "acc", ""), cid=cid, sort=sort)
+                        account=account, cid=cid, sort=sort, user=_value(body, "user", ""),
+                        mqtt_client=_value(body, "mqtt_client", ""), filter_subject="" if subject == ">" else subject)
 
 
 # -- query strings, as nats-server's monitoring decodes them --------------------------------------------------
