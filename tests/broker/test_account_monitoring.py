@@ -645,3 +645,31 @@ def test_random_request_bodies_are_decoded_as_nats_server_decodes_them(servers):
         assert (js is None) is (ns is None), (subject, body)
         if ns is not None:
             assert set(js) == set(ns) and js.get("error") == ns.get("error"), (subject, body, js.get("error"))
+
+
+_QUERY_KEYS = {
+    "/connz": ["subs", "auth", "offset", "limit", "cid", "sort", "acc", "user", "mqtt_client"],
+    "/subsz": ["subs", "offset", "limit", "acc", "test"], "/accstatz": ["unused"], "/accountz": ["acc"],
+    "/healthz": ["js-enabled", "js-enabled-only", "js-server-only", "js-meta-only", "details", "account", "stream",
+                 "consumer"],
+    "/routez": ["subs"], "/gatewayz": ["subs", "accs", "gw_name"], "/leafz": ["subs", "acc"],
+}
+_QUERY_VALUES = ["1", "0", "true", "x", "-1", "detail", "A", "B", "NOPE", "b.one", "b.*", "ORDERS", "ship", "cid",
+                 "rtt", "", "99999", "1.5", "%24G"]
+
+
+def test_random_queries_answer_as_nats_server(servers):
+    """A seeded draw of queries over the endpoints' options, good and bad: the same status, the same error text
+    (or JSON), the same keys of an answer."""
+    rng = random.Random(5)
+    for _ in range(80):
+        path = rng.choice(sorted(_QUERY_KEYS))
+        keys = rng.sample(_QUERY_KEYS[path], rng.randint(1, min(3, len(_QUERY_KEYS[path]))))
+        query = f"{path}?" + "&".join(f"{k}={rng.choice(_QUERY_VALUES)}" for k in keys)
+        got = _both(servers, query)
+        (js_status, js), (ns_status, ns) = got[JSBROKER], got[NATS_SERVER]
+        assert js_status == ns_status, query
+        if js_status == 200:  # nats-server's /subsz lists its internal subscriptions too
+            assert set(js) - {"subscriptions_list"} == set(ns) - {"subscriptions_list"}, query
+        else:
+            assert js == ns, query
