@@ -1,5 +1,7 @@
-"""The options of the monitoring views: what /connz's query string and a system account CONNZ request's JSON
-body (system_account.py) both become, checked as nats-server decodes them."""
+"""The options of the monitoring views (/connz, /subsz, /jsz, /healthz): what an HTTP query string (monitor.py)
+and a system account request's JSON body (system_account.py) both become, checked as nats-server decodes them:
+query values as Go's strconv parses them (`BadQuery`: its 400 text), bodies as Go's json.Unmarshal
+(`go_decode`: the earliest value of a wrong type), then what the view itself refuses (`ViewRefusal`)."""
 
 from __future__ import annotations
 

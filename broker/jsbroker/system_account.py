@@ -6,7 +6,10 @@ In the system account (`system_account`, default `$SYS`):
   the data comes from the monitoring views (monitor.py), so HTTP and $SYS answer alike. A request body is
   the kind's options as JSON (CONNZ's `subscriptions`, `acc`...), with nats-server's filters (`server_name`,
   `host`, `cluster`, `tags`, `domain`): a server they do not name stays silent.
-- Account requests `$SYS.REQ.ACCOUNT.<account>.<KIND>` (`ACCOUNT_KINDS`) and `$SYS.REQ.ACCOUNT.PING.STATZ`.
+- Account requests `$SYS.REQ.ACCOUNT.<account>.<KIND>` (`ACCOUNT_KINDS`) and `$SYS.REQ.ACCOUNT.PING.STATZ`
+  (account_views.py builds ACCOUNTZ, INFO and STATZ, as /accountz and /accstatz).
+- Client actions `$SYS.REQ.SERVER.<id>.KICK` and `.LDM` (`{"cid": N}`); `.RELOAD` answers an error, as
+  jsbroker reads its config once.
 - Events: `$SYS.ACCOUNT.<account>.CONNECT` / `.DISCONNECT`, the account's connection counts on
   `$SYS.ACCOUNT.<account>.SERVER.CONNS` and `$SYS.SERVER.ACCOUNT.<account>.CONNS` (again every 30s while it has
   connections), and the `$SYS.SERVER.<id>.STATSZ` heartbeat (after 250ms, doubling up to every 10s, sent only
