@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .account_views import UnknownAccount
 from .config import VERSION
-from .go_time import go_duration, rfc3339
+from .go_time import duration_string, go_duration, rfc3339
 from .http_server import HttpServer, Request, Response
 from .monitor_options import (BadQuery, ConnzOptions, HealthzOptions, JszOptions, NotLeader, SubszOptions,
                               connz_query, healthz_query, jsz_query, query_bool, subsz_query)
@@ -257,10 +257,14 @@ class Monitor:
             for key in ("name", "lang", "version"):
                 if getattr(c, key):
                     item[key] = getattr(c, key)
-            if want_auth and c.user_name:  # nats-server names the user, and its account unless it is $G
-                item["authorized_user"] = c.user_name
+            if c.rtt_ns:  # measured at the first PING/PONG
+                item["rtt"] = duration_string(c.rtt_ns)
+            if want_auth:  # nats-server names the user, the account unless it is $G, and its name tag
+                if c.user_name:
+                    item["authorized_user"] = c.user_name
                 if c.account is not b.accounts.global_account:
                     item["account"] = c.account.name
+                item["name_tag"] = c.account.name
             if options.subscriptions_detail and c.subs:
                 item["subscriptions_list_detail"] = [_sub_detail(c.cid, s) for s in c.subs.values()]
             elif want_subs and c.subs:

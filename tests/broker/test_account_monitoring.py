@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -295,6 +296,26 @@ def test_connz_requests_filter_as_nats_server(servers, body):
 
     got = {kind: asyncio.run(scenario(servers[kind])) for kind in KINDS}
     assert got[JSBROKER] == got[NATS_SERVER]
+
+
+def test_connz_lists_a_connection_with_nats_servers_fields(servers):
+    async def scenario(server: ServerHandle) -> dict[str, Any]:
+        nc = await _connect(server.port, "b", name="fields")
+        try:
+            await nc.subscribe("b.one")
+            await nc.flush()
+            _, body = await asyncio.to_thread(_get, server, "/connz?subs=detail&auth=1&acc=B")
+            return body["connections"][0]
+        finally:
+            await nc.close()
+
+    got = {kind: asyncio.run(scenario(servers[kind])) for kind in KINDS}
+    js, ns = got[JSBROKER], got[NATS_SERVER]
+    assert set(ns) - set(js) == {"idle", "last_activity"}  # jsbroker does not track a connection's activity
+    assert set(js) <= set(ns)
+    for key in ("account", "authorized_user", "name_tag", "name", "kind", "type", "subscriptions"):
+        assert js[key] == ns[key], key
+    assert re.fullmatch(r"[0-9.]+(ns|µs|ms|s)", js["rtt"]), js["rtt"]  # a Go duration, as nats-server's
 
 
 @pytest.mark.parametrize("sort", ["uptime", "rtt", "start"])
