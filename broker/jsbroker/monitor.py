@@ -257,8 +257,7 @@ class Monitor:
             for key in ("name", "lang", "version"):
                 if getattr(c, key):
                     item[key] = getattr(c, key)
-            if c.rtt_ns:  # measured at the first PING/PONG
-                item["rtt"] = duration_string(c.rtt_ns)
+            item["rtt"] = duration_string(c.rtt_ns)  # always there, as nats-server's ("0s" before it is known)
             if want_auth:  # nats-server names the user, the account unless it is $G, and its name tag
                 if c.user_name:
                     item["authorized_user"] = c.user_name

@@ -302,10 +302,11 @@ def test_connz_lists_a_connection_with_nats_servers_fields(servers):
     async def scenario(server: ServerHandle) -> dict[str, Any]:
         nc = await _connect(server.port, "b", name="fields")
         try:
-            await nc.subscribe("b.one")
-            await nc.flush()
+            sub = await nc.subscribe("b.one")
+            await nc.publish("b.one", b"x")
+            await sub.next_msg(timeout=2)  # the subscription is in place
             _, body = await asyncio.to_thread(_get, server, "/connz?subs=detail&auth=1&acc=B")
-            return body["connections"][0]
+            return next(c for c in body["connections"] if c.get("name") == "fields")
         finally:
             await nc.close()
 
