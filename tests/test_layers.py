@@ -45,7 +45,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "protocol": ("jsbroker.protocol", "jsbroker.websocket"),
     "helpers": ("jsbroker.subjects", "jsbroker.natsconf", "jsbroker.config", "jsbroker.logs", "jsbroker.nkeys",
                 "jsbroker.slow_consumer", "jsbroker.claims", "jsbroker.creds", "jsbroker.resolvers",
-                "jsbroker.operator_auth", "jsbroker.passwords", "jsbroker.monitor_options",
+                "jsbroker.operator_auth", "jsbroker.passwords", "jsbroker.monitor_options", "jsbroker.go_time",
                 "jsbroker._version"),
     "internal": ("jsbroker.internal",),
     # The core, bottom up: the bus (router.py) knows clients and the server only by Protocols; connections
@@ -64,7 +64,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "jsbroker.http_messages",
     ),
     "core-clients": ("jsbroker.auth_callout", "jsbroker.connection", "jsbroker.ws_transport"),
-    "core-monitoring": ("jsbroker.monitored", "jsbroker.monitor", "jsbroker.metrics"),
+    "core-monitoring": ("jsbroker.monitored", "jsbroker.account_views", "jsbroker.monitor", "jsbroker.metrics"),
     "core": (
         "jsbroker",
         "jsbroker.__main__",
@@ -141,6 +141,7 @@ PURE = frozenset(
         "jsbroker.passwords",  # configured secrets compared (bcrypt or constant time)
         "jsbroker.claims",  # NATS JWTs decoded and verified
         "jsbroker.monitor_options",  # /connz query strings and CONNZ request bodies as options
+        "jsbroker.go_time",  # Go's time values in nats-server's JSON
         "jsbroker.creds",  # .creds and decorated JWT files, from their text
         "jsbroker.operator_auth",  # operator mode's CONNECT checks; the resolver is a passed-in fetch
         "jsbroker.slow_consumer",  # nats-server's slow-consumer numbers

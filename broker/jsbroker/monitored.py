@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import asyncio
 
+    from .account_views import AccountViews
     from .accounts import Accounts
     from .config import BrokerConfig, JetStreamSettings
     from .connection import Connection
@@ -86,6 +87,9 @@ class MonitoredServer(ScrapedServer, Protocol):
 
     @property
     def js_settings(self) -> JetStreamSettings | None: ...
+
+    @property
+    def account_views(self) -> AccountViews: ...  # /accountz, /accstatz
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import __version__, info, lameduck, passwords
 from .account_bus import AccountBus
+from .account_views import AccountViews
 from .accounts import Accounts
 from .config import GLOBAL_ACCOUNT, VERSION, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
 from .connection import Connection
@@ -127,6 +128,8 @@ class Broker:
         self._monitor: Any = None
         self._views: Any = None  # monitor.py's builders for the system account when no monitoring port is open
         self.system: SystemServices | None = None  # the system account's services (system_account.py)
+        self.account_views = AccountViews(self, self.accounts.by_name, self.accounts.system)
+        self._kicked: set[int] = set()  # clients closed by a KICK request (their DISCONNECT's reason)
         self._stopping = False
         self._tmp_store: str | None = None
         self._info_base: dict[str, Any] = {}
@@ -511,8 +514,13 @@ class Broker:
         for sub in list(conn.subs.values()):
             self.router.remove(sub)
         conn.subs.clear()
+        kicked = conn.cid in self._kicked
+        self._kicked.discard(conn.cid)
+        if conn.connected:
+            self.account_views.closed(conn)
         if self.system is not None and conn.connected:
-            self.system.disconnected(conn, disconnect_reason(conn.close_error, conn.slow, self._stopping))
+            reason = "Kicked" if kicked else disconnect_reason(conn.close_error, conn.slow, self._stopping)
+            self.system.disconnected(conn, reason)
 
     def _account_in_use(self, account: str) -> bool:
         """Operator mode: whether a user of this account was admitted (nats-server has it loaded)."""
@@ -537,6 +545,24 @@ class Broker:
             self._views = Monitor(self)
             self._views.started = self.wall_time(self.start_time)
         return self._views
+
+    def kick(self, cid: int) -> str | None:
+        conn = self.clients.get(cid)
+        if conn is None:
+            return "no such client or leafnode id"
+        self.log.info("Client kicked by a system account request", cid=cid)
+        self._kicked.add(cid)
+        conn.close(None)
+        return None
+
+    def lame_duck_client(self, cid: int) -> str | None:
+        conn = self.clients.get(cid)
+        if conn is None:
+            return "no such client id"
+        if conn.protocol < 1 or not conn.ponged:  # as nats-server: a client that announced INFO updates, past its PONG
+            return "client does not support Lame Duck Mode or is not ready to receive the notification"
+        conn.send(self.info_line(conn, ldm=True))
+        return None
 
     def listen_host(self) -> str:
         return self.config.host

@@ -6,7 +6,10 @@ In the system account (`system_account`, default `$SYS`):
   the data comes from the monitoring views (monitor.py), so HTTP and $SYS answer alike. A request body is
   the kind's options as JSON (CONNZ's `subscriptions`, `acc`...), with nats-server's filters (`server_name`,
   `host`, `cluster`, `tags`, `domain`): a server they do not name stays silent.
-- Account requests `$SYS.REQ.ACCOUNT.<account>.<KIND>` (`ACCOUNT_KINDS`) and `$SYS.REQ.ACCOUNT.PING.STATZ`.
+- Account requests `$SYS.REQ.ACCOUNT.<account>.<KIND>` (`ACCOUNT_KINDS`) and `$SYS.REQ.ACCOUNT.PING.STATZ`
+  (account_views.py builds ACCOUNTZ, INFO and STATZ, as /accountz and /accstatz).
+- Client actions `$SYS.REQ.SERVER.<id>.KICK` and `.LDM` (`{"cid": N}`); `.RELOAD` answers an error, as
+  jsbroker reads its config once.
 - Events: `$SYS.ACCOUNT.<account>.CONNECT` / `.DISCONNECT`, the account's connection counts on
   `$SYS.ACCOUNT.<account>.SERVER.CONNS` and `$SYS.SERVER.ACCOUNT.<account>.CONNS` (again every 30s while it has
   connections), and the `$SYS.SERVER.<id>.STATSZ` heartbeat (after 250ms, doubling up to every 10s, sent only
@@ -29,11 +32,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
+from .account_views import AccountViews, UnknownAccount
 from .accounts import Account, Routes, Timer
 from .config import VERSION, Permissions
+from .go_time import rfc3339
 from .internal import Origin
-from .monitor_options import ConnzOptions, connz_options
-from .subjects import subject_matches
+from .monitor_options import (ConnzOptions, HealthzOptions, JszOptions, NotLeader, SubszOptions,
+                              ViewRefusal, connz_options, go_decode, healthz_options, jsz_options, subsz_options)
 from .sublist import Subscription
 
 if TYPE_CHECKING:
@@ -58,11 +63,6 @@ _NS = 1_000_000_000
 def _event_id() -> str:
     """An event's id: 22 letters and digits, as nats-server's nuids."""
     return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(22))
-
-
-def rfc3339(epoch: float) -> str:
-    """Go's time.Time in JSON: UTC, nanoseconds (microseconds here)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch % 1 * 1e6):06d}000Z"
 
 
 class ClientView(Protocol):
@@ -95,9 +95,13 @@ class Views(Protocol):
 
     def connz_body(self, options: ConnzOptions) -> dict[str, Any]: ...
 
-    def jsz_body(self) -> dict[str, Any]: ...
+    def jsz_body(self, options: JszOptions) -> dict[str, Any]: ...
 
-    def healthz_body(self) -> dict[str, Any]: ...
+    def subsz_body(self, options: SubszOptions) -> dict[str, Any]: ...
+
+    def healthz_body(self, options: HealthzOptions) -> dict[str, Any]: ...
+
+    def cluster_body(self, kind: str) -> dict[str, Any]: ...
 
 
 class SystemHost(Protocol):
@@ -110,6 +114,15 @@ class SystemHost(Protocol):
     def clients(self) -> Mapping[int, ClientView]: ...
 
     def views(self) -> Views: ...
+
+    @property
+    def account_views(self) -> AccountViews: ...
+
+    def kick(self, cid: int) -> str | None:
+        """Disconnect client `cid` (nats-server's Kicked); the error when there is no such client."""
+
+    def lame_duck_client(self, cid: int) -> str | None:
+        """Send client `cid` an INFO in lame duck mode; the error when there is none or it cannot take one."""
 
     def listen_host(self) -> str: ...
 
@@ -130,9 +143,10 @@ class SystemHost(Protocol):
 class _Error(Exception):
     """A request's error answer: nats-server's code and description."""
 
-    def __init__(self, code: int, description: str) -> None:
+    def __init__(self, code: int, description: str, typed: bool = True) -> None:
         super().__init__(description)
         self.code = code
+        self.typed = typed  # nats-server's answer has a (null) data of the kind's type besides the error
 
 
 class _Silent(Exception):
@@ -141,12 +155,8 @@ class _Silent(Exception):
 
 @dataclass
 class _AccountTotals:
-    """An account's traffic by its closed connections (its open ones add theirs) and how many are open."""
+    """How many connections an account has open, and the timer repeating its count."""
 
-    in_msgs: int = 0
-    in_bytes: int = 0
-    out_msgs: int = 0
-    out_bytes: int = 0
     conns: int = 0
     conns_timer: Callable[[], None] | None = None
 
@@ -173,6 +183,9 @@ class SystemServices:
                 self._subscribe(self.system, subject, self._server_handler(kind))
         for kind in ACCOUNT_KINDS:
             self._subscribe(self.system, f"$SYS.REQ.ACCOUNT.*.{kind}", self._account_handler(kind))
+        for kind, act in (("KICK", self.host.kick), ("LDM", self.host.lame_duck_client)):
+            self._subscribe(self.system, f"$SYS.REQ.SERVER.{sid}.{kind}", self._client_handler(kind, act))
+        self._subscribe(self.system, f"$SYS.REQ.SERVER.{sid}.RELOAD", self._reload_request)
         self._subscribe(self.system, "$SYS.REQ.USER.*.INFO", self._user_info_in(None))
         self._subscribe(self.system, "$SYS.REQ.USER.INFO", self._user_info_in(None))
         if self.claims is not None:
@@ -252,8 +265,9 @@ class SystemServices:
         return handle
 
     def _answer(self, reply: str, account: Account | None, payload: bytes,
-                data: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        """nats-server's zReq: decode the options, apply the filters, answer the data or the error."""
+                data: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
+        """nats-server's zReq: decode the options, apply the filters, answer the data (None: none, as an
+        action's answer) or the error."""
         try:
             options = _options(payload)
         except _Error as e:
@@ -262,12 +276,13 @@ class SystemServices:
         try:
             if not self._filtered_in(options):
                 return
-            body: dict[str, Any] = {"data": data(options)}
+            answer = data(options)
+            body: dict[str, Any] = {} if answer is None else {"data": answer}
         except _Silent:
             return
         except _Error as e:  # bad options (400) were not decoded: nats-server has no data then, else a null
             body = {"error": {"code": e.code, "description": str(e)}}
-            if e.code != 400:
+            if e.code != 400 and e.typed:
                 body = {"data": None, **body}
         self._send(reply, account, {"server": self._server(), **body})
 
@@ -284,36 +299,28 @@ class SystemServices:
         return not domain or domain == (self.host.jetstream_domain() or "")
 
     def _server_data(self, kind: str, options: dict[str, Any]) -> dict[str, Any]:
-        views, h = self.host.views(), self.host
+        views = self.host.views()
         if kind == "VARZ":
             return views.varz_body()
         if kind == "CONNZ":
-            return self._connz(_connz(options))
+            return views.connz_body(_connz(options))
         if kind == "JSZ":
-            return views.jsz_body()
+            try:
+                return views.jsz_body(_jsz(options))
+            except NotLeader:
+                raise _Silent from None
         if kind == "HEALTHZ":
-            health = views.healthz_body()
+            health = views.healthz_body(_healthz(options))
             return {k: v for k, v in health.items() if k != "error"} if health["status"] == "ok" else health
         if kind == "SUBSZ":
-            return self._subsz(None, options)
+            return views.subsz_body(_subsz(options))
         if kind == "ACCOUNTZ":
             return self._accountz(options)
-        now = rfc3339(time.time())
-        if kind == "ROUTEZ":
-            return {"server_id": h.server_id, "server_name": h.server_name, "now": now, "num_routes": 0, "routes": []}
-        if kind == "GATEWAYZ":
-            return {"server_id": h.server_id, "now": now, "outbound_gateways": {}, "inbound_gateways": {}}
-        if kind == "LEAFZ":
-            return {"server_id": h.server_id, "now": now, "leafnodes": 0, "leafs": []}
+        if kind in ("ROUTEZ", "GATEWAYZ", "LEAFZ"):  # one server: none
+            return views.cluster_body(kind.lower())
         if kind == "RAFTZ":  # no Raft groups on a single server
             return {}
         raise _Error(500, f"{kind} is not available from jsbroker (it is the Go runtime's or a cluster's)")
-
-    def _connz(self, options: ConnzOptions) -> dict[str, Any]:
-        connz = self.host.views().connz_body(options)
-        if options.account and options.account not in self.accounts:  # nats-server: no server, no list
-            connz.update(server_id="", connections=None)
-        return connz
 
     def _statsz_request(self, subject: str, reply: str | None, hdr: bytes, payload: bytes,
                         origin: Origin | None) -> None:
@@ -353,41 +360,39 @@ class SystemServices:
         self._statsz_interval = min(self._statsz_interval * 2, STATSZ_EVERY)
         self._statsz_cancel = self.timer(self._statsz_interval, self._heartbeat)
 
-    def _subsz(self, account: Account | None, options: dict[str, Any]) -> dict[str, Any]:
-        """nats-server's Subsz over the clients' subscriptions (of one account when given)."""
-        subs = [(c, s) for c in sorted(self.host.clients.values(), key=lambda c: c.cid) if c.connected
-                and (account is None or c.account is account) for s in c.subs.values()]
-        test = options.get("test")
-        if test:
-            subs = [(c, s) for c, s in subs if _matches(s.subject, str(test))]
-        offset, limit = _int_option(options, "offset", 0), _int_option(options, "limit", 1024) or 1024
-        body: dict[str, Any] = {"server_id": self.host.server_id, "now": rfc3339(time.time()),
-                                "num_subscriptions": len(subs), "num_cache": 0, "num_inserts": 0, "num_removes": 0,
-                                "num_matches": 0, "cache_hit_rate": 0.0, "max_fanout": 0, "avg_fanout": 0.0,
-                                "total": len(subs), "offset": offset, "limit": limit}
-        if account is not None or options.get("subscriptions"):
-            listed = []
-            for c, s in subs[offset:offset + limit]:
-                item: dict[str, Any] = {"account": c.account.name, "account_tag": c.account.name,
-                                        "subject": s.subject, "sid": s.sid.decode(), "msgs": s.delivered,
-                                        "cid": c.cid}
-                if s.queue:
-                    item["qgroup"] = s.queue
-                listed.append(item)
-            body["subscriptions_list"] = listed
-        return body
-
     def _accountz(self, options: dict[str, Any]) -> dict[str, Any]:
-        now = rfc3339(time.time())
+        _decode(options, {"account": "string"}, "AccountzEventOptions")
         name = options.get("account")
-        if name:
-            account = self.accounts.get(str(name))
-            if account is None:
-                raise _Error(500, f"Account {name} does not exist")
-            return {"server_id": self.host.server_id, "now": now, "system_account": self.system.name,
-                    "account_detail": self._account_info(account)}
-        return {"server_id": self.host.server_id, "now": now, "system_account": self.system.name,
-                "accounts": sorted(self.accounts)}
+        try:
+            return self.host.account_views.accountz(name or "")
+        except UnknownAccount as e:
+            raise _Error(500, str(e)) from None
+
+    # -- KICK, LDM, RELOAD ------------------------------------------------------------------------------
+
+    def _client_handler(self, kind: str, act: Callable[[int], str | None]) -> Callable[..., None]:
+        """nats-server's KICK and LDM: `{"cid": N}` names the client; a body that is no such JSON gets no
+        answer (nats-server logs it), an unknown client the error."""
+        def handle(subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+            try:
+                request = json.loads(payload)
+                cid = request.get("cid", 0) if isinstance(request, dict) else None
+                if not isinstance(cid, int) or isinstance(cid, bool) or cid < 0:
+                    raise ValueError(f"cid is {cid!r}, not a connection id")
+            except ValueError as e:
+                self.log("error", f"Error unmarshalling {kind.lower()} client request: {e}")
+                return
+            if reply:
+                self._answer(reply, None, payload, lambda options: _done(act(cid)))
+        return handle
+
+    def _reload_request(self, subject: str, reply: str | None, hdr: bytes, payload: bytes,
+                        origin: Origin | None) -> None:
+        """jsbroker reads its config once: a RELOAD request gets nats-server's answer to a reload that failed."""
+        if reply:
+            self._answer(reply, None, payload, lambda options: _done(
+                "config reload is not supported by jsbroker: restart it to apply a changed config "
+                "(SIGHUP re-reads its TLS certificate files only)"))
 
     # -- account requests -------------------------------------------------------------------------------
 
@@ -408,94 +413,48 @@ class SystemServices:
         return handle
 
     def _account_data(self, kind: str, name: str, options: dict[str, Any]) -> dict[str, Any]:
-        h = self.host
         if kind == "STATZ" and name == "PING":
             return self._account_statz(options, None)
         account = self.accounts.get(name)
         if kind == "JSZ":
             return self._account_jsz(account, name, options)
         if kind == "CONNZ":
-            return self._connz(_connz(options, name))
+            return self.host.views().connz_body(_connz(options, name))
         if kind == "LEAFZ":
-            return {"server_id": h.server_id, "now": rfc3339(time.time()), "leafnodes": 0, "leafs": []}
+            return self.host.views().cluster_body("leafz")
         if kind == "STATZ":
             return self._account_statz(options, name)
         if account is None:
             raise _Error(500, f"Account {name} does not exist")
         if kind == "SUBSZ":
-            return self._subsz(account, options)
+            return self.host.views().subsz_body(_subsz(options, name))
         return self._account_info(account)
 
     def _account_jsz(self, account: Account | None, name: str, options: dict[str, Any]) -> dict[str, Any]:
-        """nats-server's JszAccount: the account's own JetStream use (never the server's totals)."""
+        """nats-server's JszAccount: the account's own JetStream use (never the server's totals); its options
+        decoded first (a bad one is a 400), then taken as given (consumer without streams lists no streams)."""
+        jsz = _jsz(options, normalise=False)
         if self.host.jetstream_domain() is None:
             raise _Error(500, "jetstream not enabled")
         if account is None:
             raise _Error(500, f'account "{name}" not found')
-        streams, consumers, config = (_bool_option(options, k) for k in ("streams", "consumer", "config"))
-        detail = self.host.jetstream_account(name, streams, consumers, config)
+        detail = self.host.jetstream_account(name, jsz.streams, jsz.consumers, jsz.config)
         if detail is None:
             raise _Error(500, f'account "{name}" not jetstream enabled')
         return detail
 
     def _account_info(self, account: Account) -> dict[str, Any]:
-        """nats-server's accountInfo (INFO): the account's use, its imports (the system ones too) and exports."""
-        conns = [c for c in self.host.clients.values() if c.connected and c.account is account]
-        imports = [{"subject": imp.subject, "account": imp.account, "local_subject": imp.local,
-                    "type": "service" if imp.service else "stream", "invalid": False, "share": False,
-                    "tracking": False} for imp in account.settings.imports]
-        system = [("$SYS.REQ.USER.INFO", f"$SYS.REQ.USER.{account.name}.INFO", True)]
-        if account is not self.system:  # in nats-server's order
-            system = [("$SYS.REQ.ACCOUNT.PING.CONNZ", f"$SYS.REQ.ACCOUNT.{account.name}.CONNZ", False),
-                      ("$SYS.REQ.SERVER.PING.CONNZ", f"$SYS.REQ.ACCOUNT.{account.name}.CONNZ", False),
-                      ("$SYS.REQ.ACCOUNT.PING.STATZ", f"$SYS.REQ.ACCOUNT.{account.name}.STATZ", False), *system]
-            if not account.jetstream and self.host.jetstream_domain() is not None:  # JetStream's refusal (10039)
-                system.append(("$JS.API.>", "$JS.API.>", True))
-        imports += [{"subject": subject, "account": self.system.name, "to": local, "local_subject": local,
-                     "type": "service", "invalid": False, "share": share, "tracking": False}
-                    for local, subject, share in system]
-        info: dict[str, Any] = {
-            "account_name": account.name, "update_time": rfc3339(self.host.started_at()), "expired": False,
-            "complete": True, "jetstream_enabled": account.jetstream and self.host.jetstream_domain() is not None,
-            "leafnode_connections": 0, "client_connections": len(conns), "subscriptions": account.sublist.count,
-        }
-        if imports:  # nats-server's order is its map's (random): sorted here
-            info["imports"] = sorted(imports, key=lambda i: (i["local_subject"], i["subject"]))
-        exports = [{"subject": e.subject, "type": "service", "response_type": e.response_type.capitalize()}
-                   if e.service else {"subject": e.subject, "type": "stream"} for e in account.settings.exports]
-        if exports:
-            info["exports"] = exports
-        info.update(name_tag=account.name, sublist_stats={"num_subscriptions": account.sublist.count, "num_cache": 0,
-                                                          "num_inserts": 0, "num_removes": 0, "num_matches": 0,
-                                                          "cache_hit_rate": 0.0, "max_fanout": 0, "avg_fanout": 0.0})
-        return info
+        return self.host.account_views.account_info(account)
 
     def _account_statz(self, options: dict[str, Any], name: str | None) -> dict[str, Any]:
-        """nats-server's AccountStatz: the accounts with connections (all named ones with include_unused)."""
-        wanted = [name] if name else [str(a) for a in options.get("accounts") or ()]
-        unused = bool(options.get("include_unused"))
-        names = wanted or sorted(self.accounts)
-        stats = [self._account_stat(self.accounts[n]) for n in names if n in self.accounts]
-        stats = [s for s in stats if unused or s["conns"]]
-        if not stats and not unused:
+        """nats-server's AccountStatz: the accounts with connections (all named ones with include_unused); no
+        answer when none is left."""
+        _decode(options, {"accounts": "[]string", "include_unused": "bool"}, "AccountStatzEventOptions")
+        wanted, unused = options.get("accounts") or [], options.get("include_unused")
+        statz = self.host.account_views.accstatz((name,) if name else tuple(wanted), unused is True)
+        if not statz["account_statz"] and not unused:
             raise _Silent
-        return {"server_id": self.host.server_id, "now": rfc3339(time.time()), "account_statz": stats}
-
-    def _account_stat(self, account: Account) -> dict[str, Any]:
-        conns = [c for c in self.host.clients.values() if c.connected and c.account is account]
-        totals = self._totals.get(account.name) or _AccountTotals()
-
-        def traffic(msgs: int, size: int) -> dict[str, Any]:
-            zero = {"msgs": 0, "bytes": 0}
-            return {"msgs": msgs, "bytes": size, "gateways": zero, "routes": zero, "leafs": zero}
-
-        return {"acc": account.name, "name": account.name, "conns": len(conns), "leafnodes": 0,
-                "total_conns": len(conns), "num_subscriptions": account.sublist.count,
-                "sent": traffic(totals.out_msgs + sum(c.out_msgs for c in conns),
-                                totals.out_bytes + sum(c.out_bytes for c in conns)),
-                "received": traffic(totals.in_msgs + sum(c.in_msgs for c in conns),
-                                    totals.in_bytes + sum(c.in_bytes for c in conns)),
-                "slow_consumers": 0}
+        return statz
 
     def _conns_request(self, name: str, reply: str | None, payload: bytes) -> None:
         """Another server asking for an account's connection counts: answered only when it has some here."""
@@ -506,7 +465,7 @@ class SystemServices:
             asked = json.loads(payload) if payload else {"account": name}
         except ValueError:
             return
-        if isinstance(asked, dict) and asked.get("account", name) == name and self._account_stat(account)["conns"]:
+        if isinstance(asked, dict) and asked.get("account", name) == name and self.host.account_views.account_stat(account)["conns"]:
             self._send_conns(account, (reply,))
 
     def _claims_request(self, subject: str, reply: str | None, hdr: bytes, payload: bytes,
@@ -565,10 +524,6 @@ class SystemServices:
         """A connected client is gone: its traffic joins the account's, the counts, the DISCONNECT event."""
         totals = self._totals.setdefault(c.account.name, _AccountTotals())
         totals.conns -= 1
-        totals.in_msgs += c.in_msgs
-        totals.in_bytes += c.in_bytes
-        totals.out_msgs += c.out_msgs
-        totals.out_bytes += c.out_bytes
         self._send_conns(c.account)
         client = {**self._client_info(c), "rtt": c.rtt_ns, "stop": rfc3339(time.time()), "name_tag": _account_name(c),
                   "kind": "Client", "client_type": "websocket" if c.websocket else "nats"}
@@ -594,7 +549,7 @@ class SystemServices:
                                                  f"$SYS.ACCOUNT.{account.name}.SERVER.CONNS") if self._has_interest(s))
         if not subjects:  # nobody listens: the counts (a walk over the clients) are not gathered
             return
-        stat = self._account_stat(account)
+        stat = self.host.account_views.account_stat(account)
         body = {"type": "io.nats.server.advisory.v1.account_connections", "id": _event_id(),
                 "timestamp": rfc3339(time.time())}
         for subject in subjects:
@@ -631,26 +586,46 @@ def _options(payload: bytes) -> dict[str, Any]:
 def _connz(options: dict[str, Any], account: str = "") -> ConnzOptions:
     try:
         return connz_options(options, account)
+    except ViewRefusal as e:  # decoded, refused by the view: nats-server's 500 with a null data
+        raise _Error(500, str(e)) from None
     except ValueError as e:
         raise _Error(400, str(e)) from None
 
 
-def _int_option(options: dict[str, Any], key: str, default: int) -> int:
-    value = options.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _Error(400, f"json: cannot unmarshal {type(value).__name__} into Go struct field {key} of type int")
-    return value
+def _subsz(options: dict[str, Any], account: str = "") -> SubszOptions:
+    try:
+        return subsz_options(options, account)
+    except ViewRefusal as e:  # decoded, refused by the view: nats-server's 500 with a null data
+        raise _Error(500, str(e)) from None
+    except ValueError as e:
+        raise _Error(400, str(e)) from None
 
 
-def _bool_option(options: dict[str, Any], key: str) -> bool:
-    value = options.get(key)  # null: Go leaves the field false
-    if value is not None and not isinstance(value, bool):
-        raise _Error(400, f"json: cannot unmarshal {type(value).__name__} into Go struct field {key} of type bool")
-    return bool(value)
+def _decode(options: dict[str, Any], fields: dict[str, str], struct: str) -> None:
+    try:
+        go_decode(options, fields, struct)
+    except ValueError as e:
+        raise _Error(400, str(e)) from None
 
 
-def _matches(subject: str, literal: str) -> bool:
-    return subject_matches(subject, literal)
+def _healthz(options: dict[str, Any]) -> HealthzOptions:
+    try:
+        return healthz_options(options)
+    except ValueError as e:
+        raise _Error(400, str(e)) from None
+
+
+def _jsz(options: dict[str, Any], normalise: bool = True) -> JszOptions:
+    try:
+        return jsz_options(options, normalise)
+    except ValueError as e:
+        raise _Error(400, str(e)) from None
+
+
+def _done(error: str | None) -> None:
+    """An action's answer: no data, or its error (500), as nats-server's (an untyped nil: no data either way)."""
+    if error is not None:
+        raise _Error(500, error, typed=False)
 
 
 def _permissions(client: ClientView) -> dict[str, Any]:

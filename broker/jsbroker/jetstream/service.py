@@ -113,16 +113,25 @@ class JetStreamServer:
                     "errors": sum(js.api_counts.errors for js in self.accounts.values())},
         }
 
-    def account_details(self, streams: bool = False) -> list[dict[str, Any]]:
-        """/jsz?accounts=true's `account_details`, by account name (with `stream_detail` when `streams`)."""
-        return [self.account_detail(name, streams) for name in sorted(self.accounts)]
+    def missing(self, account: str, stream: str = "", consumer: str = "") -> str:
+        """What /healthz?account=&stream=&consumer= finds missing: "account", "stream", "consumer" or "". As
+        nats-server's, which looks for the stream's directory in the store, a memory stream is not found."""
+        js = self.accounts.get(account)
+        if js is None:
+            return "account"
+        found = js.streams.get(stream) if stream else None
+        if stream and (found is None or found.config.storage != "file"):
+            return "stream"
+        if consumer and (found is None or consumer not in found.consumers):
+            return "consumer"
+        return ""
 
     def account_detail(self, account: str, streams: bool = False, consumers: bool = False,
                        config: bool = False) -> dict[str, Any]:
         """One account's entry of /jsz's `account_details` (and `$SYS.REQ.ACCOUNT.<account>.JSZ`'s data). As
         nats-server's, its reserved_memory / reserved_storage are the account's limits (unlimited: the largest
         uint64) and its API level 0; `streams` adds `stream_detail`, in which `consumers` adds each stream's
-        `consumer_detail` and `config` its config."""
+        `consumer_detail` and `config` the stream's and consumers' configs."""
         js = self.accounts[account]
         memory, file, *_ = js.usage()
         limits = js.settings.account
@@ -145,8 +154,9 @@ class JetStreamServer:
                                   "cluster": js.cluster_info(), "state": stream.info_state()}
         if config:
             detail["config"] = stream.config.to_json(dynamic_metadata=False)
-        if consumers and (infos := js.consumer_infos(name)):
-            detail["consumer_detail"] = infos
+        if consumers and (infos := js.consumer_infos(name)):  # their configs only with `config`, as nats-server's
+            detail["consumer_detail"] = infos if config else [{k: v for k, v in i.items() if k != "config"}
+                                                              for i in infos]
         return detail
 
     def store_stats(self) -> dict[str, float]:
