@@ -256,7 +256,12 @@ class Router:
                 c.out.extend((b"MSG ", subject, sub.head, plain_tail, plain_data))
                 c.out_bytes += size - hdr_len
             else:
-                c.out.extend((verb, subject, sub.head, tail, data))  # extend: `+=` sets c.out again
+                if sub.line_subject is not subject or sub.line_tail is not tail:  # not the previous message's line
+                    sub.line = b"".join((verb, subject, sub.head, tail))
+                    sub.line_subject, sub.line_tail = subject, tail
+                out = c.out
+                out.append(sub.line)
+                out.append(data)
                 c.out_bytes += size
             if not c.dirty:
                 c.dirty = True
