@@ -12,10 +12,10 @@ is exact as long as no wildcard subscription that could match them has a literal
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Final, NamedTuple
 
-_CACHE_MAX = 4096
-_ACK_PREFIX = "$JS.ACK."
+_CACHE_MAX: Final = 4096  # Final: compiled, a plain module global is a dict lookup at every use
+_ACK_PREFIX: Final = "$JS.ACK."
 
 
 class Subscription:
@@ -57,7 +57,7 @@ class Result(NamedTuple):
     groups: tuple[tuple[Subscription, ...], ...]  # queue groups as tuples of members
 
 
-EMPTY = Result((), ())
+EMPTY: Final = Result((), ())
 
 
 class _Node:
