@@ -4,7 +4,8 @@
 Client-bound workloads use nats-py in separate processes (nats-py is the bottleneck there):
 publish-only, 1 pub -> 1 sub, request/reply with 1 and 50 requests in flight. Server-bound workloads
 use raw sockets that cost almost nothing (pre-built PUB frames written in ~64 KiB blocks, then PING/PONG;
-a raw subscriber that only counts bytes): ingest (no subscribers) and pub -> sub fan-out.
+raw subscribers that only count bytes): ingest (no subscribers) and pub -> sub fan-out to 1, 5 and 20
+subscribers (n counts delivered messages: the publisher sends n / subscribers).
 For each run: msgs/s and the server's CPU seconds per message (from /proc/<pid>/stat); the table shows
 medians and the ratios jsbroker/nats-server.
 
@@ -217,22 +218,31 @@ def ingest(url: str, n: int) -> tuple[int, float]:
     return n, time.perf_counter() - start
 
 
-def fan_out(size: int) -> Callable[[str, int], tuple[int, float]]:
+def fan_out(size: int, subscribers: int = 1) -> Callable[[str, int], tuple[int, float]]:
+    """One raw publisher, `subscribers` raw subscribers on their own connections; counts delivered msgs."""
+
     def run(url: str, n: int) -> tuple[int, float]:
         port = int(url.rsplit(":", 1)[1])
-        sub = _raw_connect(port)
-        sub.sendall(b"SUB bench.fan 1\r\nPING\r\n")
-        _await_pong(sub)
-        reader = ByteCounter(sub, n * (len(b"MSG bench.fan 1 %d\r\n\r\n" % size) + size))
+        n = max(n // subscribers, 1)
+        socks = [_raw_connect(port) for _ in range(subscribers)]
+        for sub in socks:
+            sub.sendall(b"SUB bench.fan 1\r\nPING\r\n")
+            _await_pong(sub)
+        expected = n * (len(b"MSG bench.fan 1 %d\r\n\r\n" % size) + size)
+        readers = [ByteCounter(sub, expected) for sub in socks]
         start = time.perf_counter()
-        reader.start()
+        for reader in readers:
+            reader.start()
         _raw_publish(port, b"bench.fan", n, size)
-        reader.done.wait(600)
+        for reader in readers:
+            reader.done.wait(600)
         elapsed = time.perf_counter() - start
-        sub.close()
-        if reader.got < reader.expected:
-            raise RuntimeError(f"fan-out lost data: {reader.got} of {reader.expected} bytes")
-        return n, elapsed
+        for sub in socks:
+            sub.close()
+        for reader in readers:
+            if reader.got < reader.expected:
+                raise RuntimeError(f"fan-out lost data: {reader.got} of {reader.expected} bytes")
+        return n * subscribers, elapsed
 
     return run
 
@@ -250,6 +260,9 @@ WORKLOADS: list[Workload] = [
     ("raw pub -> sub fan-out", timed(fan_out(SIZE)), 1_000_000),
     ("raw pub -> sub fan-out, 1 KB", timed(fan_out(KB)), 500_000),
     ("raw pub -> sub fan-out, 16 KB", timed(fan_out(16 * KB)), 50_000),
+    ("raw pub -> 5 subs fan-out", timed(fan_out(SIZE, 5)), 1_000_000),
+    ("raw pub -> 20 subs fan-out", timed(fan_out(SIZE, 20)), 1_000_000),
+    ("raw pub -> 5 subs fan-out, 1 KB", timed(fan_out(KB, 5)), 500_000),
 ]
 
 

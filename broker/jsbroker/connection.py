@@ -18,7 +18,7 @@ import os
 import ssl
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import passwords
 from .config import VERSION, AuthSettings, BrokerConfig, CalloutSettings, OperatorSettings, User
@@ -27,6 +27,7 @@ from .listen import host_port, plain_ip
 from .nkeys import new_nonce, signed
 from .permissions import PermissionChecker
 from .protocol import ProtocolError, Parser
+from .router import RoutedConnection
 from .subjects import is_valid_publish_subject, is_valid_subject
 from .sublist import Subscription
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from .logs import Logger
     from .operator_auth import JwtUser  # operator mode's JWT code: imported by its first CONNECT
     from .resolvers import Resolver
-    from .router import RoutedConnection, Router
+    from .router import Router
     from .tls import TlsContext
 
 
@@ -128,56 +129,40 @@ def send_alert_on_failure(raw: asyncio.Transport) -> None:
     tls._fatal_error = flush_then_fail  # type: ignore[attr-defined]
 
 
-class Connection(asyncio.Protocol):
+class Connection(RoutedConnection, asyncio.Protocol):
+    """A client connection: the router's compiled `RoutedConnection` (its subject space, CONNECT options, output
+    and counters, backpressure state) plus the protocol's glue, authentication and liveness."""
+
     def __init__(self, broker: ConnectionHost, cid: int, websocket: bool = False) -> None:
+        account = broker.accounts.global_account  # the user's account, bound at CONNECT (accounts.py)
+        super().__init__(cid, account.sublist, Origin(cid, False))  # sublist: what it publishes and subscribes in
+        self.account = account
         self.broker = broker
         self.websocket = websocket  # under ws_transport's adapter: TLS (if any) is the websocket port's
         self.cookie_credentials: dict[str, str] = {}  # CONNECT options the upgrade's cookies stand in for
         self.close_error: str | None = None  # why the server closed it (the websocket close frame says so)
         self.router = broker.router
-        self.cid = cid
-        self.transport: asyncio.Transport | None = None
         self.parser = Parser(self, broker.config.max_control_line, broker.config.max_payload)
-        self.out: list[bytes] = []
-        self.dirty = False  # on the router's pending-flush list
-        self.closed = False
         self.subs: dict[bytes, Subscription] = {}
         # CONNECT options; nats-server's defaults before/without CONNECT are verbose and pedantic.
         self.verbose = True
         self.pedantic = True
-        self.echo = True
-        self.headers = False
-        self.no_responders = False
-        self.connected = False
         self.protocol = 0
         self.name = ""
         self.lang = ""
         self.version = ""
-        self.origin = Origin(cid, False)
-        self.perms: PermissionChecker | None = None  # the user's permissions (users with none: None)
         self.jwt_user: JwtUser | None = None  # operator mode: who the user JWT says this is, in which account
         self._jwt_expiry: asyncio.TimerHandle | None = None  # closes the connection when the user JWT expires
-        self.account = broker.accounts.global_account  # the user's account, bound at CONNECT (accounts.py)
-        self.sublist = self.account.sublist  # its subject space: what this client publishes and subscribes in
         self.user_name = ""  # the authenticated user's name (/connz?auth=true)
         self.nonce = new_nonce() if broker.config.auth.nkeys else ""  # INFO's, for nkey users to sign
         self.callout: auth_callout.PendingCallout | None = None  # CONNECT awaiting the auth callout's answer
         self.held: list[bytes] | None = None  # what the client sent after that CONNECT: parsed once it is answered
-        # Backpressure: publishers held because this connection is backed up, and vice versa.
-        self.congested = False  # past the transport's high-water mark
         self.gated = False  # past the stall gate, holding publishers (`gate`)
-        self.blocked_publishers: set[RoutedConnection] = set()
-        self.blockers: set[RoutedConnection] = set()
-        self.queued = 0  # bytes handed to the transport so far
-        self.written_msgs = 0  # out_msgs at the last write: what a read delivered since then
         self.slow = False  # a slow consumer (max_pending): gets nothing more, closed when its blocked write ends
         self._batch_end = 0  # the `queued` count that the blocked write must reach by its deadline
         self._deadline: asyncio.TimerHandle | None = None
-        self.stall_timer: asyncio.TimerHandle | None = None  # this publisher held (slow_consumer.producer_stall)
-        self.drain_callbacks: list[Callable[[], None]] = []  # internal producers waiting for this output to drain
         self.pings_out = 0
         self.ponged = False  # answered a PING after CONNECT (the first such PONG is followed by an INFO)
-        self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0  # messages and their header + payload bytes
         self.started = broker.loop.time()
         self.rtt_ns = 0
         self.peer: tuple[str, int] = ("", 0)

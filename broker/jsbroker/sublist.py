@@ -12,17 +12,17 @@ is exact as long as no wildcard subscription that could match them has a literal
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Final, NamedTuple
 
-_CACHE_MAX = 4096
-_ACK_PREFIX = "$JS.ACK."
+_CACHE_MAX: Final = 4096  # Final: compiled, a plain module global is a dict lookup at every use
+_ACK_PREFIX: Final = "$JS.ACK."
 
 
 class Subscription:
     """One SUB (client is the owning connection) or internal subscription (handler is set)."""
 
-    __slots__ = ("client", "handler", "subject", "queue", "sid", "head", "max_msgs", "delivered", "closed", "batch",
-                 "deny", "rename", "sublist", "shadows")
+    __slots__ = ("client", "handler", "subject", "queue", "sid", "head", "line", "line_subject", "line_tail", "max_msgs",
+                 "delivered", "closed", "batch", "deny", "rename", "sublist", "shadows")
 
     def __init__(
         self, client: Any, subject: str, queue: str | None, sid: bytes, handler: Callable[..., None] | None = None
@@ -33,6 +33,11 @@ class Subscription:
         self.queue = queue
         self.sid = sid
         self.head = b" " + sid  # the " <sid>" part of a MSG line
+        # The last MSG line built for it (router.py), kept while a publisher repeats the subject and line end
+        # (the parser hands the same bytes objects over for a repeated PUB line; identity tells).
+        self.line = b""
+        self.line_subject = b""
+        self.line_tail = b""
         self.max_msgs = 0  # auto-unsubscribe after this many deliveries (0 = never)
         self.delivered = 0
         self.closed = False
@@ -52,7 +57,7 @@ class Result(NamedTuple):
     groups: tuple[tuple[Subscription, ...], ...]  # queue groups as tuples of members
 
 
-EMPTY = Result((), ())
+EMPTY: Final = Result((), ())
 
 
 class _Node:
