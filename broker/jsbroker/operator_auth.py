@@ -250,14 +250,3 @@ def unenforced(user: JwtUser, account: AccountClaims) -> str | None:
                     "set it to -1 (unlimited)")
     return None
 
-
-def one_account(user: JwtUser, system_account: str, served: str) -> str | None:
-    """Why jsbroker, which has one subject space besides the system account's until it has accounts, cannot
-    admit this user: it serves the account of the first user admitted (`served`, "" before), so accounts never
-    share subjects."""
-    if user.account == system_account:
-        return None
-    if served and user.account != served:
-        return (f"jsbroker serves one account in operator mode until it has accounts: {served} is served, so "
-                f"users of account {user.account} are refused; give this server one account")
-    return None

@@ -57,7 +57,8 @@ class JetStreamServer:
         self.accounts: dict[str, JetStream] = {}
 
     def add_account(self, account: str, bus: InternalBus, limits: AccountLimits) -> JetStream:
-        """JetStream for `account` (before `start`), with its own limits."""
+        """JetStream for `account`, with its own limits: started by `start`, or when added later (an operator-mode
+        account registered while the server runs) by its own `start`."""
         js = self.accounts[account] = JetStream(account, bus, replace(self.settings, account=limits), self.storage)
         return js
 

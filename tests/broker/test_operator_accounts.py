@@ -1,0 +1,280 @@
+"""Operator mode with several accounts, side by side with nats-server 2.15.1: each account JWT of the resolver
+is a real account (its own subjects), with its exports and imports (public, or granted by an activation
+token) and its JetStream limits; a restart keeps every account's streams; claims updates change the limits of
+a running account.
+
+The JWTs come from tests/broker/jwt_material.py (nats-io/jwt's format; nats-server accepts them)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from tests.broker import jwt_material as m
+from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
+
+OP, SYS, A, B, C, NOJS = (m.new_key(k) for k in ("operator", "account", "account", "account", "account", "account"))
+USERS = {name: m.new_key("user") for name in ("sys", "a", "b", "c", "nojs", "revoked")}
+MIB = 1 << 20
+A_JETSTREAM = {"mem_storage": MIB, "disk_storage": 4 * MIB, "streams": 2, "consumer": 1, "max_ack_pending": 10,
+               "mem_max_stream_bytes": 0, "disk_max_stream_bytes": 2 * MIB, "max_bytes_required": False}
+C_JETSTREAM = {"tiered_limits": {"R1": {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1,
+                                        "max_bytes_required": True}}}
+
+
+def _a_jwt(**js: Any) -> str:
+    exports = [{"name": "svc", "subject": "svc.>", "type": "service"},
+               {"name": "events", "subject": "events.>", "type": "stream"},
+               {"name": "private", "subject": "private.>", "type": "service", "token_req": True}]
+    return m.account_jwt(OP, A, "A", limits={**A_JETSTREAM, **js}, exports=exports)
+
+
+def _b_jwt() -> str:
+    imports = [
+        {"name": "svc", "subject": "svc.>", "account": A.public, "local_subject": "asvc.>", "type": "service"},
+        {"name": "events", "subject": "events.>", "account": A.public, "local_subject": "a.events.>", "type": "stream"},
+        {"name": "granted", "subject": "private.b", "account": A.public, "local_subject": "granted", "type": "service",
+         "token": m.activation_jwt(A, B, "private.b", "service")},
+        {"name": "no token", "subject": "private.x", "account": A.public, "type": "service"},
+        {"name": "not exported", "subject": "secret", "account": A.public, "type": "service"},
+        {"name": "unknown account", "subject": "x", "account": m.new_key("account").public, "type": "stream"},
+    ]
+    return m.account_jwt(OP, B, "B", imports=imports)
+
+
+def _jwts() -> dict[str, str]:
+    return {"sys": m.account_jwt(OP, SYS, "SYS"), "a": _a_jwt(), "b": _b_jwt(),
+            "c": m.account_jwt(OP, C, "C", limits=C_JETSTREAM),
+            "nojs": m.account_jwt(OP, NOJS, "NOJS", revocations={USERS["revoked"].public: 2**40})}
+
+
+ACCOUNT_OF = {"sys": SYS, "a": A, "b": B, "c": C, "nojs": NOJS, "revoked": NOJS}
+
+
+def _config(directory: Path, jwts: dict[str, str]) -> Path:
+    """A full resolver whose directory holds the accounts' JWTs (as `nsc push` leaves them)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "jwt").mkdir(exist_ok=True)
+    for name, token in jwts.items():
+        if name != "sys":
+            (directory / "jwt" / f"{ACCOUNT_OF[name].public}.jwt").write_text(token)
+    (directory / "operator.jwt").write_text(m.operator_jwt(OP, system_account=SYS.public))
+    config = directory / "server.conf"
+    config.write_text(f"operator: {directory / 'operator.jwt'}\nsystem_account: {SYS.public}\n"
+                      f"resolver {{\n  type: full\n  dir: '{directory / 'jwt'}'\n}}\n"
+                      f"resolver_preload {{\n  {SYS.public}: {jwts['sys']}\n}}\n")
+    return config
+
+
+@pytest.fixture(scope="module")
+def creds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    directory = tmp_path_factory.mktemp("creds")
+    return {name: str(m.write_creds(directory, name, m.user_jwt(ACCOUNT_OF[name], key, name), key))
+            for name, key in USERS.items()}
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerHandle]]:
+    jwts = _jwts()
+    root = tmp_path_factory.mktemp("accounts")
+    handles = {kind: launch(kind, store_dir=root / kind / "store",
+                            extra_args=["-c", str(_config(root / kind, jwts))]) for kind in KINDS}
+    yield handles
+    for handle in handles.values():
+        handle.close()
+
+
+async def _request(nc: nats.NATS, subject: str, payload: bytes = b"") -> Any:
+    """A request's answer: its JSON without the server's own fields, or why there is none."""
+    try:
+        reply = await nc.request(subject, payload, timeout=2)
+    except nats.errors.NoRespondersError:
+        return "no responders"
+    except nats.errors.TimeoutError:
+        return "timeout"
+    try:
+        body = json.loads(reply.data)
+    except ValueError:
+        return reply.data.decode()
+    return _normal(body)
+
+
+def _normal(body: Any) -> Any:
+    if isinstance(body, dict):
+        for key in ("created", "ts", "server", "domain", "cluster"):
+            body.pop(key, None)
+        for value in body.values():
+            _normal(value)
+    return body
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def test_accounts_are_isolated_and_share_only_what_they_export(servers: dict[str, ServerHandle],
+                                                              creds: dict[str, str]) -> None:
+    async def scenario(url: str) -> list[Any]:
+        a = await nats.connect(url, user_credentials=creds["a"])
+        b = await nats.connect(url, user_credentials=creds["b"])
+        out: list[Any] = []
+        try:
+            same = await a.subscribe("same")
+            await b.publish("same", b"from b")
+            await b.flush()
+            await a.publish("same", b"from a")
+            out.append((await same.next_msg(timeout=2)).data)
+
+            async def answer(msg: Any) -> None:  # the requester's account, as the service sees it
+                info = json.loads((msg.headers or {}).get("Nats-Request-Info", "{}"))
+                await msg.respond(f"{msg.subject} {info.get('acc')}".encode())
+            await a.subscribe("svc.>", cb=answer)
+            await a.subscribe("private.>", cb=answer)
+            await a.subscribe("secret", cb=answer)
+            await a.flush()
+            for subject in ("asvc.hello", "granted", "private.x", "secret", "svc.hello"):
+                out.append((subject, await _request(b, subject)))
+            events = await b.subscribe("a.events.>")
+            plain = await b.subscribe("events.>")
+            await b.flush()
+            await a.publish("events.one", b"1")
+            await a.flush()
+            got = await events.next_msg(timeout=2)
+            out.append((got.subject, got.data))
+            await b.publish("events.own", b"2")
+            out.append((await plain.next_msg(timeout=2)).subject)  # its own, not A's events.one
+        finally:
+            await a.close()
+            await b.close()
+        return out
+
+    outcomes = {kind: run(scenario(h.url)) for kind, h in servers.items()}
+    assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    assert outcomes[JSBROKER][0] == b"from a"
+    assert outcomes[JSBROKER][1:3] == [("asvc.hello", f"svc.hello {B.public}"), ("granted", f"private.b {B.public}")]
+    assert [o[1] for o in outcomes[JSBROKER][3:6]] == ["no responders"] * 3
+
+
+def test_jetstream_per_account_with_the_jwt_limits(servers: dict[str, ServerHandle], creds: dict[str, str]) -> None:
+    async def scenario(url: str) -> list[Any]:
+        out: list[Any] = []
+        for name in ("a", "b", "c"):
+            nc = await nats.connect(url, user_credentials=creds[name])
+            try:
+                out.append((name, await _request(nc, "$JS.API.INFO")))
+                for stream, config in (("M", {"storage": "memory", "max_bytes": 2 * MIB}),
+                                       ("F", {"storage": "file", "max_bytes": 3 * MIB}),
+                                       ("F", {"storage": "file", "max_bytes": MIB}),
+                                       ("G", {"storage": "file", "subjects": ["g"]}),
+                                       ("H", {"storage": "memory", "max_bytes": 1024})):
+                    body = {"name": stream, "subjects": [stream.lower()], **config}
+                    out.append((name, stream, await _request(nc, f"$JS.API.STREAM.CREATE.{stream}",
+                                                              json.dumps(body).encode())))
+                for durable, max_ack_pending in (("d", 20), ("d", 5), ("e", 5)):  # A: 10 pending, 1 consumer
+                    config = {"durable_name": durable, "ack_policy": "explicit", "max_ack_pending": max_ack_pending}
+                    out.append((name, durable, await _request(nc, f"$JS.API.CONSUMER.DURABLE.CREATE.F.{durable}",
+                                                               json.dumps({"stream_name": "F", "config": config}).encode())))
+            finally:
+                await nc.close()
+        return out
+
+    outcomes = {kind: run(scenario(h.url)) for kind, h in servers.items()}
+    assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    info = {o[0]: o[1] for o in outcomes[JSBROKER] if len(o) == 2}
+    assert info["a"]["limits"]["max_streams"] == 2 and info["c"]["tiers"]["R1"]["limits"]["max_bytes_required"]
+    assert info["b"]["error"]["err_code"] == 10039  # JetStream not enabled for account
+    errors = [o[2].get("error", {}).get("err_code") for o in outcomes[JSBROKER] if len(o) == 3 and o[0] == "a"]
+    assert errors == [10028, 10122, None, None, 10027, 10121, None, 10026]
+
+
+def test_bad_users_are_refused(servers: dict[str, ServerHandle], creds: dict[str, str], tmp_path: Path) -> None:
+    """A revoked user, a user of an account the resolver does not have; the others carry on."""
+    stranger_key = m.new_key("user")
+    stranger = m.write_creds(tmp_path, "stranger", m.user_jwt(m.new_key("account"), stranger_key, "x"), stranger_key)
+
+    async def outcome(url: str, path: str) -> str:
+        try:
+            nc = await nats.connect(url, user_credentials=path, allow_reconnect=False, max_reconnect_attempts=0)
+        except Exception as e:
+            return type(e).__name__ + ": " + str(e)
+        await nc.close()
+        return "admitted"
+
+    outcomes = {kind: [run(outcome(h.url, p)) for p in (creds["revoked"], str(stranger), creds["nojs"])]
+                for kind, h in servers.items()}
+    assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    assert outcomes[JSBROKER][2] == "admitted"
+
+
+def test_restart_keeps_each_accounts_streams(tmp_path: Path, creds: dict[str, str]) -> None:
+    jwts = _jwts()
+
+    async def make(url: str) -> None:
+        nc = await nats.connect(url, user_credentials=creds["a"])
+        js = nc.jetstream()
+        await js.add_stream(name="KEEP", subjects=["keep"], max_bytes=MIB)
+        await js.publish("keep", b"kept")
+        await nc.close()
+
+    async def read(url: str) -> list[Any]:
+        out = []
+        for name in ("a", "c"):
+            nc = await nats.connect(url, user_credentials=creds[name])
+            out.append(await _request(nc, "$JS.API.STREAM.NAMES"))
+            await nc.close()
+        return out
+
+    outcomes, layouts = {}, {}
+    for kind in KINDS:
+        store = tmp_path / kind / "store"
+        with launch(kind, store_dir=store, extra_args=["-c", str(_config(tmp_path / kind, jwts))]) as handle:
+            run(make(handle.url))
+            handle.restart()
+            outcomes[kind] = run(read(handle.url))
+        layouts[kind] = sorted(str(p.relative_to(store)) for p in store.glob("jetstream/*/streams/*"))
+    assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    assert outcomes[JSBROKER][0]["streams"] == ["KEEP"]
+    assert layouts[JSBROKER] == layouts[NATS_SERVER] == [f"jetstream/{A.public}/streams/KEEP"]
+
+
+def test_a_claims_update_changes_a_running_accounts_limits(tmp_path: Path, creds: dict[str, str]) -> None:
+    """nsc push of A with room for three streams, and of NOJS with JetStream: both apply at once."""
+    jwts = _jwts()
+    wider = _a_jwt(streams=3).encode()
+    enabled = m.account_jwt(OP, NOJS, "NOJS", limits={"mem_storage": -1, "disk_storage": -1, "streams": -1,
+                                                        "consumer": -1}).encode()
+
+    async def scenario(url: str) -> list[Any]:
+        sys = await nats.connect(url, user_credentials=creds["sys"])
+        a = await nats.connect(url, user_credentials=creds["a"])
+        nojs = await nats.connect(url, user_credentials=creds["nojs"])
+        out = []
+        try:
+            for stream in ("S1", "S2", "S3"):
+                out.append(await _request(a, f"$JS.API.STREAM.CREATE.{stream}", json.dumps(
+                    {"name": stream, "subjects": [stream], "storage": "memory", "max_bytes": 1024}).encode()))
+            out.append(await _request(nojs, "$JS.API.INFO"))
+            out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", wider))
+            out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", enabled))
+            out.append(await _request(a, "$JS.API.STREAM.CREATE.S3", json.dumps(
+                {"name": "S3", "subjects": ["S3"], "storage": "memory", "max_bytes": 1024}).encode()))
+            out.append(await _request(nojs, "$JS.API.INFO"))
+        finally:
+            for nc in (sys, a, nojs):
+                await nc.close()
+        return out
+
+    outcomes = {}
+    for kind in KINDS:
+        with launch(kind, store_dir=tmp_path / kind / "store",
+                    extra_args=["-c", str(_config(tmp_path / kind, jwts))]) as handle:
+            outcomes[kind] = run(scenario(handle.url))
+    assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    assert outcomes[JSBROKER][2]["error"]["err_code"] == 10027  # maximum number of streams reached
+    assert outcomes[JSBROKER][6]["config"]["name"] == "S3"
