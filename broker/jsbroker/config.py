@@ -1372,6 +1372,9 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
         if acc.get("accounts"):
             raise ConfigError(f"{source}: operators do not allow Accounts to be configured directly")
         acc["auth"] = {**acc.get("auth", {}), "operator": operator}
+        if "account" in acc.get("js", {}):
+            raise ConfigError(f"{source}: jetstream.account gives the global account's JetStream limits, and in "
+                              "operator mode each account's come from its account JWT: remove it")
     js_on = acc.pop("jetstream_on", False if nats_format else None)  # None: as in `base`
     js_kw = acc.pop("js", {})
     try:  # BrokerConfig's own checks (max_payload <= max_pending, ...) name the file too

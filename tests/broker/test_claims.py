@@ -235,11 +235,13 @@ OPERATOR = m.operator_jwt(OP, system_account=SYS.public)
      "the JWT is account"),
     (f"operator: {OPERATOR}\nresolver: MEMORY\nauthorization {{ users [{{user: a, password: b}}] }}\n",
      "operators do not allow users to be configured directly"),
+    (f"operator: {OPERATOR}\nresolver: MEMORY\njetstream {{ account {{ max_streams: 3 }} }}\n",
+     "in operator mode each account's come from its account JWT"),
     (f"operator: {APP_JWT}\nresolver: MEMORY\n", "is not an operator JWT"),
     ("operator: /does/not/exist.jwt\nresolver: MEMORY\n", "cannot read /does/not/exist.jwt"),
     (f"resolver: MEMORY\nsystem_account: {SYS.public}\n", "given without operator"),
 ], ids=["no resolver", "system mismatch", "full without system", "url resolver", "cache resolver",
-        "preload key mismatch", "users", "not operator", "missing file", "no operator"])
+        "preload key mismatch", "users", "global jetstream limits", "not operator", "missing file", "no operator"])
 def test_config_errors(tmp_path: Path, text: str, error: str) -> None:
     with pytest.raises(ConfigError) as e:
         _load(tmp_path, text)

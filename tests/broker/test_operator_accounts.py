@@ -57,18 +57,25 @@ def _jwts() -> dict[str, str]:
 ACCOUNT_OF = {"sys": SYS, "a": A, "b": B, "c": C, "nojs": NOJS, "revoked": NOJS}
 
 
-def _config(directory: Path, jwts: dict[str, str]) -> Path:
-    """A full resolver whose directory holds the accounts' JWTs (as `nsc push` leaves them)."""
+def _config(directory: Path, jwts: dict[str, str], resolver: str = "full") -> Path:
+    """A full resolver whose directory holds the accounts' JWTs (as `nsc push` leaves them), or resolver MEMORY
+    with every JWT preloaded."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "jwt").mkdir(exist_ok=True)
+    preload = {SYS.public: jwts["sys"]}
     for name, token in jwts.items():
-        if name != "sys":
+        if name == "sys":
+            continue
+        if resolver == "full":
             (directory / "jwt" / f"{ACCOUNT_OF[name].public}.jwt").write_text(token)
+        else:
+            preload[ACCOUNT_OF[name].public] = token
     (directory / "operator.jwt").write_text(m.operator_jwt(OP, system_account=SYS.public))
+    resolver_block = f"resolver {{\n  type: full\n  dir: '{directory / 'jwt'}'\n}}" if resolver == "full" else \
+        "resolver: MEMORY"
     config = directory / "server.conf"
-    config.write_text(f"operator: {directory / 'operator.jwt'}\nsystem_account: {SYS.public}\n"
-                      f"resolver {{\n  type: full\n  dir: '{directory / 'jwt'}'\n}}\n"
-                      f"resolver_preload {{\n  {SYS.public}: {jwts['sys']}\n}}\n")
+    config.write_text(f"operator: {directory / 'operator.jwt'}\nsystem_account: {SYS.public}\n{resolver_block}\n"
+                      "resolver_preload {\n" + "".join(f"  {k}: {v}\n" for k, v in preload.items()) + "}\n")
     return config
 
 
@@ -159,6 +166,10 @@ def test_accounts_are_isolated_and_share_only_what_they_export(servers: dict[str
     assert outcomes[JSBROKER][0] == b"from a"
     assert outcomes[JSBROKER][1:3] == [("asvc.hello", f"svc.hello {B.public}"), ("granted", f"private.b {B.public}")]
     assert [o[1] for o in outcomes[JSBROKER][3:6]] == ["no responders"] * 3
+    log = servers[JSBROKER].log_tail(300)
+    for subject, why in (("private.x", "the export requires an activation token and the import has none"),
+                         ("secret", "no export covers it"), ("x", "account missing")):
+        assert f"import of {subject!r} from " in log and f"left out: {why}" in log, (subject, why)
 
 
 def test_jetstream_per_account_with_the_jwt_limits(servers: dict[str, ServerHandle], creds: dict[str, str]) -> None:
@@ -212,7 +223,8 @@ def test_bad_users_are_refused(servers: dict[str, ServerHandle], creds: dict[str
     assert outcomes[JSBROKER][2] == "admitted"
 
 
-def test_restart_keeps_each_accounts_streams(tmp_path: Path, creds: dict[str, str]) -> None:
+@pytest.mark.parametrize("resolver", ["full", "MEMORY"])
+def test_restart_keeps_each_accounts_streams(tmp_path: Path, creds: dict[str, str], resolver: str) -> None:
     jwts = _jwts()
 
     async def make(url: str) -> None:
@@ -233,7 +245,7 @@ def test_restart_keeps_each_accounts_streams(tmp_path: Path, creds: dict[str, st
     outcomes, layouts = {}, {}
     for kind in KINDS:
         store = tmp_path / kind / "store"
-        with launch(kind, store_dir=store, extra_args=["-c", str(_config(tmp_path / kind, jwts))]) as handle:
+        with launch(kind, store_dir=store, extra_args=["-c", str(_config(tmp_path / kind, jwts, resolver))]) as handle:
             run(make(handle.url))
             handle.restart()
             outcomes[kind] = run(read(handle.url))
@@ -244,9 +256,10 @@ def test_restart_keeps_each_accounts_streams(tmp_path: Path, creds: dict[str, st
 
 
 def test_a_claims_update_changes_a_running_accounts_limits(tmp_path: Path, creds: dict[str, str]) -> None:
-    """nsc push of A with room for three streams, and of NOJS with JetStream: both apply at once."""
+    """nsc push of A with room for three streams, and of NOJS with JetStream: both apply at once. A's new JWT
+    drops its exports, which jsbroker applies only after a restart, and says so."""
     jwts = _jwts()
-    wider = _a_jwt(streams=3).encode()
+    wider = m.account_jwt(OP, A, "A", limits={**A_JETSTREAM, "streams": 3}).encode()
     enabled = m.account_jwt(OP, NOJS, "NOJS", limits={"mem_storage": -1, "disk_storage": -1, "streams": -1,
                                                         "consumer": -1}).encode()
 
@@ -270,11 +283,13 @@ def test_a_claims_update_changes_a_running_accounts_limits(tmp_path: Path, creds
                 await nc.close()
         return out
 
-    outcomes = {}
+    outcomes, logs = {}, {}
     for kind in KINDS:
         with launch(kind, store_dir=tmp_path / kind / "store",
                     extra_args=["-c", str(_config(tmp_path / kind, jwts))]) as handle:
             outcomes[kind] = run(scenario(handle.url))
+            logs[kind] = handle.log_tail(200)
     assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    assert f"Account {A.public}: the updated JWT changes exports or imports" in logs[JSBROKER]
     assert outcomes[JSBROKER][2]["error"]["err_code"] == 10027  # maximum number of streams reached
     assert outcomes[JSBROKER][6]["config"]["name"] == "S3"
