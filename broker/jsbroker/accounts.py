@@ -24,7 +24,7 @@ import re
 import secrets
 import string
 from dataclasses import replace
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 from .config import GLOBAL_ACCOUNT, AccountLimits, AccountSettings, AuthSettings, Export, Import
 from .internal import Delivery, Origin
@@ -110,6 +110,9 @@ class Account:
         self.stream_imports: list[tuple[Import, Account]] = []
         self.jetstream = False  # JetStream's API answers in this account (its own service)
         self.refusal: Subscription | None = None  # the 10039 answer on $JS.API.> when JetStream is not enabled
+        self.service_imports: list[Subscription] = []  # the internal subscriptions of its service imports
+        self._internal: list[Subscription] = []  # its services' subscriptions (JetStream's), closed ones pruned
+        self._internal_live = 0
         self.reply_prefix = f"{_REPLY_PREFIX}{_token()}."
         self._replies: dict[str, tuple[Account, bytes, str, Callable[[], None]]] = {}
         self._reply_sub: Subscription | None = None
@@ -133,6 +136,18 @@ class Account:
             shadows.append(shadow)
         if shadows:
             sub.shadows = shadows
+
+    def add_internal_shadows(self, sub: Subscription, routes: Routes) -> None:
+        """`add_shadows` for a service's subscription (the account bus's), which is kept to be shadowed again
+        when the imports change (closed ones are dropped as the list doubles)."""
+        self._internal.append(sub)
+        if len(self._internal) > 2 * self._internal_live + 16:
+            self._internal = [s for s in self._internal if not s.closed]
+            self._internal_live = len(self._internal)
+        self.add_shadows(sub, routes)
+
+    def internal_subscriptions(self) -> list[Subscription]:
+        return [s for s in self._internal if not s.closed]
 
     # -- service responses --------------------------------------------------------------------------
 
@@ -239,6 +254,21 @@ class Accounts:
         for imp in imports:
             self._wire(account, imp)
 
+    def replace_imports(self, account: Account, imports: tuple[Import, ...], subscriptions: Iterable[Subscription]) -> None:
+        """The account's imports replaced while the server runs (a pushed account JWT): the service imports'
+        subscriptions made again, and the stream imports' shadows of `subscriptions` (its clients') and of its
+        services' subscriptions."""
+        for sub in account.service_imports:
+            self.routes.remove(sub)
+        account.service_imports, account.stream_imports = [], []
+        account.settings = replace(account.settings, imports=())
+        self.add_imports(account, imports)
+        for sub in (*subscriptions, *account.internal_subscriptions()):
+            for shadow in sub.shadows or ():
+                self.routes.remove(shadow)
+            sub.shadows = None
+            account.add_shadows(sub, self.routes)
+
     def lookup(self, name: str) -> Account | None:
         return self.by_name.get(name)
 
@@ -259,6 +289,12 @@ class Accounts:
     def _refuse_in(self, account: Account, refusal: Callable[[str], bytes | None]) -> None:
         account.refusal = Subscription(None, "$JS.API.>", None, b"0", self._refuser(account, refusal))
         self.routes.insert(account.refusal, account.sublist)
+
+    def deny_jetstream(self, account: Account) -> None:
+        """The account's JetStream is turned off while the server runs (a claims update): 10039 from now on."""
+        account.jetstream = False
+        if self._refusal is not None and account.refusal is None:
+            self._refuse_in(account, self._refusal)
 
     def allow_jetstream(self, account: Account) -> None:
         """The account gets JetStream while the server runs (a claims update): the refusal goes."""
@@ -290,4 +326,6 @@ class Accounts:
                 status = b"NATS/1.0 503\r\nNats-Subject: %s\r\n\r\n" % subject.encode()
                 routes.route_into(importer.sublist, reply.encode(), None, len(status), status + b"\r\n")
 
-        routes.insert(Subscription(None, imp.local, None, b"0", forward), importer.sublist)
+        sub = Subscription(None, imp.local, None, b"0", forward)
+        importer.service_imports.append(sub)
+        routes.insert(sub, importer.sublist)

@@ -14,13 +14,14 @@ as nats-server leaves it out; the account is registered without it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .accounts import Account, Accounts
 from .claims import AccountClaims, JwtError, decode_account, decode_activation, is_revoked, time_issue
 from .config import RESPONSE_TYPES, AccountLimits, AccountSettings, Export, Import
 from .nkeys import is_public_key
 from .subjects import is_subset, is_valid_subject
+from .sublist import Subscription
 
 NANOSECONDS = 1_000_000_000
 
@@ -93,8 +94,12 @@ class OperatorAccounts:
     """The registered accounts of operator mode, registered from the resolver's JWTs when first needed."""
 
     def __init__(self, accounts: Accounts, fetch: Callable[[str], str | None], trusted: frozenset[str],
-                 log: Callable[[str, str], None], now: Callable[[], float]) -> None:
+                 log: Callable[[str, str], None], now: Callable[[], float],
+                 subscriptions: Callable[[Account], Iterable[Subscription]]) -> None:
+        """`subscriptions`: the clients' subscriptions in an account (their stream-import shadows are made again
+        when its imports change)."""
         self.accounts, self._fetch, self._trusted, self._log, self._now = accounts, fetch, trusted, log, now
+        self._subscriptions = subscriptions
         self.claims: dict[str, AccountClaims] = {}  # the claims each registered account was registered with
 
     def account(self, key: str) -> Account | None:
@@ -172,9 +177,10 @@ class OperatorAccounts:
         return None
 
     def replaced(self, key: str, token: str) -> Account | None:
-        """A claims update of an account (nsc push): a registered one takes the JWT's JetStream limits (the
-        caller applies them to its JetStream); changed exports or imports are not rewired while the server
-        runs (logged: they apply when it restarts). None: the account is not registered (nothing to do)."""
+        """A claims update of an account (nsc push), applied to a registered one as nats-server applies it: its
+        exports and JetStream limits replaced (the caller applies the limits to its JetStream), its imports
+        checked and wired again if they changed, and so are those of the accounts importing from it if its
+        exports changed. None: the account is not registered (nothing to do)."""
         account = self.accounts.lookup(key)
         if account is None or key not in self.claims:
             return None
@@ -185,8 +191,17 @@ class OperatorAccounts:
         settings, _ = account_settings(claims)
         old = self.claims[key]
         self.claims[key] = claims
-        if old.exports != claims.exports or old.imports != claims.imports:
-            self._log("warning", f"Account {key}: the updated JWT changes exports or imports, which jsbroker "
-                                 "applies when the account is registered again: restart the server to apply them")
-        account.settings = replace(account.settings, jetstream=settings.jetstream)
+        account.settings = replace(account.settings, exports=settings.exports, jetstream=settings.jetstream)
+        if old.imports != claims.imports:
+            self._import_again(account)
+        if old.exports != claims.exports:
+            for name, importer in list(self.claims.items()):
+                found = self.accounts.lookup(name)
+                if name != key and found is not None and any(i.get("account") == key for i in importer.imports):
+                    self._import_again(found)
         return account
+
+    def _import_again(self, account: Account) -> None:
+        _, wanted = account_settings(self.claims[account.name])
+        imports = tuple(imp for imp in (self._checked(self.claims[account.name], w) for w in wanted) if imp is not None)
+        self.accounts.replace_imports(account, imports, self._subscriptions(account))

@@ -80,7 +80,10 @@ def _jwt_accounts(broker: Broker, operator: OperatorSettings,
 
     def log(level: str, line: str) -> None:
         (broker.log.warning if level == "warning" else broker.log.info)(line)
-    return OperatorAccounts(broker.accounts, resolver.fetch, trusted_keys(operator.operator), log, time.time)
+    def subscriptions(account: Account) -> list[Subscription]:
+        return [sub for c in broker.clients.values() if c.account is account for sub in c.subs.values()]
+    return OperatorAccounts(broker.accounts, resolver.fetch, trusted_keys(operator.operator), log, time.time,
+                            subscriptions)
 
 
 def _callout_keys() -> ServerKeys:
@@ -129,6 +132,7 @@ class Broker:
         self.jwt_accounts = _jwt_accounts(self, operator, self.resolver) if operator and self.resolver else None
         self.accounts.added.append(self._account_added)
         self.account_starts: dict[str, asyncio.Task[None]] = {}  # accounts whose JetStream is being started
+        self.account_stops: dict[str, asyncio.Task[None]] = {}  # and stopped (a claims update turned it off)
         self.start_time = 0.0
         self.total_connections = 0
         self._closed_traffic = (0, 0, 0, 0)  # in_msgs, in_bytes, out_msgs, out_bytes of closed connections
@@ -350,7 +354,7 @@ class Broker:
             limits = account.settings.jetstream
             assert limits is not None
             bus = AccountBus(self, self.router, account.name, account.sublist,
-                             partial(account.deliver_reply, self.router), partial(account.add_shadows, routes=self.router))
+                             partial(account.deliver_reply, self.router), partial(account.add_internal_shadows, routes=self.router))
             self.jetstream.add_account(account.name, bus, limits)
         await self.jetstream.start()
         self.accounts.refuse_jetstream(self.jetstream.refusal)
@@ -464,6 +468,7 @@ class Broker:
             self.jetstream.release_waiting_pulls(tell)
 
     async def _stop_jetstream(self) -> None:
+        await asyncio.gather(*self.account_starts.values(), *self.account_stops.values(), return_exceptions=True)
         if self.jetstream is not None:
             self.log.info("Initiating JetStream Shutdown...")
             await self.jetstream.stop()
@@ -531,9 +536,8 @@ class Broker:
         return self.accounts.lookup(account) is not None
 
     def _claims_updated(self, key: str, token: str) -> None:
-        """A pushed account JWT (nsc push): a registered account takes its JetStream limits at once, as
-        nats-server's claims update does; JetStream enabled by it starts now. What jsbroker cannot apply live
-        (exports, imports, JetStream turned off) is logged, and applies once the server restarts."""
+        """A pushed account JWT (nsc push) applied to a registered account as nats-server's claims update does:
+        exports and imports (operator_accounts.py), JetStream limits at once, JetStream started or stopped."""
         assert self.jwt_accounts is not None
         account = self.jwt_accounts.replaced(key, token)
         if account is None:
@@ -546,8 +550,7 @@ class Broker:
             self.accounts.allow_jetstream(account)
             self._start_account_jetstream(account, limits)
         elif js is not None:
-            self.log.warning(f"Account {key}: the updated JWT turns JetStream off, which jsbroker does not do while "
-                             "it runs: its streams stay until the server restarts")
+            self._stop_account_jetstream(account)
 
     def _account_added(self, account: Account) -> None:
         """An account registered while the server runs (operator mode): its JetStream, when its limits enable
@@ -560,18 +563,38 @@ class Broker:
             self._start_account_jetstream(account, limits)
 
     def _start_account_jetstream(self, account: Account, limits: AccountLimits) -> None:
+        """The account's JetStream, its API answering once its streams are read (after the stop of a JetStream
+        the account had before, when a claims update turned it off)."""
         assert self.jetstream is not None
         bus = AccountBus(self, self.router, account.name, account.sublist,
-                         partial(account.deliver_reply, self.router), partial(account.add_shadows, routes=self.router))
+                         partial(account.deliver_reply, self.router),
+                         partial(account.add_internal_shadows, routes=self.router))
         js = self.jetstream.add_account(account.name, bus, limits)
-        name = account.name
+        js.hold_requests()
+        name, stopping = account.name, self.account_stops.get(account.name)
+
+        async def start() -> None:
+            if stopping is not None:
+                await stopping
+            await js.start()
 
         def started(task: asyncio.Task[None]) -> None:
             self.account_starts.pop(name, None)
             if not task.cancelled() and task.exception() is not None:
                 self.log.error(f"JetStream of account {name} did not start: {task.exception()}")
-        task = self.account_starts[name] = self.loop.create_task(js.start())
+        task = self.account_starts[name] = self.loop.create_task(start())
         task.add_done_callback(started)
+
+    def _stop_account_jetstream(self, account: Account) -> None:
+        """A claims update turned the account's JetStream off: its API answers 10039, its streams are closed
+        (kept on disk, back when JetStream is turned on again), as nats-server does."""
+        assert self.jetstream is not None
+        js = self.jetstream.accounts.pop(account.name)
+        self.accounts.deny_jetstream(account)
+        name = account.name
+        task = self.account_stops[name] = self.loop.create_task(js.stop())
+        task.add_done_callback(lambda _: self.account_stops.pop(name, None) if self.account_stops.get(name) is task
+                               else None)
 
     def _system_log(self, level: str, line: str) -> None:
         (self.log.error if level == "error" else self.log.debug)(line)

@@ -256,8 +256,7 @@ def test_restart_keeps_each_accounts_streams(tmp_path: Path, creds: dict[str, st
 
 
 def test_a_claims_update_changes_a_running_accounts_limits(tmp_path: Path, creds: dict[str, str]) -> None:
-    """nsc push of A with room for three streams, and of NOJS with JetStream: both apply at once. A's new JWT
-    drops its exports, which jsbroker applies only after a restart, and says so."""
+    """nsc push of A with room for three streams, and of NOJS with JetStream: both apply at once."""
     jwts = _jwts()
     wider = m.account_jwt(OP, A, "A", limits={**A_JETSTREAM, "streams": 3}).encode()
     enabled = m.account_jwt(OP, NOJS, "NOJS", limits={"mem_storage": -1, "disk_storage": -1, "streams": -1,
@@ -283,13 +282,109 @@ def test_a_claims_update_changes_a_running_accounts_limits(tmp_path: Path, creds
                 await nc.close()
         return out
 
-    outcomes, logs = {}, {}
+    outcomes = {}
     for kind in KINDS:
         with launch(kind, store_dir=tmp_path / kind / "store",
                     extra_args=["-c", str(_config(tmp_path / kind, jwts))]) as handle:
             outcomes[kind] = run(scenario(handle.url))
-            logs[kind] = handle.log_tail(200)
     assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
-    assert f"Account {A.public}: the updated JWT changes exports or imports" in logs[JSBROKER]
     assert outcomes[JSBROKER][2]["error"]["err_code"] == 10027  # maximum number of streams reached
     assert outcomes[JSBROKER][6]["config"]["name"] == "S3"
+
+
+def test_a_claims_update_rewires_exports_and_imports(tmp_path: Path, creds: dict[str, str]) -> None:
+    """Pushed JWTs change what accounts share at once: B's imports replaced (its stream import gone, a new
+    service import), then A's service export withdrawn, then B's stream import back; B's subscription made
+    before all this follows each change, and so does its stream on the imported subjects."""
+    js = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
+    jwts = {**_jwts(), "b": m.account_jwt(OP, B, "B", limits=js, imports=[
+        {"subject": "events.>", "account": A.public, "local_subject": "a.events.>", "type": "stream"},
+        {"subject": "svc.>", "account": A.public, "local_subject": "asvc.>", "type": "service"}])}
+    svc_only = m.account_jwt(OP, B, "B", limits=js, imports=[
+        {"subject": "svc.>", "account": A.public, "local_subject": "newsvc.>", "type": "service"}]).encode()
+    no_service = m.account_jwt(OP, A, "A", limits=A_JETSTREAM, exports=[
+        {"subject": "events.>", "type": "stream"}]).encode()
+    events_back = m.account_jwt(OP, B, "B", limits=js, imports=[
+        {"subject": "events.>", "account": A.public, "local_subject": "a.events.>", "type": "stream"},
+        {"subject": "svc.>", "account": A.public, "local_subject": "newsvc.>", "type": "service"}]).encode()
+
+    async def scenario(url: str) -> list[Any]:
+        sys = await nats.connect(url, user_credentials=creds["sys"])
+        a = await nats.connect(url, user_credentials=creds["a"])
+        b = await nats.connect(url, user_credentials=creds["b"])
+        out: list[Any] = []
+
+        async def answer(msg: Any) -> None:
+            await msg.respond(msg.subject.encode())
+
+        async def event(n: int) -> str:
+            """What B's subscription gets first: A's event (imported), or B's own marker published after it."""
+            await a.publish(f"events.{n}", b"")
+            await a.flush()
+            await b.publish("a.events.marker", b"")
+            got = await events.next_msg(timeout=2)
+            if got.subject != "a.events.marker":
+                await events.next_msg(timeout=2)
+            return got.subject
+        try:
+            await a.subscribe("svc.>", cb=answer)
+            await b.jetstream().add_stream(name="EV", subjects=["a.events.>"])
+            events = await b.subscribe("a.events.>")
+            await a.flush()
+            await b.flush()
+            out += [await event(1), await _request(b, "asvc.x")]
+            out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", svc_only))
+            out += [await event(2), await _request(b, "asvc.x"), await _request(b, "newsvc.x")]
+            out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", no_service))
+            out += [await _request(b, "newsvc.x")]
+            out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", events_back))
+            out += [await event(3), await _request(b, "newsvc.x")]
+            stored = await b.jetstream().stream_info("EV")
+            out.append([(await b.jetstream().get_msg("EV", seq)).subject for seq in range(1, stored.state.messages + 1)])
+        finally:
+            for nc in (sys, a, b):
+                await nc.close()
+        return out
+
+    outcomes = {}
+    for kind in KINDS:
+        with launch(kind, store_dir=tmp_path / kind / "store",
+                    extra_args=["-c", str(_config(tmp_path / kind, jwts))]) as handle:
+            outcomes[kind] = run(scenario(handle.url))
+    assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    assert outcomes[JSBROKER][:2] == ["a.events.1", "svc.x"]
+    assert outcomes[JSBROKER][-1] == ["a.events.1", "a.events.marker", "a.events.marker", "a.events.3",
+                                      "a.events.marker"]  # event 2 came while B did not import A's events
+
+
+def test_a_claims_update_turns_jetstream_off_and_on(tmp_path: Path, creds: dict[str, str]) -> None:
+    """A's JetStream turned off by a pushed JWT (10039 from then on), then on again: its streams are back."""
+    jwts = _jwts()
+    off = m.account_jwt(OP, A, "A", limits={}).encode()
+    on = jwts["a"].encode()
+
+    async def scenario(url: str) -> list[Any]:
+        sys = await nats.connect(url, user_credentials=creds["sys"])
+        a = await nats.connect(url, user_credentials=creds["a"])
+        out: list[Any] = []
+        try:
+            await a.jetstream().add_stream(name="KEEP", subjects=["keep"], max_bytes=MIB)
+            await a.jetstream().publish("keep", b"kept")
+            out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", off))
+            out += [await _request(a, "$JS.API.INFO"), await _request(a, "$JS.API.STREAM.NAMES")]
+            out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", on))
+            state = (await _request(a, "$JS.API.STREAM.INFO.KEEP"))["state"]
+            out += [await _request(a, "$JS.API.STREAM.NAMES"), [state[k] for k in ("messages", "first_seq", "last_seq")]]
+        finally:
+            for nc in (sys, a):
+                await nc.close()
+        return out
+
+    outcomes = {}
+    for kind in KINDS:
+        with launch(kind, store_dir=tmp_path / kind / "store",
+                    extra_args=["-c", str(_config(tmp_path / kind, jwts))]) as handle:
+            outcomes[kind] = run(scenario(handle.url))
+    assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    assert [o.get("error", {}).get("err_code") for o in outcomes[JSBROKER][1:3]] == [10039, 10039]
+    assert outcomes[JSBROKER][5] == [1, 1, 1]

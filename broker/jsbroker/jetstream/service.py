@@ -39,9 +39,17 @@ class JetStream(StreamRegistry):
         self.account = account
         self._router = api.ApiRouter(self, bus, ENDPOINTS, self.domain, self.api_counts)
 
+    def hold_requests(self) -> None:
+        """Its API subscribed before `start`, its requests answered once its streams are read (an account
+        whose JetStream starts while the server runs: a request must not go unanswered meanwhile)."""
+        self._router.start(held=True)
+
     async def start(self) -> None:
         await super().start()
-        self._router.start()
+        if self._router.started:
+            self._router.release()
+        else:
+            self._router.start()
 
     async def stop(self) -> None:
         self._router.stop()
