@@ -21,7 +21,8 @@ from datetime import datetime
 from typing import Any, Callable
 
 from .claims import (CONNECTION_TYPES, AccountClaims, JwtError, OperatorClaims, UserClaims, UserLimits,
-                     UserPermissionLimits, decode_account, decode_user, is_revoked, time_issue, user_issues)
+                     UserPermissionLimits, decode_account, decode_user, import_issues, is_revoked, time_issue,
+                     user_issues)
 from .config import Permissions, SubjectRules
 from .nkeys import NkeyError, user_public_key, verified
 
@@ -176,7 +177,7 @@ def authenticate_user(operator: OperatorClaims, fetch: Callable[[str], str | Non
         account = decode_account(found)
     except JwtError as e:
         return Refusal(f"Account JWT lookup error: {e}")
-    if account.subject != account_key or time_issue(account, now) is not None:
+    if account.subject != account_key or time_issue(account, now) is not None or import_issues(account):
         return Refusal("Account JWT lookup error: account validation failed")
     if account.issuer not in trusted_keys(operator):
         return Refusal("Account JWT not signed by trusted operator")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,9 @@ import pytest
 from tests.broker import jwt_material as m
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
 
-OP, SYS, A, B, C, NOJS = (m.new_key(k) for k in ("operator", "account", "account", "account", "account", "account"))
-USERS = {name: m.new_key("user") for name in ("sys", "a", "b", "c", "nojs", "revoked")}
+OP, SYS, A, B, C, NOJS, BADTOKEN = (m.new_key(k) for k in (
+    "operator", "account", "account", "account", "account", "account", "account"))
+USERS = {name: m.new_key("user") for name in ("sys", "a", "b", "c", "nojs", "revoked", "badtoken")}
 MIB = 1 << 20
 A_JETSTREAM = {"mem_storage": MIB, "disk_storage": 4 * MIB, "streams": 2, "consumer": 1, "max_ack_pending": 10,
                "mem_max_stream_bytes": 0, "disk_max_stream_bytes": 2 * MIB, "max_bytes_required": False}
@@ -31,6 +33,7 @@ C_JETSTREAM = {"tiered_limits": {"R1": {"mem_storage": -1, "disk_storage": -1, "
 def _a_jwt(**js: Any) -> str:
     exports = [{"name": "svc", "subject": "svc.>", "type": "service"},
                {"name": "events", "subject": "events.>", "type": "stream"},
+               {"name": "ticks", "subject": "ticks", "type": "stream"},
                {"name": "private", "subject": "private.>", "type": "service", "token_req": True}]
     return m.account_jwt(OP, A, "A", limits={**A_JETSTREAM, **js}, exports=exports)
 
@@ -42,6 +45,8 @@ def _b_jwt() -> str:
         {"name": "granted", "subject": "private.b", "account": A.public, "local_subject": "granted", "type": "service",
          "token": m.activation_jwt(A, B, "private.b", "service")},
         {"name": "no token", "subject": "private.x", "account": A.public, "type": "service"},
+        {"name": "expired token", "subject": "private.z", "account": A.public, "type": "service",
+         "token": m.activation_jwt(A, B, "private.z", "service", exp=int(time.time()) - 60)},
         {"name": "not exported", "subject": "secret", "account": A.public, "type": "service"},
         {"name": "unknown account", "subject": "x", "account": m.new_key("account").public, "type": "stream"},
     ]
@@ -51,10 +56,13 @@ def _b_jwt() -> str:
 def _jwts() -> dict[str, str]:
     return {"sys": m.account_jwt(OP, SYS, "SYS"), "a": _a_jwt(), "b": _b_jwt(),
             "c": m.account_jwt(OP, C, "C", limits=C_JETSTREAM),
-            "nojs": m.account_jwt(OP, NOJS, "NOJS", revocations={USERS["revoked"].public: 2**40})}
+            "nojs": m.account_jwt(OP, NOJS, "NOJS", revocations={USERS["revoked"].public: 2**40}),
+            "badtoken": m.account_jwt(OP, BADTOKEN, "BADTOKEN", imports=[  # a token for another subject
+                {"subject": "private.y", "account": A.public, "type": "service",
+                 "token": m.activation_jwt(A, BADTOKEN, "private.b", "service")}])}
 
 
-ACCOUNT_OF = {"sys": SYS, "a": A, "b": B, "c": C, "nojs": NOJS, "revoked": NOJS}
+ACCOUNT_OF = {"sys": SYS, "a": A, "b": B, "c": C, "nojs": NOJS, "revoked": NOJS, "badtoken": BADTOKEN}
 
 
 def _config(directory: Path, jwts: dict[str, str], resolver: str = "full") -> Path:
@@ -145,7 +153,7 @@ def test_accounts_are_isolated_and_share_only_what_they_export(servers: dict[str
             await a.subscribe("private.>", cb=answer)
             await a.subscribe("secret", cb=answer)
             await a.flush()
-            for subject in ("asvc.hello", "granted", "private.x", "secret", "svc.hello"):
+            for subject in ("asvc.hello", "granted", "private.x", "secret", "svc.hello", "private.z"):
                 out.append((subject, await _request(b, subject)))
             events = await b.subscribe("a.events.>")
             plain = await b.subscribe("events.>")
@@ -165,10 +173,11 @@ def test_accounts_are_isolated_and_share_only_what_they_export(servers: dict[str
     assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
     assert outcomes[JSBROKER][0] == b"from a"
     assert outcomes[JSBROKER][1:3] == [("asvc.hello", f"svc.hello {B.public}"), ("granted", f"private.b {B.public}")]
-    assert [o[1] for o in outcomes[JSBROKER][3:6]] == ["no responders"] * 3
+    assert [o[1] for o in outcomes[JSBROKER][3:6] + outcomes[JSBROKER][6:7]] == ["no responders"] * 4
     log = servers[JSBROKER].log_tail(300)
     for subject, why in (("private.x", "the export requires an activation token and the import has none"),
-                         ("secret", "no export covers it"), ("x", "account missing")):
+                         ("secret", "no export covers it"), ("x", "account missing"),
+                         ("private.z", "activation token expired")):
         assert f"import of {subject!r} from " in log and f"left out: {why}" in log, (subject, why)
 
 
@@ -205,7 +214,8 @@ def test_jetstream_per_account_with_the_jwt_limits(servers: dict[str, ServerHand
 
 
 def test_bad_users_are_refused(servers: dict[str, ServerHandle], creds: dict[str, str], tmp_path: Path) -> None:
-    """A revoked user, a user of an account the resolver does not have; the others carry on."""
+    """A revoked user, a user of an account the resolver does not have, a user of an account whose JWT has an
+    activation token for another subject (not a valid JWT); the others carry on."""
     stranger_key = m.new_key("user")
     stranger = m.write_creds(tmp_path, "stranger", m.user_jwt(m.new_key("account"), stranger_key, "x"), stranger_key)
 
@@ -217,10 +227,11 @@ def test_bad_users_are_refused(servers: dict[str, ServerHandle], creds: dict[str
         await nc.close()
         return "admitted"
 
-    outcomes = {kind: [run(outcome(h.url, p)) for p in (creds["revoked"], str(stranger), creds["nojs"])]
+    outcomes = {kind: [run(outcome(h.url, p)) for p in (creds["revoked"], str(stranger), creds["badtoken"],
+                                                         creds["nojs"])]
                 for kind, h in servers.items()}
     assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
-    assert outcomes[JSBROKER][2] == "admitted"
+    assert outcomes[JSBROKER][2:] == ["Error: nats: 'Authorization Violation'", "admitted"]
 
 
 @pytest.mark.parametrize("resolver", ["full", "MEMORY"])
@@ -297,16 +308,17 @@ def test_a_claims_update_rewires_exports_and_imports(tmp_path: Path, creds: dict
     service import), then A's service export withdrawn, then B's stream import back; B's subscription made
     before all this follows each change, and so does its stream on the imported subjects."""
     js = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
+    ticks = {"subject": "ticks", "account": A.public, "type": "stream"}  # in every version: A's clock for B
     jwts = {**_jwts(), "b": m.account_jwt(OP, B, "B", limits=js, imports=[
         {"subject": "events.>", "account": A.public, "local_subject": "a.events.>", "type": "stream"},
-        {"subject": "svc.>", "account": A.public, "local_subject": "asvc.>", "type": "service"}])}
+        {"subject": "svc.>", "account": A.public, "local_subject": "asvc.>", "type": "service"}, ticks])}
     svc_only = m.account_jwt(OP, B, "B", limits=js, imports=[
-        {"subject": "svc.>", "account": A.public, "local_subject": "newsvc.>", "type": "service"}]).encode()
+        {"subject": "svc.>", "account": A.public, "local_subject": "newsvc.>", "type": "service"}, ticks]).encode()
     no_service = m.account_jwt(OP, A, "A", limits=A_JETSTREAM, exports=[
-        {"subject": "events.>", "type": "stream"}]).encode()
+        {"subject": "events.>", "type": "stream"}, {"subject": "ticks", "type": "stream"}]).encode()
     events_back = m.account_jwt(OP, B, "B", limits=js, imports=[
         {"subject": "events.>", "account": A.public, "local_subject": "a.events.>", "type": "stream"},
-        {"subject": "svc.>", "account": A.public, "local_subject": "newsvc.>", "type": "service"}]).encode()
+        {"subject": "svc.>", "account": A.public, "local_subject": "newsvc.>", "type": "service"}, ticks]).encode()
 
     async def scenario(url: str) -> list[Any]:
         sys = await nats.connect(url, user_credentials=creds["sys"])
@@ -317,19 +329,19 @@ def test_a_claims_update_rewires_exports_and_imports(tmp_path: Path, creds: dict
         async def answer(msg: Any) -> None:
             await msg.respond(msg.subject.encode())
 
-        async def event(n: int) -> str:
-            """What B's subscription gets first: A's event (imported), or B's own marker published after it."""
+        async def event(n: int) -> list[str]:
+            """What B's subscription has once A's tick after A's event n reached B (on the same path, after it)."""
             await a.publish(f"events.{n}", b"")
-            await a.flush()
-            await b.publish("a.events.marker", b"")
-            got = await events.next_msg(timeout=2)
-            if got.subject != "a.events.marker":
-                await events.next_msg(timeout=2)
-            return got.subject
+            await a.publish("ticks", b"")
+            await tick.next_msg(timeout=2)
+            got = []
+            while events.pending_msgs:
+                got.append((await events.next_msg(timeout=2)).subject)
+            return got
         try:
             await a.subscribe("svc.>", cb=answer)
             await b.jetstream().add_stream(name="EV", subjects=["a.events.>"])
-            events = await b.subscribe("a.events.>")
+            events, tick = await b.subscribe("a.events.>"), await b.subscribe("ticks")
             await a.flush()
             await b.flush()
             out += [await event(1), await _request(b, "asvc.x")]
@@ -340,7 +352,8 @@ def test_a_claims_update_rewires_exports_and_imports(tmp_path: Path, creds: dict
             out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", events_back))
             out += [await event(3), await _request(b, "newsvc.x")]
             stored = await b.jetstream().stream_info("EV")
-            out.append([(await b.jetstream().get_msg("EV", seq)).subject for seq in range(1, stored.state.messages + 1)])
+            out.append(sorted([(await b.jetstream().get_msg("EV", seq)).subject
+                               for seq in range(1, stored.state.messages + 1)]))
         finally:
             for nc in (sys, a, b):
                 await nc.close()
@@ -352,9 +365,8 @@ def test_a_claims_update_rewires_exports_and_imports(tmp_path: Path, creds: dict
                     extra_args=["-c", str(_config(tmp_path / kind, jwts))]) as handle:
             outcomes[kind] = run(scenario(handle.url))
     assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
-    assert outcomes[JSBROKER][:2] == ["a.events.1", "svc.x"]
-    assert outcomes[JSBROKER][-1] == ["a.events.1", "a.events.marker", "a.events.marker", "a.events.3",
-                                      "a.events.marker"]  # event 2 came while B did not import A's events
+    assert outcomes[JSBROKER][:2] == [["a.events.1"], "svc.x"]
+    assert outcomes[JSBROKER][-1] == ["a.events.1", "a.events.3"]  # event 2 came while B did not import A's events
 
 
 def test_a_claims_update_turns_jetstream_off_and_on(tmp_path: Path, creds: dict[str, str]) -> None:
