@@ -208,7 +208,8 @@ class Accounts:
         self.added: list[Callable[[Account], None]] = []  # told of each account registered after the start
         self._refusal: Callable[[str], bytes | None] | None = None  # JetStream's 10039, once JetStream runs
         only_global = not auth.accounts and auth.operator is None
-        global_settings = AccountSettings(GLOBAL_ACCOUNT, jetstream=global_limits or AccountLimits() if only_global else None)
+        global_limits = (global_limits or AccountLimits()) if only_global else None
+        global_settings = AccountSettings(GLOBAL_ACCOUNT, jetstream=global_limits)
         for settings in (global_settings, *auth.accounts):
             self._register(settings, global_sublist if settings.name == GLOBAL_ACCOUNT else Sublist())
         self.global_account = self.by_name[GLOBAL_ACCOUNT]
@@ -254,7 +255,8 @@ class Accounts:
         for imp in imports:
             self._wire(account, imp)
 
-    def replace_imports(self, account: Account, imports: tuple[Import, ...], subscriptions: Iterable[Subscription]) -> None:
+    def replace_imports(self, account: Account, imports: tuple[Import, ...],
+                        subscriptions: Iterable[Subscription]) -> None:
         """The account's imports replaced while the server runs (a pushed account JWT): the service imports'
         subscriptions made again, and the stream imports' shadows of `subscriptions` (its clients') and of its
         services' subscriptions."""

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from . import __version__, info, lameduck, passwords
 from .account_bus import AccountBus
 from .accounts import Accounts
-from .config import GLOBAL_ACCOUNT, VERSION, AccountLimits, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
+from .config import (GLOBAL_ACCOUNT, VERSION, AccountLimits, BrokerConfig, ConfigError, JetStreamSettings,
+                     WebSocketSettings)
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InterestWatch, InternalHandler, InternalSubscription
 from .listen import advertised, dual_stack_socket, host_port
@@ -353,9 +354,7 @@ class Broker:
         for account in self.accounts.with_jetstream():  # each its own streams, API and bus (account_bus.py)
             limits = account.settings.jetstream
             assert limits is not None
-            bus = AccountBus(self, self.router, account.name, account.sublist,
-                             partial(account.deliver_reply, self.router), partial(account.add_internal_shadows, routes=self.router))
-            self.jetstream.add_account(account.name, bus, limits)
+            self.jetstream.add_account(account.name, self._account_bus(account), limits)
         await self.jetstream.start()
         self.accounts.refuse_jetstream(self.jetstream.refusal)
         usage = self.jetstream.info()
@@ -562,14 +561,16 @@ class Broker:
         if self.jetstream is not None and limits is not None:
             self._start_account_jetstream(account, limits)
 
+    def _account_bus(self, account: Account) -> AccountBus:
+        """The bus of the account's JetStream: its sublist, its service imports' replies, its stream imports."""
+        return AccountBus(self, self.router, account.name, account.sublist, partial(account.deliver_reply, self.router),
+                          partial(account.add_internal_shadows, routes=self.router))
+
     def _start_account_jetstream(self, account: Account, limits: AccountLimits) -> None:
         """The account's JetStream, its API answering once its streams are read (after the stop of a JetStream
         the account had before, when a claims update turned it off)."""
         assert self.jetstream is not None
-        bus = AccountBus(self, self.router, account.name, account.sublist,
-                         partial(account.deliver_reply, self.router),
-                         partial(account.add_internal_shadows, routes=self.router))
-        js = self.jetstream.add_account(account.name, bus, limits)
+        js = self.jetstream.add_account(account.name, self._account_bus(account), limits)
         js.hold_requests()
         name, stopping = account.name, self.account_stops.get(account.name)
 
@@ -591,8 +592,13 @@ class Broker:
         assert self.jetstream is not None
         js = self.jetstream.accounts.pop(account.name)
         self.accounts.deny_jetstream(account)
-        name = account.name
-        task = self.account_stops[name] = self.loop.create_task(js.stop())
+        name, starting = account.name, self.account_starts.get(account.name)
+
+        async def stop() -> None:
+            if starting is not None:  # its streams are being read: they are closed once they are
+                await asyncio.gather(starting, return_exceptions=True)
+            await js.stop()
+        task = self.account_stops[name] = self.loop.create_task(stop())
         task.add_done_callback(lambda _: self.account_stops.pop(name, None) if self.account_stops.get(name) is task
                                else None)
 

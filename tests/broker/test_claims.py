@@ -176,8 +176,9 @@ def test_account_jwt_jetstream_limits() -> None:
     assert jetstream_limits({"tiered_limits": {"R3": {"mem_storage": -1}}}) is None
     assert jetstream_limits({"disk_storage": 1024, "streams": 2}) == AccountLimits(
         max_mem=0, max_file=1024, max_streams=2, max_consumers=0, max_ack_pending=-1)
-    assert jetstream_limits({"tiered_limits": {"R1": {"mem_storage": -1, "max_bytes_required": True}}}) == AccountLimits(
-        max_mem=-1, max_file=0, max_streams=0, max_consumers=0, max_bytes_required=True, tier="R1")
+    tiered = {"tiered_limits": {"R1": {"mem_storage": -1, "max_bytes_required": True}}}
+    assert jetstream_limits(tiered) == AccountLimits(max_mem=-1, max_file=0, max_streams=0, max_consumers=0,
+                                                     max_bytes_required=True, tier="R1")
 
 
 def test_account_jwt_imports_and_exports() -> None:
@@ -191,7 +192,8 @@ def test_account_jwt_imports_and_exports() -> None:
     ], exports=[{"subject": "svc", "type": "service", "response_type": "Stream", "response_threshold": 5 * 10**9},
                 {"subject": "priv.>", "type": "stream", "token_req": True}])
     settings, wanted = account_settings(claims.decode_account(token))
-    assert [w.imp for w in wanted] == [Import(SYS.public, "a.>", "b.>", False), Import(SYS.public, "ev", "pre.ev", False),
+    assert [w.imp for w in wanted] == [Import(SYS.public, "a.>", "b.>", False),
+                                       Import(SYS.public, "ev", "pre.ev", False),
                                        Import(SYS.public, "remote", "local", True)]
     assert [(e.subject, e.service, e.accounts, e.response_type, e.response_threshold) for e in settings.exports] == [
         ("svc", True, None, "stream", 5.0), ("priv.>", False, (), "singleton", 120.0)]

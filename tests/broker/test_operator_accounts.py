@@ -198,8 +198,9 @@ def test_jetstream_per_account_with_the_jwt_limits(servers: dict[str, ServerHand
                                                               json.dumps(body).encode())))
                 for durable, max_ack_pending in (("d", 20), ("d", 5), ("e", 5)):  # A: 10 pending, 1 consumer
                     config = {"durable_name": durable, "ack_policy": "explicit", "max_ack_pending": max_ack_pending}
+                    request = json.dumps({"stream_name": "F", "config": config}).encode()
                     out.append((name, durable, await _request(nc, f"$JS.API.CONSUMER.DURABLE.CREATE.F.{durable}",
-                                                               json.dumps({"stream_name": "F", "config": config}).encode())))
+                                                               request)))
             finally:
                 await nc.close()
         return out
@@ -239,11 +240,12 @@ def test_restart_keeps_each_accounts_streams(tmp_path: Path, creds: dict[str, st
     jwts = _jwts()
 
     async def make(url: str) -> None:
-        nc = await nats.connect(url, user_credentials=creds["a"])
-        js = nc.jetstream()
-        await js.add_stream(name="KEEP", subjects=["keep"], max_bytes=MIB)
-        await js.publish("keep", b"kept")
-        await nc.close()
+        for name, stream in (("a", "KEEP"), ("c", "ALSO")):
+            nc = await nats.connect(url, user_credentials=creds[name])
+            js = nc.jetstream()
+            await js.add_stream(name=stream, subjects=[stream.lower()], max_bytes=MIB)
+            await js.publish(stream.lower(), b"kept")
+            await nc.close()
 
     async def read(url: str) -> list[Any]:
         out = []
@@ -262,8 +264,9 @@ def test_restart_keeps_each_accounts_streams(tmp_path: Path, creds: dict[str, st
             outcomes[kind] = run(read(handle.url))
         layouts[kind] = sorted(str(p.relative_to(store)) for p in store.glob("jetstream/*/streams/*"))
     assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
-    assert outcomes[JSBROKER][0]["streams"] == ["KEEP"]
-    assert layouts[JSBROKER] == layouts[NATS_SERVER] == [f"jetstream/{A.public}/streams/KEEP"]
+    assert [o["streams"] for o in outcomes[JSBROKER]] == [["KEEP"], ["ALSO"]]
+    assert layouts[JSBROKER] == layouts[NATS_SERVER] == sorted([f"jetstream/{A.public}/streams/KEEP",
+                                                                f"jetstream/{C.public}/streams/ALSO"])
 
 
 def test_a_claims_update_changes_a_running_accounts_limits(tmp_path: Path, creds: dict[str, str]) -> None:
@@ -386,7 +389,8 @@ def test_a_claims_update_turns_jetstream_off_and_on(tmp_path: Path, creds: dict[
             out += [await _request(a, "$JS.API.INFO"), await _request(a, "$JS.API.STREAM.NAMES")]
             out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", on))
             state = (await _request(a, "$JS.API.STREAM.INFO.KEEP"))["state"]
-            out += [await _request(a, "$JS.API.STREAM.NAMES"), [state[k] for k in ("messages", "first_seq", "last_seq")]]
+            out += [await _request(a, "$JS.API.STREAM.NAMES"),
+                    [state[k] for k in ("messages", "first_seq", "last_seq")]]
         finally:
             for nc in (sys, a):
                 await nc.close()
