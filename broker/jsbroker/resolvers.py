@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from .claims import JwtError, decode_account, decode_generic
+from .claims import JwtError, decode_account, decode_generic, import_issues
 from .config import OperatorSettings
 from .nkeys import is_public_key
 
@@ -249,6 +249,9 @@ def _update(resolver: DirResolver, operator: OperatorKeys, account: str | None, 
     if strict:
         return _update_reply(server, target, "jwt update resulted in error",
                              "operator requires issuer to be a signing key")
+    issues = import_issues(claims)
+    if issues:  # nats-io/jwt's validation of the claims (Go's %v of its errors)
+        return _update_reply(server, target, "jwt validation failed", f"validation errors: [{' '.join(issues)}]")
     try:
         resolver.store(target, text)
     except OSError as e:

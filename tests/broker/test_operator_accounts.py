@@ -287,6 +287,7 @@ def test_a_claims_update_changes_a_running_accounts_limits(tmp_path: Path, creds
                     {"name": stream, "subjects": [stream], "storage": "memory", "max_bytes": 1024}).encode()))
             out.append(await _request(nojs, "$JS.API.INFO"))
             out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", wider))
+            out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", jwts["badtoken"].encode()))  # not a valid JWT
             out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", enabled))
             out.append(await _request(a, "$JS.API.STREAM.CREATE.S3", json.dumps(
                 {"name": "S3", "subjects": ["S3"], "storage": "memory", "max_bytes": 1024}).encode()))
@@ -303,7 +304,8 @@ def test_a_claims_update_changes_a_running_accounts_limits(tmp_path: Path, creds
             outcomes[kind] = run(scenario(handle.url))
     assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
     assert outcomes[JSBROKER][2]["error"]["err_code"] == 10027  # maximum number of streams reached
-    assert outcomes[JSBROKER][6]["config"]["name"] == "S3"
+    assert outcomes[JSBROKER][5]["error"]["description"].startswith("jwt validation failed - validation errors: [")
+    assert outcomes[JSBROKER][7]["config"]["name"] == "S3"
 
 
 def test_a_claims_update_rewires_exports_and_imports(tmp_path: Path, creds: dict[str, str]) -> None:
