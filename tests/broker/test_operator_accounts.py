@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ import nats
 import pytest
 
 from tests.broker import jwt_material as m
+from tests.chart import go_tools
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
 
 OP, SYS, A, B, C, NOJS, BADTOKEN = (m.new_key(k) for k in (
@@ -406,3 +409,22 @@ def test_a_claims_update_turns_jetstream_off_and_on(tmp_path: Path, creds: dict[
     assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
     assert [o.get("error", {}).get("err_code") for o in outcomes[JSBROKER][1:3]] == [10039, 10039]
     assert outcomes[JSBROKER][5] == [1, 1, 1]
+
+
+def test_nats_account_info_of_each_account(servers: dict[str, ServerHandle], creds: dict[str, str],
+                                           tmp_path: Path) -> None:
+    """natscli's `nats account info` (what a user reads of their account and its JetStream limits) prints the
+    same for users of A (limits), B (no JetStream) and C (tiered limits), but for the connection's own lines."""
+    cli = go_tools.NATS_CLI.for_test()
+    own = re.compile(r"^\s*(Client ID|Client IP|RTT|Connected Server ID|Connected URL|Connected Address):.*$",
+                     re.MULTILINE)
+
+    def info(handle: ServerHandle, name: str) -> str:
+        done = subprocess.run([str(cli), "--server", handle.url, "--timeout", "3s", "--creds", creds[name],
+                               "account", "info"], capture_output=True, text=True, timeout=60,
+                              env={"HOME": str(tmp_path)})
+        return own.sub("", done.stdout + done.stderr)
+
+    out = {kind: [info(h, name) for name in ("a", "b", "c")] for kind, h in servers.items()}
+    assert out[JSBROKER] == out[NATS_SERVER]
+    assert "Storage Per Stream: 2.0 MiB" in out[JSBROKER][0] and f"Account: A ({A.public})" in out[JSBROKER][0]
