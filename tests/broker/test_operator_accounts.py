@@ -21,6 +21,7 @@ import pytest
 
 from tests.broker import jwt_material as m
 from tests.chart import go_tools
+from tests.polling import poll_async
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
 
 OP, SYS, A, B, C, NOJS, BADTOKEN = (m.new_key(k) for k in (
@@ -132,6 +133,14 @@ def _normal(body: Any) -> Any:
     return body
 
 
+async def _imported(nc: nats.NATS, subject: str) -> None:
+    """Until a request through a service import is answered: nats-server under load sometimes answers the first
+    ones right after the importer connects with no responders (its import set up after the CONNECT's PONG)."""
+    async def answered() -> bool:
+        return await _request(nc, subject) not in ("no responders", "timeout")
+    await poll_async(answered, timeout=10, what=f"an answer on {subject}")
+
+
 def run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
 
@@ -156,6 +165,7 @@ def test_accounts_are_isolated_and_share_only_what_they_export(servers: dict[str
             await a.subscribe("private.>", cb=answer)
             await a.subscribe("secret", cb=answer)
             await a.flush()
+            await _imported(b, "asvc.ready")
             for subject in ("asvc.hello", "granted", "private.x", "secret", "svc.hello", "private.z"):
                 out.append((subject, await _request(b, subject)))
             events = await b.subscribe("a.events.>")
@@ -352,6 +362,7 @@ def test_a_claims_update_rewires_exports_and_imports(tmp_path: Path, creds: dict
             events, tick = await b.subscribe("a.events.>"), await b.subscribe("ticks")
             await a.flush()
             await b.flush()
+            await _imported(b, "asvc.ready")
             out += [await event(1), await _request(b, "asvc.x")]
             out.append(await _request(sys, "$SYS.REQ.CLAIMS.UPDATE", svc_only))
             out += [await event(2), await _request(b, "asvc.x"), await _request(b, "newsvc.x")]
