@@ -51,7 +51,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # The core, bottom up: the bus (router.py) knows clients and the server only by Protocols; connections
     # use the bus; monitoring reads the server through monitored.py's Protocols; `core` wires them.
     "core-bus": ("jsbroker.sublist", "jsbroker.permissions", "jsbroker.router", "jsbroker.accounts",
-                 "jsbroker.account_bus"),
+                 "jsbroker.account_bus", "jsbroker.operator_accounts"),
     "core-edges": (  # what the listeners and the command use, no other core module
         "jsbroker.listen",
         "jsbroker.tls",

@@ -14,7 +14,8 @@ subscribes in that account's `Sublist`. Imports cross accounts the way nats-serv
 - JetStream answers in every account that enables it (`$G` without accounts), each with its own streams
   (server.py starts one service per account on an `AccountBus`); the others get nats-server's 10039 refusal.
 
-`Accounts.lookup(name)` is the one way to an account by name (users and, later, JWT claims name theirs).
+`Accounts.lookup(name)` is the one way to an account by name (users name theirs); `Accounts.add` registers one
+while the server runs (operator mode's, operator_accounts.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from __future__ import annotations
 import re
 import secrets
 import string
-from typing import Callable, Protocol, Sequence
+from dataclasses import replace
+from typing import Callable, Iterable, Protocol, Sequence
 
 from .config import GLOBAL_ACCOUNT, AccountLimits, AccountSettings, AuthSettings, Export, Import
 from .internal import Delivery, Origin
@@ -43,6 +45,8 @@ class Routes(Protocol):
               target: bytes | None = None, into: Sublist | None = None) -> bool: ...
 
     def insert(self, sub: Subscription, sublist: Sublist | None = None) -> None: ...
+
+    def remove(self, sub: Subscription) -> None: ...
 
 
 Timer = Callable[[float, Callable[[], None]], Callable[[], None]]  # call_later(seconds, fn) -> cancel
@@ -105,6 +109,10 @@ class Account:
         self.settings = settings or AccountSettings(name)
         self.stream_imports: list[tuple[Import, Account]] = []
         self.jetstream = False  # JetStream's API answers in this account (its own service)
+        self.refusal: Subscription | None = None  # the 10039 answer on $JS.API.> when JetStream is not enabled
+        self.service_imports: list[Subscription] = []  # the internal subscriptions of its service imports
+        self._internal: list[Subscription] = []  # its services' subscriptions (JetStream's), closed ones pruned
+        self._internal_live = 0
         self.reply_prefix = f"{_REPLY_PREFIX}{_token()}."
         self._replies: dict[str, tuple[Account, bytes, str, Callable[[], None]]] = {}
         self._reply_sub: Subscription | None = None
@@ -128,6 +136,18 @@ class Account:
             shadows.append(shadow)
         if shadows:
             sub.shadows = shadows
+
+    def add_internal_shadows(self, sub: Subscription, routes: Routes) -> None:
+        """`add_shadows` for a service's subscription (the account bus's), which is kept to be shadowed again
+        when the imports change (closed ones are dropped as the list doubles)."""
+        self._internal.append(sub)
+        if len(self._internal) > 2 * self._internal_live + 16:
+            self._internal = [s for s in self._internal if not s.closed]
+            self._internal_live = len(self._internal)
+        self.add_shadows(sub, routes)
+
+    def internal_subscriptions(self) -> list[Subscription]:
+        return [s for s in self._internal if not s.closed]
 
     # -- service responses --------------------------------------------------------------------------
 
@@ -182,14 +202,16 @@ class Accounts:
     def __init__(self, auth: AuthSettings, routes: Routes, timer: Timer, global_sublist: Sublist,
                  global_limits: AccountLimits | None = None) -> None:
         """`global_limits`: $G's JetStream limits (jsbroker's `[jetstream.account]`); JetStream answers in $G
-        without accounts, else in the accounts enabling it, as in nats-server."""
+        without accounts (nor operator mode), else in the accounts enabling it, as in nats-server."""
         self.routes, self.timer = routes, timer
         self.by_name: dict[str, Account] = {}
-        global_settings = AccountSettings(GLOBAL_ACCOUNT, jetstream=None if auth.accounts else global_limits or AccountLimits())
+        self.added: list[Callable[[Account], None]] = []  # told of each account registered after the start
+        self._refusal: Callable[[str], bytes | None] | None = None  # JetStream's 10039, once JetStream runs
+        only_global = not auth.accounts and auth.operator is None
+        global_limits = (global_limits or AccountLimits()) if only_global else None
+        global_settings = AccountSettings(GLOBAL_ACCOUNT, jetstream=global_limits)
         for settings in (global_settings, *auth.accounts):
-            sublist = global_sublist if settings.name == GLOBAL_ACCOUNT else Sublist()
-            account = self.by_name[settings.name] = Account(settings.name, sublist, settings)
-            account.jetstream = settings.jetstream is not None
+            self._register(settings, global_sublist if settings.name == GLOBAL_ACCOUNT else Sublist())
         self.global_account = self.by_name[GLOBAL_ACCOUNT]
         # The system account (system_account.py): made when the config does not define it, as nats-server does
         system = auth.system_account
@@ -197,12 +219,57 @@ class Accounts:
             self.by_name[system] = Account(system, Sublist())
         self.system = self.by_name[system] if system is not None else None
         for account in self.by_name.values():
-            for imp in account.settings.imports:
-                exporter = self.by_name[imp.account]
-                if imp.service:
-                    self._service_import(account, exporter, imp)
-                else:
-                    account.stream_imports.append((imp, exporter))
+            self._wire_imports(account)
+
+    def _register(self, settings: AccountSettings, sublist: Sublist) -> Account:
+        account = self.by_name[settings.name] = Account(settings.name, sublist, settings)
+        account.jetstream = settings.jetstream is not None
+        return account
+
+    def _wire_imports(self, account: Account) -> None:
+        for imp in account.settings.imports:
+            self._wire(account, imp)
+
+    def _wire(self, account: Account, imp: Import) -> None:
+        exporter = self.by_name[imp.account]
+        if imp.service:
+            self._service_import(account, exporter, imp)
+        else:
+            account.stream_imports.append((imp, exporter))
+
+    def add(self, settings: AccountSettings) -> Account:
+        """An account registered while the server runs (operator mode's, when first needed): its own subject
+        space, its imports wired (the exporters are registered already), then the `added` listeners told."""
+        account = self._register(settings, Sublist())
+        self._wire_imports(account)
+        if self._refusal is not None and not account.jetstream:
+            self._refuse_in(account, self._refusal)
+        for listener in self.added:
+            listener(account)
+        return account
+
+    def add_imports(self, account: Account, imports: tuple[Import, ...]) -> None:
+        """Imports of a registered account whose exporters are registered now (operator mode registers an
+        account before the exporters its imports name, which may import from it in turn)."""
+        account.settings = replace(account.settings, imports=account.settings.imports + imports)
+        for imp in imports:
+            self._wire(account, imp)
+
+    def replace_imports(self, account: Account, imports: tuple[Import, ...],
+                        subscriptions: Iterable[Subscription]) -> None:
+        """The account's imports replaced while the server runs (a pushed account JWT): the service imports'
+        subscriptions made again, and the stream imports' shadows of `subscriptions` (its clients') and of its
+        services' subscriptions."""
+        for sub in account.service_imports:
+            self.routes.remove(sub)
+        account.service_imports, account.stream_imports = [], []
+        account.settings = replace(account.settings, imports=())
+        self.add_imports(account, imports)
+        for sub in (*subscriptions, *account.internal_subscriptions()):
+            for shadow in sub.shadows or ():
+                self.routes.remove(shadow)
+            sub.shadows = None
+            account.add_shadows(sub, self.routes)
 
     def lookup(self, name: str) -> Account | None:
         return self.by_name.get(name)
@@ -216,10 +283,27 @@ class Accounts:
 
     def refuse_jetstream(self, refusal: Callable[[str], bytes | None]) -> None:
         """JetStream's API in the accounts without JetStream: nats-server answers there with 10039."""
+        self._refusal = refusal
         for account in self.by_name.values():
             if not account.jetstream:
-                self.routes.insert(Subscription(None, "$JS.API.>", None, b"0", self._refuser(account, refusal)),
-                                   account.sublist)
+                self._refuse_in(account, refusal)
+
+    def _refuse_in(self, account: Account, refusal: Callable[[str], bytes | None]) -> None:
+        account.refusal = Subscription(None, "$JS.API.>", None, b"0", self._refuser(account, refusal))
+        self.routes.insert(account.refusal, account.sublist)
+
+    def deny_jetstream(self, account: Account) -> None:
+        """The account's JetStream is turned off while the server runs (a claims update): 10039 from now on."""
+        account.jetstream = False
+        if self._refusal is not None and account.refusal is None:
+            self._refuse_in(account, self._refusal)
+
+    def allow_jetstream(self, account: Account) -> None:
+        """The account gets JetStream while the server runs (a claims update): the refusal goes."""
+        account.jetstream = True
+        if account.refusal is not None:
+            self.routes.remove(account.refusal)
+            account.refusal = None
 
     def _refuser(self, account: Account, refusal: Callable[[str], bytes | None]) -> Callable[..., None]:
         def refuse(subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
@@ -229,7 +313,9 @@ class Accounts:
         return refuse
 
     def _service_import(self, importer: Account, exporter: Account, imp: Import) -> None:
-        export = next(e for e in exporter.settings.exports if e.service and e.allows(importer.name, imp.subject))
+        covering = [e for e in exporter.settings.exports if e.service and is_subset(imp.subject, e.subject)]
+        # checked before (config.py, or operator_accounts.py for a token's grant): the one allowing it comes first
+        export = next((e for e in covering if e.allows(importer.name, imp.subject)), covering[0])
         routes, timer = self.routes, self.timer
 
         def forward(subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
@@ -242,4 +328,6 @@ class Accounts:
                 status = b"NATS/1.0 503\r\nNats-Subject: %s\r\n\r\n" % subject.encode()
                 routes.route_into(importer.sublist, reply.encode(), None, len(status), status + b"\r\n")
 
-        routes.insert(Subscription(None, imp.local, None, b"0", forward), importer.sublist)
+        sub = Subscription(None, imp.local, None, b"0", forward)
+        importer.service_imports.append(sub)
+        routes.insert(sub, importer.sublist)

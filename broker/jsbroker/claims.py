@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .nkeys import NkeyError, public_key, verified
+from .subjects import is_subset
 
 ALGORITHMS = ("ed25519-nkey", "ed25519")  # version 2 JWTs, and version 1 ones (nats-server still takes them)
 ALL_USERS = "*"  # a revocation of every user issued up to its time
@@ -425,6 +426,32 @@ def user_issues(user: UserClaims, now: float) -> list[str]:
             issues.append(f"could not parse iana time zone by name: unknown time zone {grant.limits.locale}")
     if user.issuer_account and _key_kind(user.issuer_account, ("account",)) is None:
         issues.append("account_id is not an account public key")
+    return issues
+
+
+def import_issues(account: AccountClaims) -> list[str]:
+    """What nats-io/jwt's Import.Validate finds wrong with the activation tokens of the account's imports
+    (nats-server refuses an account JWT with any; an expired token only leaves its import out)."""
+    issues = []
+    for imp in account.imports:
+        token, subject = imp.get("token"), str(imp.get("subject", ""))
+        if not token:
+            continue
+        try:
+            act = decode_activation(str(token))
+        except JwtError:
+            issues.append(f"import {json.dumps(subject)} contains an invalid activation token")
+            continue
+        if imp.get("account") not in (act.issuer, act.issuer_account):
+            issues.append(f"activation token doesn't match account for import {json.dumps(subject)}")
+        if act.subject != account.subject:
+            issues.append(f"activation token doesn't match account it is being included in, {json.dumps(subject)}")
+        if act.import_type != imp.get("type"):
+            issues.append(f"mismatch between token import type {act.import_type} and type of import {imp.get('type')}")
+        contained = str(imp.get("to") or subject) if imp.get("type") == "service" else subject
+        if not act.import_subject or not is_subset(contained, act.import_subject):
+            issues.append(f"activation token import subject {json.dumps(act.import_subject)} doesn't match import "
+                          f"{json.dumps(subject)}")
     return issues
 
 

@@ -47,6 +47,7 @@ class AccountLimits:
     max_bytes_required: bool = False  # every stream must set max_bytes
     memory_max_stream_bytes: int = -1  # a memory / file stream's max_bytes may not exceed these
     store_max_stream_bytes: int = -1
+    tier: str = ""  # "R1": these are that tier of tiered limits (an account JWT's `tiered_limits`), else ""
 
 
 @dataclass(frozen=True)
@@ -859,9 +860,6 @@ def operator_settings(mode: Acc, others: Acc) -> OperatorSettings | None:
         raise ConfigError("using nats based account resolver - the system account needs to be specified in "
                           "configuration or the operator jwt")
     preload = mode.get("preload", ())
-    if others.get("jetstream_on"):
-        raise ConfigError("jetstream with operator mode: jsbroker does not apply the account JWTs' JetStream "
-                          "limits yet; turn jetstream off or use authorization users")
     full = {k: mode[k] for k in ("resolver_dir", "allow_delete", "hard_delete", "resolver_limit") if k in mode}
     return OperatorSettings(op, system, mode["resolver"], preload, **full)
 
@@ -1374,6 +1372,9 @@ def apply_settings(settings: dict[str, Node], base: BrokerConfig, nats_format: b
         if acc.get("accounts"):
             raise ConfigError(f"{source}: operators do not allow Accounts to be configured directly")
         acc["auth"] = {**acc.get("auth", {}), "operator": operator}
+        if "account" in acc.get("js", {}):
+            raise ConfigError(f"{source}: jetstream.account gives the global account's JetStream limits, and in "
+                              "operator mode each account's come from its account JWT: remove it")
     js_on = acc.pop("jetstream_on", False if nats_format else None)  # None: as in `base`
     js_kw = acc.pop("js", {})
     try:  # BrokerConfig's own checks (max_payload <= max_pending, ...) name the file too

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from . import auth_callout  # imported by the first CONNECT a callout is asked about
     from .accounts import Accounts
     from .logs import Logger
+    from .operator_accounts import OperatorAccounts
     from .operator_auth import JwtUser  # operator mode's JWT code: imported by its first CONNECT
     from .resolvers import Resolver
     from .router import Router
@@ -45,7 +46,8 @@ class ConnectionHost(Protocol):
     """What a connection uses of the server that accepted it (server.py's `Broker`): the bus, the accounts,
     settings and TLS, its INFO line, the connection registry, and operator mode's resolver."""
 
-    served_account: str  # operator mode: the one account served, bound by the first user (operator_auth.py)
+    jwt_accounts: OperatorAccounts | None  # operator mode: the accounts of the resolver's JWTs
+    account_starts: dict[str, asyncio.Task[None]]  # accounts whose JetStream is being started (their streams read)
     server_name: str
     callout_keys: auth_callout.ServerKeys | None  # the nkey and xkey of auth callout requests, when configured
 
@@ -275,7 +277,7 @@ class Connection(RoutedConnection, asyncio.Protocol):
         router = self.router
         router.reading = self
         try:
-            if self.parser.gate and self.broker.callout_keys is not None:
+            if self.parser.gate and (self.broker.callout_keys is not None or self.broker.jwt_accounts is not None):
                 self._feed_connect_alone(data)
             else:
                 self.parser.feed(data)
@@ -291,8 +293,9 @@ class Connection(RoutedConnection, asyncio.Protocol):
             router.flush(self, len(data))  # a read that fed a backed-up client holds this publisher briefly
 
     def _feed_connect_alone(self, data: bytes) -> None:
-        """Before CONNECT with an auth callout: the CONNECT line is parsed alone, and what follows it waits for
-        the callout's answer (nats-server's read loop waits for it likewise)."""
+        """Before CONNECT with an auth callout or in operator mode: the CONNECT line is parsed alone, and what
+        follows it waits for the callout's answer or the account's JetStream to start (nats-server's read loop
+        waits for them likewise)."""
         end = data.find(b"\n") + 1
         self.parser.feed(data[:end] if end else data)
         if end and end < len(data):
@@ -495,7 +498,8 @@ class Connection(RoutedConnection, asyncio.Protocol):
                 opts[option] = value
         auth = self.broker.config.auth
         if auth.operator is not None and not self.connected:
-            self._authenticate_jwt(auth.operator, opts)
+            if not self._authenticate_jwt(auth.operator, opts):
+                return
         elif auth.required and not self.connected:
             authorized, user = _authenticate(auth, opts, self.nonce)
             bound = user.account if authorized and user is not None else "$G"
@@ -559,9 +563,7 @@ class Connection(RoutedConnection, asyncio.Protocol):
         message = auth_callout.request(keys, settings, user_nkey, server, client, time.time(), broker.config.auth.timeout)
         if self._timer is not None:  # the callout's own timeout (the same length) decides now
             self._timer.cancel()
-        self.held = []  # the rest of this read; the socket is not read meanwhile (nats-server's read loop waits)
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self._hold()  # the rest of this read; the socket is not read meanwhile (nats-server's read loop waits)
         self.callout = auth_callout.PendingCallout(broker.router, account.sublist, broker.loop,
                                                    broker.config.auth.timeout, message,
                                                    partial(self._callout_answered, settings, opts, user_nkey))
@@ -590,6 +592,16 @@ class Connection(RoutedConnection, asyncio.Protocol):
         self._bind(User(admitted.name or auth_callout.raw_user(opts), None, admitted.permissions, None, admitted.account))
         if admitted.expires:  # nats-server closes the connection when the user JWT expires
             self._jwt_expiry = self.broker.loop.call_later(max(admitted.expires - time.time(), 0), self._jwt_expired)
+        self._finish_held_connect(opts)
+
+    def _hold(self) -> None:
+        """What the client sends after its CONNECT waits, and its socket is not read, until the CONNECT is done."""
+        self.held = []
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def _finish_held_connect(self, opts: dict[str, Any]) -> None:
+        """The held CONNECT's options applied, then what the client sent after it."""
         try:
             self._apply_connect(opts)
         except ProtocolError as e:
@@ -601,41 +613,45 @@ class Connection(RoutedConnection, asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.resume_reading()
 
-    def _authenticate_jwt(self, operator: OperatorSettings, opts: dict[str, Any]) -> None:
+    def _authenticate_jwt(self, operator: OperatorSettings, opts: dict[str, Any]) -> bool:
         """Operator mode: the user JWT and the nonce's signature (operator_auth.py); nats-server logs the
-        reason (mostly at debug level) before the authentication error."""
+        reason (mostly at debug level) before the authentication error. The user's account is registered
+        now if it is new (operator_accounts.py); False: the CONNECT is held until its JetStream has started."""
         if any(opts.get(k) is not None and not isinstance(opts[k], str) for k in ("jwt", "sig")):
             raise ProtocolError(None)  # nats-server's CONNECT does not decode: closed without an error line
-        from .operator_auth import JwtUser, Refusal, authenticate_user, one_account
+        from .operator_auth import Refusal, authenticate_user
 
-        resolver = self.broker.resolver
-        assert resolver is not None
-        result = authenticate_user(operator.operator, resolver.fetch, opts, self.nonce,
+        broker = self.broker
+        assert broker.resolver is not None and broker.jwt_accounts is not None
+        result = authenticate_user(operator.operator, broker.resolver.fetch, opts, self.nonce,
                                    "WEBSOCKET" if self.websocket else "STANDARD", self.peer[0], time.time(),
-                                   lambda line: self.broker.log.debug(f"{self.who} - {line}", cid=self.cid))
-        if isinstance(result, JwtUser):
-            why = one_account(result, operator.system_account, self.broker.served_account)
-            result = Refusal(why, "error") if why is not None else result
-        if isinstance(result, Refusal):
-            if result.warning:
-                self.broker.log.warning(result.warning)
-            if result.level != "none":
-                log = self.broker.log.error if result.level == "error" else self.broker.log.debug
-                log(f"{self.who} - {result.reason}", cid=self.cid)
-            self.broker.log.error(f"{self.who} - authentication error", cid=self.cid)
+                                   lambda line: broker.log.debug(f"{self.who} - {line}", cid=self.cid))
+        account = broker.jwt_accounts.account(result.account) if not isinstance(result, Refusal) else None
+        if isinstance(result, Refusal) or account is None:
+            refusal = result if isinstance(result, Refusal) else Refusal("Account JWT lookup error: account missing")
+            if refusal.warning:
+                broker.log.warning(refusal.warning)
+            if refusal.level != "none":
+                log = broker.log.error if refusal.level == "error" else broker.log.debug
+                log(f"{self.who} - {refusal.reason}", cid=self.cid)
+            broker.log.error(f"{self.who} - authentication error", cid=self.cid)
             raise ProtocolError("Authorization Violation")
-        self.broker.log.debug(f"{self.who} - {result.log_line}", cid=self.cid)
+        broker.log.debug(f"{self.who} - {result.log_line}", cid=self.cid)
         self.jwt_user = result
-        system = self.broker.accounts.system
-        if system is not None and result.account == system.name:  # the system account has its own subjects
-            self.account, self.sublist = system, system.sublist
-        else:
-            self.broker.served_account = result.account
+        self.account, self.sublist = account, account.sublist
         self.perms = PermissionChecker(result.permissions) if result.permissions is not None else None
         if 0 < result.limits.payload < self.parser.max_payload:
             self.parser.max_payload = result.limits.payload
         if result.expires:  # nats-server closes the connection when the user JWT expires
-            self._jwt_expiry = self.broker.loop.call_later(max(result.expires - time.time(), 0), self._jwt_expired)
+            self._jwt_expiry = broker.loop.call_later(max(result.expires - time.time(), 0), self._jwt_expired)
+        starting = broker.account_starts.get(account.name)
+        if starting is None:
+            return True
+        if self._timer is not None:  # the account's streams are read: the wait ends when they are
+            self._timer.cancel()
+        self._hold()
+        starting.add_done_callback(lambda _: None if self.closed else self._finish_held_connect(opts))
+        return False
 
     def _jwt_expired(self) -> None:
         self.broker.log.debug(f"{self.who} - User Authentication Expired", cid=self.cid)

@@ -21,7 +21,8 @@ from datetime import datetime
 from typing import Any, Callable
 
 from .claims import (CONNECTION_TYPES, AccountClaims, JwtError, OperatorClaims, UserClaims, UserLimits,
-                     UserPermissionLimits, decode_account, decode_user, is_revoked, time_issue, user_issues)
+                     UserPermissionLimits, decode_account, decode_user, import_issues, is_revoked, time_issue,
+                     user_issues)
 from .config import Permissions, SubjectRules
 from .nkeys import NkeyError, user_public_key, verified
 
@@ -176,7 +177,7 @@ def authenticate_user(operator: OperatorClaims, fetch: Callable[[str], str | Non
         account = decode_account(found)
     except JwtError as e:
         return Refusal(f"Account JWT lookup error: {e}")
-    if account.subject != account_key or time_issue(account, now) is not None:
+    if account.subject != account_key or time_issue(account, now) is not None or import_issues(account):
         return Refusal("Account JWT lookup error: account validation failed")
     if account.issuer not in trusted_keys(operator):
         return Refusal("Account JWT not signed by trusted operator")
@@ -250,14 +251,3 @@ def unenforced(user: JwtUser, account: AccountClaims) -> str | None:
                     "set it to -1 (unlimited)")
     return None
 
-
-def one_account(user: JwtUser, system_account: str, served: str) -> str | None:
-    """Why jsbroker, which has one subject space besides the system account's until it has accounts, cannot
-    admit this user: it serves the account of the first user admitted (`served`, "" before), so accounts never
-    share subjects."""
-    if user.account == system_account:
-        return None
-    if served and user.account != served:
-        return (f"jsbroker serves one account in operator mode until it has accounts: {served} is served, so "
-                f"users of account {user.account} are refused; give this server one account")
-    return None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from .claims import JwtError, decode_account, decode_generic
+from .claims import JwtError, decode_account, decode_generic, import_issues
 from .config import OperatorSettings
 from .nkeys import is_public_key
 
@@ -185,23 +185,31 @@ MEMORY_CLAIMS_SUBJECTS = ("$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE", "$SYS.ACCOUNT.*.CL
 
 
 def claims_answerer(settings: OperatorSettings, resolver: MemoryResolver | DirResolver,
-                    in_use: Callable[[str], bool]) -> tuple[tuple[str, ...], ClaimsAnswerer]:
+                    in_use: Callable[[str], bool],
+                    updated: Callable[[str, str], None]) -> tuple[tuple[str, ...], ClaimsAnswerer]:
     """The subjects the system account answers claims requests on, and the answers: the full resolver's
-    `claims_request` for this operator; the MEMORY resolver's update of an account in use (`in_use`: a user of
-    it was admitted), as nats-server's accountClaimUpdate."""
+    `claims_request` for this operator; the MEMORY resolver's update of an account in use (`in_use`: it is
+    registered), as nats-server's accountClaimUpdate. `updated(account, jwt)` is told of each JWT stored."""
     if isinstance(resolver, MemoryResolver):
         memory = resolver
 
         def update(subject: str, payload: bytes, server: dict[str, Any]) -> ClaimsReply:
-            return _memory_update(memory, in_use, subject, payload, server)
+            return _told(updated, subject, payload, _memory_update(memory, in_use, subject, payload, server))
         return MEMORY_CLAIMS_SUBJECTS, update
     op = settings.operator
     keys = OperatorKeys(op.subject, frozenset((op.subject, *op.signing_keys)), op.strict_signing_key_usage,
                         settings.system_account)
 
     def answer(subject: str, payload: bytes, server: dict[str, Any]) -> ClaimsReply:
-        return claims_request(resolver, keys, subject, payload, server)
+        return _told(updated, subject, payload, claims_request(resolver, keys, subject, payload, server))
     return CLAIMS_SUBJECTS, answer
+
+
+def _told(updated: Callable[[str, str], None], subject: str, payload: bytes, reply: ClaimsReply) -> ClaimsReply:
+    """`updated` told of a JWT the reply says was stored ("jwt updated")."""
+    if reply.log.startswith("jwt updated - "):
+        updated(reply.log[len("jwt updated - "):], payload.decode("utf-8", "replace"))
+    return reply
 
 
 def _memory_update(resolver: MemoryResolver, in_use: Callable[[str], bool], subject: str, payload: bytes,
@@ -241,6 +249,9 @@ def _update(resolver: DirResolver, operator: OperatorKeys, account: str | None, 
     if strict:
         return _update_reply(server, target, "jwt update resulted in error",
                              "operator requires issuer to be a signing key")
+    issues = import_issues(claims)
+    if issues:  # nats-io/jwt's validation of the claims (Go's %v of its errors)
+        return _update_reply(server, target, "jwt validation failed", f"validation errors: [{' '.join(issues)}]")
     try:
         resolver.store(target, text)
     except OSError as e:

@@ -23,7 +23,8 @@ from . import __version__, info, lameduck, passwords
 from .account_bus import AccountBus
 from .account_views import AccountViews
 from .accounts import Accounts
-from .config import GLOBAL_ACCOUNT, VERSION, BrokerConfig, ConfigError, JetStreamSettings, WebSocketSettings
+from .config import (GLOBAL_ACCOUNT, VERSION, AccountLimits, BrokerConfig, ConfigError, JetStreamSettings,
+                     WebSocketSettings)
 from .connection import Connection
 from .internal import BatchHandler, Delivery, InterestListener, InterestWatch, InternalHandler, InternalSubscription
 from .listen import advertised, dual_stack_socket, host_port
@@ -36,7 +37,9 @@ if TYPE_CHECKING:  # imported at start with TLS on: the ssl context code is on n
     import ssl
 
     from .auth_callout import ServerKeys
+    from .accounts import Account
     from .config import OperatorSettings
+    from .operator_accounts import OperatorAccounts
     from .resolvers import ClaimsAnswerer, DirResolver, MemoryResolver
     from .tls import TlsContext
     from .websocket import Origin
@@ -63,12 +66,26 @@ def _resolver(operator: OperatorSettings) -> MemoryResolver | DirResolver:
     return resolver_for(operator)
 
 
-def _claims_answerer(operator: OperatorSettings, resolver: MemoryResolver | DirResolver,
-                     in_use: Callable[[str], bool]) -> tuple[tuple[str, ...], ClaimsAnswerer]:
+def _claims_answerer(operator: OperatorSettings, resolver: MemoryResolver | DirResolver, in_use: Callable[[str], bool],
+                     updated: Callable[[str, str], None]) -> tuple[tuple[str, ...], ClaimsAnswerer]:
     """The system account's `$SYS.REQ.CLAIMS.*` answers (operator mode only, like its JWT code)."""
     from .resolvers import claims_answerer
 
-    return claims_answerer(operator, resolver, in_use)
+    return claims_answerer(operator, resolver, in_use, updated)
+
+
+def _jwt_accounts(broker: Broker, operator: OperatorSettings,
+                  resolver: MemoryResolver | DirResolver) -> OperatorAccounts:
+    """Operator mode's accounts (operator_accounts.py: imported only then, like the rest of its JWT code)."""
+    from .operator_accounts import OperatorAccounts
+    from .operator_auth import trusted_keys
+
+    def log(level: str, line: str) -> None:
+        (broker.log.warning if level == "warning" else broker.log.info)(line)
+    def subscriptions(account: Account) -> list[Subscription]:
+        return [sub for c in broker.clients.values() if c.account is account for sub in c.subs.values()]
+    return OperatorAccounts(broker.accounts, resolver.fetch, trusted_keys(operator.operator), log, time.time,
+                            subscriptions)
 
 
 def _callout_keys() -> ServerKeys:
@@ -113,7 +130,11 @@ class Broker:
         self.js_settings = config.jetstream  # with the temp store dir filled in once started
         operator = config.auth.operator
         self.resolver = _resolver(operator) if operator is not None else None  # operator mode's account JWTs
-        self.served_account = ""  # operator mode: the one account served, the first user's (operator_auth.py)
+        # operator mode: the resolver's accounts, registered when first needed (operator_accounts.py)
+        self.jwt_accounts = _jwt_accounts(self, operator, self.resolver) if operator and self.resolver else None
+        self.accounts.added.append(self._account_added)
+        self.account_starts: dict[str, asyncio.Task[None]] = {}  # accounts whose JetStream is being started
+        self.account_stops: dict[str, asyncio.Task[None]] = {}  # and stopped (a claims update turned it off)
         self.start_time = 0.0
         self.total_connections = 0
         self._closed_traffic = (0, 0, 0, 0)  # in_msgs, in_bytes, out_msgs, out_bytes of closed connections
@@ -206,7 +227,7 @@ class Broker:
         await self._start_jetstream()
         self.recovering = False
         if self.accounts.system is not None:
-            claims = (_claims_answerer(cfg.auth.operator, self.resolver, self._account_in_use)
+            claims = (_claims_answerer(cfg.auth.operator, self.resolver, self._account_in_use, self._claims_updated)
                       if cfg.auth.operator and self.resolver else None)
             self.system = SystemServices(self, self.accounts.system, self.accounts.by_name, self.router,
                                          self._call_later, claims, self._system_log)
@@ -340,9 +361,7 @@ class Broker:
         for account in self.accounts.with_jetstream():  # each its own streams, API and bus (account_bus.py)
             limits = account.settings.jetstream
             assert limits is not None
-            bus = AccountBus(self, self.router, account.name, account.sublist,
-                             partial(account.deliver_reply, self.router), partial(account.add_shadows, routes=self.router))
-            self.jetstream.add_account(account.name, bus, limits)
+            self.jetstream.add_account(account.name, self._account_bus(account), limits)
         await self.jetstream.start()
         self.accounts.refuse_jetstream(self.jetstream.refusal)
         usage = self.jetstream.info()
@@ -455,6 +474,7 @@ class Broker:
             self.jetstream.release_waiting_pulls(tell)
 
     async def _stop_jetstream(self) -> None:
+        await asyncio.gather(*self.account_starts.values(), *self.account_stops.values(), return_exceptions=True)
         if self.jetstream is not None:
             self.log.info("Initiating JetStream Shutdown...")
             await self.jetstream.stop()
@@ -523,8 +543,76 @@ class Broker:
             self.system.disconnected(conn, reason)
 
     def _account_in_use(self, account: str) -> bool:
-        """Operator mode: whether a user of this account was admitted (nats-server has it loaded)."""
-        return account in (self.served_account, *(c.jwt_user.account for c in self.clients.values() if c.jwt_user))
+        """Operator mode: whether the account is registered (nats-server has it loaded)."""
+        return self.accounts.lookup(account) is not None
+
+    def _claims_updated(self, key: str, token: str) -> None:
+        """A pushed account JWT (nsc push) applied to a registered account as nats-server's claims update does:
+        exports and imports (operator_accounts.py), JetStream limits at once, JetStream started or stopped."""
+        assert self.jwt_accounts is not None
+        account = self.jwt_accounts.replaced(key, token)
+        if account is None:
+            return
+        limits = account.settings.jetstream
+        js = self.jetstream.accounts.get(key) if self.jetstream is not None else None
+        if js is not None and limits is not None:
+            js.settings = replace(js.settings, account=limits)
+        elif js is None and limits is not None and self.jetstream is not None:
+            self.accounts.allow_jetstream(account)
+            self._start_account_jetstream(account, limits)
+        elif js is not None:
+            self._stop_account_jetstream(account)
+
+    def _account_added(self, account: Account) -> None:
+        """An account registered while the server runs (operator mode): its JetStream, when its limits enable
+        it, started now (its streams restored from `<store_dir>/jetstream/<account>/`); its clients wait for
+        `account_starts[name]` before their CONNECT is answered, as nats-server's read loop waits."""
+        if self.system is not None:
+            self.system.account_added(account)
+        limits = account.settings.jetstream
+        if self.jetstream is not None and limits is not None:
+            self._start_account_jetstream(account, limits)
+
+    def _account_bus(self, account: Account) -> AccountBus:
+        """The bus of the account's JetStream: its sublist, its service imports' replies, its stream imports."""
+        return AccountBus(self, self.router, account.name, account.sublist, partial(account.deliver_reply, self.router),
+                          partial(account.add_internal_shadows, routes=self.router))
+
+    def _start_account_jetstream(self, account: Account, limits: AccountLimits) -> None:
+        """The account's JetStream, its API answering once its streams are read (after the stop of a JetStream
+        the account had before, when a claims update turned it off)."""
+        assert self.jetstream is not None
+        js = self.jetstream.add_account(account.name, self._account_bus(account), limits)
+        js.hold_requests()
+        name, stopping = account.name, self.account_stops.get(account.name)
+
+        async def start() -> None:
+            if stopping is not None:
+                await stopping
+            await js.start()
+
+        def started(task: asyncio.Task[None]) -> None:
+            self.account_starts.pop(name, None)
+            if not task.cancelled() and task.exception() is not None:
+                self.log.error(f"JetStream of account {name} did not start: {task.exception()}")
+        task = self.account_starts[name] = self.loop.create_task(start())
+        task.add_done_callback(started)
+
+    def _stop_account_jetstream(self, account: Account) -> None:
+        """A claims update turned the account's JetStream off: its API answers 10039, its streams are closed
+        (kept on disk, back when JetStream is turned on again), as nats-server does."""
+        assert self.jetstream is not None
+        js = self.jetstream.accounts.pop(account.name)
+        self.accounts.deny_jetstream(account)
+        name, starting = account.name, self.account_starts.get(account.name)
+
+        async def stop() -> None:
+            if starting is not None:  # its streams are being read: they are closed once they are
+                await asyncio.gather(starting, return_exceptions=True)
+            await js.stop()
+        task = self.account_stops[name] = self.loop.create_task(stop())
+        task.add_done_callback(lambda _: self.account_stops.pop(name, None) if self.account_stops.get(name) is task
+                               else None)
 
     def _system_log(self, level: str, line: str) -> None:
         (self.log.error if level == "error" else self.log.debug)(line)

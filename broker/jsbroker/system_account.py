@@ -196,6 +196,10 @@ class SystemServices:
                 self._import_into(account)
         self._statsz_cancel = self.timer(self._statsz_interval, self._heartbeat)
 
+    def account_added(self, account: Account) -> None:
+        """An account registered while the server runs (operator mode's): the system's imports into it."""
+        self._import_into(account)
+
     def _import_into(self, account: Account) -> None:
         """nats-server's system imports of every other account (registerSystemImports)."""
         connz = self._account_request(account, "CONNZ")

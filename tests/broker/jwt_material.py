@@ -81,8 +81,13 @@ UNLIMITED = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1
 
 def account_jwt(signer: Key, account: Key, name: str, *, limits: dict[str, Any] | None = None,
                 signing_keys: list[Any] | None = None, revocations: dict[str, int] | None = None,
-                default_permissions: dict[str, Any] | None = None, **standard: Any) -> str:
+                default_permissions: dict[str, Any] | None = None, exports: list[dict[str, Any]] | None = None,
+                imports: list[dict[str, Any]] | None = None, **standard: Any) -> str:
     body: dict[str, Any] = {"type": "account", "limits": {**UNLIMITED, **(limits or {})}}
+    if exports:
+        body["exports"] = exports
+    if imports:
+        body["imports"] = imports
     if default_permissions:
         body["default_permissions"] = default_permissions
     if signing_keys:
@@ -99,6 +104,12 @@ def user_jwt(signer: Key, user: Key, name: str, *, issuer_account: str = "", nat
     if issuer_account:
         body["issuer_account"] = issuer_account
     return encode(signer, user.public, name, body, **standard)
+
+
+def activation_jwt(exporter: Key, importer: Key, subject: str, kind: str, **standard: Any) -> str:
+    """An exporter's activation token: `importer` may import `subject` (kind "service" or "stream")."""
+    return encode(exporter, importer.public, subject, {"type": "activation", "subject": subject, "kind": kind},
+                  **standard)
 
 
 def creds(token: str, user: Key) -> str:

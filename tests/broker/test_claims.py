@@ -15,7 +15,9 @@ import pytest
 from jsbroker import claims
 from jsbroker.config import ConfigError, SubjectRules, load_file
 from jsbroker.creds import CredsError, decorated_jwt, parse_creds
-from jsbroker.operator_auth import JwtUser, Refusal, authenticate_user, one_account, permissions_of
+from jsbroker.config import AccountLimits, Import
+from jsbroker.operator_accounts import account_settings, jetstream_limits
+from jsbroker.operator_auth import JwtUser, Refusal, authenticate_user, permissions_of
 from jsbroker.resolvers import DirResolver
 from tests.broker import jwt_material as m
 
@@ -167,12 +169,34 @@ def test_response_permissions_default_and_deny_other_publishing() -> None:
     assert permissions_of(claims.UserPermissionLimits()) is None
 
 
-def test_one_account_at_a_time() -> None:
-    user = JwtUser(APP.public, "APP", USER.public, "u", None)
-    assert one_account(user, SYS.public, "") is None and one_account(user, SYS.public, APP.public) is None
-    assert "serves one account" in (one_account(user, SYS.public, SCOPED.public) or "")
-    # the system account's users are admitted whichever account is served (it has its own subjects)
-    assert one_account(JwtUser(SYS.public, "SYS", USER.public, "u", None), SYS.public, APP.public) is None
+def test_account_jwt_jetstream_limits() -> None:
+    """JetStream is on when memory or disk storage is not 0 (nats-io/jwt's IsJSEnabled); unset pending and
+    stream bytes limits are unlimited (-1, as nats-server reports them); tiered limits give their R1 tier."""
+    assert jetstream_limits(m.UNLIMITED) is None
+    assert jetstream_limits({"tiered_limits": {"R3": {"mem_storage": -1}}}) is None
+    assert jetstream_limits({"disk_storage": 1024, "streams": 2}) == AccountLimits(
+        max_mem=0, max_file=1024, max_streams=2, max_consumers=0, max_ack_pending=-1)
+    tiered = {"tiered_limits": {"R1": {"mem_storage": -1, "max_bytes_required": True}}}
+    assert jetstream_limits(tiered) == AccountLimits(max_mem=-1, max_file=0, max_streams=0, max_consumers=0,
+                                                     max_bytes_required=True, tier="R1")
+
+
+def test_account_jwt_imports_and_exports() -> None:
+    """`local_subject`, or in older JWTs `to`: a stream's prefix, a service's subject in the exporter."""
+    token = m.account_jwt(OP, APP, "APP", imports=[
+        {"subject": "a.>", "account": SYS.public, "local_subject": "b.>", "type": "stream"},
+        {"subject": "ev", "account": SYS.public, "to": "pre", "type": "stream"},
+        {"subject": "local", "account": SYS.public, "to": "remote", "type": "service"},
+        {"subject": "bad subject", "account": SYS.public, "type": "service"},
+        {"subject": "x", "account": SYS.public, "type": "neither"},
+    ], exports=[{"subject": "svc", "type": "service", "response_type": "Stream", "response_threshold": 5 * 10**9},
+                {"subject": "priv.>", "type": "stream", "token_req": True}])
+    settings, wanted = account_settings(claims.decode_account(token))
+    assert [w.imp for w in wanted] == [Import(SYS.public, "a.>", "b.>", False),
+                                       Import(SYS.public, "ev", "pre.ev", False),
+                                       Import(SYS.public, "remote", "local", True)]
+    assert [(e.subject, e.service, e.accounts, e.response_type, e.response_threshold) for e in settings.exports] == [
+        ("svc", True, None, "stream", 5.0), ("priv.>", False, (), "singleton", 120.0)]
 
 
 # -- the directory resolver ----------------------------------------------------------------------------------
@@ -213,12 +237,13 @@ OPERATOR = m.operator_jwt(OP, system_account=SYS.public)
      "the JWT is account"),
     (f"operator: {OPERATOR}\nresolver: MEMORY\nauthorization {{ users [{{user: a, password: b}}] }}\n",
      "operators do not allow users to be configured directly"),
-    (f"operator: {OPERATOR}\nresolver: MEMORY\njetstream: enabled\n", "jetstream with operator mode"),
+    (f"operator: {OPERATOR}\nresolver: MEMORY\njetstream {{ account {{ max_streams: 3 }} }}\n",
+     "in operator mode each account's come from its account JWT"),
     (f"operator: {APP_JWT}\nresolver: MEMORY\n", "is not an operator JWT"),
     ("operator: /does/not/exist.jwt\nresolver: MEMORY\n", "cannot read /does/not/exist.jwt"),
     (f"resolver: MEMORY\nsystem_account: {SYS.public}\n", "given without operator"),
 ], ids=["no resolver", "system mismatch", "full without system", "url resolver", "cache resolver",
-        "preload key mismatch", "users", "jetstream", "not operator", "missing file", "no operator"])
+        "preload key mismatch", "users", "global jetstream limits", "not operator", "missing file", "no operator"])
 def test_config_errors(tmp_path: Path, text: str, error: str) -> None:
     with pytest.raises(ConfigError) as e:
         _load(tmp_path, text)

@@ -201,7 +201,8 @@ cli.main(sys.argv[1:])
 """
 # Only some configurations or requests need these; each costs a start milliseconds (aiohttp 130-300).
 LAZY = {"aiohttp", "cryptography", "prometheus_client", "h11", "tomllib", "ctypes", "jsbroker.tls", "jsbroker.metrics",
-        "jsbroker.claims", "jsbroker.operator_auth", "jsbroker.resolvers"}  # the last three: operator mode's JWT code
+        "jsbroker.claims", "jsbroker.operator_auth", "jsbroker.resolvers",
+        "jsbroker.operator_accounts"}  # the last four: operator mode's JWT code
 
 
 @pytest.mark.parametrize("args", [["-m", "-1"], ["-m", "-1", "-c", "CONFIG"]])

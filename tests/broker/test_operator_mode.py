@@ -361,20 +361,6 @@ def test_claims_requests_answered_as_nats_server_answers_them(tmp_path: Path, al
         p.name for p in (tmp_path / NATS_SERVER / "jwt").iterdir())
 
 
-def test_jsbroker_serves_one_account_and_says_so(tmp_path: Path) -> None:
-    """Until jsbroker has accounts, a second account's users are refused (nats-server admits them, each in its
-    own account), with a log line naming why; the system account's users are admitted (its own subjects)."""
-    config = _config(tmp_path)
-    other_jwt = m.user_jwt(OTHER, USERS["other"], "other")
-    config.write_text(config.read_text().replace("}\n", f"  {OTHER.public}: {m.account_jwt(OP, OTHER, 'OTHER')}\n}}\n"))
-    with launch(JSBROKER, jetstream=False, extra_args=["-c", str(config)]) as handle:
-        outcomes = [_outcome(handle.port, "alice"), _outcome(handle.port, "other", jwt=other_jwt),
-                    _outcome(handle.port, "sys", jwt=m.user_jwt(SYS, SYS_USER, "sys")), _outcome(handle.port, "no_perms")]
-        log = handle.log_tail(200)
-    assert outcomes == ["admitted", "-ERR 'Authorization Violation' (closed)", "admitted", "admitted"]
-    assert f"jsbroker serves one account in operator mode until it has accounts: {APP.public} is served" in log
-
-
 def test_a_user_jwt_that_expires_closes_its_connection(servers: dict[str, ServerHandle]) -> None:
     out = {}
     for kind, h in servers.items():

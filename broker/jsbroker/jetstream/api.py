@@ -118,11 +118,24 @@ class ApiRouter:
         self._domain_prefix = f"$JS.{domain}.API." if domain else None
         self._subs: list[InternalSubscription] = []
         self._counts = counts
+        self._held: list[tuple[str, str | None, bytes, bytes, Origin | None]] | None = None
 
-    def start(self) -> None:
+    @property
+    def started(self) -> bool:
+        return bool(self._subs)
+
+    def start(self, held: bool = False) -> None:
+        """Subscribe the API; `held`: its requests wait until `release` (the account's streams are being read)."""
+        self._held = [] if held else None
         self._subs.append(self._bus.subscribe_internal(API_PREFIX + ">", self._on_request))
         if self._domain_prefix:
             self._subs.append(self._bus.subscribe_internal(self._domain_prefix + ">", self._on_request))
+
+    def release(self) -> None:
+        """The requests held since `start(held=True)` answered, in order, and the next ones at once."""
+        held, self._held = self._held or [], None
+        for request in held:
+            self._on_request(*request)
 
     def stop(self) -> None:
         for sub in self._subs:
@@ -130,6 +143,9 @@ class ApiRouter:
         self._subs.clear()
 
     def _on_request(self, subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+        if self._held is not None:
+            self._held.append((subject, reply, hdr, payload, origin))
+            return
         if self._domain_prefix and subject.startswith(self._domain_prefix):
             subject = API_PREFIX + subject[len(self._domain_prefix):]
         endpoint = self._match(subject)

@@ -592,20 +592,27 @@ class StreamRegistry:
         return memory, file, len(self.streams), consumers, msgs
 
     def account_info(self) -> dict[str, Any]:
+        """$JS.API.INFO's answer: with tiered limits (an account JWT's), the usage and limits are the tier's
+        and the account-wide limits are all zero, as nats-server reports them."""
         memory, file, streams, consumers, _ = self.usage()
         account = self.settings.account
-        body: dict[str, Any] = {
+        usage: dict[str, Any] = {
             "memory": memory, "storage": file,
             "reserved_memory": self.reserved("memory"), "reserved_storage": self.reserved("file"),
             "streams": streams, "consumers": consumers,
-            # the account's limits (the server-wide max_memory / max_storage are not account limits)
-            "limits": {"max_memory": account.max_mem, "max_storage": account.max_file,
-                       "max_streams": account.max_streams, "max_consumers": account.max_consumers,
-                       "max_ack_pending": account.max_ack_pending,
-                       "memory_max_stream_bytes": account.memory_max_stream_bytes,
-                       "storage_max_stream_bytes": account.store_max_stream_bytes,
-                       "max_bytes_required": account.max_bytes_required},
         }
+        # the account's limits (the server-wide max_memory / max_storage are not account limits)
+        limits = {"max_memory": account.max_mem, "max_storage": account.max_file,
+                  "max_streams": account.max_streams, "max_consumers": account.max_consumers,
+                  "max_ack_pending": account.max_ack_pending,
+                  "memory_max_stream_bytes": account.memory_max_stream_bytes,
+                  "storage_max_stream_bytes": account.store_max_stream_bytes,
+                  "max_bytes_required": account.max_bytes_required}
+        if account.tier:
+            body = {**usage, "limits": {**{k: 0 for k in limits}, "max_bytes_required": False},
+                    "tiers": {account.tier: {**usage, "limits": limits}}}
+        else:
+            body = {**usage, "limits": limits}
         if self.domain:
             body["domain"] = self.domain
         body["api"] = {"level": API_LEVEL, "total": self.api_counts.total, "errors": self.api_counts.errors}

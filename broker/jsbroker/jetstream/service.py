@@ -39,9 +39,17 @@ class JetStream(StreamRegistry):
         self.account = account
         self._router = api.ApiRouter(self, bus, ENDPOINTS, self.domain, self.api_counts)
 
+    def hold_requests(self) -> None:
+        """Its API subscribed before `start`, its requests answered once its streams are read (an account
+        whose JetStream starts while the server runs: a request must not go unanswered meanwhile)."""
+        self._router.start(held=True)
+
     async def start(self) -> None:
         await super().start()
-        self._router.start()
+        if self._router.started:
+            self._router.release()
+        else:
+            self._router.start()
 
     async def stop(self) -> None:
         self._router.stop()
@@ -57,7 +65,8 @@ class JetStreamServer:
         self.accounts: dict[str, JetStream] = {}
 
     def add_account(self, account: str, bus: InternalBus, limits: AccountLimits) -> JetStream:
-        """JetStream for `account` (before `start`), with its own limits."""
+        """JetStream for `account`, with its own limits: started by `start`, or when added later (an operator-mode
+        account registered while the server runs) by its own `start`."""
         js = self.accounts[account] = JetStream(account, bus, replace(self.settings, account=limits), self.storage)
         return js
 
