@@ -110,8 +110,9 @@ def refusal(endpoints: list[Endpoint], subject: str) -> bytes | None:
 class ApiRouter:
     """Subscribes the API subjects, dispatches requests to the handler table and sends the answers."""
 
-    def __init__(self, js: StreamRegistry, bus: InternalBus, endpoints: list[Endpoint], domain: str | None,
-                 counts: ApiCounts) -> None:
+    def __init__(self, js: StreamRegistry, bus: InternalBus, endpoints: Callable[[], list[Endpoint]],
+                 domain: str | None, counts: ApiCounts) -> None:
+        """`endpoints`: the handler table, asked for at the first request (its modules are imported then)."""
         self._js = js
         self._bus = bus
         self._endpoints = endpoints
@@ -188,7 +189,7 @@ class ApiRouter:
         self._bus.publish(reply, None, b"", dumps(body))
 
     def _match(self, subject: str) -> Endpoint | None:
-        return match(self._endpoints, subject)
+        return match(self._endpoints(), subject)
 
     def _unhandled(self, subject: str, reply: str | None) -> None:
         """Answer 503 where nats-server has no responder; stay silent for unknown subjects."""

@@ -22,23 +22,27 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 from jsbroker import store as storage
 from jsbroker import subjects
 from jsbroker.config import JetStreamSettings
 from jsbroker.internal import InternalBus
-from jsbroker.jetstream import (advisories, atomic_batch, consumer_config, errors, fast_batch, snapshot, sourcing,
-                                stream_config, times)
-from jsbroker.jetstream.consumer import Consumer
-from jsbroker.jetstream.consumer_meta import consumer_meta, load_meta
+from jsbroker.jetstream import errors, times
 from jsbroker.jetstream.requests import API_LEVEL
 from jsbroker.jetstream.responses import ApiCounts
-from jsbroker.jetstream.sourcing import Sourcing
-from jsbroker.jetstream.consumer_config import ConsumerConfig
-from jsbroker.jetstream.stream import Stream, stored_ttl_ns
-from jsbroker.jetstream.stream_config import StreamConfig
 from jsbroker.store.base import ConsumerState, FsyncStats, StreamStore
+
+# The stream, consumer, sourcing and snapshot modules are imported by the methods that open, create or
+# restore a stream or consumer (an empty start needs none of them: bench/README.md, "Where an empty
+# start's time goes"); once a stream exists they are loaded and those imports cost a dict lookup.
+if TYPE_CHECKING:
+    from jsbroker.jetstream import atomic_batch, fast_batch, snapshot
+    from jsbroker.jetstream.consumer import Consumer
+    from jsbroker.jetstream.consumer_config import ConsumerConfig
+    from jsbroker.jetstream.sourcing import Sourcing
+    from jsbroker.jetstream.stream import Stream
+    from jsbroker.jetstream.stream_config import StreamConfig
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,8 @@ class ConsumerRegistry:
         return storage.consumer_dir(stream.directory, name)
 
     def _open(self, stream: Stream, name: str, cfg: ConsumerConfig, created_ns: int) -> Consumer:
+        from jsbroker.jetstream.consumer import Consumer
+
         directory = self._directory(stream, name)
         memory = directory is None or cfg.mem_storage
         store = storage.open_consumer_store("memory" if memory else "file", None if memory else directory,
@@ -91,12 +97,16 @@ class ConsumerRegistry:
         consumer.start()
         consumer.save_meta(self._layout(errors.CONSUMER_CREATE, lambda: self._undo_create(stream, consumer)))
         stream.add_consumer(consumer)
+        from jsbroker.jetstream import advisories
+
         advisories.action(stream.bus, stream.name, name, created=True)
         return consumer
 
     def restore(self, stream: Stream, name: str, created_ns: int, raw_cfg: dict[str, Any],
                 state: ConsumerState | None) -> None:
         """Bring back one consumer with its saved config and state (None: the state its store holds)."""
+        from jsbroker.jetstream.consumer_config import ConsumerConfig
+
         consumer = self._open(stream, name, ConsumerConfig.from_json(raw_cfg), created_ns)
         if state is not None:
             consumer.store.reset(state)
@@ -108,6 +118,8 @@ class ConsumerRegistry:
         a damaged one is logged and skipped."""
         if stream.directory is None or stream.config.storage == "memory":
             return
+        from jsbroker.jetstream.consumer_meta import load_meta
+
         for directory in storage.list_consumer_dirs(stream.directory):
             try:
                 meta = load_meta(directory)
@@ -127,6 +139,8 @@ class ConsumerRegistry:
         """Detach, stop and remove a consumer with its files (CONSUMER.DELETE, or inactive_threshold passed)."""
         stream.remove_consumer(consumer)
         consumer.delete(self._layout(errors.STREAM_GENERAL_ERROR))
+        from jsbroker.jetstream import advisories
+
         advisories.action(stream.bus, stream.name, consumer.name, created=False)
 
 
@@ -158,7 +172,10 @@ class StreamRegistry:
         self.bus = bus
         self.server = server
         server.accounts.append(self)
-        self._fast_inflight = fast_batch.Inflight()  # open fast batches across streams (nats-server's 50,000)
+        # open fast batches across streams (nats-server's 50,000), and the open atomic batches of all streams
+        # (a server-wide limit): made with the first stream (`_open`)
+        self._fast_inflight: fast_batch.Inflight | None = None
+        self._batches: atomic_batch.Inflight | None = None
         self.settings = settings
         self.domain = settings.domain or None
         self.streams: dict[str, Stream] = {}
@@ -174,7 +191,6 @@ class StreamRegistry:
         self.consumers = ConsumerRegistry(self._sync, self._layout)
         self.api_counts = ApiCounts()  # the API router's answers, for $JS.API.INFO and /jsz
         self._sync_handle: Any = None
-        self._batches = atomic_batch.Inflight()  # the open atomic batches of all streams (a server-wide limit)
         self.recovery_seconds = 0.0  # the last start's store recovery
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -221,6 +237,8 @@ class StreamRegistry:
     async def _restore(self, directory: Path) -> None:
         """Bring back one stream from disk; a damaged one is logged and skipped, never fatal. The store is
         read in a worker thread, so the event loop keeps answering health probes (503 until done)."""
+        from jsbroker.jetstream import stream_config
+
         try:
             meta = json.loads(storage.load_meta(directory) or b"null")
             cfg = stream_config.from_stored(meta["config"])
@@ -237,6 +255,11 @@ class StreamRegistry:
         stream.consumers_restored()
 
     def _open(self, cfg: StreamConfig, directory: Path | None, created_ns: int, store: StreamStore | None = None) -> Stream:
+        from jsbroker.jetstream import atomic_batch, fast_batch
+        from jsbroker.jetstream.stream import Stream
+
+        if self._batches is None or self._fast_inflight is None:
+            self._fast_inflight, self._batches = fast_batch.Inflight(), atomic_batch.Inflight()
         if store is None:
             store = storage.open_stream_store(cfg.storage, directory, cfg.store_limits(), self._sync_policy(cfg))  # type: ignore[arg-type]
         s = self.settings
@@ -272,6 +295,8 @@ class StreamRegistry:
         return stream
 
     def create_stream(self, cfg: StreamConfig) -> Stream:
+        from jsbroker.jetstream import sourcing
+
         cfg = sourcing.check_origins(cfg, self._origin_config)
         self._check_max_bytes(cfg)
         if cfg.num_replicas > 1:
@@ -311,6 +336,8 @@ class StreamRegistry:
     def check_restore(self, cfg: StreamConfig, finishing: bool = False) -> StreamConfig:
         """A RESTORE's checks (nats-server's order): the request's before any chunk is taken, and when
         `finishing` everything a new stream must pass (the subjects overlap check comes only then)."""
+        from jsbroker.jetstream import sourcing
+
         cfg = sourcing.check_origins(cfg, self._origin_config)
         self._check_max_bytes(cfg)
         if cfg.num_replicas > 1:
@@ -338,6 +365,8 @@ class StreamRegistry:
         and renamed into place at once, so a crash leaves either nothing or the whole stream; it is then
         opened as a start opens it. A memory stream is built in memory the same way (and removed again
         when one of its consumers cannot be set up)."""
+        from jsbroker.jetstream import snapshot
+
         cfg = self.check_restore(cfg, finishing=True)  # the registry may have changed while the chunks came in
         loop = self.bus.loop
         size = int((await loop.run_in_executor(None, snapshot.read_state, archive)).get("bytes") or 0)
@@ -391,6 +420,8 @@ class StreamRegistry:
         """The whole stream directory (messages, consumers, config) under the restores root (a thread: its
         fsyncs are made there, not by the syncer, so all of it is durable before the rename)."""
         assert self._store_dir is not None  # a file stream has a directory (`_directory` checked)
+        from jsbroker.jetstream.consumer_meta import consumer_meta
+
         staging = Path(tempfile.mkdtemp(prefix=f"{cfg.name}.", dir=storage.restores_root(self._store_dir)))
         inline = dataclasses.replace(self._sync_policy(cfg), syncer=None)
         try:
@@ -412,9 +443,13 @@ class StreamRegistry:
         return staging
 
     def update_stream(self, cfg: StreamConfig) -> Stream:
+        from jsbroker.jetstream import sourcing
+
         cfg = sourcing.check_origins(cfg, self._origin_config)  # nats-server checks these before the name
         stream = self.lookup(cfg.name)
         self._check_max_bytes(cfg)
+        from jsbroker.jetstream import stream_config
+
         cfg = stream_config.check_update(stream.config, cfg)
         self._check_reservation(cfg, stream)
         self._check_overlap(cfg, stream)
@@ -439,6 +474,8 @@ class StreamRegistry:
 
     def _start_sourcing(self, stream: Stream) -> None:
         if stream.config.mirror is not None or stream.config.sources:
+            from jsbroker.jetstream.sourcing import Sourcing
+
             self._sourcing[stream.name] = runner = Sourcing(stream, self.streams.get, self.bus, self._sync)
             runner.start()
 
@@ -630,6 +667,8 @@ class StreamRegistry:
 
     def consumer_infos(self, stream: str) -> list[dict[str, Any]]:
         """The ConsumerInfo of `stream`'s consumers, by name (for /metrics and JSZ's consumer_detail)."""
+        from jsbroker.jetstream.consumer import Consumer
+
         consumers = sorted(self.streams[stream].consumers.items())
         return [c.info(dynamic_metadata=False) for _, c in consumers if isinstance(c, Consumer)]
 
@@ -655,6 +694,10 @@ def _fill(store: StreamStore, archive: IO[bytes], cfg: StreamConfig) -> snapshot
     """Store an archive's messages under their own sequences and times, as nats-server's restore does:
     its first sequence and the gaps (removed messages) as in the snapshot, its last sequence even when
     the newest were removed; a message whose Nats-TTL has run out is a gap too."""
+    from jsbroker.jetstream import consumer_config, snapshot
+    from jsbroker.jetstream.consumer_config import ConsumerConfig
+    from jsbroker.jetstream.stream import stored_ttl_ns
+
     archive.seek(0)
     reader = snapshot.Reader(archive)
     for c in reader.header.consumers:  # refused before anything is stored, never dropped on the way

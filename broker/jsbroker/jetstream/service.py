@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,21 @@ from jsbroker import store as storage
 from jsbroker.config import AccountLimits, ConfigError, JetStreamSettings
 from jsbroker.internal import InternalBus
 from jsbroker.jetstream import api, times
-from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS
 from jsbroker.jetstream.registry import ServerStorage, StreamRegistry
 from jsbroker.jetstream.requests import API_LEVEL
-from jsbroker.jetstream.snapshot_api import SNAPSHOT_HANDLERS
-from jsbroker.jetstream.stream_api import STREAM_HANDLERS
 
-ENDPOINTS = STREAM_HANDLERS + CONSUMER_HANDLERS + SNAPSHOT_HANDLERS
 _UINT64 = 1 << 64  # Go's uint64 of nats-server's -1 ("unlimited")
+
+
+@cache
+def endpoints() -> list[api.Endpoint]:
+    """The API's handler table, imported with the first request: the handlers bring the stream and consumer
+    modules, which an empty start does not need (bench/README.md, "Where an empty start's time goes")."""
+    from jsbroker.jetstream.consumer_api import CONSUMER_HANDLERS
+    from jsbroker.jetstream.snapshot_api import SNAPSHOT_HANDLERS
+    from jsbroker.jetstream.stream_api import STREAM_HANDLERS
+
+    return STREAM_HANDLERS + CONSUMER_HANDLERS + SNAPSHOT_HANDLERS
 
 
 class JetStream(StreamRegistry):
@@ -37,7 +45,7 @@ class JetStream(StreamRegistry):
         directory = storage.account_dir(settings.store_dir, account) if settings.store_dir else None
         super().__init__(bus, settings, directory, server)
         self.account = account
-        self._router = api.ApiRouter(self, bus, ENDPOINTS, self.domain, self.api_counts)
+        self._router = api.ApiRouter(self, bus, endpoints, self.domain, self.api_counts)
 
     def hold_requests(self) -> None:
         """Its API subscribed before `start`, its requests answered once its streams are read (an account
@@ -102,7 +110,7 @@ class JetStreamServer:
     @staticmethod
     def refusal(subject: str) -> bytes | None:
         """What an account without JetStream is answered on this API subject (nats-server's 10039)."""
-        return api.refusal(ENDPOINTS, subject)
+        return api.refusal(endpoints(), subject)
 
     # -- reports ----------------------------------------------------------------------------------------
 

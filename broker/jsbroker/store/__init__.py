@@ -23,10 +23,7 @@ from pathlib import Path
 from typing import Callable, Hashable, Literal
 
 from .base import ConsumerStore, ErrorCallback, StoreError, StoreLimits, StreamStore
-from .consumer_store import FileConsumerStore, MemoryConsumerStore
 from .durable import fsync_dir, replace_file
-from .file import FileStore
-from .memory import MemoryStore
 from .syncer import DELETED_MARK, Syncer, SyncPolicy
 
 __all__ = [
@@ -56,10 +53,15 @@ def open_stream_store(
     storage: Literal["file", "memory"], directory: Path | None, limits: StoreLimits, sync: SyncPolicy
 ) -> StreamStore:
     """A store for one stream; `directory` is the stream directory (see `stream_dir`), unused for memory."""
+    # the implementations are imported with the first store opened: an empty start needs none of them
     if storage == "memory":
+        from .memory import MemoryStore
+
         return MemoryStore(limits)
     if directory is None:
         raise StoreError("a file store needs a directory: pass stream_dir(store_dir, name)")
+    from .file import FileStore
+
     return FileStore(directory, limits, sync)
 
 
@@ -68,9 +70,13 @@ def open_consumer_store(
 ) -> ConsumerStore:
     """The state store of one durable consumer; `directory` is its consumer directory (`consumer_dir`)."""
     if storage == "memory":
+        from .consumer_store import MemoryConsumerStore
+
         return MemoryConsumerStore()
     if directory is None:
         raise StoreError("a file consumer store needs a directory: pass consumer_dir(stream_dir, name)")
+    from .consumer_store import FileConsumerStore
+
     return FileConsumerStore(directory, sync)
 
 

@@ -316,7 +316,10 @@ class IndexedStore:
             intern = self._subjects.intern
             entries = [intern(subject) for subject in image.subjects]
             sids = [0, *(e.sid for e in entries)]
-            self._sids.extend(array("I", map(sids.__getitem__, image.sids)))
+            if sids == list(range(len(sids))):  # the store numbers the subjects as the image does (usual)
+                self._sids.extend(image.sids)
+            else:
+                self._sids.extend(array("I", map(sids.__getitem__, image.sids)))
             self._ts.extend(image.ts)
             self._sizes.extend(image.sizes)
             self._locs.extend(image.locs)
