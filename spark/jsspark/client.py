@@ -88,6 +88,7 @@ class NatsClient(Client):
     request the server refused looks like one that is never answered."""
 
     refused = ""
+    last_url = "?"  # the server it was connected to last (a closed client has none)
 
 
 _TRANSIENT = (OSError, asyncio.TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError,
@@ -120,10 +121,12 @@ def _cause(exc: BaseException, conn: Connection) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def server_url(nc: Client) -> str:
-    """The server a client is connected to, without credentials."""
+def server_url(nc: NatsClient) -> str:
+    """The server a client is (or was last) connected to, without credentials."""
     url = nc.connected_url
-    return f"{url.scheme}://{url.hostname}:{url.port}" if url else "?"
+    if url:
+        nc.last_url = f"{url.scheme}://{url.hostname}:{url.port}"
+    return nc.last_url
 
 
 async def connect(conn: Connection) -> NatsClient:
@@ -157,6 +160,7 @@ async def connect(conn: Connection) -> NatsClient:
         raise ConnectError(f"cannot connect to NATS at {', '.join(servers)}: {cause} ({tries}, connectTimeout="
                            f"{conn.connect_timeout:g} s); check the servers option and that the server is up "
                            "(reconnectAttempts=-1 waits for it)", denied) from None
+    server_url(nc)  # remembered for messages after the connection is lost
     return nc
 
 

@@ -298,3 +298,34 @@ def test_a_write_from_another_thread_needs_the_session_active_there(spark, serve
         thread.join(300)
     assert len(errors) == 1 and "jetstream" in errors[0] and "DATA_SOURCE_NOT_FOUND" in errors[0]
     assert read(spark, handle.url, name).count() == 1  # with the session active, the write went through
+
+
+def test_the_sink_sends_what_was_not_acknowledged_again_with_the_same_ids(server_factory):
+    """The publisher without Spark, its broker killed (-9) between two Arrow batches: the second batch's
+    first window goes into the dead connection unacknowledged, and is sent again on a new one when the
+    broker is back on its port and store a second later; every row is stored once, with its own id.
+    (Publishes stored whose acks were lost come back as duplicates: test_sink's write written twice.)"""
+    import pyarrow as pa
+
+    from jsspark import sink
+    from jsspark.options import SinkOptions
+
+    handle = server_factory(JSBROKER)
+    make_stream(handle.url, "ACKS", 0)
+    opts = parse(SinkOptions, {"servers": handle.url, "retryTimeout": "60", "ackTimeout": "2", "maxInFlight": "100"})
+    restarted = threading.Timer(1.0, handle.start)
+
+    def batches():
+        for first in (0, 500):
+            yield pa.RecordBatch.from_pydict({"subject": ["ACKS.x"] * 500,
+                                              "data": [f"r{first + i}".encode() for i in range(500)]})
+            if first == 0:
+                handle.kill()
+                restarted.start()
+
+    written = asyncio.run(sink._publish(opts, "job", batches()))
+    restarted.join()
+    rows = stored(handle.url, "ACKS")
+    assert sorted(data for _, data, _ in rows) == sorted(f"r{i}".encode() for i in range(1000))  # each once
+    assert sorted(msg_id for _, _, msg_id in rows) == sorted(f"job:{i}" for i in range(1000))
+    assert written.published + written.duplicates == 1000  # each row acknowledged once
