@@ -2,8 +2,17 @@
 stream sequences deterministically from inside a Spark task.
 
 Connecting tries each server `reconnectAttempts + 1` times (forever with -1), `connectTimeout` each, and
-then fails with one line naming the servers and the cause; Spark's task retries do any further retrying.
-nats-py's error callback is jsspark's, so failed attempts are counted, not printed as tracebacks.
+then fails with one line naming the servers and the cause. nats-py's error callback is jsspark's, so
+failed attempts are counted, not printed as tracebacks.
+
+Every request to JetStream (the stream's info, a range's read, the sink's publishes) runs in `retrying`:
+on a connection of its own, again on a new one after a transient failure (the server restarting or
+failing over: connection refused or lost, no responders, no answer within requestTimeout, JetStream's
+503) with a growing pause (jsspark.backoff), until `retryTimeout` has passed; then one error saying what
+failed, for how long, and what to do. A stream that does not exist, a request the server refused
+(permissions) and other answers that asking again cannot change fail at once. An attempt is repeatable
+as a whole: a read starts its range again (the same rows), the sink sends what was not acknowledged again
+with the same message ids (the stream's duplicate window drops what was stored).
 
 Each range is read by its own short-lived consumer: ephemeral, ack none, in memory, starting at the
 range's first sequence, with the source's subject filters, pulled in requests of `fetchBatchSize` that
@@ -18,10 +27,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import nats
@@ -29,6 +39,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from .backoff import Backoff
 from .offsets import StreamState
 from .options import Connection
 
@@ -51,11 +62,47 @@ def run(work: Coroutine[Any, Any, T]) -> T:
 
 
 class ConnectError(ConnectionError):
-    """No server of the `servers` option could be reached (or it refused the connection)."""
+    """No server of the `servers` option could be reached (or it refused the connection). `denied`: it
+    refused the credentials, which asking again does not change."""
+
+    def __init__(self, message: str, denied: bool = False) -> None:
+        super().__init__(message)
+        self.denied = denied
 
 
 class JetStreamError(RuntimeError):
-    """A JetStream API request failed; the message names the stream and the server."""
+    """A JetStream request failed; the message names the stream and the server. `transient`: asking again
+    may succeed (the server was restarting, unreachable or did not answer), so `retrying` does."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class RetriesExhaustedError(JetStreamError):
+    """A request kept failing transiently for the whole `retryTimeout`."""
+
+
+class NatsClient(Client):
+    """nats-py's client, remembering the first permissions violation its server reported: to nats-py a
+    request the server refused looks like one that is never answered."""
+
+    refused = ""
+    last_url = "?"  # the server it was connected to last (a closed client has none)
+
+
+_TRANSIENT = (OSError, asyncio.TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError,
+              nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
+              nats.errors.StaleConnectionError, nats.errors.OutboundBufferLimitError)  # OSError: ConnectError too
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether asking again may succeed: the server was away or did not answer (not what it answered)."""
+    if isinstance(exc, JetStreamError):
+        return exc.transient
+    if isinstance(exc, ConnectError):
+        return not exc.denied
+    return isinstance(exc, _TRANSIENT)
 
 
 class _GiveUp(Exception):
@@ -74,21 +121,25 @@ def _cause(exc: BaseException, conn: Connection) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def server_url(nc: Client) -> str:
-    """The server a client is connected to, without credentials."""
+def server_url(nc: NatsClient) -> str:
+    """The server a client is (or was last) connected to, without credentials."""
     url = nc.connected_url
-    return f"{url.scheme}://{url.hostname}:{url.port}" if url else "?"
+    if url:
+        nc.last_url = f"{url.scheme}://{url.hostname}:{url.port}"
+    return nc.last_url
 
 
-async def connect(conn: Connection) -> Client:
+async def connect(conn: Connection) -> NatsClient:
     """A connected client, or ConnectError after the attempts `conn` allows."""
     servers = conn.server_list()
     budget = None if conn.reconnect_attempts < 0 else len(servers) * (conn.reconnect_attempts + 1)
     failures: list[BaseException] = []
-    nc = Client()
+    nc = NatsClient()
 
     async def on_error(exc: Exception) -> None:
         if nc.is_connected:
+            if "permissions violation" in str(exc):
+                nc.refused = nc.refused or str(exc).removeprefix("nats: ").strip("'")
             log.warning("nats %s: %s", server_url(nc), _cause(exc, conn))
             return
         failures.append(exc)
@@ -102,25 +153,70 @@ async def connect(conn: Connection) -> Client:
     except (_GiveUp, OSError, asyncio.TimeoutError, nats.errors.Error) as exc:
         with contextlib.suppress(Exception):
             await nc.close()
-        cause = _cause(failures[-1] if failures else exc, conn)
+        last = failures[-1] if failures else exc
+        cause = _cause(last, conn)
+        denied = isinstance(last, nats.errors.AuthorizationError) or "authorization violation" in str(last).lower()
         tries = f"{conn.reconnect_attempts + 1} attempt(s) per server" if budget else "the attempts allowed"
         raise ConnectError(f"cannot connect to NATS at {', '.join(servers)}: {cause} ({tries}, connectTimeout="
                            f"{conn.connect_timeout:g} s); check the servers option and that the server is up "
-                           "(reconnectAttempts=-1 waits for it)") from None
+                           "(reconnectAttempts=-1 waits for it)", denied) from None
+    server_url(nc)  # remembered for messages after the connection is lost
     return nc
 
 
-async def _api(nc: Client, conn: Connection, subject: str, stream: str, payload: bytes = b"") -> dict[str, Any]:
+async def retrying(conn: Connection, what: str, attempt: Callable[[NatsClient], Awaitable[T]]) -> T:
+    """`attempt` on a new connection, and again on another one after each transient failure, until it
+    succeeds, fails otherwise (raised as it is), or `retryTimeout` has passed (RetriesExhaustedError
+    naming `what`, how long and how often it failed, and the last cause). retryTimeout=0: one attempt."""
+    backoff = Backoff(conn.retry_timeout, time.monotonic())
+    while True:
+        try:
+            nc = await connect(conn)
+            try:
+                result = await attempt(nc)
+            finally:
+                with contextlib.suppress(Exception):
+                    await nc.close()
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            pause = backoff.failed(time.monotonic())
+            if pause is None and backoff.failures == 1:
+                raise  # no retrying asked for (retryTimeout=0): the failure as it is
+            if pause is None:
+                raise RetriesExhaustedError(
+                    f"{what} kept failing for {backoff.elapsed(time.monotonic()):.0f} s ({backoff.failures} attempts, "
+                    f"retryTimeout={conn.retry_timeout:g} s): {exc}; raise retryTimeout (seconds) to wait longer "
+                    "for a server's restart or failover") from None
+            if backoff.failures == 1:
+                log.warning("%s failed, retrying for up to retryTimeout=%g s: %s", what, conn.retry_timeout, exc)
+            await asyncio.sleep(pause)
+            continue
+        if backoff.failures:
+            log.warning("%s succeeded after %d failed attempt(s) in %.1f s", what, backoff.failures,
+                        backoff.elapsed(time.monotonic()))
+        return result
+
+
+def unanswered(nc: NatsClient, where: str, what: str) -> JetStreamError:
+    """No answer: transient, unless the server reported refusing one of this connection's requests."""
+    if nc.refused:
+        return JetStreamError(f"{where}: {server_url(nc)} refused a request: {nc.refused}; grant the user the "
+                              "permissions jsspark needs (spark/README.md)")
+    return JetStreamError(f"{where}: {what}", transient=True)
+
+
+async def _api(nc: NatsClient, conn: Connection, subject: str, stream: str, payload: bytes = b"") -> dict[str, Any]:
     """A JetStream API request; JetStreamError names the stream and the server when it fails."""
-    what = subject.split(".")[2].lower()  # $JS.API.STREAM.INFO.<stream> -> "stream"
+    what = ".".join(subject.split(".")[2:4])  # $JS.API.STREAM.INFO.<stream> -> "STREAM.INFO"
     try:
         reply = await nc.request(subject, payload, timeout=conn.request_timeout)
     except nats.errors.NoRespondersError:
-        raise JetStreamError(f"stream {stream}: no JetStream at {server_url(nc)} (is JetStream enabled for this "
-                             "account?)") from None
+        raise JetStreamError(f"stream {stream}: no JetStream at {server_url(nc)} answered {what} (is it starting, "
+                             "and is JetStream enabled for this account?)", transient=True) from None
     except nats.errors.TimeoutError:
-        raise JetStreamError(f"stream {stream}: {server_url(nc)} did not answer a {what} request within requestTimeout="
-                             f"{conn.request_timeout:g} s") from None
+        raise unanswered(nc, f"stream {stream}", f"{server_url(nc)} did not answer {what} within requestTimeout="
+                                                  f"{conn.request_timeout:g} s") from None
     body: dict[str, Any] = json.loads(reply.data)
     error = body.get("error")
     if error:
@@ -128,18 +224,28 @@ async def _api(nc: Client, conn: Connection, subject: str, stream: str, payload:
             raise JetStreamError(f"stream {stream} not found on {server_url(nc)}: create it, or fix the stream option "
                                  "(or servers, if it lives on another server or account)")
         raise JetStreamError(f"stream {stream} on {server_url(nc)}: {error.get('description')} "
-                             f"(code {error.get('code')}, err_code {error.get('err_code')})")
+                             f"(code {error.get('code')}, err_code {error.get('err_code')})",
+                             transient=error.get("code") == 503)  # JetStream temporarily unavailable
     return body
 
 
-async def stream_state(conn: Connection, stream: str) -> StreamState:
-    nc = await connect(conn)
+async def no_stream_takes(nc: NatsClient, conn: Connection, subject: str) -> bool:
+    """Whether JetStream answers that no stream takes `subject` (False when it does not answer)."""
     try:
+        reply = await nc.request("$JS.API.STREAM.NAMES", json.dumps({"subject": subject}).encode(),
+                                 timeout=conn.request_timeout)
+    except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+        return False
+    body = json.loads(reply.data)
+    return "error" not in body and not body.get("streams")
+
+
+async def stream_state(conn: Connection, stream: str) -> StreamState:
+    async def attempt(nc: NatsClient) -> StreamState:
         info = await _api(nc, conn, f"$JS.API.STREAM.INFO.{stream}", stream)
         state = info["state"]
         return StreamState(int(state["first_seq"]), int(state["last_seq"]), str(info["created"]))
-    finally:
-        await nc.close()
+    return await retrying(conn, f"stream {stream}: STREAM.INFO", attempt)
 
 
 async def mirror_progress(conn: Connection, stream: str, consumer: str, next_seq: int) -> None:
@@ -152,12 +258,12 @@ async def mirror_progress(conn: Connection, stream: str, consumer: str, next_seq
         await nc.close()
 
 
-async def _add_consumer(nc: Client, conn: Connection, stream: str, config: ConsumerConfig) -> None:
+async def _add_consumer(nc: NatsClient, conn: Connection, stream: str, config: ConsumerConfig) -> None:
     await _api(nc, conn, f"$JS.API.CONSUMER.CREATE.{stream}.{config.name}", stream,
                json.dumps({"stream_name": stream, "config": config.as_dict()}).encode())
 
 
-async def _delete_consumer(nc: Client, conn: Connection, stream: str, name: str) -> None:
+async def _delete_consumer(nc: NatsClient, conn: Connection, stream: str, name: str) -> None:
     with contextlib.suppress(Exception):  # best effort: its inactive threshold removes it anyway
         await _api(nc, conn, f"$JS.API.CONSUMER.DELETE.{stream}.{name}", stream)
 
@@ -165,8 +271,7 @@ async def _delete_consumer(nc: Client, conn: Connection, stream: str, name: str)
 async def seq_at_time(conn: Connection, stream: str, epoch_ms: int) -> int:
     """The first stream sequence stored at or after `epoch_ms` (the server finds it: a consumer with
     deliver policy by_start_time), or the one after the last when there is none."""
-    nc = await connect(conn)
-    try:
+    async def attempt(nc: NatsClient) -> int:
         name = f"jsspark-time-{uuid.uuid4().hex[:12]}"
         start = datetime.fromtimestamp(epoch_ms / 1000, timezone.utc)
         await _add_consumer(nc, conn, stream, ConsumerConfig(
@@ -180,15 +285,14 @@ async def seq_at_time(conn: Connection, stream: str, epoch_ms: int) -> int:
             try:
                 first = await sub.next_msg(timeout=conn.request_timeout)
             except nats.errors.TimeoutError:
-                raise JetStreamError(f"stream {stream}: {server_url(nc)} did not answer a pull request within "
-                                     f"requestTimeout={conn.request_timeout:g} s") from None
+                raise unanswered(nc, f"stream {stream}", f"{server_url(nc)} did not answer a pull request within "
+                                                          f"requestTimeout={conn.request_timeout:g} s") from None
             if first.reply:
                 return _ack_fields(first.reply)[0]
             return int((await _api(nc, conn, f"$JS.API.STREAM.INFO.{stream}", stream))["state"]["last_seq"]) + 1
         finally:
             await _delete_consumer(nc, conn, stream, name)
-    finally:
-        await nc.close()
+    return await retrying(conn, f"stream {stream}: the sequence at {epoch_ms} ms", attempt)
 
 
 @dataclass
@@ -207,34 +311,41 @@ class Rows:
 
 async def read_range(conn: Connection, stream: str, subjects: tuple[str, ...], first: int, last: int,
                      batch: int, with_headers: bool) -> list[Rows]:
-    """Messages with first <= seq <= last, in chunks of at most `batch` rows.
+    """Messages with first <= seq <= last, in chunks of at most `batch` rows (the whole range again, with
+    the same rows, when a transient failure interrupted it)."""
+    async def attempt(nc: NatsClient) -> list[Rows]:
+        return await _read(nc, conn, stream, subjects, first, last, _Pull(batch, last, with_headers))
+    return await retrying(conn, f"stream {stream}: reading sequences {first}..{last}", attempt)
 
-    Pull requests go to the consumer and its messages come back to one inbox subscription whose callback
-    fills the columns: no per-message queue or metadata objects (the stream sequence, time and pending
-    count are read straight from the ack subject)."""
-    nc = await connect(conn)
+
+async def _read(nc: NatsClient, conn: Connection, stream: str, subjects: tuple[str, ...], first: int, last: int,
+                pull: _Pull) -> list[Rows]:
+    """Pull requests go to the range's consumer and its messages come back to one inbox subscription
+    whose callback fills the columns: no per-message queue or metadata objects (the stream sequence, time
+    and pending count are read straight from the ack subject)."""
     url = server_url(nc)
     name = f"jsspark-{uuid.uuid4().hex[:16]}"
     config = ConsumerConfig(
         name=name, deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first, ack_policy=AckPolicy.NONE,
         mem_storage=True, inactive_threshold=60.0, max_ack_pending=-1, filter_subjects=list(subjects) or None)
-    pull = _Pull(batch, last, with_headers)
-    try:
-        await _add_consumer(nc, conn, stream, config)
-        inbox = nc.new_inbox()
-        await nc.subscribe(inbox, cb=pull.on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
-        request = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}"
-        next_request = json.dumps({"batch": batch, "no_wait": True}).encode()
-        while not pull.done.is_set():
-            pull.asked = 0
-            pull.batch_done.clear()
-            await nc.publish(request, next_request, reply=inbox)
-            await pull.wait(conn.request_timeout, f"stream {stream}: {url}")
-        await _delete_consumer(nc, conn, stream, name)
-    finally:
-        await nc.close()
+    await _add_consumer(nc, conn, stream, config)
+    inbox = nc.new_inbox()
+    await nc.subscribe(inbox, cb=pull.on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
+    request = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}"
+    next_request = json.dumps({"batch": pull.batch, "no_wait": True}).encode()
+    where = f"stream {stream}, sequences {first}..{last}"
+    while not pull.done.is_set():
+        pull.asked = 0
+        pull.batch_done.clear()
+        await nc.publish(request, next_request, reply=inbox)
+        if not await pull.answered(conn.request_timeout):
+            raise unanswered(nc, where, f"{url} sent nothing for requestTimeout={conn.request_timeout:g} s while "
+                                         "reading (the connection was lost, or the server is overloaded)")
     if pull.error:
-        raise JetStreamError(f"stream {stream}, sequences {first}..{last} on {url}: {pull.error}")
+        # 503: no consumer any more (the server restarted; it was in memory); 409 Consumer Deleted: likewise
+        again = pull.error.startswith(("503", "409 Consumer Deleted"))
+        raise JetStreamError(f"{where} on {url}: the server ended the read with status {pull.error}", transient=again)
+    await _delete_consumer(nc, conn, stream, name)
     return pull.chunks
 
 
@@ -251,16 +362,16 @@ class _Pull:
         self.batch_done = asyncio.Event()
         self.activity = asyncio.Event()
 
-    async def wait(self, idle_timeout: float, where: str) -> None:
-        """Until the current pull request is answered; JetStreamError when nothing arrives for
-        `idle_timeout` seconds (the server is gone or stuck)."""
+    async def answered(self, idle_timeout: float) -> bool:
+        """Until the current pull request is answered (True), or nothing arrived for `idle_timeout` seconds
+        (False: the server is gone or stuck)."""
         while not self.batch_done.is_set():
             self.activity.clear()
             try:
                 await asyncio.wait_for(self.activity.wait(), idle_timeout)
             except asyncio.TimeoutError:
-                raise JetStreamError(f"{where} sent nothing for requestTimeout={idle_timeout:g} s while reading "
-                                     "(the connection was lost, or the server is overloaded)") from None
+                return False
+        return True
 
     def _finish(self, everything: bool) -> None:
         if self.rows:
@@ -278,7 +389,7 @@ class _Pull:
         if not reply:  # a status: 404/408 (nothing more matches) ends the range
             status = (msg.headers or {}).get("Status", "")
             if status not in ("404", "408"):
-                self.error = f"the server ended the read with status {status} {(msg.headers or {}).get('Description', '')}"
+                self.error = f"{status} {(msg.headers or {}).get('Description', '')}".strip()
             self._finish(everything=True)
             return
         seq, micros, pending = _ack_fields(reply)

@@ -39,6 +39,8 @@ class Connection(BaseModel):
     request_timeout: float = Field(5.0, gt=0, alias="requesttimeout")  # seconds, per JetStream API request
     reconnect_attempts: int = Field(0, ge=-1, alias="reconnectattempts")  # more tries per server; -1: forever
     reconnect_wait: float = Field(2.0, ge=0, alias="reconnectwait")  # seconds between tries of one server
+    # seconds a request that failed transiently (server restarting, unreachable, not answering) is retried
+    retry_timeout: float = Field(300.0, ge=0, alias="retrytimeout")
     client_options: tuple[tuple[str, Any], ...] = ()  # the `nats.<option>` pass-through, validated
 
     def server_list(self) -> list[str]:
@@ -134,7 +136,7 @@ class SinkOptions(Connection):
 _ALIASES = {
     "tls_ca_file": "tlsCaFile", "tls_cert_file": "tlsCertFile", "tls_key_file": "tlsKeyFile",
     "connect_timeout": "connectTimeout", "request_timeout": "requestTimeout",
-    "reconnect_attempts": "reconnectAttempts", "reconnect_wait": "reconnectWait",
+    "reconnect_attempts": "reconnectAttempts", "reconnect_wait": "reconnectWait", "retry_timeout": "retryTimeout",
     "starting_offsets": "startingOffsets", "ending_offsets": "endingOffsets",
     "starting_timestamp": "startingTimestamp", "ending_timestamp": "endingTimestamp",
     "max_offsets_per_trigger": "maxOffsetsPerTrigger", "min_offsets_per_trigger": "minOffsetsPerTrigger",

@@ -9,8 +9,11 @@ re-running the same job idempotent) or an id made once per write job (task retri
 
 The writers take Arrow record batches (no Spark Row per message) and publish with at most `maxInFlight`
 messages awaiting their ack, a sliding window: each ack frees a slot. Acks come back to one wildcard
-inbox, one reply subject per message; an ack is parsed only when it is not a plain success. A failed or
-missing ack fails the task.
+inbox, one reply subject per message; an ack is parsed only when it is not a plain success. A missing
+ack (no answer within ackTimeout, the connection lost) or JetStream's 503 is transient: the publishing
+goes on over a new connection (jsspark.client.retrying), first sending again, with the same message ids,
+every message not acknowledged yet, so the stream stores each once. A refused publish (no stream takes
+the subject, a limit) fails the task at once.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import nats
 import pyarrow as pa
 from nats.aio.msg import Msg
 from pyspark import TaskContext
@@ -33,7 +35,7 @@ from . import client
 from .options import OptionsError, SinkOptions
 
 
-class PublishError(RuntimeError):
+class PublishError(client.JetStreamError):
     """A message was not acknowledged by the stream; the task fails rather than lose it silently."""
 
 
@@ -56,86 +58,123 @@ def _headers(value: Any) -> dict[str, str]:
     return {k: (v[-1] if isinstance(v, list) else v) for k, v in value if v is not None and v != []}
 
 
+Message = tuple[str, bytes, dict[str, str]]  # subject, payload, headers (with Nats-Msg-Id)
+
+
 class _Acks:
-    """The publishing window: counts acks by kind and remembers the first failure."""
+    """The publishing window: the messages awaiting their ack by row (sent again, with the same ids,
+    after a transient failure), the acks by kind, and the first failure."""
 
     def __init__(self, window: int) -> None:
         self.window = window
-        self.in_flight = 0
+        self.unacked: dict[int, Message] = {}
         self.acked = self.duplicates = 0
         self.failure = ""
+        self.failure_transient = False  # JetStream's 503 (temporarily unavailable): asking again may succeed
+        self.no_stream = ""  # the subject of a publish no stream answered (503)
         self.room = asyncio.Event()
         self.room.set()
 
+    def start(self) -> None:
+        """A new connection: what is unacknowledged is sent again, and earlier failures were transient."""
+        self.failure = self.no_stream = ""
+        self.failure_transient = False
+        self.room.set()
+
     async def on_ack(self, msg: Msg) -> None:
+        row = int(msg.subject.rpartition(".")[2])
+        message = self.unacked.pop(row, None)
+        if message is None:
+            return  # not awaited (an ack for a message sent twice on one connection cannot happen)
         data = msg.data
-        if not data:  # a status: 503, no stream takes the subject
-            self._fail(f"no stream answered (status {(msg.headers or {}).get('Status')})")
+        if not data:  # a status: 503, no stream answered for the subject
+            self.no_stream = self.no_stream or message[0]
+            self._fail(f"no stream answered for subject {message[0]} (status {(msg.headers or {}).get('Status')})")
         elif b'"duplicate"' in data or b'"error"' in data:  # else a plain success: not worth parsing
             ack = json.loads(data)
             if "error" in ack:
-                self._fail(f"{ack['error'].get('description')} (err_code {ack['error'].get('err_code')})")
+                error = ack["error"]
+                self._fail(f"{error.get('description')} (err_code {error.get('err_code')})", error.get("code") == 503)
             elif ack.get("duplicate"):
                 self.duplicates += 1
         self.acked += 1
-        self.in_flight -= 1
-        if self.in_flight < self.window:
+        if len(self.unacked) < self.window:
             self.room.set()
 
-    def _fail(self, failure: str) -> None:
-        self.failure = self.failure or failure
+    def _fail(self, failure: str, transient: bool = False) -> None:
+        if not self.failure:
+            self.failure, self.failure_transient = failure, transient
         self.room.set()
 
-    async def slot(self, timeout: float) -> None:
-        if self.failure:
-            raise PublishError(f"a publish was not acknowledged: {self.failure}")
-        self.in_flight += 1
-        if self.in_flight >= self.window:
+    async def slot(self, timeout: float) -> bool:
+        """Room for one more message (False: a failure, or no ack within `timeout`)."""
+        if len(self.unacked) >= self.window:
             self.room.clear()
-            await self._wait(timeout)
+            return await self._wait(timeout)
+        return not self.failure
 
-    async def settled(self, timeout: float) -> None:
-        while self.in_flight and not self.failure:
+    async def settled(self, timeout: float) -> bool:
+        while self.unacked and not self.failure:
             self.room.clear()
-            await self._wait(timeout)
+            if not await self._wait(timeout):
+                return False
+        return not self.failure
 
-    async def _wait(self, timeout: float) -> None:
+    async def _wait(self, timeout: float) -> bool:
         try:
             await asyncio.wait_for(self.room.wait(), timeout)
         except asyncio.TimeoutError:
-            raise PublishError(f"{self.in_flight} publishes were not acknowledged within ackTimeout={timeout:g} s "
-                               "(is the stream's server overloaded or gone?)") from None
-        if self.failure:
-            raise PublishError(f"a publish was not acknowledged: {self.failure}")
+            return False
+        return not self.failure
 
 
 async def _publish(opts: SinkOptions, prefix: str, batches: Iterator[pa.RecordBatch]) -> Written:
-    nc = await client.connect(opts)
-    url = client.server_url(nc)
     acks = _Acks(opts.max_in_flight)
-    inbox = nc.new_inbox()
-    try:
+    messages = _rows(opts, prefix, batches)
+
+    async def attempt(nc: client.NatsClient) -> Written:
+        acks.start()
+        inbox = nc.new_inbox()
         await nc.subscribe(f"{inbox}.*", cb=acks.on_ack, pending_msgs_limit=-1, pending_bytes_limit=-1)
-        row = 0
-        for batch in batches:
-            for subject, data, headers in _messages(opts, prefix, batch, row):
-                await acks.slot(opts.ack_timeout)
-                try:
-                    await nc.publish(subject, data, reply=f"{inbox}.{row}", headers=headers)
-                except nats.errors.ConnectionClosedError:
-                    raise PublishError(f"lost the connection to {url} after {acks.acked} acknowledged "
-                                       "publishes (reconnectAttempts allows reconnecting)") from None
-                row += 1
-        await acks.settled(opts.ack_timeout)
-        if acks.failure:
-            raise PublishError(f"a publish was not acknowledged: {acks.failure}")
-    finally:
-        await nc.close()
-    return Written(acks.acked - acks.duplicates, acks.duplicates)
+        for row, (subject, data, headers) in sorted(acks.unacked.items()):
+            await nc.publish(subject, data, reply=f"{inbox}.{row}", headers=headers)
+        for row, message in messages:
+            acks.unacked[row] = message  # before it is sent: a failure below sends it again
+            await nc.publish(message[0], message[1], reply=f"{inbox}.{row}", headers=message[2])
+            if not await acks.slot(opts.ack_timeout):
+                await _failed(nc, opts, acks)
+        if not await acks.settled(opts.ack_timeout):
+            await _failed(nc, opts, acks)
+        return Written(acks.acked - acks.duplicates, acks.duplicates)
+
+    return await client.retrying(opts, f"publishing to {opts.servers}", attempt)
+
+
+async def _failed(nc: client.NatsClient, opts: SinkOptions, acks: _Acks) -> None:
+    """Raise why the window stopped: a refused publish (at once), or a transient failure (retried)."""
+    url = client.server_url(nc)
+    if acks.no_stream and await client.no_stream_takes(nc, opts, acks.no_stream):
+        raise PublishError(f"a publish was not acknowledged: no stream on {url} takes subject {acks.no_stream}: "
+                           "create one, or fix the subject")
+    if acks.failure:
+        raise PublishError(f"a publish was not acknowledged: {acks.failure}",
+                           transient=bool(acks.no_stream) or acks.failure_transient)
+    raise client.unanswered(nc, f"publishing to {url}",
+                            f"{len(acks.unacked)} publishes were not acknowledged within ackTimeout={opts.ack_timeout:g} s "
+                            "(is the stream's server overloaded or gone?)")
+
+
+def _rows(opts: SinkOptions, prefix: str, batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Message]]:
+    """(row, message) of every row of every batch, numbered from 0."""
+    row = 0
+    for batch in batches:
+        for message in _messages(opts, prefix, batch, row):
+            yield row, message
+            row += 1
 
 
 def _messages(opts: SinkOptions, prefix: str, batch: pa.RecordBatch,
-              row: int) -> Iterator[tuple[str, bytes, dict[str, str]]]:
+              row: int) -> Iterator[Message]:
     """(subject, payload, headers) of each row, column by column."""
     names = batch.schema.names
     n = batch.num_rows

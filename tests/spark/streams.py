@@ -61,7 +61,7 @@ def stored(url: str, stream: str) -> list[tuple[str, bytes, str | None]]:
         nc, js = await _js(url)
         state = (await js.stream_info(stream)).state
         out = []
-        for seq in range(state.first_seq, state.last_seq + 1):
+        for seq in range(max(state.first_seq, 1), state.last_seq + 1):  # an empty stream: first 0, last 0
             try:
                 msg = await js.get_msg(stream, seq)
             except nats.js.errors.NotFoundError:

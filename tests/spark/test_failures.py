@@ -1,5 +1,8 @@
 """When things go wrong, with real Spark and a real broker the test starts and stops: a server that is
-down (batch read, streaming query, sink; and a query told to wait for it), a stream that does not exist,
+down (batch read, sink: retried for retryTimeout, then one error; a query told to wait for it), a broker
+killed in the middle of a streaming query (back within the retry budget: every message once in the sink;
+gone for longer: the query fails saying so), a stream that does not exist and a request the server
+refuses (at once, not retried),
 a stream deleted and re-created under a checkpointed query (and a checkpoint of the format before the
 stream's identity was recorded), a filtered range with nothing in it, and a write from another thread.
 Each failure is asserted on its text and a generous time bound."""
@@ -9,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -20,11 +24,13 @@ from jsspark import client
 from jsspark.options import SourceOptions, parse
 from tests.polling import poll
 from tests.servers import JSBROKER
-from tests.spark.streams import make_stream, publish
+from tests.spark.streams import make_stream, publish, stored
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(600)]
 
-FAILS_WITHIN = 30  # seconds: the defaults fail a task within ~10 s; a first job adds Python worker start-up
+# seconds: far below the default retryTimeout (300 s); failing takes ~10 s, but the first job of a session adds
+# Python worker start-up (30 s on a loaded 2-core machine)
+FAILS_WITHIN = 60
 
 
 @pytest.fixture
@@ -57,22 +63,72 @@ def timed_failure(action):
     return str(caught.value), time.monotonic() - start
 
 
-def test_a_batch_read_and_a_write_fail_fast_when_the_server_is_down(spark, stopped):
-    message, seconds = timed_failure(lambda: read(spark, stopped.url, "ORDERS").collect())
-    assert f"cannot connect to NATS at {stopped.url}: connection refused" in message
-    assert "ConnectionRefusedError" not in message and seconds < FAILS_WITHIN
+def test_a_batch_read_and_a_write_retry_for_retry_timeout_when_the_server_is_down(spark, stopped):
+    exhausted = (f"kept failing for * s (* attempts, retryTimeout=2 s): cannot connect to NATS at {stopped.url}: "
+                 "connection refused")
+    message, seconds = timed_failure(lambda: read(spark, stopped.url, "ORDERS", retryTimeout=2).collect())
+    assert f"stream ORDERS: STREAM.INFO {exhausted}" in _attempts_elided(message), message
+    assert "ConnectionRefusedError" not in message and 2 <= seconds < FAILS_WITHIN
     df = spark.createDataFrame([("ORDERS.x", b"d")], "subject STRING, data BINARY")
-    message, seconds = timed_failure(
-        lambda: df.write.format("jetstream").mode("append").option("servers", stopped.url).save())
-    assert f"cannot connect to NATS at {stopped.url}: connection refused" in message and seconds < FAILS_WITHIN
+    message, seconds = timed_failure(lambda: df.write.format("jetstream").mode("append").option("servers", stopped.url)
+                                     .option("retryTimeout", "2").save())
+    assert f"publishing to {stopped.url} {exhausted}" in _attempts_elided(message), message
+    assert 2 <= seconds < FAILS_WITHIN
+    message, seconds = timed_failure(lambda: read(spark, stopped.url, "ORDERS", retryTimeout=0).collect())
+    assert f"cannot connect to NATS at {stopped.url}: connection refused" in message and "kept failing" not in message
+    assert seconds < FAILS_WITHIN
 
 
-def test_a_streaming_query_fails_when_the_server_is_down(spark, stopped, tmp_path):
+def _attempts_elided(message: str) -> str:
+    return re.sub(r"kept failing for \d+ s \(\d+ attempts,", "kept failing for * s (* attempts,", message)
+
+
+def _copy_to_sink(spark, url: str, source: str, target: str, checkpoint: Path, retry_timeout: int):
+    """A streaming copy of `source` into `target` through the sink (its own message ids), 20 sequences a
+    micro-batch; a lost server is noticed within requestTimeout/ackTimeout (2 s)."""
+    options = {"servers": url, "retryTimeout": str(retry_timeout), "requestTimeout": "2"}
+    return (spark.readStream.format("jetstream").options(stream=source, maxOffsetsPerTrigger="20", **options).load()
+            .selectExpr(f"'{target}.copy' AS subject", "data")
+            .writeStream.format("jetstream").options(ackTimeout="2", **options)
+            .option("checkpointLocation", str(checkpoint)).trigger(processingTime="300 milliseconds").start())
+
+
+def test_a_streaming_query_rides_out_a_broker_killed_and_restarted(spark, server_factory, tmp_path):
+    """kill -9 in the middle of the query, ~5 s away, back on the same port and store: the source and the
+    sink retry, and the sink holds every message exactly once."""
+    handle = server_factory(JSBROKER)
+    make_stream(handle.url, "SRC", 100)
+    make_stream(handle.url, "OUT", 0)
+    query = _copy_to_sink(spark, handle.url, "SRC", "OUT", tmp_path / "checkpoint", retry_timeout=120)
+    try:
+        poll(lambda: len(stored(handle.url, "OUT")) >= 20, timeout=120, what="the query's first micro-batch")
+        handle.kill()
+        time.sleep(5)  # the outage itself (nothing to wait for: the broker is gone)
+        assert query.isActive and query.exception() is None
+        handle.start()
+        poll(lambda: len(stored(handle.url, "OUT")) >= 100 or not query.isActive, timeout=180,
+             what="the query to copy the rest")
+        assert query.exception() is None
+        rows = stored(handle.url, "OUT")
+        assert sorted(data for _, data, _ in rows) == sorted(f"m{i}".encode() for i in range(100))  # each once
+        assert len({msg_id for _, _, msg_id in rows}) == 100
+    finally:
+        query.stop()
+
+
+def test_a_streaming_query_fails_when_the_broker_stays_away_beyond_retry_timeout(spark, server_factory, tmp_path):
+    handle = server_factory(JSBROKER)
+    make_stream(handle.url, "GONE", 10)
+    make_stream(handle.url, "GONEOUT", 0)
+    query = _copy_to_sink(spark, handle.url, "GONE", "GONEOUT", tmp_path / "checkpoint", retry_timeout=3)
+    poll(lambda: len(stored(handle.url, "GONEOUT")) == 10, timeout=120, what="the query to copy the stream")
+    handle.kill()
     start = time.monotonic()
-    query = (spark.readStream.format("jetstream").option("servers", stopped.url).option("stream", "ORDERS").load()
-             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     assert finished(query, FAILS_WITHIN)
-    assert f"cannot connect to NATS at {stopped.url}: connection refused" in str(query.exception())
+    message = _attempts_elided(str(query.exception()))
+    assert (f"stream GONE: STREAM.INFO kept failing for * s (* attempts, retryTimeout=3 s): cannot connect to NATS at "
+            f"{handle.url}: connection refused") in message, message
+    assert "raise retryTimeout (seconds) to wait longer" in message
     assert time.monotonic() - start < FAILS_WITHIN
 
 
@@ -120,7 +176,20 @@ def test_nats_client_options_pass_through(spark, server_factory, unique):
 def test_a_missing_stream_says_which_stream_and_which_server(spark, server_factory):
     handle = server_factory(JSBROKER)
     message, seconds = timed_failure(lambda: read(spark, handle.url, "NOSUCH").collect())
-    assert f"stream NOSUCH not found on {handle.url}" in message and seconds < FAILS_WITHIN
+    assert f"stream NOSUCH not found on {handle.url}" in message and seconds < FAILS_WITHIN  # not retried (300 s)
+    assert "kept failing" not in message
+
+
+def test_a_request_the_server_refuses_fails_without_retrying(spark, server_factory, server_kind, tmp_path):
+    config = tmp_path / "server.conf"
+    config.write_text('authorization { users = [ {user: "spark", password: "pw", permissions: '
+                      '{publish: {deny: ["$JS.API.STREAM.INFO.>"]}}} ] }\n')
+    handle = server_factory(server_kind, extra_args=["-c", str(config)])
+    message, seconds = timed_failure(lambda: read(spark, handle.url, "DENIED", user="spark", password="pw",
+                                                  requestTimeout=2).collect())
+    assert (f"stream DENIED: {handle.url} refused a request: permissions violation for publish to "
+            '"$js.api.stream.info.denied"; grant the user the permissions') in message, message
+    assert "kept failing" not in message and seconds < FAILS_WITHIN  # one requestTimeout, not retryTimeout (300 s)
 
 
 def _recreate(url: str, name: str, count: int) -> None:
@@ -229,3 +298,34 @@ def test_a_write_from_another_thread_needs_the_session_active_there(spark, serve
         thread.join(300)
     assert len(errors) == 1 and "jetstream" in errors[0] and "DATA_SOURCE_NOT_FOUND" in errors[0]
     assert read(spark, handle.url, name).count() == 1  # with the session active, the write went through
+
+
+def test_the_sink_sends_what_was_not_acknowledged_again_with_the_same_ids(server_factory):
+    """The publisher without Spark, its broker killed (-9) between two Arrow batches: the second batch's
+    first window goes into the dead connection unacknowledged, and is sent again on a new one when the
+    broker is back on its port and store a second later; every row is stored once, with its own id.
+    (Publishes stored whose acks were lost come back as duplicates: test_sink's write written twice.)"""
+    import pyarrow as pa
+
+    from jsspark import sink
+    from jsspark.options import SinkOptions
+
+    handle = server_factory(JSBROKER)
+    make_stream(handle.url, "ACKS", 0)
+    opts = parse(SinkOptions, {"servers": handle.url, "retryTimeout": "60", "ackTimeout": "2", "maxInFlight": "100"})
+    restarted = threading.Timer(1.0, handle.start)
+
+    def batches():
+        for first in (0, 500):
+            yield pa.RecordBatch.from_pydict({"subject": ["ACKS.x"] * 500,
+                                              "data": [f"r{first + i}".encode() for i in range(500)]})
+            if first == 0:
+                handle.kill()
+                restarted.start()
+
+    written = asyncio.run(sink._publish(opts, "job", batches()))
+    restarted.join()
+    rows = stored(handle.url, "ACKS")
+    assert sorted(data for _, data, _ in rows) == sorted(f"r{i}".encode() for i in range(1000))  # each once
+    assert sorted(msg_id for _, _, msg_id in rows) == sorted(f"job:{i}" for i in range(1000))
+    assert written.published + written.duplicates == 1000  # each row acknowledged once
