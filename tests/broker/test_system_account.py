@@ -277,6 +277,7 @@ def test_account_info_lists_the_system_imports(servers):
     ("$SYS.REQ.ACCOUNT.NOPE.INFO", "sys"),
     ("$SYS.REQ.ACCOUNT.B.JSZ", "sys"),  # B has no JetStream
     ("$SYS.REQ.ACCOUNT.B.LEAFZ", "sys"),
+    ("$SYS.REQ.ACCOUNT.B.CONNZ", "sys"),  # B has no connections: this server's id and an empty list
     ("$SYS.REQ.ACCOUNT.SYS.SUBSZ", "sys"),
 ])
 def test_account_requests_answer_alike(servers, subject, user):
