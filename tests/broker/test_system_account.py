@@ -25,7 +25,7 @@ from nats.js.errors import NotFoundError
 from jsbroker.config import ConfigError, load_file
 from tests.chart import go_tools
 from tests.differential import normalise
-from tests.polling import poll_async
+from tests.polling import poll, poll_async
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch, nats_server_binary
 
 CONFIG = """
@@ -250,6 +250,34 @@ def test_a_malformed_request_body_gets_a_400(servers, subject, body):
     for kind in KINDS:
         assert set(got[kind]) == {"server", "error"}, (kind, got[kind])
         assert got[kind]["error"]["code"] == 400, (kind, got[kind])
+
+
+def test_a_body_nested_past_gos_limit_is_refused_as_nats_server_refuses_it(servers):
+    got = _both(servers, "sys", "$SYS.REQ.SERVER.PING.CONNZ", b"[" * 10_001)
+    assert got[JSBROKER]["error"] == got[NATS_SERVER]["error"] == {"code": 400, "description": "exceeded max depth"}
+
+
+def test_a_request_jsbroker_fails_on_is_logged_and_answered_and_the_server_goes_on(servers):
+    """Options nested 2000 deep (which nats-server decodes; Python's JSON decoder does not, jsbroker's known gap)
+    make jsbroker's handlers fail: a CONNZ is answered nats-server's error shape for a request that failed (500,
+    a null data), a KICK (no error answer in nats-server when its body does not decode) none; each failure is
+    one error line naming the subject, and the server goes on answering."""
+    handle, deep = servers[JSBROKER], b'{"x":' * 2000 + b"1" + b"}" * 2000
+    kick = f"$SYS.REQ.SERVER.{_ids(servers)[JSBROKER]}.KICK"
+    start = handle.log_path.stat().st_size
+    failed = _run(_ask(handle.port, "sys", "$SYS.REQ.SERVER.PING.CONNZ", deep))
+    assert set(failed) == {"server", "data", "error"} and failed["data"] is None, failed
+    assert failed["error"]["code"] == 500 and "RecursionError" in failed["error"]["description"], failed
+    assert _run(_ask(handle.port, "sys", kick, deep, timeout=0.5)) is None
+    after = _run(_ask(handle.port, "sys", "$SYS.REQ.SERVER.PING.CONNZ"))
+    assert after["data"]["num_connections"] == 1
+
+    def errors() -> list[str]:
+        return [line for line in handle.log_path.read_text()[start:].splitlines() if "[ERR]" in line]
+    lines = poll(lambda: len(errors()) == 2 and errors(), timeout=5, what="two error lines")
+    for line, subject in zip(lines, ("$SYS.REQ.SERVER.PING.CONNZ", kick)):
+        assert re.fullmatch(rf'\[\d+\] [\d/]+ [\d:.]+ \[ERR\] Error handling system request on "{re.escape(subject)}": '
+                            r"RecursionError: maximum recursion depth exceeded .* at system_account\.py:\d+", line), line
 
 
 @pytest.mark.parametrize("subject", ["$SYS.REQ.SERVER.PING.NOPE", "$SYS.REQ.SERVER.<id>.NOPE",
