@@ -451,10 +451,10 @@ class SystemServices:
             return self.host.views().cluster_body("leafz")
         if kind == "STATZ":
             return self._account_statz(options, name)
+        if kind == "SUBSZ":  # nats-server filters by the name: an account it does not have has no subscriptions
+            return self.host.views().subsz_body(_subsz(options, name))
         if account is None:
             raise _Error(500, f"Account {name} does not exist")
-        if kind == "SUBSZ":
-            return self.host.views().subsz_body(_subsz(options, name))
         return self._account_info(account)
 
     def _account_jsz(self, account: Account | None, name: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -318,6 +318,15 @@ def test_account_requests_answer_alike(servers, subject, user):
         assert _keys(js["data"]) == _keys(ns["data"])
 
 
+def test_subsz_of_an_account_the_server_lacks_lists_no_subscriptions(servers):
+    """nats-server filters SUBSZ by the account's name: one it does not have has no subscriptions (no error)."""
+    got = _both(servers, "sys", "$SYS.REQ.ACCOUNT.NOPE.SUBSZ", b'{"subscriptions": true}')
+    for kind in KINDS:
+        data = got[kind]["data"]
+        assert "error" not in got[kind] and (data["num_subscriptions"], data["total"]) == (0, 0), (kind, got[kind])
+        assert "subscriptions_list" not in data, (kind, data)
+
+
 TWO_JETSTREAM_ACCOUNTS = """
 accounts {
   SYS: { users: [{user: sys, password: sys-pw}] }
