@@ -276,8 +276,9 @@ def test_a_request_jsbroker_fails_on_is_logged_and_answered_and_the_server_goes_
         return [line for line in handle.log_path.read_text()[start:].splitlines() if "[ERR]" in line]
     lines = poll(lambda: len(errors()) == 2 and errors(), timeout=5, what="two error lines")
     for line, subject in zip(lines, ("$SYS.REQ.SERVER.PING.CONNZ", kick)):
-        assert re.fullmatch(rf'\[\d+\] [\d/]+ [\d:.]+ \[ERR\] Error handling system request on "{re.escape(subject)}": '
-                            r"RecursionError: maximum recursion depth exceeded .* at system_account\.py:\d+", line), line
+        shape = (rf'\[\d+\] [\d/]+ [\d:.]+ \[ERR\] Error handling system request on "{re.escape(subject)}": '
+                 r"RecursionError: maximum recursion depth exceeded .* at system_account\.py:\d+")
+        assert re.fullmatch(shape, line), line
 
 
 @pytest.mark.parametrize("subject", ["$SYS.REQ.SERVER.PING.NOPE", "$SYS.REQ.SERVER.<id>.NOPE",
