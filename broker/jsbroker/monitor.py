@@ -282,7 +282,8 @@ class Monitor:
             "limit": limit,
             "connections": out,
         }
-        if options.account and b.accounts.lookup(options.account) is None:  # nats-server: no server, no list
+        # nats-server looks the account up (operator mode: registers it from its JWT); none: no server, no list
+        if options.account and b.registered_account(options.account) is None:
             body.update(server_id="", connections=None)
         return body
 

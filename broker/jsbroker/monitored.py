@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from .account_views import AccountViews
-    from .accounts import Accounts
+    from .accounts import Account, Accounts
     from .config import BrokerConfig, JetStreamSettings
     from .connection import Connection
     from .logs import Logger
@@ -96,3 +96,6 @@ class MonitoredServer(ScrapedServer, Protocol):
 
     @property
     def log(self) -> Logger: ...
+
+    def registered_account(self, name: str) -> Account | None:
+        """The account `name`, registered now in operator mode if the resolver has its JWT (None: no such one)."""

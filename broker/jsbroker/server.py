@@ -542,6 +542,13 @@ class Broker:
             reason = "Kicked" if kicked else disconnect_reason(conn.close_error, conn.slow, self._stopping)
             self.system.disconnected(conn, reason)
 
+    def registered_account(self, name: str) -> Account | None:
+        """The account `name`; in operator mode registered now from the resolver's JWT if it is not yet, as
+        nats-server's account lookup (a CONNZ of an account) registers it. None: there is no such account."""
+        if self.jwt_accounts is not None:
+            return self.jwt_accounts.account(name)
+        return self.accounts.lookup(name)
+
     def _account_in_use(self, account: str) -> bool:
         """Operator mode: whether the account is registered (nats-server has it loaded)."""
         return self.accounts.lookup(account) is not None

@@ -19,6 +19,9 @@ In every other account, as nats-server's system imports: `$SYS.REQ.USER.INFO` (w
 `$SYS.REQ.ACCOUNT.PING.CONNZ` and `$SYS.REQ.SERVER.PING.CONNZ` (the account's connections) and
 `$SYS.REQ.ACCOUNT.PING.STATZ` (its counts), answered straight into the requester's account.
 
+A handler that fails (a bug of jsbroker's) logs one error line naming the request's subject; a request with
+options is answered the 500 nats-server answers a request that failed, and the server goes on serving.
+
 Data flows one way: the broker calls `connected`/`disconnected` and reads nothing back; the services read
 the broker through the narrow `SystemHost` and `Views` protocols.
 """
@@ -26,10 +29,13 @@ the broker through the narrow `SystemHost` and `Views` protocols.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import string
 import time
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from .account_views import AccountViews, UnknownAccount
@@ -58,6 +64,8 @@ CONNS_EVERY = 30.0  # an account's connection counts again, while it has connect
 _REASONS = {"User Authentication Expired": "Authentication Expired", "Stale Connection": "Stale Connection",
             "Authentication Timeout": "Authentication Timeout"}
 _NS = 1_000_000_000
+GO_JSON_MAX_DEPTH = 10_000  # Go's encoding/json: a deeper text is refused ("exceeded max depth")
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 
 
 def _event_id() -> str:
@@ -227,9 +235,19 @@ class SystemServices:
         self._subs.clear()
 
     def _subscribe(self, account: Account, subject: str, handler: Callable[..., None]) -> None:
-        sub = Subscription(None, subject, None, b"0", handler)
+        sub = Subscription(None, subject, None, b"0", self._guarded(handler))
         self.routes.insert(sub, account.sublist)
         self._subs.append((sub, account))
+
+    def _guarded(self, handler: Callable[..., None]) -> Callable[..., None]:
+        """The handler, a failure of which (jsbroker's bug) is logged as one error line naming the request's
+        subject; the server goes on serving (a zReq kind's requester was answered the error by `_answer`)."""
+        def guarded(subject: str, reply: str | None, hdr: bytes, payload: bytes, origin: Origin | None) -> None:
+            try:
+                handler(subject, reply, hdr, payload, origin)
+            except Exception as e:
+                self.log("error", f'Error handling system request on "{subject}": {_failure(e)}')
+        return guarded
 
     # -- output -----------------------------------------------------------------------------------------
 
@@ -269,26 +287,38 @@ class SystemServices:
         return handle
 
     def _answer(self, reply: str, account: Account | None, payload: bytes,
-                data: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
-        """nats-server's zReq: decode the options, apply the filters, answer the data (None: none, as an
-        action's answer) or the error."""
+                data: Callable[[dict[str, Any]], dict[str, Any] | None], key: str = "data") -> None:
+        """nats-server's zReq (and statszReq, its answer under `key` "statsz"): decode the options, apply the
+        filters, answer the data (None: none, as an action's answer) or the error. A failure of jsbroker's is
+        answered as nats-server answers a request that failed (500, a null data), then raised for `_guarded`
+        to log."""
+        try:
+            body = self._answer_body(payload, data, key)
+        except Exception as e:
+            self._send(reply, account, {"server": self._server(), **({"data": None} if key == "data" else {}),
+                                        "error": {"code": 500, "description": f"jsbroker failed answering this "
+                                                  f"request ({_failure(e)}): its log has it; please report it"}})
+            raise
+        if body is not None:
+            self._send(reply, account, {"server": self._server(), **body})
+
+    def _answer_body(self, payload: bytes, data: Callable[[dict[str, Any]], dict[str, Any] | None],
+                     key: str) -> dict[str, Any] | None:
+        """The answer's data or error; None: no answer."""
         try:
             options = _options(payload)
         except _Error as e:
-            self._send(reply, account, {"server": self._server(), "error": {"code": e.code, "description": str(e)}})
-            return
+            return {"error": {"code": e.code, "description": str(e)}}
         try:
             if not self._filtered_in(options):
-                return
+                return None
             answer = data(options)
-            body: dict[str, Any] = {} if answer is None else {"data": answer}
+            return {} if answer is None else {key: answer}
         except _Silent:
-            return
+            return None
         except _Error as e:  # bad options (400) were not decoded: nats-server has no data then, else a null
-            body = {"error": {"code": e.code, "description": str(e)}}
-            if e.code != 400 and e.typed:
-                body = {"data": None, **body}
-        self._send(reply, account, {"server": self._server(), **body})
+            body: dict[str, Any] = {"error": {"code": e.code, "description": str(e)}}
+            return {"data": None, **body} if e.code != 400 and e.typed else body
 
     def _filtered_in(self, options: dict[str, Any]) -> bool:
         """nats-server's filterRequest: whether this server is one the request's filters name."""
@@ -328,15 +358,8 @@ class SystemServices:
 
     def _statsz_request(self, subject: str, reply: str | None, hdr: bytes, payload: bytes,
                         origin: Origin | None) -> None:
-        if not reply:
-            return
-        try:
-            options = _options(payload)
-        except _Error as e:
-            self._send(reply, None, {"server": self._server(), "error": {"code": e.code, "description": str(e)}})
-            return
-        if self._filtered_in(options):
-            self._send(reply, None, {"server": self._server(), "statsz": self._statsz()})
+        if reply:
+            self._answer(reply, None, payload, lambda options: self._statsz(), key="statsz")
 
     def _statsz(self) -> dict[str, Any]:
         varz = self.host.views().varz_body()
@@ -428,10 +451,10 @@ class SystemServices:
             return self.host.views().cluster_body("leafz")
         if kind == "STATZ":
             return self._account_statz(options, name)
+        if kind == "SUBSZ":  # nats-server filters by the name: an account it does not have has no subscriptions
+            return self.host.views().subsz_body(_subsz(options, name))
         if account is None:
             raise _Error(500, f"Account {name} does not exist")
-        if kind == "SUBSZ":
-            return self.host.views().subsz_body(_subsz(options, name))
         return self._account_info(account)
 
     def _account_jsz(self, account: Account | None, name: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -565,6 +588,14 @@ def _account_name(c: ClientView) -> str:
     return str(c.jwt_user.account) if c.jwt_user is not None else c.account.name
 
 
+def _failure(e: Exception) -> str:
+    """An unexpected exception in one line: its type, text and the jsbroker line it came from."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "jsbroker" in f.filename] or \
+        traceback.extract_tb(e.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(e).__name__}: {e}{where}"
+
+
 def disconnect_reason(error: str | None, slow: bool, stopping: bool) -> str:
     """The DISCONNECT event's reason for a connection closed with `error` (None: by the client)."""
     if stopping:
@@ -582,9 +613,25 @@ def _options(payload: bytes) -> dict[str, Any]:
         options = json.loads(payload)
     except ValueError as e:
         raise _Error(400, f"invalid JSON in the request body: {e}") from None
+    except RecursionError:  # deeper than Python decodes: past Go's limit nats-server refuses it so, else decodes it
+        if _nesting(payload) > GO_JSON_MAX_DEPTH:
+            raise _Error(400, "exceeded max depth") from None
+        raise
     if not isinstance(options, dict):
         raise _Error(400, f"json: cannot unmarshal {type(options).__name__} into Go value of type an options object")
     return options
+
+
+def _nesting(payload: bytes) -> int:
+    """How deep a JSON text's arrays and objects nest (its strings' brackets not counted)."""
+    depth = deepest = 0
+    for c in _JSON_STRING.sub(b'""', payload):
+        if c in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in b"]}":
+            depth -= 1
+    return deepest
 
 
 def _connz(options: dict[str, Any], account: str = "") -> ConnzOptions:

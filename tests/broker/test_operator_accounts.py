@@ -26,6 +26,7 @@ from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
 
 OP, SYS, A, B, C, NOJS, BADTOKEN = (m.new_key(k) for k in (
     "operator", "account", "account", "account", "account", "account", "account"))
+UNUSED = m.new_key("account")  # an account with JetStream no user or import of these tests registers
 USERS = {name: m.new_key("user") for name in ("sys", "a", "b", "c", "nojs", "revoked", "badtoken")}
 MIB = 1 << 20
 A_JETSTREAM = {"mem_storage": MIB, "disk_storage": 4 * MIB, "streams": 2, "consumer": 1, "max_ack_pending": 10,
@@ -61,12 +62,14 @@ def _jwts() -> dict[str, str]:
     return {"sys": m.account_jwt(OP, SYS, "SYS"), "a": _a_jwt(), "b": _b_jwt(),
             "c": m.account_jwt(OP, C, "C", limits=C_JETSTREAM),
             "nojs": m.account_jwt(OP, NOJS, "NOJS", revocations={USERS["revoked"].public: 2**40}),
+            "unused": m.account_jwt(OP, UNUSED, "UNUSED", limits={"mem_storage": MIB, "disk_storage": MIB}),
             "badtoken": m.account_jwt(OP, BADTOKEN, "BADTOKEN", imports=[  # a token for another subject
                 {"subject": "private.y", "account": A.public, "type": "service",
                  "token": m.activation_jwt(A, BADTOKEN, "private.b", "service")}])}
 
 
-ACCOUNT_OF = {"sys": SYS, "a": A, "b": B, "c": C, "nojs": NOJS, "revoked": NOJS, "badtoken": BADTOKEN}
+ACCOUNT_OF = {"sys": SYS, "a": A, "b": B, "c": C, "nojs": NOJS, "revoked": NOJS, "badtoken": BADTOKEN,
+              "unused": UNUSED}
 
 
 def _config(directory: Path, jwts: dict[str, str], resolver: str = "full") -> Path:
@@ -246,6 +249,35 @@ def test_jetstream_per_account_with_the_jwt_limits(servers: dict[str, ServerHand
     assert info["b"]["error"]["err_code"] == 10039  # JetStream not enabled for account
     errors = [o[2].get("error", {}).get("err_code") for o in outcomes[JSBROKER] if len(o) == 3 and o[0] == "a"]
     assert errors == [10028, 10122, None, None, 10027, 10121, None, 10026]
+
+
+def test_an_accounts_connz_registers_it_as_nats_server_does(servers: dict[str, ServerHandle],
+                                                            creds: dict[str, str]) -> None:
+    """`$SYS.REQ.ACCOUNT.<key>.CONNZ` of an account the resolver holds and nothing registered yet: nats-server
+    looks it up (registers it, its JetStream counted in JSZ's `accounts` from then on) and answers its server id
+    and no connections; a name that is no account gets no server id and no list."""
+    async def scenario(url: str) -> dict[str, Any]:
+        nc = await nats.connect(url, user_credentials=creds["sys"], allow_reconnect=False)
+        try:
+            async def jetstream_accounts() -> int:
+                return int((await _request(nc, "$SYS.REQ.SERVER.PING.JSZ"))["data"]["accounts"])
+            before = await jetstream_accounts()
+            out = {f"connz {name}": (await _request(nc, f"$SYS.REQ.ACCOUNT.{subject}.CONNZ"))["data"]
+                   for name, subject in (("unused", UNUSED.public), ("nope", "NOPE"))}
+            out["registered"] = await jetstream_accounts() - before
+            server_id = nc._server_info["server_id"]
+            for connz in (out["connz unused"], out["connz nope"]):
+                connz.pop("now")
+                connz["server_id"] = "<this server>" if connz["server_id"] == server_id else connz["server_id"]
+            return out
+        finally:
+            await nc.close()
+    got = {kind: run(scenario(h.url)) for kind, h in servers.items()}
+    assert got[JSBROKER] == got[NATS_SERVER]
+    assert got[JSBROKER]["registered"] == 1
+    assert got[JSBROKER]["connz unused"] == {"server_id": "<this server>", "num_connections": 0, "total": 0,
+                                             "offset": 0, "limit": 1024, "connections": []}
+    assert got[JSBROKER]["connz nope"]["server_id"] == "" and got[JSBROKER]["connz nope"]["connections"] is None
 
 
 def test_bad_users_are_refused(servers: dict[str, ServerHandle], creds: dict[str, str], tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from nats.js.errors import NotFoundError
 from jsbroker.config import ConfigError, load_file
 from tests.chart import go_tools
 from tests.differential import normalise
-from tests.polling import poll_async
+from tests.polling import poll, poll_async
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch, nats_server_binary
 
 CONFIG = """
@@ -252,6 +252,35 @@ def test_a_malformed_request_body_gets_a_400(servers, subject, body):
         assert got[kind]["error"]["code"] == 400, (kind, got[kind])
 
 
+def test_a_body_nested_past_gos_limit_is_refused_as_nats_server_refuses_it(servers):
+    got = _both(servers, "sys", "$SYS.REQ.SERVER.PING.CONNZ", b"[" * 10_001)
+    assert got[JSBROKER]["error"] == got[NATS_SERVER]["error"] == {"code": 400, "description": "exceeded max depth"}
+
+
+def test_a_request_jsbroker_fails_on_is_logged_and_answered_and_the_server_goes_on(servers):
+    """Options nested 2000 deep (which nats-server decodes; Python's JSON decoder does not, jsbroker's known gap)
+    make jsbroker's handlers fail: a CONNZ is answered nats-server's error shape for a request that failed (500,
+    a null data), a KICK (no error answer in nats-server when its body does not decode) none; each failure is
+    one error line naming the subject, and the server goes on answering."""
+    handle, deep = servers[JSBROKER], b'{"x":' * 2000 + b"1" + b"}" * 2000
+    kick = f"$SYS.REQ.SERVER.{_ids(servers)[JSBROKER]}.KICK"
+    start = handle.log_path.stat().st_size
+    failed = _run(_ask(handle.port, "sys", "$SYS.REQ.SERVER.PING.CONNZ", deep))
+    assert set(failed) == {"server", "data", "error"} and failed["data"] is None, failed
+    assert failed["error"]["code"] == 500 and "RecursionError" in failed["error"]["description"], failed
+    assert _run(_ask(handle.port, "sys", kick, deep, timeout=0.5)) is None
+    after = _run(_ask(handle.port, "sys", "$SYS.REQ.SERVER.PING.CONNZ"))
+    assert after["data"]["num_connections"] == 1
+
+    def errors() -> list[str]:
+        return [line for line in handle.log_path.read_text()[start:].splitlines() if "[ERR]" in line]
+    lines = poll(lambda: len(errors()) == 2 and errors(), timeout=5, what="two error lines")
+    for line, subject in zip(lines, ("$SYS.REQ.SERVER.PING.CONNZ", kick)):
+        shape = (rf'\[\d+\] [\d/]+ [\d:.]+ \[ERR\] Error handling system request on "{re.escape(subject)}": '
+                 r"RecursionError: maximum recursion depth exceeded .* at system_account\.py:\d+")
+        assert re.fullmatch(shape, line), line
+
+
 @pytest.mark.parametrize("subject", ["$SYS.REQ.SERVER.PING.NOPE", "$SYS.REQ.SERVER.<id>.NOPE",
                                      "$SYS.REQ.ACCOUNT.A.NOPE", "$SYS.REQ.SERVER.PING.STATSZ.MORE"])
 def test_an_unknown_kind_has_no_responders(servers, subject):
@@ -277,6 +306,7 @@ def test_account_info_lists_the_system_imports(servers):
     ("$SYS.REQ.ACCOUNT.NOPE.INFO", "sys"),
     ("$SYS.REQ.ACCOUNT.B.JSZ", "sys"),  # B has no JetStream
     ("$SYS.REQ.ACCOUNT.B.LEAFZ", "sys"),
+    ("$SYS.REQ.ACCOUNT.B.CONNZ", "sys"),  # B has no connections: this server's id and an empty list
     ("$SYS.REQ.ACCOUNT.SYS.SUBSZ", "sys"),
 ])
 def test_account_requests_answer_alike(servers, subject, user):
@@ -287,6 +317,15 @@ def test_account_requests_answer_alike(servers, subject, user):
         assert js["error"] == ns["error"] and js["data"] is ns["data"] is None
     else:
         assert _keys(js["data"]) == _keys(ns["data"])
+
+
+def test_subsz_of_an_account_the_server_lacks_lists_no_subscriptions(servers):
+    """nats-server filters SUBSZ by the account's name: one it does not have has no subscriptions (no error)."""
+    got = _both(servers, "sys", "$SYS.REQ.ACCOUNT.NOPE.SUBSZ", b'{"subscriptions": true}')
+    for kind in KINDS:
+        data = got[kind]["data"]
+        assert "error" not in got[kind] and (data["num_subscriptions"], data["total"]) == (0, 0), (kind, got[kind])
+        assert "subscriptions_list" not in data, (kind, data)
 
 
 TWO_JETSTREAM_ACCOUNTS = """
