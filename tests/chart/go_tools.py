@@ -1,16 +1,19 @@
 """Go-built tools for the chart and manifest tests, each built once from the Go module proxy:
-Helm's own engine (`helm`), `kustomize`, `actionlint` for the GitHub workflows, and the Go `nats` CLI
-(natscli) that jsbroker's TLS and nkey tests connect with.
+Helm's own engine (`helm`), `kustomize`, `actionlint` for the GitHub workflows, the Go `nats` CLI
+(natscli) that jsbroker's TLS and nkey tests connect with, and `jwtgen` (tests/broker/jwtgen/, this repository's
+own Go program on nats-io/jwt v2, the library `nsc` makes JWTs with) that makes and checks operator-mode JWTs.
 
-    python3 -m tests.chart.go_tools ensure    # find or build all four; what scripts/test.sh runs (~1-2 min cold)
+    python3 -m tests.chart.go_tools ensure    # find or build all five; what scripts/test.sh runs (~1-2 min cold)
 
-Cached in ~/.cache/jetstream-kopf/<tool>/<version>/ (or $JETSTREAM_KOPF_HELM / _KUSTOMIZE / _ACTIONLINT / _NATS:
-a binary to use). Without a Go toolchain `ensure` only warns and those tests skip, unless
-JSOPERATOR_REQUIRE_ENVTEST is set (CI, which builds kube-apiserver with the same toolchain): then it fails.
+Cached in ~/.cache/jetstream-kopf/<tool>/<version>/ (jwtgen's version is a digest of its sources, so an edit
+rebuilds it), or $JETSTREAM_KOPF_HELM / _KUSTOMIZE / _ACTIONLINT / _NATS / _JWTGEN: a binary to use. Without a Go
+toolchain `ensure` only warns and those tests skip, unless JSOPERATOR_REQUIRE_ENVTEST is set (CI, which builds
+kube-apiserver with the same toolchain): then it fails.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -67,18 +70,40 @@ class Tool:
               file=sys.stderr)
         env = dict(os.environ, GOBIN=str(self.binary.parent), CGO_ENABLED="0",
                    GOFLAGS=os.environ.get("GOFLAGS", "-p=2"))
-        done = subprocess.run([go, "install", "-trimpath", f"{self.package}@{self.version}"], env=env,
-                              capture_output=True, text=True, timeout=3000)
+        command, directory = self._go_build()
+        done = subprocess.run([go, *command], env=env, cwd=directory, capture_output=True, text=True, timeout=3000)
         if done.returncode != 0:
-            raise ToolUnavailable(f"go install {self.package}@{self.version} failed: {done.stderr.strip()[-2000:]}")
+            raise ToolUnavailable(f"go {' '.join(command)} failed: {done.stderr.strip()[-2000:]}")
         return self.binary
+
+    def _go_build(self) -> tuple[list[str], Path | None]:
+        """The go command that builds the tool into its cache directory, and where to run it."""
+        return ["install", "-trimpath", f"{self.package}@{self.version}"], None
+
+
+def _sources_digest(directory: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(directory.iterdir()):
+        if path.suffix == ".go" or path.name in ("go.mod", "go.sum"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RepositoryTool(Tool):
+    """A Go program kept in this repository (`package` is its directory, with its own go.mod and go.sum)."""
+
+    def _go_build(self) -> tuple[list[str], Path | None]:
+        return ["build", "-trimpath", "-buildvcs=false", "-o", str(self.binary), "."], Path(self.package)
 
 
 HELM = Tool("helm", "helm.sh/helm/v3/cmd/helm", "v3.22.0")
 KUSTOMIZE = Tool("kustomize", "sigs.k8s.io/kustomize/kustomize/v5", "v5.7.1")
 ACTIONLINT = Tool("actionlint", "github.com/rhysd/actionlint/cmd/actionlint", "v1.7.12")
 NATS_CLI = Tool("nats", "github.com/nats-io/natscli/nats", "v0.5.1")  # the Go client, for jsbroker's TLS and nkeys
-TOOLS = (HELM, KUSTOMIZE, ACTIONLINT, NATS_CLI)
+_JWTGEN_SOURCE = Path(__file__).resolve().parents[1] / "broker" / "jwtgen"
+JWTGEN = RepositoryTool("jwtgen", str(_JWTGEN_SOURCE), _sources_digest(_JWTGEN_SOURCE))  # nats-io/jwt's encoders
+TOOLS = (HELM, KUSTOMIZE, ACTIONLINT, NATS_CLI, JWTGEN)
 
 
 def main(argv: list[str]) -> int:
