@@ -24,7 +24,7 @@ from typing import IO, Any, Final, Iterable, Iterator
 import cramjam
 
 from jsbroker.jetstream import s2
-from jsbroker.store.base import RECORD_MSG, RECORD_OFFSETS, RECORD_SKIPPED, RECORD_TAIL, ConsumerState, StoredMsg, StoreError
+from jsbroker.store.base import RECORD_MSG, RECORD_OFFSETS, RECORD_SKIPPED, RECORD_TAIL, ConsumerState, StoredMsg, StoreError, new_stored_msg
 
 MAGIC = b"NATSARC1"
 STATE_ENTRY = "state.json"
@@ -290,11 +290,7 @@ class _Plain:
         buf, at = self._buf, self._pos
         try:
             name_len, at = _varint_at(buf, at)
-            raw = int.from_bytes(buf[at:at + 8], "little")
-            if raw & _HIGH_BITS == _HIGH_BITS and buf[at + 8] < 0x80:  # a time: nine bytes, in one go
-                zigzag, at = _compact(raw) | buf[at + 8] << 56, at + 9
-            else:
-                zigzag, at = _varint_at(buf, at)
+            zigzag, at = _time_at(buf, at)
             seq, at = _varint_at(buf, at)
             hlen, at = _varint_at(buf, at)
             plen, at = _varint_at(buf, at)
@@ -324,11 +320,7 @@ class _Plain:
                     p = at + 1
                 else:
                     name_len, p = _varint_at(buf, at)
-                raw = int.from_bytes(buf[p:p + 8], "little")
-                if raw & _HIGH_BITS == _HIGH_BITS and buf[p + 8] < 0x80:
-                    zigzag, p = _compact(raw) | buf[p + 8] << 56, p + 9
-                else:
-                    zigzag, p = _varint_at(buf, p)
+                zigzag, p = _time_at(buf, p)
                 seq, p = _varint_at(buf, p)
                 hlen = buf[p]
                 if hlen < 0x80:  # mostly 0: no headers
@@ -340,8 +332,8 @@ class _Plain:
                 end = hdr_at + hlen + plen
                 if seq == 0 or end > len(buf) or name_len > 1 << 20:
                     break  # the end marker, an entry running into the next chunk, or damage: one at a time
-                add(StoredMsg(seq, buf[p:hdr_at].decode(), buf[hdr_at:hdr_at + hlen], buf[hdr_at + hlen:end],
-                              (zigzag >> 1) ^ -(zigzag & 1)))
+                add(new_stored_msg((seq, buf[p:hdr_at].decode(), buf[hdr_at:hdr_at + hlen], buf[hdr_at + hlen:end],
+                                    (zigzag >> 1) ^ -(zigzag & 1))))
                 at = end
         except UnicodeDecodeError:
             raise ArchiveError(f"the archive is corrupt (an entry name is not UTF-8): {RETAKE}") from None
@@ -356,15 +348,15 @@ class _Plain:
         return [StoredMsg(seq, subject, hdr, data, ts)], False
 
 
-_HIGH_BITS = 0x8080808080808080
-
-
-def _compact(raw: int) -> int:
-    """The 56 value bits of eight varint bytes (little-endian in `raw`, continuation bits set)."""
-    x = raw & 0x7F7F7F7F7F7F7F7F
-    x = (x & 0x007F007F007F007F) | ((x & 0x7F007F007F007F00) >> 1)
-    x = (x & 0x00003FFF00003FFF) | ((x & 0x3FFF00003FFF0000) >> 2)
-    return (x & 0x000000000FFFFFFF) | ((x & 0x0FFFFFFF00000000) >> 4)
+def _time_at(buf: bytes, at: int) -> tuple[int, int]:
+    """(the zig-zag time varint at `at`, the position after it): a time since 1970 is nine bytes, read one
+    by one (no `int.from_bytes` method call; compiled, the int stays unboxed until 2043); others by the loop."""
+    if at + 9 <= len(buf) and buf[at + 8] < 0x80 \
+            and buf[at] & buf[at + 1] & buf[at + 2] & buf[at + 3] & buf[at + 4] & buf[at + 5] & buf[at + 6] & buf[at + 7] & 0x80:
+        return ((buf[at] & 0x7F) | (buf[at + 1] & 0x7F) << 7 | (buf[at + 2] & 0x7F) << 14 | (buf[at + 3] & 0x7F) << 21
+                | (buf[at + 4] & 0x7F) << 28 | (buf[at + 5] & 0x7F) << 35 | (buf[at + 6] & 0x7F) << 42
+                | (buf[at + 7] & 0x7F) << 49 | buf[at + 8] << 56), at + 9
+    return _varint_at(buf, at)
 
 
 def _varint_at(buf: bytes, at: int) -> tuple[int, int]:

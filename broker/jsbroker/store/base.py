@@ -16,6 +16,7 @@ bytes exactly as published (b"" when the message had none).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Iterator, Mapping, NamedTuple, Protocol
 
 from . import record
@@ -58,6 +59,11 @@ class StoredMsg(NamedTuple):  # a NamedTuple: built once per delivered message, 
     def size(self) -> int:
         """Bytes as nats-server's memory store accounts them: len(subject) + len(hdr) + len(data) + 16."""
         return len(self.subject) + len(self.hdr) + len(self.data) + 16
+
+
+# A StoredMsg from a (seq, subject, hdr, data, ts) tuple without a Python-level call (the NamedTuple's own
+# `__new__` is a Python function): batch reads and a restore's decoding build one per message with it.
+new_stored_msg = partial(tuple.__new__, StoredMsg)
 
 
 @dataclass(frozen=True, slots=True)

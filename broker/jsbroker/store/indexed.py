@@ -15,7 +15,6 @@ import re
 import time
 from array import array
 from bisect import bisect_left, bisect_right
-from functools import partial
 from itertools import accumulate, chain, compress, islice, repeat
 from operator import sub
 from typing import Iterable, Iterator
@@ -23,7 +22,7 @@ from typing import Iterable, Iterator
 _time_ns = time.time_ns
 
 from ..subjects import is_literal, subject_matches
-from .base import RemoveCallback, StoreClosed, StoredMsg, StoreError, StoreLimits, StoreState
+from .base import RemoveCallback, StoreClosed, StoredMsg, StoreError, StoreLimits, StoreState, new_stored_msg
 from .index_snapshot import IndexImage
 from .record import encode_msg, memory_size
 from .subject_index import SubjectEntry, SubjectIndex, any_all, is_all
@@ -31,9 +30,6 @@ from .subject_index import SubjectEntry, SubjectIndex, any_all, is_all
 _NONZERO = re.compile(rb"[^\x00]")
 _WILDCARD_FANOUT = 16  # up to this many matching subjects, next-match uses per-subject bisects
 _SCAN_WINDOW = 512  # above it, scan this many seqs before falling back to per-subject bisects
-# A StoredMsg from a (seq, subject, hdr, data, ts) tuple without a Python-level call: batch reads build
-# their messages with map() over zipped columns.
-_new_msg = partial(tuple.__new__, StoredMsg)
 
 
 class IndexedStore:
@@ -518,7 +514,7 @@ class IndexedStore:
         body = self._get(seq, self._locs[i], self._sizes[i])
         if body is None:
             return None
-        return _new_msg((seq, self._subjects.names[self._sids[i]], body[0], body[1], self._ts[i]))
+        return new_stored_msg((seq, self._subjects.names[self._sids[i]], body[0], body[1], self._ts[i]))
 
     def _next_seq(self, start: int, subject_filter: str | None) -> int:
         """The first live seq >= start on a subject matching the filter, or 0."""
@@ -651,7 +647,7 @@ class IndexedStore:
             rows = list(map(sub, got, repeat(self._base)))
         subjects = repeat(subject) if subject is not None else \
             map(self._subjects.names.__getitem__, map(self._sids.__getitem__, rows))
-        return list(map(_new_msg, zip(got, subjects, hdrs, datas, map(self._ts.__getitem__, rows))))
+        return list(map(new_stored_msg, zip(got, subjects, hdrs, datas, map(self._ts.__getitem__, rows))))
 
     def load_last_msg(self, subject_filter: str) -> StoredMsg | None:
         seq = self.last_seq(subject_filter)
