@@ -36,7 +36,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, TypeVar
 
 from .account_views import AccountViews, UnknownAccount
 from .accounts import Account, Routes, Timer
@@ -635,17 +635,19 @@ def _nesting(payload: bytes) -> int:
 
 
 def _connz(options: dict[str, Any], account: str = "") -> ConnzOptions:
-    try:
-        return connz_options(options, account)
-    except ViewRefusal as e:  # decoded, refused by the view: nats-server's 500 with a null data
-        raise _Error(500, str(e)) from None
-    except ValueError as e:
-        raise _Error(400, str(e)) from None
+    return _view_options(connz_options, options, account)
 
 
 def _subsz(options: dict[str, Any], account: str = "") -> SubszOptions:
+    return _view_options(subsz_options, options, account)
+
+
+_Options = TypeVar("_Options")
+
+
+def _view_options(decode: Callable[[dict[str, Any], str], _Options], options: dict[str, Any], account: str) -> _Options:
     try:
-        return subsz_options(options, account)
+        return decode(options, account)
     except ViewRefusal as e:  # decoded, refused by the view: nats-server's 500 with a null data
         raise _Error(500, str(e)) from None
     except ValueError as e:

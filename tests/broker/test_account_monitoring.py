@@ -18,10 +18,10 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-import nats
 import pytest
 from nats.errors import TimeoutError as NatsTimeout
 
+from tests.broker.test_system_account import _connect, _server_id  # the same users: <name>/<name>-pw
 from tests.differential import normalise
 from tests.servers import JSBROKER, KINDS, NATS_SERVER, ServerHandle, launch
 
@@ -43,9 +43,6 @@ system_account: SYS
 """
 
 
-async def _connect(port: int, user: str, **kw: Any) -> nats.NATS:
-    return await nats.connect(f"nats://127.0.0.1:{port}", user=user, password=f"{user}-pw", allow_reconnect=False,
-                              **kw)
 
 
 async def _fill(port: int) -> None:
@@ -519,14 +516,6 @@ def test_jsz_requests_refuse_bad_options_alike(servers, subject, body):
 
 
 # -- KICK, LDM, RELOAD ------------------------------------------------------------------------------------------
-
-async def _server_id(port: int) -> str:
-    nc = await _connect(port, "sys")
-    try:
-        return str(nc._server_info["server_id"])
-    finally:
-        await nc.close()
-
 
 async def _kick_and_ldm(port: int) -> dict[str, Any]:
     """A client of B told it is in lame duck mode, then kicked; the answers and what the client and the system

@@ -164,6 +164,17 @@ async def _delivered(a: nats.NATS, subject: str, subs: list[Any]) -> None:
             await s.next_msg(timeout=1)
 
 
+def _on_both(tmp_path: Path, jwts: dict[str, str], scenario: Any) -> dict[str, Any]:
+    """The scenario's outcome on each server, started with the full resolver holding `jwts`; they must be equal."""
+    outcomes = {}
+    for kind in KINDS:
+        with launch(kind, store_dir=tmp_path / kind / "store",
+                    extra_args=["-c", str(_config(tmp_path / kind, jwts))]) as handle:
+            outcomes[kind] = run(scenario(handle.url))
+    assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    return outcomes
+
+
 def run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
 
@@ -363,12 +374,7 @@ def test_a_claims_update_changes_a_running_accounts_limits(tmp_path: Path, creds
                 await nc.close()
         return out
 
-    outcomes = {}
-    for kind in KINDS:
-        with launch(kind, store_dir=tmp_path / kind / "store",
-                    extra_args=["-c", str(_config(tmp_path / kind, jwts))]) as handle:
-            outcomes[kind] = run(scenario(handle.url))
-    assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    outcomes = _on_both(tmp_path, jwts, scenario)
     assert outcomes[JSBROKER][2]["error"]["err_code"] == 10027  # maximum number of streams reached
     assert outcomes[JSBROKER][5]["error"]["description"].startswith("jwt validation failed - validation errors: [")
     assert outcomes[JSBROKER][7]["config"]["name"] == "S3"
@@ -438,12 +444,7 @@ def test_a_claims_update_rewires_exports_and_imports(tmp_path: Path, creds: dict
                 await nc.close()
         return out
 
-    outcomes = {}
-    for kind in KINDS:
-        with launch(kind, store_dir=tmp_path / kind / "store",
-                    extra_args=["-c", str(_config(tmp_path / kind, jwts))]) as handle:
-            outcomes[kind] = run(scenario(handle.url))
-    assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    outcomes = _on_both(tmp_path, jwts, scenario)
     assert outcomes[JSBROKER][:2] == [["a.events.1"], "svc.x"]
     assert outcomes[JSBROKER][-1] == ["a.events.1", "a.events.3"]  # event 2 came while B did not import A's events
 
@@ -472,12 +473,7 @@ def test_a_claims_update_turns_jetstream_off_and_on(tmp_path: Path, creds: dict[
                 await nc.close()
         return out
 
-    outcomes = {}
-    for kind in KINDS:
-        with launch(kind, store_dir=tmp_path / kind / "store",
-                    extra_args=["-c", str(_config(tmp_path / kind, jwts))]) as handle:
-            outcomes[kind] = run(scenario(handle.url))
-    assert outcomes[JSBROKER] == outcomes[NATS_SERVER]
+    outcomes = _on_both(tmp_path, jwts, scenario)
     assert [o.get("error", {}).get("err_code") for o in outcomes[JSBROKER][1:3]] == [10039, 10039]
     assert outcomes[JSBROKER][5] == [1, 1, 1]
 
