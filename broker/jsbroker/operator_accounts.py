@@ -115,7 +115,7 @@ class OperatorAccounts:
         settings, wanted = account_settings(claims)
         self.claims[key] = claims
         account = self.accounts.add(settings)  # first: an exporter that imports from it finds it
-        imports = tuple(imp for imp in (self._checked(claims, w) for w in wanted) if imp is not None)
+        imports = self._checked_imports(claims, wanted)
         if imports:
             self.accounts.add_imports(account, imports)
         return account
@@ -134,6 +134,9 @@ class OperatorAccounts:
             self._log("warning", f"Account {key}: its JWT is not valid: {issue}")
             return None
         return claims
+
+    def _checked_imports(self, claims: AccountClaims, wanted: list[WantedImport]) -> tuple[Import, ...]:
+        return tuple(imp for imp in (self._checked(claims, w) for w in wanted) if imp is not None)
 
     def _checked(self, claims: AccountClaims, wanted: WantedImport) -> Import | None:
         """The import when the exporter exports it to this account (publicly or by the token), else None
@@ -198,6 +201,6 @@ class OperatorAccounts:
         return account
 
     def _import_again(self, account: Account) -> None:
-        _, wanted = account_settings(self.claims[account.name])
-        imports = tuple(imp for imp in (self._checked(self.claims[account.name], w) for w in wanted) if imp is not None)
-        self.accounts.replace_imports(account, imports, self._subscriptions(account))
+        claims = self.claims[account.name]
+        _, wanted = account_settings(claims)
+        self.accounts.replace_imports(account, self._checked_imports(claims, wanted), self._subscriptions(account))
